@@ -1,0 +1,252 @@
+"""The default launcher: the ``tritonserver`` binary shipped in the ``nvidia-pytriton`` wheel.
+
+It runs real Triton core (ensembles, dynamic batching, the Python backend, binary tensors) as a
+child process on free ports. Framework backends missing from that build are provided as
+Python-based backends from ``emulator/triton/backends/<name>/model.py``, which Triton picks for
+``backend: "<name>"`` and for the matching ``platform:``.
+
+Two things that are not obvious, both checked on a CPU machine:
+- the Python backend stub embeds libpython in *isolated* mode, so ``PYTHONPATH`` is ignored. It
+  finds its site-packages from the first ``python3`` on ``PATH`` (a venv's ``pyvenv.cfg`` is
+  honoured), so we put the running interpreter's ``bin`` folder first on Triton's ``PATH``;
+- the stub links ``libpython3.X.so``; we put the running interpreter's ``LIBDIR`` on
+  ``LD_LIBRARY_PATH`` so the stub's libpython and the stdlib it loads are the same build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import sys
+import sysconfig
+from collections import deque
+from pathlib import Path
+
+import aiohttp
+
+from emulator.triton.launcher import LauncherError, RestartCallback, TritonOptions, free_port
+
+log = logging.getLogger("emulator.triton")
+
+SHIMS_DIR = Path(__file__).parent / "backends"
+
+
+def pytriton_root() -> Path:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or spec.origin is None:
+        raise LauncherError(
+            "the embedded launcher needs the nvidia-pytriton wheel: pip install nvidia-pytriton "
+            "(or pass --tritonserver PATH, or use --launcher docker)"
+        )
+    return Path(spec.origin).parent
+
+
+def find_tritonserver(explicit: str | None = None) -> Path:
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise LauncherError(f"--tritonserver {explicit}: no such file")
+        return path
+    binary = pytriton_root() / "tritonserver" / "bin" / "tritonserver"
+    if not binary.is_file():
+        raise LauncherError(f"no tritonserver binary at {binary}; reinstall nvidia-pytriton")
+    return binary
+
+
+def assemble_backends(target: Path) -> Path:
+    """Build Triton's --backend-directory: the Python backend plus this project's shims.
+
+    Rebuilt on every start so a shim edited in the source tree is picked up.
+    """
+    triton_dir = pytriton_root() / "tritonserver"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = triton_dir / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise LauncherError(f"nvidia-pytriton ships no Python backend stub for Python {version}")
+    if target.exists():
+        shutil.rmtree(target)
+    python_dir = target / "python"
+    shutil.copytree(triton_dir / "backends" / "python", python_dir,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(stub, python_dir / "triton_python_backend_stub")
+    if SHIMS_DIR.is_dir():
+        for shim in sorted(SHIMS_DIR.iterdir()):
+            if (shim / "model.py").is_file():
+                shutil.copytree(shim, target / shim.name,
+                                ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def child_environment(extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    libs = [str(pytriton_root().parent / "nvidia_pytriton.libs")]
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir:
+        libs.append(libdir)
+    if env.get("LD_LIBRARY_PATH"):
+        libs.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.update(extra)
+    return env
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it if the emulator dies, so no orphan remains."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+class EmbeddedLauncher:
+    """Runs the wheel's tritonserver as a child process; restarts it if it dies."""
+
+    def __init__(self, options: TritonOptions, work_dir: Path, tritonserver: str | None = None,
+                 host: str = "127.0.0.1", name: str = "triton") -> None:
+        self.options = options
+        self._work_dir = work_dir
+        self._binary = find_tritonserver(tritonserver)
+        self._host = host
+        self._name = name
+        self._http_port = 0
+        self._process: asyncio.subprocess.Process | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._log_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._log_tail: deque[str] = deque(maxlen=60)
+        self.on_restart: RestartCallback | None = None
+        self.restarts = 0
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self._host}:{self._http_port}"
+
+    @property
+    def repository(self) -> Path:
+        return self.options.repository
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+    def command(self) -> list[str]:
+        return [
+            str(self._binary),
+            f"--model-repository={self.options.repository}",
+            "--model-control-mode=explicit",
+            f"--backend-directory={self._work_dir / 'backends'}",
+            f"--http-address={self._host}",
+            f"--http-port={self._http_port}",
+            "--allow-grpc=false",
+            "--allow-metrics=true",
+            f"--metrics-port={free_port(self._host)}",
+            "--exit-on-error=false",
+            *self.options.extra_args,
+        ]
+
+    async def start(self) -> None:
+        self._stopping = False
+        self.options.repository.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(assemble_backends, self._work_dir / "backends")
+        await self._spawn()
+        self._watchdog = asyncio.create_task(self._watch(), name=f"{self._name}-watchdog")
+
+    async def _spawn(self) -> None:
+        self._http_port = free_port(self._host)
+        cmd = self.command()
+        log.info("starting %s: %s", self._name, " ".join(cmd))
+        self._process = await asyncio.create_subprocess_exec(
+            *cmd,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=child_environment(self.options.environment),
+            cwd=str(self._work_dir),
+            start_new_session=True,  # Ctrl-C reaches us, not Triton: we stop it in order
+            preexec_fn=_die_with_parent,
+        )
+        self._log_task = asyncio.create_task(self._pump_logs(self._process))
+        await self._wait_ready()
+
+    async def _pump_logs(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        triton_log = logging.getLogger(f"emulator.{self._name}")
+        async for raw in process.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            self._log_tail.append(line)
+            triton_log.debug("%s", line)
+
+    async def _wait_ready(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.startup_timeout_s
+        async with aiohttp.ClientSession() as session:
+            while loop.time() < deadline:
+                if not self.is_running():
+                    if self._log_task:
+                        with contextlib.suppress(Exception):
+                            await asyncio.wait_for(self._log_task, 5)
+                    raise LauncherError(
+                        f"tritonserver exited with code {self._process.returncode if self._process else '?'}"
+                        " while starting:\n" + "\n".join(self._log_tail)
+                    )
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get(f"{self.http_url}/v2/health/ready") as resp:
+                        if resp.status == 200:
+                            log.info("%s ready at %s (pid %s)", self._name, self.http_url, self.pid)
+                            return
+                await asyncio.sleep(0.1)
+        await self._terminate()
+        raise LauncherError(f"tritonserver was not ready within {self.options.startup_timeout_s}s")
+
+    async def _watch(self) -> None:
+        while not self._stopping:
+            process = self._process
+            if process is None:
+                return
+            code = await process.wait()
+            if self._stopping:
+                return
+            self.restarts += 1
+            log.warning("%s died (exit code %s); restarting. Last lines:\n%s",
+                        self._name, code, "\n".join(list(self._log_tail)[-10:]))
+            try:
+                await self._spawn()
+            except LauncherError as exc:
+                log.error("%s could not be restarted: %s", self._name, exc)
+                return
+            if self.on_restart is not None:
+                await self.on_restart()
+
+    async def _terminate(self) -> None:
+        process = self._process
+        if process is None or process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), 15)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._watchdog:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+        await self._terminate()
+        if self._log_task:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._log_task, 5)
+        log.info("%s stopped", self._name)
