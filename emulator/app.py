@@ -1,0 +1,148 @@
+"""The composition root: builds every part from the settings and wires them into one FastAPI app.
+
+Routes (the wire formats live in ``emulator/contract``, the behaviour in ``emulator/endpoints``):
+- ``POST /endpoints/{name}/invocations``  sagemaker-runtime InvokeEndpoint
+- ``GET  /ping``                           health (200 once the app is up)
+- ``GET  /metrics``                        MME CloudWatch metrics, Prometheus text format
+- ``GET  /_emulator/metrics``              the same as JSON, per endpoint
+- ``GET  /_emulator/models``               every known model: state, size, pins, LRU position
+- ``POST /_emulator/endpoints/{name}/models/{target}/unload``  unload one model (tests, tools)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from emulator.contract import errors, runtime
+from emulator.endpoints import EndpointRegistry, EndpointSpec
+from emulator.metrics import prometheus_text
+from emulator.settings import Settings
+from emulator.triton.launcher import LauncherError, TritonLauncher, TritonOptions
+
+log = logging.getLogger("emulator.app")
+
+
+def make_launcher(settings: Settings, spec: EndpointSpec, options: TritonOptions,
+                  work_dir: Path) -> TritonLauncher:
+    """Pick the launcher by ``--launcher``; the endpoint's environment becomes Triton flags."""
+    translate = _environment_translation()
+    if translate is not None:
+        translated = translate(spec.environment)
+        options.extra_args.extend(translated.args)
+        options.environment.update(translated.passthrough_env)
+    else:
+        options.environment.update(spec.environment)
+    if settings.launcher == "embedded":
+        from emulator.triton.embedded import EmbeddedLauncher
+
+        return EmbeddedLauncher(options, work_dir, tritonserver=settings.tritonserver,
+                                name=f"triton[{spec.name}]")
+    if settings.launcher == "docker":
+        from emulator.triton.docker_launcher import DockerLauncher  # type: ignore[import-not-found]
+
+        return DockerLauncher(options, work_dir, image=spec.image or settings.image,
+                              cache_dir=settings.cache_dir, name=spec.name)
+    if settings.launcher == "external":
+        from emulator.triton.external import ExternalLauncher  # type: ignore[import-not-found]
+
+        if not settings.triton_url:
+            raise LauncherError("--launcher external needs --triton-url")
+        return ExternalLauncher(options, settings.triton_url)
+    raise LauncherError(f"unknown launcher {settings.launcher!r}: embedded, docker or external")
+
+
+def _environment_translation():  # type: ignore[no-untyped-def]
+    try:
+        from emulator.triton.sagemaker_env import triton_args_from_environment
+    except ImportError:
+        return None
+    return triton_args_from_environment
+
+
+def _error_response(error: errors.SageMakerError, request_id: str) -> JSONResponse:
+    return JSONResponse(error.members(), status_code=error.status,
+                        headers=runtime.error_headers(error, request_id))
+
+
+def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> FastAPI:
+    registry = registry or EndpointRegistry(
+        settings, lambda spec, options, work_dir: make_launcher(settings, spec, options, work_dir)
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if settings.model_data:
+            await registry.create(EndpointSpec(
+                name=settings.endpoint_name, model_data=settings.model_data,
+                variant_name=settings.variant_name,
+            ))
+        try:
+            yield
+        finally:
+            await registry.close()
+
+    app = FastAPI(title="SageMaker MME emulator", lifespan=lifespan, docs_url="/_emulator/docs",
+                  openapi_url="/_emulator/openapi.json", redoc_url=None)
+    app.state.settings = settings
+    app.state.registry = registry
+
+    @app.post("/endpoints/{endpoint_name}/invocations")
+    async def invoke_endpoint(endpoint_name: str, request: Request) -> Response:
+        request_id = runtime.new_request_id()
+        try:
+            body = await request.body()
+            parsed = runtime.parse_invoke(endpoint_name, request.headers, body,
+                                          settings.max_payload_bytes, request_id)
+            endpoint = registry.get(endpoint_name)
+            if endpoint is None:
+                raise errors.endpoint_not_found(endpoint_name, settings.account_id)
+            result = await endpoint.invoke(parsed)
+        except errors.SageMakerError as exc:
+            return _error_response(exc, request_id)
+        except Exception as exc:  # a bug of ours: say so in SageMaker's shape, log the details
+            log.exception("request=%s outcome=internal-failure", request_id)
+            return _error_response(errors.InternalFailure(f"internal failure: {exc}"), request_id)
+        return Response(content=result.body, headers=result.headers)
+
+    @app.get("/ping")
+    async def ping() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(prometheus_text([e.metrics for e in registry.all()]),
+                                 media_type="text/plain; version=0.0.4")
+
+    @app.get("/_emulator/metrics")
+    async def metrics_json() -> dict[str, object]:
+        return {"Endpoints": {e.spec.name: e.metrics.snapshot() for e in registry.all()}}
+
+    @app.get("/_emulator/models")
+    async def models() -> dict[str, object]:
+        return {"Endpoints": {
+            e.spec.name: {
+                "MemoryBudgetBytes": settings.memory_budget,
+                "MaxLoadedModels": settings.max_loaded_models,
+                "DiskBudgetBytes": settings.disk_budget,
+                "LoadedBytes": e.manager.memory.total_bytes,
+                "DiskBytes": e.manager.disk.total_bytes,
+                "Models": e.manager.describe(),
+            }
+            for e in registry.all()
+        }}
+
+    @app.post("/_emulator/endpoints/{endpoint_name}/models/{target:path}/unload")
+    async def unload(endpoint_name: str, target: str) -> JSONResponse:
+        endpoint = registry.get(endpoint_name)
+        if endpoint is None:
+            return JSONResponse({"error": f"no endpoint {endpoint_name}"}, status_code=404)
+        done = await endpoint.manager.unload(target)
+        return JSONResponse({"unloaded": done}, status_code=200 if done else 409)
+
+    return app

@@ -1,0 +1,112 @@
+"""``mme``: the command line. ``mme serve`` runs the emulator; other features add subcommands.
+
+Every ``serve`` flag is also an environment variable: ``--memory-budget`` is ``MME_MEMORY_BUDGET``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from emulator.settings import Settings
+
+# Modules that add their own subcommands with ``add_subcommands(subparsers)``.
+SUBCOMMAND_MODULES = (
+    "emulator.bench",
+    "ensembles.cli",
+    "harness.cli",
+    "harness.deploy_cli",
+)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+    logging.getLogger("boto3").setLevel(logging.WARNING)
+    logging.getLogger("s3transfer").setLevel(logging.WARNING)
+
+
+def add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "serve", help="run the emulator (SageMaker runtime API in front of a real Triton)",
+        description="Run a local SageMaker multi-model endpoint. Each flag may also be given as "
+                    "an MME_<FLAG> environment variable (e.g. MME_MEMORY_BUDGET=2GiB).",
+    )
+    p.add_argument("--model-data", help="model store: a folder or s3://bucket/prefix/ "
+                                        "(TargetModel is an object path under it)")
+    p.add_argument("--s3-endpoint-url", help="S3-compatible server (MinIO, moto, ...)")
+    p.add_argument("--region", help="AWS region used in ARNs and messages (us-east-1)")
+    p.add_argument("--endpoint-name", help="name of the default endpoint (local)")
+    p.add_argument("--host", help="address to listen on (127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to listen on (8080)")
+    p.add_argument("--memory-budget", help="bytes of models kept loaded, e.g. 2GiB (unlimited)")
+    p.add_argument("--max-loaded-models", type=int, help="models kept loaded (unlimited)")
+    p.add_argument("--disk-budget", help="bytes of artifacts kept on disk, e.g. 20GiB (unlimited)")
+    p.add_argument("--cache-dir", help="disk cache and state (~/.cache/sagemaker-mme-emulator)")
+    p.add_argument("--launcher", choices=["embedded", "docker", "external"],
+                   help="how Triton runs (embedded)")
+    p.add_argument("--tritonserver", help="embedded: a tritonserver binary to use instead")
+    p.add_argument("--image", help="docker: the Triton image")
+    p.add_argument("--triton-url", help="external: the URL of a Triton you run")
+    p.add_argument("--invocation-timeout", dest="invocation_timeout_s", type=float,
+                   help="seconds before a request gets ModelNotReadyException or a timeout (60)")
+    p.add_argument("--log-level", help="DEBUG shows Triton's own log (INFO)")
+    p.set_defaults(func=run_serve)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    names = ("model_data", "s3_endpoint_url", "region", "endpoint_name", "host", "port",
+             "memory_budget", "max_loaded_models", "disk_budget", "cache_dir", "launcher",
+             "tritonserver", "image", "triton_url", "invocation_timeout_s", "log_level")
+    return Settings.from_env(**{n: getattr(args, n, None) for n in names})
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from emulator.app import build_app
+
+    settings = settings_from_args(args)
+    configure_logging(settings.log_level)
+    logging.getLogger("emulator").info(
+        "serving endpoint %r from %s on http://%s:%d (launcher %s)", settings.endpoint_name,
+        settings.model_data or "(no model data: use the control plane)", settings.host,
+        settings.port, settings.launcher)
+    # uvicorn handles Ctrl-C and SIGTERM: the app's lifespan then stops every Triton.
+    uvicorn.run(build_app(settings), host=settings.host, port=settings.port,
+                log_level="warning", timeout_keep_alive=75)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mme", description="A local SageMaker multi-model endpoint in front of a real Triton.")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_serve(subparsers)
+    for module_name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:  # the module exists but one of its imports is missing
+                raise
+            continue
+        module.add_subcommands(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command != "serve":
+        configure_logging(getattr(args, "log_level", None) or "INFO")
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

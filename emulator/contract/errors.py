@@ -1,0 +1,152 @@
+"""The sagemaker-runtime error table and every error message, in one place.
+
+Shapes, status codes and members follow botocore's service model for sagemaker-runtime
+(``tests/test_contract_errors.py`` checks this table against it). Messages marked [O] were observed
+from the real service; those marked [U] are our most plausible guess and easy to change here.
+
+botocore reads the error code from the ``x-amzn-ErrorType`` header, the message from ``Message``,
+and re-parses the body with the error shape, so ModelError's ``OriginalStatusCode`` and
+``OriginalMessage`` appear at the top level of ``ClientError.response``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class SageMakerError(Exception):
+    shape: ClassVar[str] = "InternalFailure"
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def members(self) -> dict[str, Any]:
+        return {"Message": self.message}
+
+    def headers(self) -> dict[str, str]:
+        return {"x-amzn-ErrorType": self.shape}
+
+
+class ValidationError(SageMakerError):
+    """What SageMaker's front end decides before any container sees the request."""
+
+    shape = "ValidationError"
+    status = 400
+
+
+class ModelError(SageMakerError):
+    """The container answered with an error (or timed out: OriginalStatusCode 0)."""
+
+    shape = "ModelError"
+    status = 424
+
+    def __init__(self, message: str, original_status: int, original_message: str,
+                 log_stream_arn: str) -> None:
+        super().__init__(message)
+        self.original_status = original_status
+        self.original_message = original_message
+        self.log_stream_arn = log_stream_arn
+
+    def members(self) -> dict[str, Any]:
+        return {
+            "Message": self.message,
+            "OriginalStatusCode": self.original_status,
+            "OriginalMessage": self.original_message,
+            "LogStreamArn": self.log_stream_arn,
+        }
+
+
+class ModelNotReadyException(SageMakerError):
+    """The model is still downloading or loading past the invocation timeout."""
+
+    shape = "ModelNotReadyException"
+    status = 429
+
+
+class InternalFailure(SageMakerError):
+    shape = "InternalFailure"
+    status = 500
+
+
+class ServiceUnavailable(SageMakerError):
+    shape = "ServiceUnavailable"
+    status = 503
+
+
+class InternalDependencyException(SageMakerError):
+    shape = "InternalDependencyException"
+    status = 530
+
+
+ERROR_TABLE: tuple[type[SageMakerError], ...] = (
+    ValidationError, ModelError, ModelNotReadyException, InternalFailure, ServiceUnavailable,
+    InternalDependencyException,
+)
+
+
+# --- Messages -------------------------------------------------------------------------------
+
+def endpoint_not_found(name: str, account: str) -> ValidationError:  # [O]
+    return ValidationError(f"Endpoint {name} of account {account} not found.")
+
+
+def missing_target_model(request_id: str) -> ValidationError:  # [O], text after it truncated
+    return ValidationError(f"Request {request_id} is missing a target model header.")
+
+
+def not_multi_model(name: str) -> ValidationError:  # [O]
+    return ValidationError(
+        f"Endpoint {name} is not a multi-model endpoint and does not support target model header."
+    )
+
+
+def invalid_target_model(value: str, reason: str) -> ValidationError:  # [U]
+    return ValidationError(
+        f"1 validation error detected: Value '{value}' at 'targetModel' failed to satisfy "
+        f"constraint: {reason}"
+    )
+
+
+def target_model_not_found(target: str, location: str) -> ValidationError:  # [U]
+    return ValidationError(f"Failed to download model data(bucket: {location}, key: {target}). "
+                           "Please ensure that there is an object located at the URL and that the "
+                           "role passed to CreateModel has permissions to download the model.")
+
+
+def oversize_body(request_id: str, limit: int) -> ValidationError:  # [O] serverless; [U] real-time
+    return ValidationError(f"Request {request_id} has oversize body. "
+                           f"The maximum payload size is {limit} bytes.")
+
+
+def model_error(status: int, body: str, endpoint: str, region: str, account: str,
+                log_stream_arn: str) -> ModelError:  # [O]
+    kind = "client" if 400 <= status < 500 else "server"
+    message = (
+        f'Received {kind} error ({status}) from primary with message "{body}". See '
+        f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}"
+        f"#logEventViewer:group=/aws/sagemaker/Endpoints/{endpoint} in account {account} "
+        "for more information."
+    )
+    return ModelError(message, status, body, log_stream_arn)
+
+
+def invocation_timed_out(endpoint: str, region: str, account: str,
+                         log_stream_arn: str) -> ModelError:  # [O]: OriginalStatusCode 0
+    body = ("Your invocation timed out while waiting for a response from container primary. "
+            "Review the latency metrics for each container in Amazon CloudWatch, resolve the "
+            "issue, and try again.")
+    return model_error(0, body, endpoint, region, account, log_stream_arn)
+
+
+def model_not_ready(target: str) -> ModelNotReadyException:  # [U]
+    return ModelNotReadyException(
+        f"Model {target} is not ready yet: it is still being downloaded or loaded. "
+        "Retry the request; loading continues in the background."
+    )
+
+
+def log_stream_arn(region: str, account: str, endpoint: str) -> str:  # [U] format
+    return (f"arn:aws:logs:{region}:{account}:log-group:/aws/sagemaker/Endpoints/{endpoint}"
+            ":log-stream:AllTraffic/local")

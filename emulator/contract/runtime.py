@@ -1,0 +1,157 @@
+"""The sagemaker-runtime InvokeEndpoint wire format and its translation to Triton's KServe v2.
+
+No state and no I/O. Tensors are never decoded: a binary body passes through, and only the JSON
+header length moves between SageMaker-Triton's ``json-header-size=N`` content-type parameter and
+KServe's ``Inference-Header-Content-Length`` header.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from emulator.contract import errors
+
+BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
+KSERVE_HEADER_LENGTH = "Inference-Header-Content-Length"
+
+ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
+# botocore: TargetModel is 1-1024 chars, \A\S[\p{Print}]*\z
+TARGET_MODEL = re.compile(r"\A\S[\x20-\x7e\u00a0-\U0010ffff]*\Z")
+_HEADER_SIZE = re.compile(r"json-header-size=([^;\s]*)")
+
+H_TARGET_MODEL = "x-amzn-sagemaker-target-model"
+H_CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
+H_INFERENCE_ID = "x-amzn-sagemaker-inference-id"
+H_TARGET_VARIANT = "x-amzn-sagemaker-target-variant"
+
+
+@dataclass(frozen=True)
+class InvokeRequest:
+    endpoint_name: str
+    request_id: str
+    body: bytes
+    content_type: str | None
+    accept: str | None
+    target_model: str | None
+    custom_attributes: str | None
+    inference_id: str | None
+    target_variant: str | None
+
+
+class ContainerRejected(Exception):
+    """What Triton's SageMaker server itself would answer with (becomes a ModelError)."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(body)
+        self.status = status
+        self.body = body
+
+
+def new_request_id() -> str:
+    return str(uuid.uuid4())
+
+
+def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes,
+                 max_payload_bytes: int, request_id: str) -> InvokeRequest:
+    """Validate what SageMaker's front end validates; raise ValidationError otherwise."""
+    if len(endpoint_name) > 63 or not ENDPOINT_NAME.match(endpoint_name):
+        raise errors.ValidationError(
+            f"1 validation error detected: Value '{endpoint_name}' at 'endpointName' failed to "
+            "satisfy constraint: Member must satisfy regular expression pattern: "
+            "^[a-zA-Z0-9](-*[a-zA-Z0-9])*"
+        )
+    if len(body) > max_payload_bytes:
+        raise errors.oversize_body(request_id, max_payload_bytes)
+    target = headers.get(H_TARGET_MODEL)
+    if target is not None:
+        if len(target) > 1024:
+            raise errors.invalid_target_model(
+                target[:64] + "...", "Member must have length less than or equal to 1024")
+        if not TARGET_MODEL.match(target):
+            raise errors.invalid_target_model(
+                target, r"Member must satisfy regular expression pattern: \A\S[\p{Print}]*\z")
+    return InvokeRequest(
+        endpoint_name=endpoint_name,
+        request_id=request_id,
+        body=body,
+        content_type=headers.get("content-type"),
+        accept=headers.get("accept"),
+        target_model=target,
+        custom_attributes=headers.get(H_CUSTOM_ATTRIBUTES),
+        inference_id=headers.get(H_INFERENCE_ID),
+        target_variant=headers.get(H_TARGET_VARIANT),
+    )
+
+
+def triton_request_headers(content_type: str | None, body_length: int) -> dict[str, str]:
+    """KServe headers for a SageMaker-Triton body, checked as Triton's SageMaker server does."""
+    if content_type and content_type.startswith(BINARY_JSON):
+        match = _HEADER_SIZE.search(content_type)
+        if not match:
+            raise ContainerRejected(400, '{"error":"Unable to parse json-header-size from '
+                                         f'content type \'{content_type}\'"}}')
+        try:
+            size = int(match.group(1))
+        except ValueError:
+            raise ContainerRejected(
+                400, f'{{"error":"Unable to parse inference header size, got: {match.group(1)}"}}'
+            ) from None
+        if size < 0 or size > body_length:
+            raise ContainerRejected(
+                400, f'{{"error":"inference header size should be in range (0, {body_length}), '
+                     f'got: {size}"}}'
+            )
+        return {"Content-Type": "application/octet-stream", KSERVE_HEADER_LENGTH: str(size)}
+    # Any other content type (the seeds send JSON as application/octet-stream): the body is JSON.
+    return {"Content-Type": "application/json"}
+
+
+def binary_header_length(triton_headers: Mapping[str, str]) -> int | None:
+    size = triton_headers.get(KSERVE_HEADER_LENGTH)
+    return int(size) if size is not None else None
+
+
+def sagemaker_content_type(header_length: int | None) -> str:
+    """The response content type a SageMaker-Triton client expects (it parses N back out)."""
+    if header_length is not None:
+        return f"{BINARY_JSON};json-header-size={header_length}"
+    return "application/json"
+
+
+def rename_model(body: bytes, header_length: int | None, triton_name: str,
+                 target_model: str) -> tuple[bytes, int | None]:
+    """Report the model as SageMaker's Triton does: named after the TargetModel.
+
+    Triton writes ``"model_name":"<name>"`` first in its JSON header, so one bounded byte
+    replacement suffices (no JSON parsing in the hot path); the header length grows or shrinks by
+    the difference.
+    """
+    old = b'"model_name":' + json.dumps(triton_name).encode()
+    new = b'"model_name":' + json.dumps(target_model).encode()
+    head = body[: header_length if header_length is not None else 512]
+    if old not in head:
+        return body, header_length
+    body = body.replace(old, new, 1)
+    if header_length is not None:
+        header_length += len(new) - len(old)
+    return body, header_length
+
+
+def response_headers(request_id: str, variant: str, content_type: str,
+                     custom_attributes: str | None) -> dict[str, str]:
+    headers = {
+        "Content-Type": content_type,
+        "x-Amzn-Invoked-Production-Variant": variant,
+        "x-amzn-RequestId": request_id,
+    }
+    if custom_attributes is not None:
+        headers["X-Amzn-SageMaker-Custom-Attributes"] = custom_attributes
+    return headers
+
+
+def error_headers(error: errors.SageMakerError, request_id: str) -> dict[str, str]:
+    return {**error.headers(), "x-amzn-RequestId": request_id}

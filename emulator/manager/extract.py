@@ -1,0 +1,81 @@
+"""Safe extraction of a model ``.tar.gz``: all or nothing.
+
+Refused, with a message naming the member: absolute paths, ``..`` components, links that lead
+out of the folder, device files and FIFOs, and archives whose extracted size exceeds the cap.
+Extraction goes to a temporary sibling folder that is renamed into place only when complete, so a
+failure never leaves a half-extracted model behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+
+
+class UnsafeArchive(Exception):
+    """The archive is malformed or tries to write outside its folder."""
+
+
+def _check_member(member: tarfile.TarInfo) -> None:
+    name = member.name
+    path = PurePosixPath(name)
+    if path.is_absolute() or name.startswith(("/", "\\")):
+        raise UnsafeArchive(f"member {name!r} has an absolute path")
+    if ".." in path.parts:
+        raise UnsafeArchive(f"member {name!r} leads out of the model folder ('..')")
+    if member.isdev() or member.isfifo():
+        raise UnsafeArchive(f"member {name!r} is a device file or FIFO")
+    if member.issym() or member.islnk():
+        target = PurePosixPath(member.linkname)
+        base = path.parent if member.issym() else PurePosixPath()
+        if target.is_absolute():
+            raise UnsafeArchive(f"link {name!r} points to an absolute path {member.linkname!r}")
+        depth = 0
+        for part in (base / target).parts:
+            depth += -1 if part == ".." else (0 if part == "." else 1)
+            if depth < 0:
+                raise UnsafeArchive(f"link {name!r} -> {member.linkname!r} leads out of the folder")
+
+
+def extract_archive(archive: Path, destination: Path, max_bytes: int | None) -> int:
+    """Extract ``archive`` into ``destination`` (created; must not exist). Returns bytes written."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".extract-", dir=destination.parent))
+    try:
+        try:
+            with tarfile.open(archive, "r:*") as tar:
+                members = tar.getmembers()
+                total = 0
+                for member in members:
+                    _check_member(member)
+                    total += max(member.size, 0)
+                    if max_bytes is not None and total > max_bytes:
+                        raise UnsafeArchive(
+                            f"archive expands to more than the {max_bytes}-byte cap "
+                            "(raise --max-extracted-bytes if this model is really that large)"
+                        )
+                # The stdlib "data" filter enforces the same rules again (defence in depth).
+                tar.extractall(staging, members=members, filter="data")
+        except tarfile.FilterError as exc:
+            raise UnsafeArchive(f"refused by the safe-extraction filter: {exc}") from exc
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise UnsafeArchive(f"not a readable .tar.gz archive: {exc}") from exc
+        os.replace(staging, destination)
+        return total
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (links not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            file = Path(root, name)
+            if not file.is_symlink():
+                total += file.stat().st_size
+    return total

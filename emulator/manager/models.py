@@ -1,0 +1,385 @@
+"""The MME model lifecycle: TargetModel -> disk cache -> loaded in Triton, with LRU eviction.
+
+- ``acquire(target)`` pins a loaded model for the duration of one request. On a miss, one
+  *single-flight* task per TargetModel downloads, extracts, installs and loads it; every concurrent
+  request for that model waits on the same task, and loads of different models run side by side.
+- Memory: a model's size is estimated as the bytes of its extracted files. Before a load, the
+  least-recently-used models that are neither pinned (serving) nor wanted (a request is waiting
+  for them) are unloaded until the new one fits ``memory_budget`` and ``max_loaded_models``.
+- Disk: artifacts that are not loaded are deleted least-recently-used first to stay under
+  ``disk_budget``.
+- A waiting request gives up after the invocation timeout (ModelNotReadyException) while the load
+  goes on in the background, as SageMaker does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import hashlib
+import logging
+import shutil
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from emulator.manager import repository
+from emulator.manager.extract import extract_archive, tree_size
+from emulator.manager.lru import DoesNotFit, LruIndex
+from emulator.manager.store import ModelSource
+from emulator.metrics import EndpointMetrics
+from emulator.triton.client import TritonClient, TritonError, TritonUnreachable
+
+log = logging.getLogger("emulator.models")
+
+
+# Triton's SageMaker server answers 507 (not 400) to a load whose error text contains one of these
+# (SageMakerMMECheckOOMError); SageMaker then unloads unused models.
+OOM_MARKERS = ("CUDA out of memory", "out of memory", "OOM", "MemoryError",
+               "CUBLAS_STATUS_ALLOC_FAILED", "failed to allocate memory", "No space left on device")
+
+
+class ModelState(str, enum.Enum):
+    NEW = "new"
+    DOWNLOADING = "downloading"
+    ON_DISK = "on_disk"
+    LOADING = "loading"
+    LOADED = "loaded"
+    UNLOADING = "unloading"
+
+
+class ModelNotReady(Exception):
+    """The model is still on its way in after the caller's wait timeout."""
+
+
+class ModelLoadFailed(Exception):
+    """The container could not load the model: ``status`` and ``body`` are what it answered."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(body)
+        self.status = status
+        self.body = body
+
+
+@dataclass
+class ModelRecord:
+    target: str
+    key: str
+    state: ModelState = ModelState.NEW
+    artifact_dir: Path | None = None
+    size: int = 0
+    entry: str | None = None  # the namespaced Triton name requests go to
+    installed: list[str] = field(default_factory=list)
+    demand: int = 0  # requests waiting for this model to be loaded
+    last_used: float = 0.0
+
+
+def artifact_key(target: str) -> str:
+    """A short, stable, filesystem- and Triton-safe id for a TargetModel (SageMaker uses a hash)."""
+    return hashlib.sha256(target.encode()).hexdigest()[:12]
+
+
+class ModelManager:
+    def __init__(
+        self,
+        *,
+        source: ModelSource,
+        cache_dir: Path,
+        triton: TritonClient,
+        triton_repository: Path,
+        metrics: EndpointMetrics,
+        memory_budget: int | None = None,
+        max_loaded_models: int | None = None,
+        disk_budget: int | None = None,
+        max_extracted_bytes: int | None = None,
+        load_timeout_s: float = 360.0,
+        cache_enabled: bool = True,
+    ) -> None:
+        self.source = source
+        self.artifacts_dir = cache_dir / "artifacts"
+        self.triton = triton
+        self.triton_repository = triton_repository
+        self.metrics = metrics
+        self.max_extracted_bytes = max_extracted_bytes
+        self.load_timeout_s = load_timeout_s
+        self.cache_enabled = cache_enabled
+        self.memory = LruIndex(memory_budget, max_loaded_models)
+        self.disk = LruIndex(disk_budget)
+        self.records: dict[str, ModelRecord] = {}
+        self._loads: dict[str, asyncio.Task[ModelRecord]] = {}
+        self._unloads: dict[str, asyncio.Task[None]] = {}
+        self._memory_lock = asyncio.Lock()
+        self._changed = asyncio.Condition()
+        self.downloads = 0
+        self.loads = 0
+        self.unloads = 0
+
+    # --- the request path -------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, target: str, wait_timeout_s: float) -> AsyncIterator[ModelRecord]:
+        """Yield the loaded model for ``target``, pinned so it cannot be unloaded meanwhile."""
+        started = time.monotonic()
+        record = self._record(target)
+        hit = record.state is ModelState.LOADED and target in self.memory
+        record.demand += 1
+        try:
+            while not (record.state is ModelState.LOADED and target in self.memory):
+                task = self._loads.get(target)
+                if task is None:
+                    task = asyncio.create_task(self._bring_in(record), name=f"load:{target}")
+                    self._loads[target] = task
+                    task.add_done_callback(self._load_finished)
+                remaining = wait_timeout_s - (time.monotonic() - started)
+                try:
+                    await asyncio.wait_for(asyncio.shield(task), max(remaining, 0.001))
+                except asyncio.TimeoutError:
+                    raise ModelNotReady(target) from None
+            self.memory.pin(target)
+        finally:
+            record.demand -= 1
+            self._forget_if_unused(record)
+        self.metrics.record("ModelCacheHit", 1 if hit else 0)
+        if not hit:
+            self.metrics.record("ModelLoadingWaitTime", (time.monotonic() - started) * 1e6)
+        record.last_used = time.time()
+        self.disk.touch(target)
+        try:
+            yield record
+        finally:
+            self.memory.unpin(target)
+            if not self.cache_enabled and not self.memory.is_pinned(target):
+                # ModelCacheSetting=Disabled: unload and delete right after each invocation.
+                await self._evict_completely(record)
+            async with self._changed:
+                self._changed.notify_all()
+
+    def _load_finished(self, task: asyncio.Task[ModelRecord]) -> None:
+        target = task.get_name().removeprefix("load:")
+        if self._loads.get(target) is task:
+            del self._loads[target]
+        if not task.cancelled() and task.exception() is not None:
+            log.info("model=%s step=load outcome=failed error=%r", target, task.exception())
+            record = self.records.get(target)
+            if record is not None:
+                self._forget_if_unused(record)
+
+    def _forget_if_unused(self, record: ModelRecord) -> None:
+        """Drop a record that has nothing on disk, no load under way and nobody waiting."""
+        if (record.state is ModelState.NEW and not record.demand
+                and record.target not in self._loads):
+            self.records.pop(record.target, None)
+
+    def _record(self, target: str) -> ModelRecord:
+        record = self.records.get(target)
+        if record is None:
+            record = self.records[target] = ModelRecord(target, artifact_key(target))
+        return record
+
+    # --- bringing a model in ----------------------------------------------------------------
+
+    async def _bring_in(self, record: ModelRecord) -> ModelRecord:
+        pending_unload = self._unloads.get(record.target)
+        if pending_unload is not None:
+            await asyncio.shield(pending_unload)
+        if record.artifact_dir is None or not record.artifact_dir.is_dir():
+            await self._download(record)
+        layout = await asyncio.to_thread(repository.read_layout, record.artifact_dir / "model")
+        record.installed = await asyncio.to_thread(
+            repository.install, layout, record.key, self.triton_repository)
+        record.entry = repository.namespaced(layout.entry, record.key)
+        await self._make_room(record)
+        record.state = ModelState.LOADING
+        started = time.monotonic()
+        try:
+            await self.triton.load(record.entry, timeout=self.load_timeout_s)
+        except (TritonError, TritonUnreachable, asyncio.TimeoutError) as exc:
+            self.memory.remove(record.target)
+            self.disk.unpin(record.target)
+            record.state = ModelState.ON_DISK
+            await asyncio.to_thread(repository.uninstall, record.installed, self.triton_repository)
+            await self._notify()
+            if isinstance(exc, TritonError):
+                oom = any(marker in exc.body for marker in OOM_MARKERS)
+                raise ModelLoadFailed(507 if oom else 400, exc.body) from exc
+            raise ModelLoadFailed(500, f'{{"error":"model load did not complete: {exc!r}"}}') from exc
+        elapsed = time.monotonic() - started
+        self.metrics.record("ModelLoadingTime", elapsed * 1e6)
+        record.state = ModelState.LOADED
+        self.loads += 1
+        self.metrics.set_loaded_model_count(self.loaded_count())
+        log.info("model=%s step=load seconds=%.3f size=%d entry=%s", record.target, elapsed,
+                 record.size, record.entry)
+        await self._notify()
+        return record
+
+    async def _download(self, record: ModelRecord) -> None:
+        record.state = ModelState.DOWNLOADING
+        destination = self.artifacts_dir / record.key
+        archive = self.artifacts_dir / f"{record.key}.tar.gz"
+        started = time.monotonic()
+        try:
+            await asyncio.to_thread(self.source.fetch, record.target or None, archive)
+            if destination.exists():
+                await asyncio.to_thread(shutil.rmtree, destination)
+            await asyncio.to_thread(extract_archive, archive, destination / "model",
+                                    self.max_extracted_bytes)
+        except BaseException:
+            record.state = ModelState.NEW
+            raise
+        finally:
+            archive.unlink(missing_ok=True)
+        elapsed = time.monotonic() - started
+        self.metrics.record("ModelDownloadingTime", elapsed * 1e6)
+        self.downloads += 1
+        record.artifact_dir = destination
+        record.size = await asyncio.to_thread(tree_size, destination)
+        record.state = ModelState.ON_DISK
+        log.info("model=%s step=download seconds=%.3f size=%d", record.target, elapsed, record.size)
+        await self._make_disk_room(record)
+
+    async def _make_disk_room(self, record: ModelRecord) -> None:
+        wanted = frozenset(t for t, r in self.records.items() if r.demand and t != record.target)
+        try:
+            victims = self.disk.victims(record.size, exclude=wanted) or []
+        except DoesNotFit:
+            victims = None
+        if victims is None:
+            log.warning("model=%s step=disk-evict outcome=over-budget (everything else is in use)",
+                        record.target)
+            victims = []
+        for target in victims:
+            await self._delete_from_disk(self.records[target])
+        self.disk.add(record.target, record.size)
+
+    async def _make_room(self, record: ModelRecord) -> None:
+        """Reserve memory for ``record``, unloading LRU models that nobody is using."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.load_timeout_s
+        while True:
+            async with self._memory_lock:
+                wanted = frozenset(t for t, r in self.records.items()
+                                   if r.demand and t != record.target)
+                try:
+                    victims = self.memory.victims(record.size, exclude=wanted)
+                except DoesNotFit as exc:
+                    raise ModelLoadFailed(507, f'{{"error":"out of memory: model {record.target} '
+                                               f'needs {record.size} bytes; {exc}"}}') from exc
+                if victims is not None:
+                    unloads = [self._start_unload(self.records[t]) for t in victims]
+                    self.memory.add(record.target, record.size)  # the reservation
+                    self.disk.pin(record.target)
+                    break
+            async with self._changed:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise ModelLoadFailed(507, '{"error":"out of memory: every loaded model is '
+                                               'serving requests"}')
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), remaining)
+        if unloads:
+            await asyncio.gather(*unloads)
+
+    # --- taking models out ------------------------------------------------------------------
+
+    def _start_unload(self, record: ModelRecord) -> asyncio.Task[None]:
+        self.memory.remove(record.target)
+        record.state = ModelState.UNLOADING
+        task = asyncio.create_task(self._unload(record))
+        self._unloads[record.target] = task
+        task.add_done_callback(lambda _t: self._unloads.pop(record.target, None))
+        return task
+
+    async def _unload(self, record: ModelRecord) -> None:
+        started = time.monotonic()
+        try:
+            if record.entry:
+                await self.triton.unload(record.entry, dependents=True,
+                                         timeout=self.load_timeout_s)
+        except (TritonError, TritonUnreachable, asyncio.TimeoutError) as exc:
+            log.warning("model=%s step=unload outcome=failed error=%s", record.target, exc)
+        elapsed = time.monotonic() - started
+        await asyncio.to_thread(repository.uninstall, record.installed, self.triton_repository)
+        record.state = ModelState.ON_DISK
+        self.disk.unpin(record.target)
+        self.unloads += 1
+        self.metrics.record("ModelUnloadingTime", elapsed * 1e6)
+        self.metrics.set_loaded_model_count(self.loaded_count())
+        log.info("model=%s step=unload seconds=%.3f", record.target, elapsed)
+        await self._notify()
+
+    async def _delete_from_disk(self, record: ModelRecord) -> None:
+        self.disk.remove(record.target)
+        if record.artifact_dir is not None:
+            await asyncio.to_thread(shutil.rmtree, record.artifact_dir, True)
+        record.artifact_dir = None
+        record.state = ModelState.NEW
+        log.info("model=%s step=disk-evict size=%d", record.target, record.size)
+        if not record.demand:
+            self.records.pop(record.target, None)
+
+    async def _evict_completely(self, record: ModelRecord) -> None:
+        async with self._memory_lock:
+            if record.target not in self.memory or self.memory.is_pinned(record.target):
+                return
+            task = self._start_unload(record)
+        await task
+        if record.state is ModelState.ON_DISK and not record.demand:
+            await self._delete_from_disk(record)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def unload(self, target: str) -> bool:
+        """Unload one model on request (keeps it on disk). False if it was not loaded."""
+        record = self.records.get(target)
+        if record is None:
+            return False
+        async with self._memory_lock:
+            if target not in self.memory or self.memory.is_pinned(target):
+                return False
+            task = self._start_unload(record)
+        await task
+        return True
+
+    async def triton_restarted(self) -> None:
+        """Triton came back empty: everything is on disk only and reloads on demand."""
+        for target in list(self.memory.keys_lru_first()):
+            self.memory.remove(target)
+            self.disk.unpin(target)
+            self.records[target].state = ModelState.ON_DISK
+        self.metrics.set_loaded_model_count(0)
+        await self._notify()
+
+    async def close(self) -> None:
+        for task in list(self._loads.values()) + list(self._unloads.values()):
+            task.cancel()
+
+    # --- introspection ----------------------------------------------------------------------
+
+    def loaded_count(self) -> int:
+        return sum(1 for t in self.memory.keys_lru_first()
+                   if self.records[t].state is ModelState.LOADED)
+
+    def describe(self) -> list[dict[str, Any]]:
+        lru = self.memory.keys_lru_first()
+        rows = []
+        for target, record in self.records.items():
+            entry = self.memory.get(target)
+            rows.append({
+                "TargetModel": target,
+                "State": record.state.value,
+                "OnDisk": record.artifact_dir is not None and record.artifact_dir.is_dir(),
+                "Loaded": record.state is ModelState.LOADED,
+                "Pinned": bool(entry and entry.pins),
+                "InFlight": entry.pins if entry else 0,
+                "SizeBytes": record.size,
+                "LruPosition": lru.index(target) if target in lru else None,
+                "TritonModel": record.entry,
+                "LastUsed": record.last_used,
+            })
+        return sorted(rows, key=lambda r: (r["LruPosition"] is None, r["LruPosition"] or 0))

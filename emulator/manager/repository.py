@@ -1,0 +1,134 @@
+"""Reading an extracted model artifact and installing it into Triton's repository, namespaced.
+
+Layouts accepted (``mme package`` documents them):
+- ``tar -C repo .``: ``./ensemble/config.pbtxt``, ``./preprocess/...`` (a model repository);
+- a top-level folder: ``repo/ensemble/config.pbtxt`` or ``my_model/config.pbtxt``;
+- a single model at the root: ``./config.pbtxt``, ``./1/model.onnx``.
+
+Entry model: the one ensemble that no other ensemble uses as a step; else the only model; anything
+else is a clear error (Triton's SageMaker server would pick whichever directory ``readdir`` lists
+last).
+
+Namespacing: SageMaker's Triton registers each artifact as its own repository, so two artifacts may
+both hold ``preprocess/``. Over Triton's HTTP API we get the same effect by installing every model
+as ``<model>--<key>`` (``key`` unique per artifact), with ``config.pbtxt`` rewritten (its ``name`` and
+the ensemble steps' ``model_name``) and every other file symlinked, never copied.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+CONFIG = "config.pbtxt"
+SEPARATOR = "--"
+
+
+class InvalidModelRepository(Exception):
+    """The artifact is not a Triton model repository this emulator can serve."""
+
+
+@dataclass
+class ArtifactLayout:
+    root: Path  # the folder holding the model folders
+    models: dict[str, Path]  # model name -> its folder
+    configs: dict[str, model_config_pb2.ModelConfig]
+    entry: str
+    composing: list[str] = field(default_factory=list)
+
+
+def _read_config(path: Path) -> model_config_pb2.ModelConfig:
+    try:
+        return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+    except (text_format.ParseError, UnicodeDecodeError) as exc:
+        raise InvalidModelRepository(f"{path.name} of model '{path.parent.name}' does not parse: "
+                                     f"{exc}") from exc
+
+
+def _model_dirs(folder: Path) -> dict[str, Path]:
+    return {p.name: p for p in sorted(folder.iterdir())
+            if p.is_dir() and not p.name.startswith(".") and (p / CONFIG).is_file()}
+
+
+def read_layout(extracted: Path) -> ArtifactLayout:
+    if (extracted / CONFIG).is_file():
+        config = _read_config(extracted / CONFIG)
+        name = config.name or "model"
+        return ArtifactLayout(extracted.parent, {name: extracted}, {name: config}, name)
+    models = _model_dirs(extracted)
+    if not models:
+        subdirs = [p for p in extracted.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        if len(subdirs) == 1:
+            return read_layout(subdirs[0])
+        raise InvalidModelRepository(
+            "no model found: expected config.pbtxt at the archive root or in model folders "
+            "(package with `mme package REPO -o model.tar.gz`)"
+        )
+    configs = {name: _read_config(path / CONFIG) for name, path in models.items()}
+    for name, config in configs.items():
+        if config.name and config.name != name:
+            raise InvalidModelRepository(
+                f"model folder '{name}' has name \"{config.name}\" in its config.pbtxt; "
+                "Triton requires them to match"
+            )
+    return ArtifactLayout(extracted, models, configs, choose_entry(configs))
+
+
+def choose_entry(configs: dict[str, model_config_pb2.ModelConfig]) -> str:
+    ensembles = {n for n, c in configs.items() if c.platform == "ensemble"}
+    used = {s.model_name for n in ensembles for s in configs[n].ensemble_scheduling.step}
+    top = sorted(ensembles - used)
+    if len(top) == 1:
+        return top[0]
+    if len(top) > 1:
+        raise InvalidModelRepository(
+            f"the artifact holds several top-level ensembles ({', '.join(top)}); "
+            "SageMaker's Triton would pick one arbitrarily. Package one ensemble per tarball."
+        )
+    if len(configs) == 1:
+        return next(iter(configs))
+    raise InvalidModelRepository(
+        f"the artifact holds {len(configs)} models ({', '.join(sorted(configs))}) and no "
+        "ensemble; SageMaker's Triton would pick one arbitrarily. Add an ensemble or package "
+        "one model per tarball."
+    )
+
+
+def namespaced(model: str, key: str) -> str:
+    return f"{model}{SEPARATOR}{key}"
+
+
+def install(layout: ArtifactLayout, key: str, triton_repository: Path) -> list[str]:
+    """Write ``<model>--<key>`` folders into Triton's repository; returns their names.
+
+    Each folder holds the rewritten config.pbtxt and symlinks to the artifact's files, so the
+    artifact itself stays byte-for-byte what was uploaded.
+    """
+    installed = []
+    for model, source in layout.models.items():
+        config = model_config_pb2.ModelConfig()
+        config.CopyFrom(layout.configs[model])
+        config.name = namespaced(model, key)
+        for step in config.ensemble_scheduling.step:
+            if step.model_name in layout.models:
+                step.model_name = namespaced(step.model_name, key)
+        target = triton_repository / config.name
+        if target.exists() or target.is_symlink():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        for entry in source.iterdir():
+            if entry.name != CONFIG:
+                os.symlink(entry.resolve(), target / entry.name)
+        (target / CONFIG).write_text(text_format.MessageToString(config))
+        installed.append(config.name)
+    return installed
+
+
+def uninstall(names: list[str], triton_repository: Path) -> None:
+    for name in names:
+        shutil.rmtree(triton_repository / name, ignore_errors=True)

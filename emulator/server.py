@@ -1,0 +1,63 @@
+"""Run the emulator in-process, in a background thread: for tests, notebooks and the demo.
+
+    with EmulatorServer(Settings(model_data="./models")) as server:
+        boto3.client("sagemaker-runtime", endpoint_url=server.url, ...)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import TracebackType
+
+import uvicorn
+
+from emulator.app import build_app
+from emulator.settings import Settings
+from emulator.triton.launcher import free_port
+
+
+class EmulatorServer:
+    def __init__(self, settings: Settings, startup_timeout_s: float = 180.0) -> None:
+        if not settings.port:
+            settings.port = free_port(settings.host)
+        self.settings = settings
+        self.app = build_app(settings)
+        self._server = uvicorn.Server(uvicorn.Config(
+            self.app, host=settings.host, port=settings.port, log_level="warning",
+            lifespan="on", timeout_keep_alive=75,
+        ))
+        self._thread = threading.Thread(target=self._server.run, name="mme-emulator",
+                                        daemon=True)
+        self._startup_timeout_s = startup_timeout_s
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self.settings.port}"
+
+    @property
+    def registry(self):  # type: ignore[no-untyped-def]
+        return self.app.state.registry
+
+    def start(self) -> EmulatorServer:
+        self._thread.start()
+        deadline = time.monotonic() + self._startup_timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("the emulator failed to start; see the log above")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError("the emulator did not start in time")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=60)
+
+    def __enter__(self) -> EmulatorServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
