@@ -1,0 +1,1 @@
+../_shared/_triton_shim.py

@@ -1,0 +1,500 @@
+"""``--launcher docker``: an official Triton image (NGC, SageMaker's, or any) as a container.
+
+The emulator talks KServe v2 HTTP to the container's port 8000, published on a free host port.
+
+The model manager writes namespaced model folders into ``repository`` and those folders hold
+symlinks into the artifact cache (absolute paths). So every folder in ``mounts`` (normally the
+whole cache dir) is bind-mounted at the SAME absolute path inside the container and Triton gets
+``--model-repository=<that same path>``: the symlinks resolve in the container as they do here.
+This needs the engine to run on this machine (or to share its file system at the same paths).
+
+Containers carry labels naming the emulator process that owns them; a container whose owner is
+gone (a crashed or killed emulator) is removed when any docker launcher starts on this host.
+
+Images labelled ``com.sagemaker-mme-emulator.shims-dir`` (the CPU test image built by
+``docker/build-test-image.sh``) get the emulator's Python-based backend shims bind-mounted into
+that backend folder; official images keep their native backends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from emulator.triton.launcher import LauncherError, RestartCallback, TritonOptions
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.containers import Container
+
+log = logging.getLogger("emulator.triton")
+
+LABEL_PREFIX = "com.sagemaker-mme-emulator"
+OWNER_LABEL = f"{LABEL_PREFIX}.owner"
+OWNER_START_LABEL = f"{LABEL_PREFIX}.owner-start"
+HOST_LABEL = f"{LABEL_PREFIX}.host"
+NAME_LABEL = f"{LABEL_PREFIX}.launcher"
+SHIMS_DIR_LABEL = f"{LABEL_PREFIX}.shims-dir"
+SHIMS_DIR = Path(__file__).parent / "backends"
+
+TRITON_HTTP_PORT = 8000
+TRITON_METRICS_PORT = 8002
+ENGINE_HINT = (
+    "install a Docker engine (Debian/Ubuntu: apt-get install docker.io) and start dockerd "
+    "(systemctl start docker; docker/setup-engine.sh does both as root), or set DOCKER_HOST"
+)
+
+
+def process_start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks (field 22 of /proc/PID/stat), None if unknown.
+
+    Stored next to the pid, so a recycled pid is not taken for the owner still being alive.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces; the fields after its ')' are plain.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_alive(pid: int, start_ticks: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by another user
+    if start_ticks:
+        current = process_start_ticks(pid)
+        if current is not None and current != start_ticks:
+            return False
+    return True
+
+
+def count_gpus() -> int:
+    """GPUs ``nvidia-smi -L`` lists on this machine (0 without the tool or a driver)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    if out.returncode != 0:
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def connect(client: DockerClient | None = None) -> DockerClient:
+    """A docker client that has answered a ping, or LauncherError saying what to install."""
+    try:
+        import docker
+    except ImportError as exc:
+        raise LauncherError(
+            "the docker launcher needs the docker SDK: pip install 'sagemaker-mme-emulator[docker]'"
+            " (or pip install 'docker>=7')"
+        ) from exc
+    try:
+        client = client or docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:  # DockerException, requests' ConnectionError, a missing socket...
+        raise LauncherError(f"no Docker engine answers ({exc}): {ENGINE_HINT}") from exc
+    return client
+
+
+def remove_leftover_containers(client: DockerClient) -> list[str]:
+    """Remove this host's emulator containers whose owning process is gone; returns their names."""
+    hostname = socket.gethostname()
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+        labels = container.labels or {}
+        if labels.get(HOST_LABEL) != hostname:
+            continue  # another machine's (a shared engine): its pids mean nothing here
+        try:
+            pid = int(labels.get(OWNER_LABEL, ""))
+        except ValueError:
+            continue
+        if owner_alive(pid, labels.get(OWNER_START_LABEL)):
+            continue
+        log.info("removing leftover Triton container %s (owner pid %s is gone)",
+                 container.name, pid)
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+            removed.append(container.name)
+    return removed
+
+
+class PullProgress:
+    """One progress line for a docker pull: a bar on a terminal, a log line every 10% otherwise."""
+
+    def __init__(self, image: str, stream: Any = None) -> None:
+        self.image = image
+        self.stream = stream if stream is not None else sys.stderr
+        self.layers: dict[str, tuple[int, int]] = {}
+        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last_decile = -1
+
+    def update(self, event: dict[str, Any]) -> None:
+        detail = event.get("progressDetail") or {}
+        layer = event.get("id")
+        if layer and event.get("status") == "Downloading" and detail.get("total"):
+            self.layers[layer] = (int(detail.get("current", 0)), int(detail["total"]))
+        elif layer and event.get("status") in ("Download complete", "Pull complete",
+                                               "Already exists"):
+            _, total = self.layers.get(layer, (0, 0))
+            self.layers[layer] = (total, total)
+        self._render()
+
+    def _render(self) -> None:
+        done = sum(current for current, _ in self.layers.values())
+        total = sum(total for _, total in self.layers.values())
+        if not total:
+            return
+        fraction = min(done / total, 1.0)
+        if self._tty:
+            width = 30
+            bar = "#" * int(fraction * width)
+            self.stream.write(
+                f"\rpulling {self.image} [{bar:<{width}}] {fraction:4.0%} "
+                f"{done / 1e6:.0f}/{total / 1e6:.0f} MB"
+            )
+            self.stream.flush()
+        elif int(fraction * 10) > self._last_decile:
+            self._last_decile = int(fraction * 10)
+            log.info("pulling %s: %.0f%% of %.0f MB", self.image, fraction * 100, total / 1e6)
+
+    def close(self) -> None:
+        if self._tty and self.layers:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _split_image(image: str) -> tuple[str, str]:
+    # "host:5000/repo" has a ':' that is not a tag: only a ':' after the last '/' is.
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag:
+        return image, "latest"
+    return name, tag
+
+
+def ensure_image(client: DockerClient, image: str, pull: bool = True) -> Any:
+    """The image, pulled (with progress) when missing; LauncherError saying what to do."""
+    import docker.errors
+
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        return client.images.get(image)
+    hint = (
+        f"pull it where a registry is reachable (docker pull {image}; NGC images need "
+        "`docker login nvcr.io`), or build the CPU test image with docker/build-test-image.sh "
+        "and pass --image mme-triton-cpu:test"
+    )
+    if not pull:
+        raise LauncherError(f"image {image} is not on this Docker engine: {hint}")
+    repository, tag = _split_image(image)
+    progress = PullProgress(image)
+    log.info("image %s not found locally; pulling it", image)
+    try:
+        for event in client.api.pull(repository, tag=tag, stream=True, decode=True):
+            if "error" in event:
+                raise LauncherError(f"pulling {image} failed: {event['error']}; {hint}")
+            progress.update(event)
+        return client.images.get(image)
+    except LauncherError:
+        raise
+    except Exception as exc:
+        raise LauncherError(f"image {image} is missing and pulling it failed ({exc}); {hint}") \
+            from exc
+    finally:
+        progress.close()
+
+
+def _excerpt(text: str, head: int = 10, tail: int = 30) -> str:
+    """First and last lines: Triton names a bad flag on line 1, then prints its whole usage."""
+    lines = text.splitlines()
+    if len(lines) <= head + tail:
+        return text
+    return "\n".join([*lines[:head], f"... ({len(lines) - head - tail} lines) ...", *lines[-tail:]])
+
+
+def _mount_roots(paths: Iterable[Path]) -> list[Path]:
+    """Resolved, de-duplicated folders with those inside another one dropped."""
+    roots: list[Path] = []
+    for path in sorted({Path(p).resolve() for p in paths}, key=lambda p: len(p.parts)):
+        if not any(path == root or root in path.parents for root in roots):
+            roots.append(path)
+    return roots
+
+
+class DockerLauncher:
+    """Runs Triton in a container from ``image``; restarts it (a new container) if it dies."""
+
+    def __init__(
+        self,
+        options: TritonOptions,
+        image: str,
+        *,
+        mounts: Sequence[Path] = (),
+        shm_size: str = "1g",
+        gpus: str = "auto",
+        pull: bool = True,
+        host: str = "127.0.0.1",
+        name: str = "triton",
+        client: DockerClient | None = None,
+        shims_dir: Path | None = SHIMS_DIR,
+    ) -> None:
+        if gpus not in ("auto", "all", "none"):
+            raise ValueError(f"gpus must be auto, all or none, not {gpus!r}")
+        self.options = options
+        self.image = image
+        self.mounts = list(mounts)
+        self.shm_size = shm_size
+        self.gpus = gpus
+        self.pull = pull
+        self._host = host
+        self._name = name
+        self._client = client
+        self._shims_dir = shims_dir
+        self._host_port = 0
+        self._container: Container | None = None
+        self._alive = False
+        self._stopping = False
+        self._watchdog: asyncio.Task[None] | None = None
+        self._log_tail: deque[str] = deque(maxlen=60)
+        self.on_restart: RestartCallback | None = None
+        self.restarts = 0
+
+    # -- the TritonLauncher protocol --------------------------------------------------------
+    @property
+    def http_url(self) -> str:
+        return f"http://{self._host}:{self._host_port}"
+
+    @property
+    def repository(self) -> Path:
+        return self.options.repository
+
+    @property
+    def container_name(self) -> str | None:
+        return self._container.name if self._container is not None else None
+
+    @property
+    def container_id(self) -> str | None:
+        return self._container.id if self._container is not None else None
+
+    def is_running(self) -> bool:
+        return self._alive
+
+    async def start(self) -> None:
+        self._stopping = False
+        self.options.repository.mkdir(parents=True, exist_ok=True)
+        self._client = await asyncio.to_thread(connect, self._client)
+        await asyncio.to_thread(remove_leftover_containers, self._client)
+        image = await asyncio.to_thread(ensure_image, self._client, self.image, self.pull)
+        self._image_labels: dict[str, str] = dict(image.labels or {})
+        await self._spawn()
+        self._watchdog = asyncio.create_task(self._watch(), name=f"{self._name}-docker-watchdog")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+            self._watchdog = None
+        await asyncio.to_thread(self._remove_container)
+        log.info("%s stopped", self._name)
+
+    # -- container ------------------------------------------------------------------------
+    def command(self) -> list[str]:
+        return [
+            "tritonserver",
+            f"--model-repository={self.options.repository.resolve()}",
+            "--model-control-mode=explicit",
+            f"--http-port={TRITON_HTTP_PORT}",
+            "--allow-http=true",
+            "--allow-grpc=false",
+            "--allow-metrics=true",
+            f"--metrics-port={TRITON_METRICS_PORT}",
+            "--exit-on-error=false",
+            *self.options.extra_args,
+        ]
+
+    def volumes(self) -> dict[str, dict[str, str]]:
+        repository = self.options.repository.resolve()
+        roots = _mount_roots([*self.mounts, repository])
+        volumes = {str(root): {"bind": str(root), "mode": "rw"} for root in roots}
+        target = self._image_labels.get(SHIMS_DIR_LABEL) if hasattr(self, "_image_labels") else None
+        if target and self._shims_dir is not None and self._shims_dir.is_dir():
+            for shim in sorted(self._shims_dir.iterdir()):
+                if (shim / "model.py").is_file():
+                    volumes[str(shim.resolve())] = {"bind": f"{target}/{shim.name}", "mode": "ro"}
+        return volumes
+
+    def _device_requests(self) -> list[Any]:
+        import docker.types
+
+        if self.gpus == "none" or (self.gpus == "auto" and count_gpus() == 0):
+            return []
+        return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+
+    def _labels(self) -> dict[str, str]:
+        pid = os.getpid()
+        return {
+            OWNER_LABEL: str(pid),
+            OWNER_START_LABEL: process_start_ticks(pid) or "",
+            HOST_LABEL: socket.gethostname(),
+            NAME_LABEL: self._name,
+        }
+
+    def _run_container(self) -> Container:
+        import docker.errors
+
+        assert self._client is not None
+        name = f"mme-{self._name}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        device_requests = self._device_requests()
+        log.info("starting %s: docker run %s %s", self._name, self.image, " ".join(self.command()))
+        try:
+            container = self._client.containers.run(
+                self.image,
+                command=self.command(),
+                name=name,
+                detach=True,
+                labels=self._labels(),
+                environment=dict(self.options.environment),
+                # Port None: the engine picks a free host port, so parallel runs never collide.
+                ports={f"{TRITON_HTTP_PORT}/tcp": (self._host, None)},
+                volumes=self.volumes(),
+                shm_size=self.shm_size,
+                device_requests=device_requests or None,
+            )
+        except docker.errors.APIError as exc:
+            hint = ""
+            if device_requests and "gpu" in str(exc).lower():
+                hint = (" (GPUs need the NVIDIA Container Toolkit on the engine's host; "
+                        "or run with --gpus none)")
+            raise LauncherError(f"docker could not start {self.image}: {exc}{hint}") from exc
+        container.reload()
+        bindings = container.attrs["NetworkSettings"]["Ports"].get(f"{TRITON_HTTP_PORT}/tcp")
+        if not bindings:
+            logs = container.logs(tail=30).decode(errors="replace")
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+            raise LauncherError(f"{self.image} exited at once:\n{logs}")
+        self._host_port = int(bindings[0]["HostPort"])
+        return container
+
+    def _pump_logs(self, container: Container) -> None:
+        """Thread: container output -> the ``emulator.triton`` logger, one record per line."""
+        prefix = f"[{self._name} {container.name}]"
+        pending = b""
+        try:
+            for chunk in container.logs(stream=True, follow=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for raw in lines:
+                    self._log_line(prefix, raw)
+        except Exception as exc:  # the container was removed under the stream
+            log.debug("%s log stream ended: %s", prefix, exc)
+        if pending:
+            self._log_line(prefix, pending)
+
+    def _log_line(self, prefix: str, raw: bytes) -> None:
+        line = raw.decode(errors="replace").rstrip()
+        if not line:
+            return
+        self._log_tail.append(line)
+        # Triton prefixes lines with their severity (E1121 12:00:00...); errors are worth seeing.
+        level = logging.WARNING if line[:1] == "E" and line[1:2].isdigit() else logging.DEBUG
+        log.log(level, "%s %s", prefix, line)
+
+    async def _spawn(self) -> None:
+        self._log_tail.clear()
+        started = time.monotonic()
+        container = await asyncio.to_thread(self._run_container)
+        self._container = container
+        threading.Thread(target=self._pump_logs, args=(container,), daemon=True,
+                         name=f"{container.name}-logs").start()
+        await self._wait_ready(container)
+        self._alive = True
+        log.info("%s ready at %s (container %s, %.1fs)", self._name, self.http_url,
+                 container.name, time.monotonic() - started)
+
+    async def _wait_ready(self, container: Container) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.startup_timeout_s
+        next_status_check = 0.0
+        async with aiohttp.ClientSession() as session:
+            while loop.time() < deadline:
+                if loop.time() >= next_status_check:
+                    next_status_check = loop.time() + 0.5
+                    await asyncio.to_thread(container.reload)
+                    if container.status in ("exited", "dead"):
+                        code = container.attrs.get("State", {}).get("ExitCode")
+                        logs = await asyncio.to_thread(container.logs)
+                        await asyncio.to_thread(self._remove_container)
+                        raise LauncherError(
+                            f"tritonserver in {self.image} exited with code {code} while "
+                            "starting:\n" + _excerpt(logs.decode(errors="replace"))
+                        )
+                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                    async with session.get(f"{self.http_url}/v2/health/ready",
+                                           timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                        if resp.status == 200:
+                            return
+                await asyncio.sleep(0.1)
+        await asyncio.to_thread(self._remove_container)
+        raise LauncherError(
+            f"Triton in {self.image} was not ready within {self.options.startup_timeout_s}s; "
+            "last lines:\n" + "\n".join(self._log_tail)
+        )
+
+    async def _watch(self) -> None:
+        while not self._stopping:
+            container = self._container
+            if container is None:
+                return
+            try:
+                result = await asyncio.to_thread(container.wait)
+                code = result.get("StatusCode")
+            except Exception as exc:  # removed under us, or the engine went away
+                code = f"unknown ({exc})"
+            self._alive = False
+            if self._stopping:
+                return
+            self.restarts += 1
+            log.warning("%s container %s died (exit code %s); starting a new one. Last lines:\n%s",
+                        self._name, container.name, code, "\n".join(list(self._log_tail)[-10:]))
+            await asyncio.to_thread(self._remove_container)
+            try:
+                await self._spawn()
+            except LauncherError as exc:
+                log.error("%s could not be restarted: %s", self._name, exc)
+                return
+            if self.on_restart is not None:
+                await self.on_restart()
+
+    def _remove_container(self) -> None:
+        container, self._container = self._container, None
+        self._alive = False
+        if container is None:
+            return
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            container.stop(timeout=10)
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
