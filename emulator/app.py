@@ -7,6 +7,7 @@ Routes (the wire formats live in ``emulator/contract``, the behaviour in ``emula
 - ``GET  /_emulator/metrics``              the same as JSON, per endpoint
 - ``GET  /_emulator/models``               every known model: state, size, pins, LRU position
 - ``POST /_emulator/endpoints/{name}/models/{target}/unload``  unload one model (tests, tools)
+- ``POST /`` with ``X-Amz-Target: SageMaker.<Operation>``: the control plane (``emulator/control``)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from emulator.contract import errors, runtime
+from emulator.control import ControlPlaneService, ControlStore, build_control_router
 from emulator.endpoints import EndpointRegistry, EndpointSpec
 from emulator.metrics import prometheus_text
 from emulator.settings import Settings
@@ -75,6 +77,10 @@ def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> F
         settings, lambda spec, options, work_dir: make_launcher(settings, spec, options, work_dir)
     )
 
+    control = ControlPlaneService(
+        store=ControlStore(settings.cache_dir / "control-plane.sqlite3"),
+        registry=registry, region=settings.region, account=settings.account_id)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if settings.model_data:
@@ -82,15 +88,19 @@ def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> F
                 name=settings.endpoint_name, model_data=settings.model_data,
                 variant_name=settings.variant_name,
             ))
+        await control.restore()  # endpoints created through the control plane come back
         try:
             yield
         finally:
+            await control.aclose()
             await registry.close()
 
     app = FastAPI(title="SageMaker MME emulator", lifespan=lifespan, docs_url="/_emulator/docs",
                   openapi_url="/_emulator/openapi.json", redoc_url=None)
     app.state.settings = settings
     app.state.registry = registry
+    app.state.control_plane = control
+    app.include_router(build_control_router(control))
 
     @app.post("/endpoints/{endpoint_name}/invocations")
     async def invoke_endpoint(endpoint_name: str, request: Request) -> Response:

@@ -46,6 +46,10 @@ class InvokeResult:
     headers: dict[str, str]
 
 
+class EndpointStartFailed(Exception):
+    """The endpoint's container did not become healthy (CreateEndpoint -> Failed)."""
+
+
 LauncherFactory = Callable[[EndpointSpec, TritonOptions, Path], TritonLauncher]
 
 # SingleModel endpoints have one model; the manager keys it by this TargetModel.
@@ -75,6 +79,8 @@ class Endpoint:
             max_extracted_bytes=settings.max_extracted_bytes,
             load_timeout_s=settings.model_load_timeout_s,
             cache_enabled=spec.model_cache_enabled,
+            single_model=spec.mode == "SingleModel",
+            default_model=spec.environment.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"),
         )
         launcher.on_restart = self._triton_restarted
 
@@ -85,6 +91,14 @@ class Endpoint:
     async def start(self) -> None:
         await self.launcher.start()
         self.triton.rebind(self.launcher.http_url)
+        if not self.is_multi_model:
+            # A SingleModel container loads its model at start-up; failing that, it never
+            # becomes healthy and CreateEndpoint fails with the reason.
+            try:
+                async with self.manager.acquire(SINGLE_MODEL, self.settings.model_load_timeout_s):
+                    pass
+            except (ModelLoadFailed, InvalidModelRepository, UnsafeArchive, ObjectNotFound) as exc:
+                raise EndpointStartFailed(f"The primary container failed to start: {exc}") from exc
 
     async def stop(self) -> None:
         await self.manager.close()
@@ -190,6 +204,8 @@ class EndpointRegistry:
         return [self._endpoints[n] for n in self.names()]
 
     async def _start(self, spec: EndpointSpec, generation: str = "") -> Endpoint:
+        source = source_for(spec.model_data, self.settings.s3_endpoint_url, self.settings.region)
+        await asyncio.to_thread(source.check, spec.mode == "SingleModel")
         work_dir = self.settings.cache_dir / "endpoints" / (spec.name + generation)
         if work_dir.exists():  # a previous run's cache: models reload on demand
             await asyncio.to_thread(shutil.rmtree, work_dir)

@@ -97,6 +97,8 @@ class ModelManager:
         max_extracted_bytes: int | None = None,
         load_timeout_s: float = 360.0,
         cache_enabled: bool = True,
+        single_model: bool = False,
+        default_model: str | None = None,
     ) -> None:
         self.source = source
         self.artifacts_dir = cache_dir / "artifacts"
@@ -106,6 +108,9 @@ class ModelManager:
         self.max_extracted_bytes = max_extracted_bytes
         self.load_timeout_s = load_timeout_s
         self.cache_enabled = cache_enabled
+        # SingleModel endpoints: serve's start-up rules pick the model (read_single_model_layout).
+        self.single_model = single_model
+        self.default_model = default_model
         self.memory = LruIndex(memory_budget, max_loaded_models)
         self.disk = LruIndex(disk_budget)
         self.records: dict[str, ModelRecord] = {}
@@ -187,7 +192,12 @@ class ModelManager:
             await asyncio.shield(pending_unload)
         if record.artifact_dir is None or not record.artifact_dir.is_dir():
             await self._download(record)
-        layout = await asyncio.to_thread(repository.read_layout, record.artifact_dir / "model")
+        extracted = record.artifact_dir / "model"
+        if self.single_model:
+            layout = await asyncio.to_thread(repository.read_single_model_layout, extracted,
+                                             self.default_model)
+        else:
+            layout = await asyncio.to_thread(repository.read_layout, extracted)
         record.installed = await asyncio.to_thread(
             repository.install, layout, record.key, self.triton_repository)
         record.entry = repository.namespaced(layout.entry, record.key)

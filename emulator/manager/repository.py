@@ -55,6 +55,31 @@ def _model_dirs(folder: Path) -> dict[str, Path]:
             if p.is_dir() and not p.name.startswith(".") and (p / CONFIG).is_file()}
 
 
+def read_single_model_layout(extracted: Path, default_model: str | None) -> ArtifactLayout:
+    """A SingleModel endpoint's tarball, with the checks Triton's ``serve`` makes at start-up.
+
+    ``serve`` refuses a config.pbtxt at the top of /opt/ml/model, a missing named default model,
+    an empty repository, and several models without SAGEMAKER_TRITON_DEFAULT_MODEL_NAME.
+    """
+    if (extracted / CONFIG).is_file():
+        raise InvalidModelRepository(
+            "config.pbtxt found at the top of /opt/ml/model: a SingleModel endpoint needs a model "
+            "repository (package the model folder, e.g. `mme package REPO -o model.tar.gz`)")
+    layout = read_layout(extracted)
+    if default_model:
+        if default_model not in layout.models:
+            raise InvalidModelRepository(
+                f"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME={default_model} but the repository has no "
+                f"such model directory (it has: {', '.join(sorted(layout.models))})")
+        layout.entry = default_model
+    elif len(layout.models) > 1:
+        raise InvalidModelRepository(
+            f"the repository holds {len(layout.models)} models; set "
+            "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME in the container's Environment to run the "
+            "ensemble (or the model) that should serve /invocations")
+    return layout
+
+
 def read_layout(extracted: Path) -> ArtifactLayout:
     if (extracted / CONFIG).is_file():
         config = _read_config(extracted / CONFIG)

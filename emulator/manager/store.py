@@ -30,6 +30,14 @@ class ModelSource(Protocol):
         """Copy the object for ``target`` (None: the model data itself) to ``destination``."""
         ...
 
+    def check(self, single_object: bool) -> None:
+        """Raise ModelDataUnreachable unless the store (or its one object) can be read."""
+        ...
+
+
+class ModelDataUnreachable(Exception):
+    """The ModelDataUrl cannot be read: the endpoint fails to be created."""
+
 
 def object_key(prefix: str, target: str) -> str:
     """ModelDataUrl prefix + TargetModel. [U] A '/' is inserted when the prefix lacks one."""
@@ -63,6 +71,13 @@ class FolderSource:
         if self.root not in path.parents:  # TargetModel "../x" must not escape the store
             raise ObjectNotFound(target)
         return path
+
+    def check(self, single_object: bool) -> None:
+        ok = self.root.is_file() if single_object else self.root.is_dir()
+        if not ok:
+            kind = "model archive" if single_object else "model folder"
+            raise ModelDataUnreachable(f"Could not access model data at {self.location}: "
+                                       f"no such {kind}.")
 
     def fetch(self, target: str | None, destination: Path) -> int:
         source = self._path(target)
@@ -103,6 +118,19 @@ class S3Source:
             config=Config(retries={"max_attempts": 3, "mode": "standard"},
                           max_pool_connections=32),
         )
+
+    def check(self, single_object: bool) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            if single_object:
+                self._client.head_object(Bucket=self.bucket, Key=self.prefix)
+            else:
+                self._client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        except (ClientError, BotoCoreError) as exc:
+            raise ModelDataUnreachable(
+                f"Could not access model data at {self.location}. Please ensure that the bucket "
+                f"and the object or prefix exist and can be read: {exc}") from exc
 
     def fetch(self, target: str | None, destination: Path) -> int:
         from botocore.exceptions import ClientError

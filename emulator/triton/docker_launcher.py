@@ -26,6 +26,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -39,7 +40,7 @@ import aiohttp
 from emulator.triton.launcher import LauncherError, RestartCallback, TritonOptions
 
 if TYPE_CHECKING:
-    from docker import DockerClient
+    from docker.client import DockerClient
     from docker.models.containers import Container
 
 log = logging.getLogger("emulator.triton")
@@ -237,7 +238,7 @@ def _mount_roots(paths: Iterable[Path]) -> list[Path]:
     for path in sorted({Path(p).resolve() for p in paths}, key=lambda p: len(p.parts)):
         if not any(path == root or root in path.parents for root in roots):
             roots.append(path)
-    return roots
+    return sorted(roots)
 
 
 class DockerLauncher:
@@ -246,8 +247,10 @@ class DockerLauncher:
     def __init__(
         self,
         options: TritonOptions,
-        image: str,
+        work_dir: Path | None = None,
         *,
+        image: str | None,
+        cache_dir: Path | None = None,
         mounts: Sequence[Path] = (),
         shm_size: str = "1g",
         gpus: str = "auto",
@@ -257,11 +260,19 @@ class DockerLauncher:
         client: DockerClient | None = None,
         shims_dir: Path | None = SHIMS_DIR,
     ) -> None:
+        """``cache_dir`` and ``mounts`` are bind-mounted at the same paths (the repository always
+        is); ``work_dir`` holds the staged backend shims (a temporary folder if None)."""
+        if not image:
+            raise LauncherError(
+                "--launcher docker needs --image: an NGC image such as "
+                "nvcr.io/nvidia/tritonserver:24.08-py3, the SageMaker Triton image, or the CPU "
+                "test image mme-triton-cpu:test built by docker/build-test-image.sh"
+            )
         if gpus not in ("auto", "all", "none"):
             raise ValueError(f"gpus must be auto, all or none, not {gpus!r}")
         self.options = options
         self.image = image
-        self.mounts = list(mounts)
+        self.mounts = [*([cache_dir] if cache_dir is not None else []), *mounts]
         self.shm_size = shm_size
         self.gpus = gpus
         self.pull = pull
@@ -269,6 +280,9 @@ class DockerLauncher:
         self._name = name
         self._client = client
         self._shims_dir = shims_dir
+        self._work_dir = work_dir
+        self._staged_shims: Path | None = None
+        self._image_labels: dict[str, str] = {}
         self._host_port = 0
         self._container: Container | None = None
         self._alive = False
@@ -304,7 +318,9 @@ class DockerLauncher:
         self._client = await asyncio.to_thread(connect, self._client)
         await asyncio.to_thread(remove_leftover_containers, self._client)
         image = await asyncio.to_thread(ensure_image, self._client, self.image, self.pull)
-        self._image_labels: dict[str, str] = dict(image.labels or {})
+        self._image_labels = dict(image.labels or {})
+        if self._image_labels.get(SHIMS_DIR_LABEL):
+            self._staged_shims = await asyncio.to_thread(self._stage_shims)
         await self._spawn()
         self._watchdog = asyncio.create_task(self._watch(), name=f"{self._name}-docker-watchdog")
 
@@ -316,6 +332,9 @@ class DockerLauncher:
                 await self._watchdog
             self._watchdog = None
         await asyncio.to_thread(self._remove_container)
+        if self._staged_shims is not None and self._work_dir is None:
+            shutil.rmtree(self._staged_shims.parent, ignore_errors=True)
+        self._staged_shims = None
         log.info("%s stopped", self._name)
 
     # -- container ------------------------------------------------------------------------
@@ -333,15 +352,32 @@ class DockerLauncher:
             *self.options.extra_args,
         ]
 
+    def _stage_shims(self) -> Path | None:
+        """Copy the shims with symlinks dereferenced (they share code through relative links
+        that would dangle once a single folder is mounted); rebuilt on every start, so an edited
+        shim is picked up, as with the embedded launcher."""
+        if self._shims_dir is None or not self._shims_dir.is_dir():
+            return None
+        if self._work_dir is not None:
+            staged = self._work_dir / "backends"
+            shutil.rmtree(staged, ignore_errors=True)
+        else:
+            staged = Path(tempfile.mkdtemp(prefix="mme-docker-shims-")) / "backends"
+        staged.mkdir(parents=True)
+        for shim in sorted(self._shims_dir.iterdir()):
+            if (shim / "model.py").is_file():
+                shutil.copytree(shim, staged / shim.name,
+                                ignore=shutil.ignore_patterns("__pycache__"))
+        return staged
+
     def volumes(self) -> dict[str, dict[str, str]]:
         repository = self.options.repository.resolve()
         roots = _mount_roots([*self.mounts, repository])
         volumes = {str(root): {"bind": str(root), "mode": "rw"} for root in roots}
-        target = self._image_labels.get(SHIMS_DIR_LABEL) if hasattr(self, "_image_labels") else None
-        if target and self._shims_dir is not None and self._shims_dir.is_dir():
-            for shim in sorted(self._shims_dir.iterdir()):
-                if (shim / "model.py").is_file():
-                    volumes[str(shim.resolve())] = {"bind": f"{target}/{shim.name}", "mode": "ro"}
+        target = self._image_labels.get(SHIMS_DIR_LABEL)
+        if target and self._staged_shims is not None:
+            for shim in sorted(self._staged_shims.iterdir()):
+                volumes[str(shim.resolve())] = {"bind": f"{target}/{shim.name}", "mode": "ro"}
         return volumes
 
     def _device_requests(self) -> list[Any]:

@@ -69,7 +69,7 @@ class TensorSpec:
             return False
         if len(body) != len(self.dims):
             return False
-        return all(want == -1 or want == got for want, got in zip(self.dims, body))
+        return all(want == -1 or want == got for want, got in zip(self.dims, body, strict=True))
 
     def describe(self, batched: bool) -> str:
         dims = ([-1] if batched else []) + list(self.dims)
@@ -212,7 +212,6 @@ class ShimModel:
             raise RuntimeError(str(exc)) from None
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        config = self.config
         responses: list[Any] = [None] * len(requests)
         feeds: list[tuple[int, dict[str, np.ndarray], set[str] | None]] = []
         for index, request in enumerate(requests):
@@ -236,7 +235,7 @@ class ShimModel:
                     except Exception as single:  # noqa: BLE001
                         responses[index] = error_response(self.describe_failure(single))
                         results.append(None)
-            for (index, feed, names), outputs in zip(group, results):
+            for (index, feed, names), outputs in zip(group, results, strict=True):
                 if outputs is None:
                     continue
                 try:

@@ -110,7 +110,7 @@ class TritonPythonModel(ShimModel):
                 f"{len(config.outputs)}"
             )
         arrays: dict[str, np.ndarray] = {}
-        for spec, tensor_list in zip(config.outputs, outputs):
+        for spec, tensor_list in zip(config.outputs, outputs[:len(config.outputs)], strict=True):
             if hasattr(tensor_list, "as_cpu"):
                 tensor_list = tensor_list.as_cpu()
             if not tensor_list.is_dense_tensor():

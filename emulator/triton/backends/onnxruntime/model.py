@@ -90,7 +90,9 @@ class TritonPythonModel(ShimModel):
         try:
             self.session = ort.InferenceSession(str(path), options, providers=providers)
         except Exception as exc:  # noqa: BLE001 - a corrupt graph is the author's to fix
-            raise ShimError(f"model '{config.name}': onnxruntime cannot load {path}: {exc}") from exc
+            raise ShimError(
+                f"model '{config.name}': onnxruntime cannot load {path}: {exc}"
+            ) from exc
         graph_inputs = {node.name: node for node in self.session.get_inputs()}
         graph_outputs = {node.name: node for node in self.session.get_outputs()}
         _check_io("input", config.inputs, graph_inputs, config.batched, config.name)
@@ -105,7 +107,7 @@ class TritonPythonModel(ShimModel):
 
     def run(self, feed: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
         values = self.session.run(wanted, feed)
-        return dict(zip(wanted, values))
+        return dict(zip(wanted, values, strict=True))
 
     def unload(self) -> None:
         self.session = None

@@ -1,0 +1,233 @@
+"""``mme deploy`` and ``mme teardown``: the shared deployer on the command line.
+
+    mme deploy --target local --emulator-url http://127.0.0.1:8080 \\
+        --s3-endpoint-url http://127.0.0.1:9000 --bucket models --prefix demo/ \\
+        --endpoint-name demo ./repos/resnet ./repos/bert.tar.gz
+    mme deploy --target aws --role-arn arn:aws:iam::<acct>:role/<role> --bucket <b> ...
+    mme teardown --target aws --endpoint-name demo [--bucket <b> --prefix demo/]
+
+Wire-in: ``add_subcommands(subparsers)`` adds both commands; each sets ``func`` (a function of the
+parsed arguments returning the exit code), as ``emulator.cli`` expects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.deployer import (
+    DEFAULT_TRITON_VERSION,
+    TRITON_VERSIONS,
+    DeployConfig,
+    Deployer,
+    DeployError,
+    make_clients,
+)
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target",
+        choices=("local", "aws"),
+        required=True,
+        help="local: the emulator and an S3-compatible server; aws: SageMaker",
+    )
+    parser.add_argument("--endpoint-name", required=True)
+    parser.add_argument("--region", help="AWS region (default: the session's, us-east-1 locally)")
+    parser.add_argument("--profile", help="AWS profile of the boto3 session")
+    parser.add_argument(
+        "--emulator-url",
+        default=os.environ.get("MME_URL"),
+        help="--target local: the emulator's URL (env MME_URL)",
+    )
+    parser.add_argument(
+        "--s3-endpoint-url",
+        default=os.environ.get("MME_S3_ENDPOINT_URL"),
+        help="--target local: an S3-compatible server (env MME_S3_ENDPOINT_URL)",
+    )
+    parser.add_argument(
+        "--wait-delay",
+        type=float,
+        default=None,
+        help="seconds between status polls (default 30 on aws, 1 locally)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the AWS calls that would change something, make none",
+    )
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    deploy = subparsers.add_parser(
+        "deploy",
+        help="package, upload and deploy Triton models to a multi-model endpoint",
+        description="Package model repositories (or take tarballs), upload them under an S3 "
+        "prefix, create or update a SageMaker multi-model endpoint and smoke-invoke every model.",
+    )
+    deploy.add_argument(
+        "artifacts",
+        nargs="+",
+        type=Path,
+        help="Triton model repositories, model folders or .tar.gz files",
+    )
+    _common(deploy)
+    deploy.add_argument("--bucket", required=True)
+    deploy.add_argument("--prefix", default="models/", help="S3 prefix = the ModelDataUrl")
+    deploy.add_argument("--image-uri", help="container image (default: the SageMaker Triton image)")
+    deploy.add_argument(
+        "--triton-version",
+        default=DEFAULT_TRITON_VERSION,
+        choices=TRITON_VERSIONS,
+        help="SageMaker Triton image version",
+    )
+    deploy.add_argument("--instance-type", default="ml.g5.xlarge")
+    deploy.add_argument("--instance-count", type=int, default=1)
+    deploy.add_argument("--role-arn", help="SageMaker execution role (required on aws)")
+    deploy.add_argument(
+        "--env",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="container Environment entry (repeatable)",
+    )
+    deploy.add_argument(
+        "--model-cache",
+        choices=("enabled", "disabled"),
+        default="enabled",
+        help="MultiModelConfig.ModelCacheSetting",
+    )
+    deploy.add_argument(
+        "--payload",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="TARGET=FILE",
+        help="KServe JSON request for one TargetModel's smoke invocation",
+    )
+    deploy.add_argument("--no-smoke", action="store_true", help="skip the smoke invocations")
+    deploy.add_argument(
+        "--create-bucket",
+        action="store_true",
+        help="create the bucket if missing (default on --target local)",
+    )
+    deploy.add_argument("--no-progress", action="store_true", help="no upload progress bars")
+    deploy.set_defaults(func=run_deploy)
+
+    teardown = subparsers.add_parser(
+        "teardown", help="delete an endpoint and the models and configs deployed for it"
+    )
+    _common(teardown)
+    teardown.add_argument("--bucket", help="also delete uploaded objects in this bucket")
+    teardown.add_argument("--prefix", default="", help="... under this prefix")
+    teardown.add_argument(
+        "--artifact",
+        action="append",
+        default=[],
+        metavar="TARGET_MODEL",
+        help="delete only these objects (default: everything under --prefix)",
+    )
+    teardown.set_defaults(func=run_teardown)
+
+
+def _deployer(args: argparse.Namespace) -> Deployer:
+    import boto3
+
+    session = boto3.Session(profile_name=args.profile, region_name=args.region)
+    clients = make_clients(session, args.target, args.emulator_url, args.s3_endpoint_url)
+    return Deployer(clients, progress=not getattr(args, "no_progress", False))
+
+
+def _delay(args: argparse.Namespace) -> float:
+    if args.wait_delay is not None:
+        return args.wait_delay
+    return 1.0 if args.target == "local" else 30.0
+
+
+def run_deploy(args: argparse.Namespace) -> int:
+    def work() -> None:
+        deployer = _deployer(args)
+        result = deployer.deploy(
+            DeployConfig(
+                endpoint_name=args.endpoint_name,
+                artifacts=args.artifacts,
+                bucket=args.bucket,
+                prefix=args.prefix,
+                instance_type=args.instance_type,
+                instance_count=args.instance_count,
+                image_uri=args.image_uri,
+                triton_version=args.triton_version,
+                role_arn=args.role_arn,
+                environment=dict(args.env),
+                model_cache=args.model_cache == "enabled",
+                smoke=not args.no_smoke,
+                payloads={k: Path(v) for k, v in args.payload},
+                wait_delay_s=_delay(args),
+                create_bucket=args.create_bucket or args.target == "local",
+                dry_run=args.dry_run,
+            )
+        )
+        targets = ", ".join(a.target_model for a in result.artifacts)
+        print(
+            f"endpoint {result.endpoint_name}: {result.action}; ModelDataUrl "
+            f"{result.model_data_url}; TargetModels: {targets}"
+        )
+
+    return _run(work)
+
+
+def run_teardown(args: argparse.Namespace) -> int:
+    def work() -> None:
+        _deployer(args).teardown(
+            args.endpoint_name,
+            bucket=args.bucket,
+            prefix=args.prefix,
+            artifacts=args.artifact,
+            dry_run=args.dry_run,
+            wait_delay_s=_delay(args),
+        )
+
+    return _run(work)
+
+
+def _run(work) -> int:  # type: ignore[no-untyped-def]
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        work()
+    except DeployError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        print(
+            f"error: {exc.operation_name} failed: {error.get('Code')}: {error.get('Message')}",
+            file=sys.stderr,
+        )
+        return 1
+    except BotoCoreError as exc:  # no credentials, unreachable endpoint, ...
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mme")
+    add_subcommands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,692 @@
+"""The shared boto3 deployer: the same code deploys to the emulator and to real SageMaker.
+
+Given Triton model repositories or tarballs, it packages them (one ``<name>.tar.gz`` per
+repository, model folders at the archive root), uploads them under an S3 prefix, creates the
+model (``Mode: MultiModel``, ``ModelDataUrl`` = the prefix), an endpoint config and the endpoint,
+waits for ``InService``, and smoke-invokes every ``TargetModel`` through sagemaker-runtime.
+
+Only endpoint URLs and credentials differ between targets (see ``make_clients``). This module
+never imports ``emulator``: what it does works against any SageMaker API.
+
+Re-runs are idempotent: the model and endpoint-config names carry a digest of their definition
+(image, environment, instance type, the artifacts' digests ...), so an unchanged deployment
+reuses everything, and a changed one gets a new model and config and an ``UpdateEndpoint``.
+Changed artifacts count as a change because a running MME may keep serving cached copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from harness.store import file_digest, is_model_dir, is_repository, is_tarball, tarball_name
+
+DEFAULT_TRITON_VERSION = "24.09"
+# Account of the SageMaker Triton image per region (sagemaker-python-sdk,
+# image_uri_config/sagemaker-tritonserver.json; the same map for versions 23.12 to 24.09).
+TRITON_VERSIONS = ("23.12", "24.01", "24.03", "24.05", "24.09")
+TRITON_REGISTRIES = {
+    "af-south-1": "626614931356",
+    "il-central-1": "780543022126",
+    "ap-east-1": "871362719292",
+    "ap-northeast-1": "763104351884",
+    "ap-northeast-2": "763104351884",
+    "ap-northeast-3": "364406365360",
+    "ap-south-1": "763104351884",
+    "ap-southeast-1": "763104351884",
+    "ap-southeast-2": "763104351884",
+    "ap-southeast-3": "907027046896",
+    "ca-central-1": "763104351884",
+    "ca-west-1": "204538143572",
+    "cn-north-1": "727897471807",
+    "cn-northwest-1": "727897471807",
+    "eu-central-1": "763104351884",
+    "eu-north-1": "763104351884",
+    "eu-west-1": "763104351884",
+    "eu-west-2": "763104351884",
+    "eu-west-3": "763104351884",
+    "eu-south-1": "692866216735",
+    "me-south-1": "217643126080",
+    "sa-east-1": "763104351884",
+    "us-east-1": "763104351884",
+    "us-east-2": "763104351884",
+    "us-west-1": "763104351884",
+    "us-west-2": "763104351884",
+}
+LOCAL_ROLE_ARN = "arn:aws:iam::123456789012:role/mme-emulator"
+_NAME_OK = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
+
+
+class DeployError(RuntimeError):
+    """A deployment that cannot go on; the message says what failed and what to do."""
+
+
+def triton_image_uri(region: str, version: str = DEFAULT_TRITON_VERSION) -> str:
+    """The SageMaker Triton image for ``region``, e.g. ``763104351884.dkr.ecr...:24.09-py3``."""
+    if version not in TRITON_VERSIONS:
+        raise DeployError(
+            f"unknown SageMaker Triton version {version!r}; known: {', '.join(TRITON_VERSIONS)} "
+            "(or pass --image-uri)"
+        )
+    account = TRITON_REGISTRIES.get(region)
+    if account is None:
+        raise DeployError(f"no SageMaker Triton image is known for region {region!r}")
+    domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    return f"{account}.dkr.ecr.{region}.{domain}/sagemaker-tritonserver:{version}-py3"
+
+
+# ---------------------------------------------------------------------------------------------
+# Clients
+
+
+@dataclass
+class Clients:
+    sagemaker: Any
+    runtime: Any
+    s3: Any
+    region: str
+    target: str  # local | aws
+
+
+def make_clients(
+    session: Any,
+    target: str,
+    emulator_url: str | None = None,
+    s3_endpoint_url: str | None = None,
+) -> Clients:
+    """boto3 clients for ``target``: ``aws`` uses the session as is; ``local`` points the
+    SageMaker APIs at the emulator and S3 at an S3-compatible server."""
+    from botocore.config import Config
+
+    region = session.region_name or ("us-east-1" if target == "local" else None)
+    if region is None:
+        raise DeployError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
+    kwargs: dict[str, Any] = {"region_name": region}
+    if target == "local":
+        if not emulator_url:
+            raise DeployError("--target local needs the emulator's URL (--emulator-url)")
+        if session.get_credentials() is None:
+            # The emulator and most local S3 servers ignore signatures, but boto3 must sign.
+            kwargs.update(aws_access_key_id="local", aws_secret_access_key="local")
+    elif target != "aws":
+        raise DeployError(f"unknown target {target!r}: local or aws")
+    sm_url = emulator_url if target == "local" else None
+    runtime_config = Config(read_timeout=120, retries={"max_attempts": 1, "mode": "standard"})
+    return Clients(
+        sagemaker=session.client("sagemaker", endpoint_url=sm_url, **kwargs),
+        runtime=session.client(
+            "sagemaker-runtime", endpoint_url=sm_url, config=runtime_config, **kwargs
+        ),
+        s3=session.client("s3", endpoint_url=s3_endpoint_url, **kwargs),
+        region=region,
+        target=target,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# What to deploy
+
+
+@dataclass
+class DeployConfig:
+    endpoint_name: str
+    artifacts: Sequence[Path]
+    bucket: str
+    prefix: str = "models/"
+    instance_type: str = "ml.g5.xlarge"
+    instance_count: int = 1
+    image_uri: str | None = None
+    triton_version: str = DEFAULT_TRITON_VERSION
+    role_arn: str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    model_cache: bool = True
+    variant_name: str = "AllTraffic"
+    smoke: bool = True
+    # TargetModel -> a KServe JSON request file; others get a request built from config.pbtxt.
+    payloads: Mapping[str, Path] = field(default_factory=dict)
+    wait_delay_s: float = 30.0
+    wait_max_attempts: int = 120
+    create_bucket: bool = False
+    dry_run: bool = False
+
+    def normalized_prefix(self) -> str:
+        prefix = self.prefix.strip("/")
+        return f"{prefix}/" if prefix else ""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: Path
+    target_model: str
+    digest: str
+    size: int
+
+
+@dataclass
+class SmokeResult:
+    target_model: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class DeployResult:
+    endpoint_name: str
+    model_name: str
+    config_name: str
+    model_data_url: str
+    artifacts: list[Artifact]
+    action: str  # created | updated | unchanged | recreated | dry-run
+    smoke: list[SmokeResult] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# The deployer
+
+
+class Deployer:
+    def __init__(self, clients: Clients, out: TextIO | None = None, progress: bool = True):
+        self.clients = clients
+        self.out = out or sys.stdout
+        self.progress = progress
+        self._dry_run = False
+
+    # -- the calls, printed -------------------------------------------------------------------
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def _mutate(self, client: Any, operation: str, **params: Any) -> Any:
+        """A call that changes something: printed, and skipped in a dry run."""
+        service = client.meta.service_model.service_name
+        shown = json.dumps(params, default=str, sort_keys=True)
+        self._say(f"{'would call' if self._dry_run else 'call'} {service}.{operation} {shown}")
+        if self._dry_run:
+            return {}
+        return getattr(client, _snake(operation))(**params)
+
+    def _read(self, client: Any, operation: str, **params: Any) -> Any:
+        """A read: made even in a dry run, so the plan reflects what exists."""
+        return getattr(client, _snake(operation))(**params)
+
+    # -- packaging and upload -----------------------------------------------------------------
+
+    def package(self, artifacts: Sequence[Path], work_dir: Path) -> list[Artifact]:
+        """Tarballs as they are; repositories (or single model folders) packaged."""
+        packaged: list[Artifact] = []
+        for item in (Path(a) for a in artifacts):
+            if is_tarball(item):
+                path = item
+            elif is_repository(item):
+                path = _package_repository(item, work_dir / tarball_name(item))
+            elif is_model_dir(item):
+                # A lone model folder: a tarball with that one folder at its root.
+                path = _package_repository(item, work_dir / tarball_name(item), layout="folder")
+            else:
+                raise DeployError(
+                    f"{item} is neither a .tar.gz nor a Triton model repository "
+                    "(a folder of <model>/config.pbtxt)"
+                )
+            packaged.append(Artifact(path, path.name, file_digest(path), path.stat().st_size))
+        names = [a.target_model for a in packaged]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise DeployError(f"two artifacts would upload as the same TargetModel: {duplicates}")
+        return packaged
+
+    def ensure_bucket(self, bucket: str, create: bool) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._read(self.clients.s3, "HeadBucket", Bucket=bucket)
+            return
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code not in ("404", "NoSuchBucket", "NotFound"):
+                raise DeployError(f"cannot use bucket {bucket!r}: {exc}") from exc
+        if not create:
+            raise DeployError(f"bucket {bucket!r} does not exist (create it, or --create-bucket)")
+        params: dict[str, Any] = {"Bucket": bucket}
+        if self.clients.region != "us-east-1":
+            params["CreateBucketConfiguration"] = {"LocationConstraint": self.clients.region}
+        self._mutate(self.clients.s3, "CreateBucket", **params)
+
+    def upload(self, artifacts: Sequence[Artifact], bucket: str, prefix: str) -> None:
+        """Upload what changed; an object whose recorded digest matches is left alone."""
+        from botocore.exceptions import ClientError
+
+        for artifact in artifacts:
+            key = prefix + artifact.target_model
+            try:
+                head = self._read(self.clients.s3, "HeadObject", Bucket=bucket, Key=key)
+                if head.get("Metadata", {}).get("sha256") == artifact.digest:
+                    self._say(f"unchanged s3://{bucket}/{key}")
+                    continue
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in (
+                    "404",
+                    "NoSuchKey",
+                    "NoSuchBucket",
+                ):
+                    raise DeployError(f"cannot read s3://{bucket}/{key}: {exc}") from exc
+            self._say(
+                f"{'would call' if self._dry_run else 'call'} s3.PutObject "
+                f'{{"Bucket": "{bucket}", "Key": "{key}"}} ({artifact.size} bytes)'
+            )
+            if self._dry_run:
+                continue
+            with _progress_bar(artifact.size, key, self.progress) as callback:
+                self.clients.s3.upload_file(
+                    str(artifact.path),
+                    bucket,
+                    key,
+                    ExtraArgs={"Metadata": {"sha256": artifact.digest}},
+                    Callback=callback,
+                )
+
+    # -- deploy -------------------------------------------------------------------------------
+
+    def deploy(self, config: DeployConfig) -> DeployResult:
+        self._dry_run = config.dry_run
+        _check_name(config.endpoint_name)
+        region = self.clients.region
+        image = config.image_uri or triton_image_uri(region, config.triton_version)
+        role = config.role_arn
+        if role is None:
+            if self.clients.target == "aws":
+                raise DeployError("--role-arn is required for --target aws (SageMaker's role)")
+            role = LOCAL_ROLE_ARN
+        prefix = config.normalized_prefix()
+        model_data_url = f"s3://{config.bucket}/{prefix}"
+        with tempfile.TemporaryDirectory(prefix="mme-deploy-") as tmp:
+            artifacts = self.package(config.artifacts, Path(tmp))
+            self.ensure_bucket(config.bucket, config.create_bucket)
+            self.upload(artifacts, config.bucket, prefix)
+            container: dict[str, Any] = {
+                "Image": image,
+                "Mode": "MultiModel",
+                "ModelDataUrl": model_data_url,
+                "Environment": dict(config.environment),
+                "MultiModelConfig": {
+                    "ModelCacheSetting": "Enabled" if config.model_cache else "Disabled"
+                },
+            }
+            variant = {
+                "VariantName": config.variant_name,
+                "InstanceType": config.instance_type,
+                "InitialInstanceCount": config.instance_count,
+                "InitialVariantWeight": 1.0,
+            }
+            digest = _digest(
+                {
+                    "container": container,
+                    "role": role,
+                    "variant": variant,
+                    "artifacts": sorted((a.target_model, a.digest) for a in artifacts),
+                }
+            )
+            model_name = config_name = _resource_name(config.endpoint_name, digest)
+            self._ensure_model(model_name, container, role)
+            self._ensure_config(config_name, {**variant, "ModelName": model_name})
+            action = self._ensure_endpoint(config, config_name)
+            result = DeployResult(
+                config.endpoint_name,
+                model_name,
+                config_name,
+                model_data_url,
+                artifacts,
+                "dry-run" if config.dry_run else action,
+            )
+            if config.dry_run:
+                return result
+            self._forget_superseded(config.endpoint_name, keep=config_name)
+            if config.smoke:
+                result.smoke = self.smoke(config, artifacts)
+                failed = [s for s in result.smoke if not s.ok]
+                if failed:
+                    details = "; ".join(f"{s.target_model}: {s.detail}" for s in failed)
+                    raise DeployError(
+                        f"smoke invocation failed for {len(failed)} model(s): {details}"
+                    )
+        return result
+
+    def _exists(self, operation: str, **params: Any) -> dict[str, Any] | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            return self._read(self.clients.sagemaker, operation, **params)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            if error.get("Code") == "ValidationException" and "Could not find" in error.get(
+                "Message", ""
+            ):
+                return None
+            raise
+
+    def _ensure_model(self, name: str, container: dict[str, Any], role: str) -> None:
+        if self._exists("DescribeModel", ModelName=name) is not None:
+            self._say(f"unchanged model {name}")
+            return
+        self._mutate(
+            self.clients.sagemaker,
+            "CreateModel",
+            ModelName=name,
+            PrimaryContainer=container,
+            ExecutionRoleArn=role,
+        )
+
+    def _ensure_config(self, name: str, variant: dict[str, Any]) -> None:
+        if self._exists("DescribeEndpointConfig", EndpointConfigName=name) is not None:
+            self._say(f"unchanged endpoint config {name}")
+            return
+        self._mutate(
+            self.clients.sagemaker,
+            "CreateEndpointConfig",
+            EndpointConfigName=name,
+            ProductionVariants=[variant],
+        )
+
+    def _ensure_endpoint(self, config: DeployConfig, config_name: str) -> str:
+        name = config.endpoint_name
+        current = self._exists("DescribeEndpoint", EndpointName=name)
+        if current is not None and current["EndpointStatus"] in ("Creating", "Updating"):
+            if config.dry_run:
+                self._say(f"endpoint {name} is {current['EndpointStatus']}; would wait for it")
+            else:
+                self._wait(config, name, quiet=True)
+                current = self._exists("DescribeEndpoint", EndpointName=name)
+        action = "created"
+        if current is not None and current["EndpointStatus"] == "Failed":
+            self._say(f"endpoint {name} is Failed ({current.get('FailureReason')}): recreating it")
+            self._mutate(self.clients.sagemaker, "DeleteEndpoint", EndpointName=name)
+            if not config.dry_run:
+                self._wait_deleted(config, name)
+            current, action = None, "recreated"
+        if current is None:
+            self._mutate(
+                self.clients.sagemaker,
+                "CreateEndpoint",
+                EndpointName=name,
+                EndpointConfigName=config_name,
+            )
+        elif current.get("EndpointConfigName") == config_name:
+            self._say(f"unchanged endpoint {name} (config {config_name})")
+            return "unchanged"
+        else:
+            self._mutate(
+                self.clients.sagemaker,
+                "UpdateEndpoint",
+                EndpointName=name,
+                EndpointConfigName=config_name,
+            )
+            action = "updated"
+        if config.dry_run:
+            self._say(f"would wait for endpoint {name} to be InService")
+            return action
+        described = self._wait(config, name)
+        if described.get("EndpointConfigName") != config_name:
+            # SageMaker rolls a failed update back and keeps serving the old config.
+            raise DeployError(
+                f"update of endpoint {name} failed and was rolled back: "
+                f"{described.get('FailureReason', 'no reason given')}"
+            )
+        return action
+
+    def _wait(self, config: DeployConfig, name: str, quiet: bool = False) -> dict[str, Any]:
+        from botocore.exceptions import WaiterError
+
+        if not quiet:
+            self._say(f"waiting for endpoint {name} to be InService")
+        try:
+            self.clients.sagemaker.get_waiter("endpoint_in_service").wait(
+                EndpointName=name,
+                WaiterConfig={
+                    "Delay": config.wait_delay_s,
+                    "MaxAttempts": config.wait_max_attempts,
+                },
+            )
+        except WaiterError as exc:
+            described = self._exists("DescribeEndpoint", EndpointName=name) or {}
+            status = described.get("EndpointStatus", "gone")
+            reason = described.get("FailureReason") or str(exc)
+            raise DeployError(
+                f"endpoint {name} did not become InService ({status}): {reason}"
+            ) from None
+        return self._read(self.clients.sagemaker, "DescribeEndpoint", EndpointName=name)
+
+    def _wait_deleted(self, config: DeployConfig, name: str) -> None:
+        self.clients.sagemaker.get_waiter("endpoint_deleted").wait(
+            EndpointName=name,
+            WaiterConfig={"Delay": config.wait_delay_s, "MaxAttempts": config.wait_max_attempts},
+        )
+
+    def _forget_superseded(self, endpoint_name: str, keep: str) -> None:
+        """Delete the models and configs earlier runs made for this endpoint (now unused)."""
+        for name in self._owned(endpoint_name, "ListEndpointConfigs", "EndpointConfigs"):
+            if name != keep:
+                self._mutate(
+                    self.clients.sagemaker, "DeleteEndpointConfig", EndpointConfigName=name
+                )
+        for name in self._owned(endpoint_name, "ListModels", "Models"):
+            if name != keep:
+                self._mutate(self.clients.sagemaker, "DeleteModel", ModelName=name)
+
+    def _owned(self, endpoint_name: str, operation: str, key: str) -> list[str]:
+        base = _resource_base(endpoint_name)
+        owned = re.compile(re.escape(base) + r"-[0-9a-f]{8}")
+        field_name = "ModelName" if key == "Models" else "EndpointConfigName"
+        paginator = self.clients.sagemaker.get_paginator(_snake(operation))
+        names = []
+        for page in paginator.paginate(NameContains=base):
+            names += [item[field_name] for item in page[key]]
+        return [n for n in names if owned.fullmatch(n)]
+
+    # -- smoke invocations --------------------------------------------------------------------
+
+    def smoke(self, config: DeployConfig, artifacts: Sequence[Artifact]) -> list[SmokeResult]:
+        results = []
+        for artifact in artifacts:
+            target = artifact.target_model
+            try:
+                if target in config.payloads:
+                    body, content_type = (
+                        Path(config.payloads[target]).read_bytes(),
+                        "application/json",
+                    )
+                else:
+                    body, content_type = auto_payload(artifact.path)
+            except (DeployError, OSError) as exc:
+                results.append(SmokeResult(target, True, f"skipped: {exc}"))
+                self._say(f"smoke {target}: skipped ({exc})")
+                continue
+            try:
+                response = self.clients.runtime.invoke_endpoint(
+                    EndpointName=config.endpoint_name,
+                    TargetModel=target,
+                    ContentType=content_type,
+                    Body=body,
+                )
+                size = len(response["Body"].read())
+                results.append(SmokeResult(target, True, f"{size} bytes"))
+                self._say(f"smoke {target}: ok ({size} bytes, {response.get('ContentType')})")
+            except Exception as exc:  # noqa: BLE001 - every model is tried; failures listed
+                results.append(SmokeResult(target, False, str(exc)))
+                self._say(f"smoke {target}: FAILED {exc}")
+        return results
+
+    # -- teardown -----------------------------------------------------------------------------
+
+    def teardown(
+        self,
+        endpoint_name: str,
+        bucket: str | None = None,
+        prefix: str | None = None,
+        artifacts: Sequence[str] = (),
+        dry_run: bool = False,
+        wait_delay_s: float = 30.0,
+    ) -> None:
+        """Delete the endpoint, then the models and configs this deployer made for it.
+
+        With ``bucket``, also deletes the named TargetModel objects (``artifacts``), or every
+        object under ``prefix`` when none are named.
+        """
+        self._dry_run = dry_run
+        described = self._exists("DescribeEndpoint", EndpointName=endpoint_name)
+        config_names = set(self._owned(endpoint_name, "ListEndpointConfigs", "EndpointConfigs"))
+        if described is not None:
+            if described.get("EndpointConfigName"):
+                config_names.add(described["EndpointConfigName"])
+            self._mutate(self.clients.sagemaker, "DeleteEndpoint", EndpointName=endpoint_name)
+            if not dry_run:
+                self.clients.sagemaker.get_waiter("endpoint_deleted").wait(
+                    EndpointName=endpoint_name,
+                    WaiterConfig={"Delay": wait_delay_s, "MaxAttempts": 120},
+                )
+        else:
+            self._say(f"endpoint {endpoint_name} does not exist")
+        model_names = set(self._owned(endpoint_name, "ListModels", "Models"))
+        for name in sorted(config_names):
+            config = self._exists("DescribeEndpointConfig", EndpointConfigName=name)
+            if config is None:
+                continue
+            model_names.update(v["ModelName"] for v in config.get("ProductionVariants", []))
+            self._mutate(self.clients.sagemaker, "DeleteEndpointConfig", EndpointConfigName=name)
+        for name in sorted(model_names):
+            if self._exists("DescribeModel", ModelName=name) is not None:
+                self._mutate(self.clients.sagemaker, "DeleteModel", ModelName=name)
+        if bucket:
+            self._delete_objects(bucket, (prefix or "").strip("/"), artifacts)
+
+    def _delete_objects(self, bucket: str, prefix: str, artifacts: Sequence[str]) -> None:
+        base = f"{prefix}/" if prefix else ""
+        if artifacts:
+            keys = [base + a for a in artifacts]
+        else:
+            paginator = self.clients.s3.get_paginator("list_objects_v2")
+            keys = [
+                obj["Key"]
+                for page in paginator.paginate(Bucket=bucket, Prefix=base)
+                for obj in page.get("Contents", [])
+            ]
+        for start in range(0, len(keys), 1000):
+            chunk = keys[start : start + 1000]
+            self._mutate(
+                self.clients.s3,
+                "DeleteObjects",
+                Bucket=bucket,
+                Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _package_repository(repository: Path, destination: Path, layout: str = "flat") -> Path:
+    """Package with the project's deterministic packaging (same bytes for the same content)."""
+    try:
+        from ensembles.packaging import package
+    except ImportError:  # the deployer used outside this project
+        if layout != "flat":
+            raise DeployError(f"{repository}: package the model folder as a .tar.gz") from None
+        from harness.store import package_repository
+
+        return package_repository(repository, destination)
+    return package(repository, destination, layout=layout)
+
+
+class _progress_bar:  # noqa: N801 - used as a context manager, reads like a function
+    def __init__(self, total: int, desc: str, enabled: bool):
+        self._bar: Any = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:  # tqdm is in the harness extra; uploads work without it
+                return
+            self._bar = tqdm(total=total, unit="B", unit_scale=True, desc=desc, leave=False)
+
+    def __enter__(self) -> Callable[[int], None]:
+        bar = self._bar
+        return (lambda n: bar.update(n)) if bar is not None else (lambda n: None)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def _check_name(name: str) -> None:
+    if not _NAME_OK.fullmatch(name):
+        raise DeployError(
+            f"invalid endpoint name {name!r}: up to 63 letters, digits and hyphens, "
+            "starting and ending with a letter or digit"
+        )
+
+
+def _resource_base(endpoint_name: str) -> str:
+    return endpoint_name[:54].rstrip("-")
+
+
+def _resource_name(endpoint_name: str, digest: str) -> str:
+    return f"{_resource_base(endpoint_name)}-{digest[:8]}"
+
+
+def _snake(operation: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
+
+
+# ---------------------------------------------------------------------------------------------
+# Smoke payloads from config.pbtxt
+
+
+def auto_payload(tarball: Path) -> tuple[bytes, str]:
+    """A KServe JSON request for the tarball's entry model (the ensemble, else the only model),
+    with random inputs of the declared types and shapes (-1 dimensions become 1)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from harness.payloads import build_request, random_inputs
+
+    configs = []
+    with tarfile.open(tarball, "r:gz") as tar:
+        for member in tar.getmembers():
+            parts = Path(member.name).parts
+            if member.isfile() and parts and parts[-1] == "config.pbtxt":
+                handle = tar.extractfile(member)
+                if handle is None:
+                    continue
+                config = model_config_pb2.ModelConfig()
+                text_format.Parse(handle.read().decode(), config, allow_unknown_field=True)
+                if not config.name:
+                    config.name = parts[-2] if len(parts) > 1 else tarball.name
+                configs.append(config)
+    ensembles = [c for c in configs if c.platform == "ensemble"]
+    steps = {s.model_name for c in ensembles for s in c.ensemble_scheduling.step}
+    entries = [c for c in ensembles if c.name not in steps] or configs
+    if len(entries) != 1:
+        raise DeployError(
+            f"cannot tell the entry model of {tarball.name} ({len(entries)} candidates); "
+            "give a payload with --payload TARGET=FILE"
+        )
+    entry = entries[0]
+    specs = []
+    for tensor in entry.input:
+        datatype = model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_")
+        datatype = "BYTES" if datatype == "STRING" else datatype
+        dims = list(tensor.dims)
+        if entry.max_batch_size > 0:
+            dims = [1, *dims]
+        specs.append((tensor.name, datatype, dims))
+    request = build_request(random_inputs(specs), binary=False)
+    return request.body, request.content_type
