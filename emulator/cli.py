@@ -15,6 +15,7 @@ from emulator.settings import Settings
 
 # Modules that add their own subcommands with ``add_subcommands(subparsers)``.
 SUBCOMMAND_MODULES = (
+    "emulator.demo",
     "emulator.bench",
     "ensembles.cli",
     "harness.cli",

@@ -102,8 +102,9 @@ class Endpoint:
 
     async def stop(self) -> None:
         await self.manager.close()
-        await self.launcher.stop()
+        # Close our keep-alive connections first: Triton waits for open connections on exit.
         await self.triton.close()
+        await self.launcher.stop()
 
     async def _triton_restarted(self) -> None:
         self.triton.rebind(self.launcher.http_url)

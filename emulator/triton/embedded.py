@@ -151,6 +151,7 @@ class EmbeddedLauncher:
             "--allow-metrics=true",
             f"--metrics-port={free_port(self._host)}",
             "--exit-on-error=false",
+            "--exit-timeout-secs=10",
             *self.options.extra_args,
         ]
 
