@@ -137,6 +137,7 @@ def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> F
     async def models() -> dict[str, object]:
         return {"Endpoints": {
             e.spec.name: {
+                "TritonUrl": e.launcher.http_url,
                 "MemoryBudgetBytes": settings.memory_budget,
                 "MaxLoadedModels": settings.max_loaded_models,
                 "DiskBudgetBytes": settings.disk_budget,

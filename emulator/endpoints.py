@@ -182,8 +182,9 @@ class Endpoint:
         headers = runtime.response_headers(
             request.request_id, self.spec.variant_name, content_type,
             response.headers.get("X-Amzn-SageMaker-Custom-Attributes"))
-        # Emulator-only headers (not in SageMaker's contract): latency split for load tests.
+        # Emulator-only headers (not in SageMaker's contract), for load tests and debugging.
         headers["X-Mme-Model-Latency-Us"] = str(int(model_latency * 1e6))
+        headers["X-Mme-Model-Cache-Hit"] = "1" if model.cache_hit else "0"
         return InvokeResult(body, headers), model_latency
 
 

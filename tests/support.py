@@ -1,8 +1,6 @@
 """Small real Triton models for the tests, and the tarballs SageMaker would get.
 
-The ``scale`` model is a Python-backend model computing ``Y = X * scale``; its parameters make it
-slow to load (wait for a gate file), slow to run, or fail to load, so lifecycle behaviour can be
-observed through conditions rather than timings.
+The ``scale`` model lives in ``emulator/probe_model.py`` (the benchmarks use it too).
 """
 
 from __future__ import annotations
@@ -14,65 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-SCALE_MODEL_PY = '''
-import json, os, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
+from emulator.probe_model import SCALE_MODEL_PY, package, write_scale_model
 
-
-class TritonPythonModel:
-    def initialize(self, args):
-        params = {k: v["string_value"]
-                  for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
-        self.scale = float(params.get("scale", "2"))
-        self.run_seconds = float(params.get("run_seconds", "0"))
-        self.run_gate = params.get("run_gate")
-        if params.get("fail_load"):
-            raise RuntimeError(params["fail_load"])
-        gate = params.get("load_gate")
-        if gate:
-            # Loading blocks until the test creates the gate file (or 120 s pass).
-            deadline = time.time() + 120
-            while not os.path.exists(gate) and time.time() < deadline:
-                time.sleep(0.02)
-        time.sleep(float(params.get("load_seconds", "0")))
-
-    def execute(self, requests):
-        if self.run_gate:
-            deadline = time.time() + 120
-            while not os.path.exists(self.run_gate) and time.time() < deadline:
-                time.sleep(0.02)
-        time.sleep(self.run_seconds)
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-            y = (x * self.scale).astype(np.float32)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]))
-        return responses
-'''
-
-
-def write_scale_model(repo: Path, name: str = "scale", scale: float = 2.0,
-                      max_batch_size: int = 8, **params: str) -> Path:
-    """A Python-backend model folder ``repo/name`` (X FP32 [4] -> Y FP32 [4])."""
-    folder = repo / name
-    (folder / "1").mkdir(parents=True, exist_ok=True)
-    (folder / "1" / "model.py").write_text(SCALE_MODEL_PY)
-    all_params = {"scale": str(scale), **params}
-    param_text = "\n".join(
-        f'parameters {{ key: "{k}" value {{ string_value: {json.dumps(v)} }} }}'
-        for k, v in all_params.items()
-    )
-    (folder / "config.pbtxt").write_text(f'''name: "{name}"
-backend: "python"
-max_batch_size: {max_batch_size}
-input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-{param_text}
-''')
-    return folder
-
+__all__ = ["SCALE_MODEL_PY", "package", "write_scale_model", "write_scale_ensemble",
+           "scale_request", "output_of", "tar_bytes"]
 
 def write_scale_ensemble(repo: Path, scale_a: float = 2.0, scale_b: float = 3.0,
                          pad_bytes: int = 0) -> Path:
@@ -98,17 +41,6 @@ ensemble_scheduling {
 }
 ''')
     return folder
-
-
-def package(source: Path, tarball: Path, layout: str = "dot") -> Path:
-    """``dot``: like ``tar -C source .``; ``folder``: a top-level folder named like ``source``."""
-    tarball.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(tarball, "w:gz") as tar:
-        if layout == "dot":
-            tar.add(source, arcname=".")
-        else:
-            tar.add(source, arcname=source.name)
-    return tarball
 
 
 def scale_request(values: list[float], input_name: str = "X") -> bytes:

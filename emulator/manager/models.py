@@ -77,6 +77,18 @@ class ModelRecord:
     last_used: float = 0.0
 
 
+@dataclass(frozen=True)
+class Lease:
+    """One request's hold on a loaded model."""
+
+    record: ModelRecord
+    cache_hit: bool  # it was loaded already when the request came (ModelCacheHit = 1)
+
+    @property
+    def entry(self) -> str | None:
+        return self.record.entry
+
+
 def artifact_key(target: str) -> str:
     """A short, stable, filesystem- and Triton-safe id for a TargetModel (SageMaker uses a hash)."""
     return hashlib.sha256(target.encode()).hexdigest()[:12]
@@ -125,7 +137,7 @@ class ModelManager:
     # --- the request path -------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def acquire(self, target: str, wait_timeout_s: float) -> AsyncIterator[ModelRecord]:
+    async def acquire(self, target: str, wait_timeout_s: float) -> AsyncIterator[Lease]:
         """Yield the loaded model for ``target``, pinned so it cannot be unloaded meanwhile."""
         started = time.monotonic()
         record = self._record(target)
@@ -153,7 +165,7 @@ class ModelManager:
         record.last_used = time.time()
         self.disk.touch(target)
         try:
-            yield record
+            yield Lease(record, hit)
         finally:
             self.memory.unpin(target)
             if not self.cache_enabled and not self.memory.is_pinned(target):

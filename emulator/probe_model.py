@@ -1,0 +1,78 @@
+"""A tiny real Triton model (Python backend, ``Y = X * scale``) for benchmarks and self-checks.
+
+Its parameters make it slow to load (wait for a gate file), slow to run, or fail to load, so the
+test suite can observe lifecycle behaviour through conditions rather than timings.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+SCALE_MODEL_PY = '''
+import json, os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = {k: v["string_value"]
+                  for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
+        self.scale = float(params.get("scale", "2"))
+        self.run_seconds = float(params.get("run_seconds", "0"))
+        self.run_gate = params.get("run_gate")
+        if params.get("fail_load"):
+            raise RuntimeError(params["fail_load"])
+        gate = params.get("load_gate")
+        if gate:
+            # Loading blocks until the test creates the gate file (or 120 s pass).
+            deadline = time.time() + 120
+            while not os.path.exists(gate) and time.time() < deadline:
+                time.sleep(0.02)
+        time.sleep(float(params.get("load_seconds", "0")))
+
+    def execute(self, requests):
+        if self.run_gate:
+            deadline = time.time() + 120
+            while not os.path.exists(self.run_gate) and time.time() < deadline:
+                time.sleep(0.02)
+        time.sleep(self.run_seconds)
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            y = (x * self.scale).astype(np.float32)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]))
+        return responses
+'''
+
+
+def write_scale_model(repo: Path, name: str = "scale", scale: float = 2.0,
+                      max_batch_size: int = 8, **params: str) -> Path:
+    """A Python-backend model folder ``repo/name`` (X FP32 [4] -> Y FP32 [4])."""
+    folder = repo / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "1" / "model.py").write_text(SCALE_MODEL_PY)
+    all_params = {"scale": str(scale), **params}
+    param_text = "\n".join(
+        f'parameters {{ key: "{k}" value {{ string_value: {json.dumps(v)} }} }}'
+        for k, v in all_params.items()
+    )
+    (folder / "config.pbtxt").write_text(f'''name: "{name}"
+backend: "python"
+max_batch_size: {max_batch_size}
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+{param_text}
+''')
+    return folder
+
+
+def package(source: Path, tarball: Path, layout: str = "dot") -> Path:
+    """``dot``: like ``tar -C source .``; ``folder``: a top-level folder named like ``source``."""
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(source, arcname="." if layout == "dot" else source.name)
+    return tarball

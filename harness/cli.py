@@ -1,0 +1,330 @@
+"""``mme loadtest`` and ``mme sweep`` (added to the ``mme`` command by ``emulator/cli.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PHASE = "1:0:60"
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    _add_loadtest(subparsers)
+    _add_sweep(subparsers)
+
+
+def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("traffic (Inference Recommender's TrafficPattern/StoppingConditions)")
+    g.add_argument(
+        "--config",
+        type=Path,
+        help="JSON with TrafficPattern and StoppingConditions, as in "
+        "CreateInferenceRecommendationsJob (InputConfig accepted)",
+    )
+    g.add_argument(
+        "--phase",
+        action="append",
+        metavar="USERS:SPAWN_PER_MIN:SECONDS",
+        help=f"a traffic phase; repeat for several (default {DEFAULT_PHASE})",
+    )
+    g.add_argument(
+        "--max-invocations",
+        type=int,
+        help="stop once the endpoint serves this many invocations per minute",
+    )
+    g.add_argument(
+        "--latency-threshold",
+        action="append",
+        metavar="PNN:MS",
+        help="stop once this ModelLatency percentile exceeds MS, e.g. P95:100",
+    )
+    g.add_argument("--seed", type=int, default=0, help="seed for model choice (0)")
+    g = p.add_argument_group("payload")
+    g.add_argument("--inputs", type=Path, help=".npz of input tensors (name -> array)")
+    g.add_argument("--body", type=Path, help="a raw request body file (with --content-type)")
+    g.add_argument("--content-type", help="Content-Type of --body")
+    g.add_argument(
+        "--json",
+        dest="binary",
+        action="store_false",
+        help="send JSON tensors instead of binary+json",
+    )
+    g.add_argument("--batch-size", type=int, default=1, help="batch size of generated inputs (1)")
+    g = p.add_argument_group("emulator started for the run (ignored with --url)")
+    g.add_argument("--launcher", choices=["embedded", "docker", "external"])
+    g.add_argument("--memory-budget", help="e.g. 2GiB")
+    g.add_argument("--max-loaded-models", type=int)
+    p.add_argument("--out", type=Path, help="report folder (default ./mme-<command>-<time>)")
+    p.add_argument("--no-png", action="store_true", help="skip the PNG plot")
+
+
+def _add_loadtest(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "loadtest",
+        help="phased load against an endpoint, Inference Recommender style",
+        description="Closed-loop load (one asyncio task per user) over one or many TargetModels, "
+        "with a report: invocations/minute, ModelLatency and OverheadLatency "
+        "percentiles, errors by code, cold starts, cache hit ratio and loaded models "
+        "over time (JSON, Markdown, PNG).",
+    )
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="an emulator already running at this URL")
+    where.add_argument(
+        "--model-data",
+        nargs="+",
+        type=Path,
+        metavar="STORE",
+        help="start an emulator for this store: a folder of .tar.gz, tarballs "
+        "or model repositories",
+    )
+    where.add_argument(
+        "--aws",
+        action="store_true",
+        help="a real endpoint via boto3 (credentials and region from the session)",
+    )
+    p.add_argument("--endpoint-name", default="local", help="endpoint name (local)")
+    p.add_argument(
+        "--target-model",
+        action="append",
+        help="TargetModel to invoke; repeat for several (default: every tarball in --model-data)",
+    )
+    p.add_argument(
+        "--popularity",
+        default="uniform",
+        help="how requests spread over the TargetModels: uniform or zipf[:S] (uniform)",
+    )
+    _add_plan_arguments(p)
+    p.set_defaults(func=run_loadtest)
+
+
+def _add_sweep(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "sweep",
+        help="the same load on variants of a model's config.pbtxt",
+        description="Package each config.pbtxt variant as its own TargetModel, run the same load "
+        "on each, and print a comparison table (configuration, invocations/minute, "
+        "p50/p90/p99, ratio to the unmodified base).",
+    )
+    p.add_argument("repository", type=Path, help="a Triton model repository")
+    p.add_argument(
+        "--model", help="the model whose config varies (default: the only non-ensemble model)"
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE,...",
+        help="keys: dynamic_batching=on|off, preferred=4/8, delay_us=N, "
+        "instances=N, max_batch_size=N. Repeat for several.",
+    )
+    p.add_argument("--variants", type=Path, help='JSON {"name": {"preferred": [4, 8], ...}}')
+    _add_plan_arguments(p)
+    p.set_defaults(func=run_sweep)
+
+
+def _plan(args: argparse.Namespace, targets: list[str | None], popularity: str = "uniform"):
+    from harness.loadtest.config import (
+        LoadPlan,
+        Popularity,
+        StoppingConditions,
+        parse_phase,
+        parse_threshold,
+        plan_from_api,
+    )
+
+    pop = Popularity.parse(popularity)
+    if args.config:
+        plan = plan_from_api(
+            json.loads(args.config.read_text()),
+            target_models=targets,
+            popularity=pop,
+            seed=args.seed,
+        )
+    else:
+        plan = LoadPlan(
+            phases=tuple(parse_phase(s) for s in args.phase or [DEFAULT_PHASE]),
+            target_models=tuple(targets),
+            popularity=pop,
+            seed=args.seed,
+        )
+    if args.max_invocations is not None or args.latency_threshold:
+        plan = LoadPlan(
+            phases=plan.phases,
+            stopping=StoppingConditions(
+                max_invocations=args.max_invocations
+                if args.max_invocations is not None
+                else plan.stopping.max_invocations,
+                latency_thresholds=tuple(parse_threshold(t) for t in args.latency_threshold)
+                if args.latency_threshold
+                else plan.stopping.latency_thresholds,
+            ),
+            target_models=plan.target_models,
+            popularity=plan.popularity,
+            seed=plan.seed,
+        )
+    return plan
+
+
+def _request(args: argparse.Namespace, tarball: Path | None):
+    from harness.loadtest.session import auto_request, npz_request
+    from harness.payloads import Request
+
+    if args.body:
+        if not args.content_type:
+            raise SystemExit("--body needs --content-type")
+        return Request(args.body.read_bytes(), args.content_type)
+    if args.inputs:
+        return npz_request(args.inputs, binary=args.binary)
+    if tarball is None:
+        raise SystemExit("give the payload with --inputs FILE.npz or --body FILE --content-type")
+    return auto_request(tarball, binary=args.binary, batch_size=args.batch_size)
+
+
+def _emulator_settings(args: argparse.Namespace) -> dict[str, str]:
+    settings = {}
+    if args.launcher:
+        settings["MME_LAUNCHER"] = args.launcher
+    if args.memory_budget:
+        settings["MME_MEMORY_BUDGET"] = args.memory_budget
+    if args.max_loaded_models is not None:
+        settings["MME_MAX_LOADED_MODELS"] = str(args.max_loaded_models)
+    return settings
+
+
+def _out_dir(args: argparse.Namespace, command: str) -> Path:
+    return args.out or Path(f"mme-{command}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def run_loadtest(args: argparse.Namespace) -> int:
+    from harness.loadtest.config import PlanError
+    from harness.loadtest.report import summarize, to_markdown, write_report
+    from harness.store import StoreError, prepare_store, store_digests
+
+    out = _out_dir(args, "loadtest")
+    try:
+        with tempfile.TemporaryDirectory(prefix="mme-loadtest-") as tmp:
+            work = Path(tmp)
+            store = prepare_store(args.model_data, work / "store") if args.model_data else None
+            targets: list[str | None] = list(args.target_model or [])
+            if not targets and store is not None:
+                targets = list(store_digests(store))
+            if not targets:
+                targets = [None]  # a single-model endpoint
+            first = store / targets[0] if store is not None and targets[0] else None
+            request = _request(args, first)
+            plan = _plan(args, targets, args.popularity)
+            result = asyncio.run(_loadtest(args, plan, request, store, work))
+    except (PlanError, StoreError) as exc:
+        print(f"mme loadtest: {exc}", file=sys.stderr)
+        return 2
+    paths = write_report(result, out, png=not args.no_png)
+    print(to_markdown(summarize(result)))
+    print("report: " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+async def _loadtest(
+    args: argparse.Namespace, plan: Any, request: Any, store: Path | None, work: Path
+) -> Any:
+    from harness.loadtest.invokers import Boto3Invoker
+    from harness.loadtest.runner import run_load
+    from harness.loadtest.session import emulator, run_http
+
+    if args.aws:
+        invoker = Boto3Invoker.for_endpoint(
+            args.endpoint_name,
+            request.body,
+            request.content_type,
+            max_workers=max(plan.peak_users, 1),
+        )
+        try:
+            return await run_load(
+                plan, invoker, None, generator="boto3 threads", label=args.endpoint_name
+            )
+        finally:
+            await invoker.close()
+    if args.url:
+        return await run_http(
+            args.url.rstrip("/"), args.endpoint_name, plan, request, label=args.endpoint_name
+        )
+    assert store is not None
+    with emulator(store, work, _emulator_settings(args), args.endpoint_name) as url:
+        return await run_http(url, args.endpoint_name, plan, request, label=args.endpoint_name)
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from harness.loadtest.config import PlanError
+    from harness.loadtest.report import write_report
+    from harness.loadtest.session import auto_request, emulator, npz_request
+    from harness.sweep import (
+        BASE,
+        SweepError,
+        build_variant_store,
+        comparison_table,
+        load_variants_file,
+        parse_variant,
+        run_variants,
+    )
+
+    out = _out_dir(args, "sweep")
+    try:
+        variants = [BASE, *(parse_variant(v) for v in args.variant)]
+        if args.variants:
+            variants += load_variants_file(args.variants)
+        if len(variants) == 1:
+            print(
+                "mme sweep: no --variant given; measuring the base configuration only",
+                file=sys.stderr,
+            )
+        work = out / "work"
+        tarballs = build_variant_store(args.repository, variants, work, args.model)
+        if args.inputs:
+            request = npz_request(args.inputs, binary=args.binary)
+        else:
+            request = auto_request(
+                tarballs[BASE.name], binary=args.binary, batch_size=args.batch_size
+            )
+
+        def plan_for(target: str) -> Any:
+            return _plan(args, [target])
+
+        plan_for(f"{BASE.name}.tar.gz")  # validate the plan before starting anything
+
+        def progress(row: Any, result: Any) -> None:
+            write_report(result, out / row.variant.name, png=not args.no_png)
+            print(f"{row.variant.name}: {row.throughput:.0f} invocations/min", file=sys.stderr)
+
+        async def go(url: str) -> Any:
+            return await run_variants(url, "local", variants, plan_for, request, on_result=progress)
+
+        with emulator(work / "store", work, _emulator_settings(args)) as url:
+            rows = asyncio.run(go(url))
+    except (PlanError, SweepError) as exc:
+        print(f"mme sweep: {exc}", file=sys.stderr)
+        return 2
+    table = comparison_table(rows)
+    (out / "sweep.md").write_text(table)
+    (out / "sweep.json").write_text(
+        json.dumps(
+            [
+                {
+                    "configuration": r.variant.name,
+                    "settings": r.variant.describe(),
+                    "summary": {k: v for k, v in r.summary.items() if k != "timeline"},
+                }
+                for r in rows
+            ],
+            indent=2,
+            default=str,
+        )
+        + "\n"
+    )
+    print(table)
+    print(f"reports: {out}")
+    return 0

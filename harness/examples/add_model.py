@@ -1,0 +1,76 @@
+"""A tiny Triton Python-backend model, ``add``: OUTPUT0 = INPUT0 + INPUT1 (+ offset),
+OUTPUT1 = INPUT0 - INPUT1. Used by the harness's own tests and as a template.
+
+``write_add_repository(path)`` writes a model repository (``path/add/config.pbtxt`` and
+``path/add/1/model.py``); package it with ``harness.store.package_repository``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MODEL_PY = """\
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = json.loads(args["model_config"]).get("parameters", {})
+        self.offset = float(params.get("offset", {}).get("string_value", "0"))
+        # A fixed cost per execute() call, whatever the batch size: it makes batching pay off
+        # the way it does for a GPU kernel launch.
+        self.delay_s = float(params.get("exec_delay_ms", {}).get("string_value", "0")) / 1000
+
+    def execute(self, requests):
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            out0 = pb_utils.Tensor("OUTPUT0", (a + b + self.offset).astype(np.float32))
+            out1 = pb_utils.Tensor("OUTPUT1", (a - b).astype(np.float32))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out0, out1]))
+        return responses
+"""
+
+
+def config_pbtxt(
+    name: str = "add",
+    *,
+    dims: int = 4,
+    max_batch_size: int = 8,
+    offset: float = 0.0,
+    exec_delay_ms: float = 0.0,
+    dynamic_batching: bool = False,
+    instances: int = 1,
+) -> str:
+    batching = "dynamic_batching { }\n" if dynamic_batching else ""
+    return f'''name: "{name}"
+backend: "python"
+max_batch_size: {max_batch_size}
+input [
+  {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }},
+  {{ name: "INPUT1" data_type: TYPE_FP32 dims: [ {dims} ] }}
+]
+output [
+  {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }},
+  {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ {dims} ] }}
+]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+{batching}parameters {{ key: "offset" value {{ string_value: "{offset:g}" }} }}
+parameters {{ key: "exec_delay_ms" value {{ string_value: "{exec_delay_ms:g}" }} }}
+'''
+
+
+def write_add_repository(repository: Path, name: str = "add", **config: object) -> Path:
+    """Write the model into ``repository/<name>/``; returns the repository folder."""
+    model_dir = Path(repository) / name
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.pbtxt").write_text(config_pbtxt(name, **config))  # type: ignore[arg-type]
+    (model_dir / "1" / "model.py").write_text(MODEL_PY)
+    return Path(repository)

@@ -1,0 +1,66 @@
+"""An example test suite for a team's own models (copy it next to your tests).
+
+Setup, once (``pytest.ini`` or ``[tool.pytest.ini_options]`` in ``pyproject.toml``)::
+
+    [pytest]
+    # A folder of .tar.gz (the same objects as under your S3 ModelDataUrl prefix), tarballs, or
+    # Triton model repositories (packaged on the fly; <folder>.tar.gz is their TargetModel).
+    mme_model_store = models/
+
+Run it::
+
+    pytest                                   # against the emulator (embedded Triton, CPU)
+    pytest --mme-update-goldens              # record or refresh goldens/<module>/<name>.npz
+    pytest --mme-launcher docker             # the same, with an official Triton image
+    pytest --mme-target aws --mme-endpoint-name my-mme   # the same tests, real endpoint
+
+The TargetModel names below are object names under the store (here the ``add`` model of
+``harness/examples/add_model.py``, packaged as ``add.tar.gz``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from botocore.exceptions import ClientError
+
+TARGET = "add.tar.gz"
+A = np.arange(8, dtype=np.float32).reshape(2, 4)
+B = np.full((2, 4), 0.5, dtype=np.float32)
+
+
+def test_outputs_are_right(invoke) -> None:  # type: ignore[no-untyped-def]
+    outputs = invoke(TARGET, {"INPUT0": A, "INPUT1": B})
+    np.testing.assert_allclose(outputs["OUTPUT1"], A - B)
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary+json", "json"])
+def test_outputs_match_the_golden(invoke, assert_matches_golden, binary) -> None:  # type: ignore[no-untyped-def]
+    outputs = invoke(TARGET, {"INPUT0": A, "INPUT1": B}, binary=binary)
+    # One snapshot for both encodings: they must agree with each other, too.
+    assert_matches_golden("add-2x4", outputs, rtol=1e-6, atol=1e-6)
+
+
+def test_plain_boto3_works_too(sagemaker_runtime, mme_endpoint) -> None:  # type: ignore[no-untyped-def]
+    body = (
+        b'{"inputs":[{"name":"INPUT0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]},'
+        b'{"name":"INPUT1","shape":[1,4],"datatype":"FP32","data":[1,1,1,1]}]}'
+    )
+    response = sagemaker_runtime.invoke_endpoint(
+        EndpointName=mme_endpoint.name,
+        TargetModel=TARGET,
+        ContentType="application/json",
+        Body=body,
+    )
+    assert b"OUTPUT0" in response["Body"].read()
+
+
+def test_a_missing_model_is_refused(sagemaker_runtime, mme_endpoint) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ClientError) as error:
+        sagemaker_runtime.invoke_endpoint(
+            EndpointName=mme_endpoint.name,
+            TargetModel="no-such-model.tar.gz",
+            ContentType="application/json",
+            Body=b"{}",
+        )
+    assert error.value.response["Error"]["Code"] == "ValidationError"

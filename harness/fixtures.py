@@ -1,0 +1,230 @@
+"""What the pytest plugin's fixtures hand to tests: a running emulator and an endpoint on it.
+
+Kept apart from ``pytest_plugin.py`` so it can be used without pytest (notebooks, scripts), and
+so the plugin module, which pytest imports in every session of a project that installs this
+package, stays cheap to import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LOCAL_REGION = "us-east-1"
+DEFAULT_ENDPOINT = "local"
+
+
+class EmulatorStartError(RuntimeError):
+    """The emulator did not answer ``/ping`` in time; the message carries its log's tail."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """Runs in the child: SIGTERM it if pytest is killed, so no emulator (or Triton) lingers."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def ping(url: str, timeout_s: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/ping", timeout=timeout_s) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class EmulatorProcess:
+    """``mme serve`` as a child process on a free port (all settings through ``MME_*``)."""
+
+    settings: Mapping[str, str]
+    log_path: Path
+    host: str = "127.0.0.1"
+    startup_timeout_s: float = 180.0
+    port: int = 0
+    _process: subprocess.Popen[bytes] | None = None
+    _log: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def command(self) -> list[str]:
+        # `python -m emulator` rather than the `mme` script: the interpreter running pytest is
+        # the one whose packages (and Triton wheel) the emulator must use.
+        return [sys.executable, "-m", "emulator", "serve"]
+
+    def start(self) -> EmulatorProcess:
+        self.port = self.port or free_port(self.host)
+        env = dict(os.environ)
+        env.update(self.settings)
+        env.update({"MME_HOST": self.host, "MME_PORT": str(self.port)})
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._process = subprocess.Popen(
+            self.command(),
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        deadline = time.monotonic() + self.startup_timeout_s
+        while not ping(self.url, timeout_s=1.0):
+            code = self._process.poll()
+            if code is not None:
+                self._close_log()
+                raise EmulatorStartError(
+                    f"the emulator exited with code {code} while starting; log "
+                    f"{self.log_path}:\n{_tail(self.log_path)}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise EmulatorStartError(
+                    f"the emulator did not answer {self.url}/ping within "
+                    f"{self.startup_timeout_s:g}s; log {self.log_path}:\n{_tail(self.log_path)}"
+                )
+            time.sleep(0.05)
+        return self
+
+    def stop(self, timeout_s: float = 60.0) -> int | None:
+        """SIGTERM (uvicorn then stops every Triton in its lifespan), SIGKILL if it hangs."""
+        process = self._process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._close_log()
+        return process.returncode
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+@dataclass
+class MmeEndpoint:
+    """An endpoint under test: the emulator's (``target == "local"``) or a real one ("aws")."""
+
+    name: str
+    target: str  # local | aws
+    region: str
+    client: Any  # boto3 sagemaker-runtime client
+    url: str | None = None  # the emulator's base URL (local only)
+    store: Path | None = None  # the folder of tarballs the endpoint serves (local copy)
+    digests: dict[str, str] = field(default_factory=dict)  # TargetModel -> sha256
+
+    @property
+    def is_local(self) -> bool:
+        return self.target == "local"
+
+    def target_models(self) -> list[str]:
+        return sorted(self.digests)
+
+    def invoke_raw(
+        self, target_model: str | None, body: bytes, content_type: str, **kwargs: Any
+    ) -> dict[str, Any]:
+        """``invoke_endpoint`` with the body as given; returns boto3's response."""
+        params: dict[str, Any] = {
+            "EndpointName": self.name,
+            "Body": body,
+            "ContentType": content_type,
+            **kwargs,
+        }
+        if target_model is not None:
+            params["TargetModel"] = target_model
+        return dict(self.client.invoke_endpoint(**params))
+
+    def invoke(
+        self,
+        target_model: str | None,
+        inputs: Mapping[str, Any],
+        outputs: Sequence[str] | None = None,
+        *,
+        binary: bool = True,
+        binary_outputs: bool | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Encode ``inputs`` (name -> array), invoke, and decode the outputs by name."""
+        from harness.payloads import build_request, parse_response
+
+        request = build_request(inputs, outputs, binary=binary, binary_outputs=binary_outputs)
+        response = self.invoke_raw(target_model, request.body, request.content_type, **kwargs)
+        return parse_response(response["Body"].read(), response.get("ContentType"))
+
+    def metrics(self) -> dict[str, Any]:
+        """The endpoint's CloudWatch-style metrics from ``/_emulator/metrics`` (local only)."""
+        import json
+
+        if self.url is None:
+            raise RuntimeError(
+                "metrics() reads the emulator; a real endpoint publishes to CloudWatch instead"
+            )
+        with urllib.request.urlopen(f"{self.url}/_emulator/metrics", timeout=10) as resp:
+            data = json.load(resp)
+        from harness.loadtest.invokers import find_endpoint_snapshot
+
+        snapshot = find_endpoint_snapshot(data, self.name)
+        return dict(snapshot["Metrics"]) if snapshot else {}
+
+
+def local_client(url: str, region: str = LOCAL_REGION) -> Any:
+    """A boto3 sagemaker-runtime client bound to the emulator (dummy credentials: no SigV4
+    check happens locally, but botocore insists on signing)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "sagemaker-runtime",
+        endpoint_url=url,
+        region_name=region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(read_timeout=70, retries={"total_max_attempts": 1, "mode": "standard"}),
+    )
+
+
+def aws_client(region: str | None = None) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.Session(region_name=region)
+    return session.client(
+        "sagemaker-runtime", config=Config(read_timeout=70, retries={"mode": "standard"})
+    )

@@ -1,0 +1,257 @@
+"""How the load generator reaches an endpoint: asyncio+aiohttp locally, boto3 threads on AWS.
+
+Locally there is no SigV4 to compute, so requests go straight over a keep-alive aiohttp pool:
+the cheapest client per request, which matters when the generator shares two CPU cores with the
+emulator and Triton (``harness/README.md`` has the measurement against Locust;
+``python -m harness.loadtest.bench`` repeats it). Against a real endpoint requests must be
+signed, so boto3 runs in a thread pool as large as the peak user count, with retries off so
+every throttle or error is counted rather than hidden.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+# Per-request figures the emulator may add to its responses (not part of SageMaker's contract).
+MODEL_LATENCY_HEADER = "X-Mme-Model-Latency-Us"
+CACHE_HIT_HEADER = "X-Mme-Model-Cache-Hit"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int  # HTTP status; 0 when no response arrived
+    error_code: str | None = None  # SageMaker error shape ("ModelError"...), else None
+    model_latency_us: float | None = None
+    cache_hit: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+class Invoker(Protocol):
+    async def invoke(self, target_model: str | None) -> Outcome: ...
+
+    async def close(self) -> None: ...
+
+
+def _float(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _bool(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    return value.strip().lower() in ("1", "true", "yes")
+
+
+def error_code_from(status: int, headers: Mapping[str, str]) -> str | None:
+    if 200 <= status < 300:
+        return None
+    # botocore's rule: x-amzn-ErrorType wins, cut at the first ':'.
+    error_type = headers.get("x-amzn-ErrorType") or headers.get("x-amzn-errortype")
+    if error_type:
+        return error_type.split(":", 1)[0].rsplit("#", 1)[-1]
+    return str(status)
+
+
+class HttpInvoker:
+    """POSTs to ``{url}/endpoints/{name}/invocations`` with one shared keep-alive pool."""
+
+    def __init__(
+        self,
+        url: str,
+        endpoint_name: str,
+        body: bytes,
+        content_type: str,
+        *,
+        timeout_s: float = 70.0,
+        accept: str | None = None,
+    ) -> None:
+        self._url = f"{url.rstrip('/')}/endpoints/{endpoint_name}/invocations"
+        self._body = body
+        self._headers = {"Content-Type": content_type}
+        if accept:
+            self._headers["Accept"] = accept
+        self._timeout_s = timeout_s
+        self._session: Any = None
+
+    async def _ensure(self) -> Any:
+        if self._session is None:
+            import aiohttp
+
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=False),
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+            )
+        return self._session
+
+    async def invoke(self, target_model: str | None) -> Outcome:
+        import aiohttp
+
+        session = await self._ensure()
+        headers = dict(self._headers)
+        if target_model is not None:
+            headers["X-Amzn-SageMaker-Target-Model"] = target_model
+        try:
+            async with session.post(self._url, data=self._body, headers=headers) as resp:
+                await resp.read()
+                return Outcome(
+                    status=resp.status,
+                    error_code=error_code_from(resp.status, resp.headers),
+                    model_latency_us=_float(resp.headers.get(MODEL_LATENCY_HEADER)),
+                    cache_hit=_bool(resp.headers.get(CACHE_HIT_HEADER)),
+                )
+        except asyncio.TimeoutError:
+            return Outcome(status=0, error_code="ClientTimeout")
+        except aiohttp.ClientError as exc:
+            return Outcome(status=0, error_code=type(exc).__name__)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class Boto3Invoker:
+    """``invoke_endpoint`` from a thread pool (boto3 is blocking and signs every request)."""
+
+    def __init__(
+        self,
+        client: Any,
+        endpoint_name: str,
+        body: bytes,
+        content_type: str,
+        *,
+        max_workers: int = 16,
+    ) -> None:
+        self._client = client
+        self._endpoint = endpoint_name
+        self._body = body
+        self._content_type = content_type
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="invoke")
+
+    @classmethod
+    def for_endpoint(
+        cls,
+        endpoint_name: str,
+        body: bytes,
+        content_type: str,
+        *,
+        max_workers: int = 16,
+        region: str | None = None,
+        endpoint_url: str | None = None,
+    ) -> Boto3Invoker:
+        import boto3
+        from botocore.config import Config
+
+        client = boto3.client(
+            "sagemaker-runtime",
+            region_name=region,
+            endpoint_url=endpoint_url,
+            config=Config(
+                max_pool_connections=max_workers,
+                read_timeout=70,
+                retries={"total_max_attempts": 1, "mode": "standard"},
+            ),
+        )
+        return cls(client, endpoint_name, body, content_type, max_workers=max_workers)
+
+    def _call(self, target_model: str | None) -> Outcome:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        kwargs: dict[str, Any] = {
+            "EndpointName": self._endpoint,
+            "Body": self._body,
+            "ContentType": self._content_type,
+        }
+        if target_model is not None:
+            kwargs["TargetModel"] = target_model
+        try:
+            response = self._client.invoke_endpoint(**kwargs)
+            response["Body"].read()
+            headers = response["ResponseMetadata"].get("HTTPHeaders", {})
+            return Outcome(
+                status=response["ResponseMetadata"]["HTTPStatusCode"],
+                model_latency_us=_float(headers.get(MODEL_LATENCY_HEADER.lower())),
+                cache_hit=_bool(headers.get(CACHE_HIT_HEADER.lower())),
+            )
+        except ClientError as exc:
+            meta = exc.response.get("ResponseMetadata", {})
+            return Outcome(
+                status=int(meta.get("HTTPStatusCode", 0)),
+                error_code=exc.response.get("Error", {}).get("Code", "ClientError"),
+            )
+        except BotoCoreError as exc:
+            return Outcome(status=0, error_code=type(exc).__name__)
+
+    async def invoke(self, target_model: str | None) -> Outcome:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._call, target_model)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._pool.shutdown, True)
+
+
+class MetricsSource(Protocol):
+    async def poll(self) -> dict[str, Any] | None: ...
+
+    async def close(self) -> None: ...
+
+
+def find_endpoint_snapshot(data: Any, endpoint_name: str) -> dict[str, Any] | None:
+    """The ``{"Dimensions", "Metrics"}`` snapshot of ``endpoint_name`` anywhere in ``data``."""
+    if isinstance(data, dict):
+        dims = data.get("Dimensions")
+        if isinstance(dims, dict) and "Metrics" in data:
+            if dims.get("EndpointName") == endpoint_name:
+                return data
+            return None
+        values: Any = data.values()
+    elif isinstance(data, list):
+        values = data
+    else:
+        return None
+    for value in values:
+        found = find_endpoint_snapshot(value, endpoint_name)
+        if found is not None:
+            return found
+    return None
+
+
+class EmulatorMetrics:
+    """Reads the endpoint's CloudWatch-style counters from ``GET /_emulator/metrics``."""
+
+    def __init__(self, url: str, endpoint_name: str) -> None:
+        self._url = f"{url.rstrip('/')}/_emulator/metrics"
+        self._endpoint = endpoint_name
+        self._session: Any = None
+
+    async def poll(self) -> dict[str, Any] | None:
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        try:
+            async with self._session.get(self._url) as resp:
+                if resp.status != 200:
+                    return None
+                data = await resp.json(content_type=None)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return None
+        snapshot = find_endpoint_snapshot(data, self._endpoint)
+        return snapshot.get("Metrics") if snapshot else None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

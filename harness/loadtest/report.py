@@ -1,0 +1,307 @@
+"""The load test's report: a summary dict (JSON), a Markdown table and a PNG plot.
+
+Latency names follow CloudWatch: ModelLatency is the time the model (Triton) took, OverheadLatency
+the rest of the endpoint's time. Per-request values come from the emulator's response headers
+when it sends them; otherwise the endpoint's own counters (``/_emulator/metrics`` deltas over the
+run) give their averages, and ``client`` latency is what the generator measured end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from harness.loadtest.runner import LoadResult, MetricsPoll, Sample
+from harness.loadtest.stopping import percentile
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def _stats(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    out = {f"p{q}": round(percentile(values, q), 3) for q in PERCENTILES}
+    out["mean"] = round(sum(values) / len(values), 3)
+    out["max"] = round(max(values), 3)
+    return out
+
+
+def _delta(polls: list[MetricsPoll], metric: str, stat: str) -> float | None:
+    if len(polls) < 2:
+        return None
+    first = polls[0].metrics.get(metric, {})
+    last = polls[-1].metrics.get(metric, {})
+    if stat not in last:
+        return None
+    return float(last.get(stat, 0) or 0) - float(first.get(stat, 0) or 0)
+
+
+def _average_delta_ms(polls: list[MetricsPoll], metric: str) -> float | None:
+    count = _delta(polls, metric, "SampleCount")
+    total = _delta(polls, metric, "Sum")
+    if not count or total is None:
+        return None
+    return round(total / count / 1000.0, 3)  # the metrics are in microseconds
+
+
+def loaded_models(polls: list[MetricsPoll]) -> list[tuple[float, int]]:
+    series = []
+    for poll in polls:
+        current = poll.metrics.get("LoadedModelCount", {}).get("Current")
+        if current is not None:
+            series.append((round(poll.t, 3), int(current)))
+    return series
+
+
+def _phase_rows(result: LoadResult) -> list[dict[str, Any]]:
+    rows = []
+    starts = [0.0]
+    for phase in result.plan.phases:
+        starts.append(starts[-1] + phase.duration_s)
+    for index, phase in enumerate(result.plan.phases):
+        samples = [s for s in result.samples if s.phase == index]
+        if not samples:
+            continue
+        ok = [s for s in samples if s.ok]
+        span = min(starts[index + 1], result.duration_s) - starts[index]
+        stats = _stats([s.latency_ms for s in ok]) or {}
+        end = starts[index] + span
+        seen = [u for t, u in result.users if starts[index] <= t < end and u > 0]
+        rows.append(
+            {
+                "phase": index + 1,
+                "users": f"{phase.initial_users}->{max(seen, default=phase.initial_users)}",
+                "seconds": round(span, 2),
+                "invocations": len(samples),
+                "errors": len(samples) - len(ok),
+                "invocations_per_minute": round(len(ok) * 60.0 / span, 1) if span > 0 else 0.0,
+                **{f"client_{k}_ms": v for k, v in stats.items() if k.startswith("p")},
+            }
+        )
+    return rows
+
+
+def timeline(result: LoadResult, bin_s: float = 1.0) -> list[dict[str, Any]]:
+    """Per-``bin_s`` throughput and latency, with the users and loaded models of that moment."""
+    bins = max(1, math.ceil(result.duration_s / bin_s))
+    buckets: list[list[Sample]] = [[] for _ in range(bins)]
+    for sample in result.samples:
+        buckets[min(int(sample.end / bin_s), bins - 1)].append(sample)
+    loaded = loaded_models(result.polls)
+    rows = []
+    for i, bucket in enumerate(buckets):
+        t = (i + 1) * bin_s
+        ok = [s.latency_ms for s in bucket if s.ok]
+        users = [u for ut, u in result.users if ut <= i * bin_s + bin_s / 2]
+        models = [m for mt, m in loaded if mt <= t]
+        rows.append(
+            {
+                "t": round(i * bin_s, 3),
+                "invocations_per_minute": round(len(ok) * 60.0 / bin_s, 1),
+                "errors": len(bucket) - len(ok),
+                "p50_ms": round(percentile(ok, 50), 3) if ok else None,
+                "p99_ms": round(percentile(ok, 99), 3) if ok else None,
+                "users": users[-1] if users else 0,
+                "loaded_models": models[-1] if models else None,
+            }
+        )
+    return rows
+
+
+def summarize(result: LoadResult) -> dict[str, Any]:
+    samples = result.samples
+    ok = [s for s in samples if s.ok]
+    errors = Counter(s.error_code or str(s.status) for s in samples if not s.ok)
+    client = [s.latency_ms for s in ok]
+    model = [s.model_latency_us / 1000.0 for s in ok if s.model_latency_us is not None]
+    overhead = [
+        s.latency_ms - s.model_latency_us / 1000.0 for s in ok if s.model_latency_us is not None
+    ]
+    per_request = len(model) == len(ok) and bool(ok)
+    polls = result.polls
+    hits = _delta(polls, "ModelCacheHit", "Sum")
+    lookups = _delta(polls, "ModelCacheHit", "SampleCount")
+    header_cold = sum(1 for s in samples if s.cache_hit is False)
+    has_header_cache = any(s.cache_hit is not None for s in samples)
+    cold_starts: int | None
+    if lookups is not None and hits is not None:
+        cold_starts = int(round(lookups - hits))
+    elif has_header_cache:
+        cold_starts = header_cold
+    else:
+        cold_starts = None
+    hit_ratio = round(hits / lookups, 4) if lookups and hits is not None else None
+    loaded = loaded_models(polls)
+    duration = result.duration_s
+    return {
+        "label": result.label,
+        "generator": result.generator,
+        "plan": result.plan.as_dict(),
+        "started_at": result.started_at,
+        "duration_s": round(duration, 3),
+        "stop_reason": result.stop_reason,
+        "invocations": len(samples),
+        "successes": len(ok),
+        "invocations_per_minute": round(len(ok) * 60.0 / duration, 1) if duration > 0 else 0.0,
+        "errors_by_code": dict(sorted(errors.items())),
+        "peak_users": max((u for _, u in result.users), default=0),
+        "latency_ms": {
+            "client": _stats(client),
+            "ModelLatency": _stats(model) if per_request else None,
+            "OverheadLatency": _stats(overhead) if per_request else None,
+        },
+        # Averages from the endpoint's own counters: present even without per-request headers.
+        "endpoint_average_ms": {
+            "ModelLatency": _average_delta_ms(polls, "ModelLatency"),
+            "OverheadLatency": _average_delta_ms(polls, "OverheadLatency"),
+        },
+        "cold_starts": cold_starts,
+        "cache_hit_ratio": hit_ratio,
+        "model_loads": _int_or_none(_delta(polls, "ModelLoadingTime", "SampleCount")),
+        "model_unloads": _int_or_none(_delta(polls, "ModelUnloadingTime", "SampleCount")),
+        "loaded_models": {
+            "max": max((c for _, c in loaded), default=None),
+            "final": loaded[-1][1] if loaded else None,
+            "series": loaded,
+        },
+        "phases": _phase_rows(result),
+        "events": [
+            {"t": round(e.t, 3), "kind": e.kind, "detail": e.detail}
+            for e in result.events
+            if e.kind != "cold-start"
+        ],
+        "timeline": timeline(result),
+    }
+
+
+def _int_or_none(value: float | None) -> int | None:
+    return None if value is None else int(round(value))
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:g}" if abs(value) >= 1000 else f"{value:.2f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def to_markdown(summary: dict[str, Any]) -> str:
+    lines = [f"# Load test{': ' + summary['label'] if summary.get('label') else ''}", ""]
+    lines += ["| metric | value |", "|---|---|"]
+    rows = [
+        ("duration (s)", summary["duration_s"]),
+        ("stop reason", summary["stop_reason"]),
+        ("invocations", summary["invocations"]),
+        ("invocations per minute", summary["invocations_per_minute"]),
+        ("peak users", summary["peak_users"]),
+        ("errors", ", ".join(f"{k}: {v}" for k, v in summary["errors_by_code"].items()) or "none"),
+        ("cold starts", summary["cold_starts"]),
+        ("cache hit ratio", summary["cache_hit_ratio"]),
+        (
+            "model loads / unloads",
+            f"{_fmt(summary['model_loads'])} / {_fmt(summary['model_unloads'])}",
+        ),
+        (
+            "loaded models (max / final)",
+            f"{_fmt(summary['loaded_models']['max'])} / {_fmt(summary['loaded_models']['final'])}",
+        ),
+        ("endpoint ModelLatency avg (ms)", summary["endpoint_average_ms"]["ModelLatency"]),
+        ("endpoint OverheadLatency avg (ms)", summary["endpoint_average_ms"]["OverheadLatency"]),
+        ("generator", summary["generator"]),
+    ]
+    lines += [f"| {k} | {_fmt(v)} |" for k, v in rows]
+    lines += [
+        "",
+        "| latency (ms) | p50 | p90 | p95 | p99 | mean | max |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, stats in summary["latency_ms"].items():
+        if stats is None:
+            lines.append(f"| {name} | n/a | n/a | n/a | n/a | n/a | n/a |")
+            continue
+        cells = " | ".join(_fmt(stats[k]) for k in ("p50", "p90", "p95", "p99", "mean", "max"))
+        lines.append(f"| {name} | {cells} |")
+    if summary["phases"]:
+        lines += [
+            "",
+            "| phase | users | seconds | invocations | errors | invocations/min | "
+            "p50 ms | p90 ms | p99 ms |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in summary["phases"]:
+            lines.append(
+                f"| {row['phase']} | {row['users']} | {_fmt(row['seconds'])} | "
+                f"{row['invocations']} | {row['errors']} | "
+                f"{_fmt(row['invocations_per_minute'])} | {_fmt(row.get('client_p50_ms'))} | "
+                f"{_fmt(row.get('client_p90_ms'))} | {_fmt(row.get('client_p99_ms'))} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict[str, Any], path: Path) -> Path:
+    """Throughput, latency and loaded models over time, with phase and load events marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display in CI
+    import matplotlib.pyplot as plt
+
+    rows = summary["timeline"]
+    t = [r["t"] for r in rows]
+    fig, (ax_tp, ax_lat, ax_models) = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
+    ax_tp.plot(
+        t, [r["invocations_per_minute"] for r in rows], marker="o", markersize=3, label="inv/min"
+    )
+    ax_tp.set_ylabel("invocations / min")
+    users_ax = ax_tp.twinx()
+    users_ax.step(
+        t, [r["users"] for r in rows], where="post", color="grey", alpha=0.6, label="users"
+    )
+    users_ax.set_ylabel("users")
+    # Markers: a bin with a single completed request is still visible between empty bins.
+    ax_lat.plot(t, [r["p50_ms"] for r in rows], marker="o", markersize=3, label="p50")
+    ax_lat.plot(t, [r["p99_ms"] for r in rows], marker="o", markersize=3, label="p99")
+    ax_lat.set_ylabel("client latency (ms)")
+    ax_lat.legend(loc="upper left")
+    series = summary["loaded_models"]["series"]
+    if series:
+        ax_models.step([s[0] for s in series], [s[1] for s in series], where="post")
+    ax_models.set_ylabel("loaded models")
+    ax_models.set_xlabel("seconds")
+    colours = {"phase": "black", "load": "tab:green", "unload": "tab:red", "stop": "tab:purple"}
+    for event in summary["events"]:
+        colour = colours.get(event["kind"], "grey")
+        for ax in (ax_tp, ax_lat, ax_models):
+            ax.axvline(
+                event["t"],
+                color=colour,
+                alpha=0.35 if event["kind"] != "phase" else 0.8,
+                linestyle="--" if event["kind"] == "phase" else ":",
+            )
+    handles = [plt.Line2D([], [], color=c, linestyle=":", label=k) for k, c in colours.items()]
+    ax_models.legend(handles=handles, loc="upper left", fontsize="small")
+    fig.suptitle(
+        f"{summary.get('label') or 'load test'}: "
+        f"{summary['invocations_per_minute']:.0f} invocations/min, "
+        f"stop: {summary['stop_reason']}"
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_report(result: LoadResult, out_dir: Path, *, png: bool = True) -> dict[str, Path]:
+    """``report.json``, ``report.md`` and (unless ``png`` is False) ``report.png`` in out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = summarize(result)
+    paths = {"json": out_dir / "report.json", "markdown": out_dir / "report.md"}
+    paths["json"].write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    paths["markdown"].write_text(to_markdown(summary))
+    if png:
+        paths["png"] = plot(summary, out_dir / "report.png")
+    return paths

@@ -1,0 +1,273 @@
+"""The closed-loop load generator: one asyncio task per simulated user, no think time.
+
+A controller (pure, driven by the caller's clock) decides at every tick how many users should be
+running (from the phases) and whether a stopping condition is met; users are added one at a time
+and retired gracefully (a retiring user finishes its request, so no sample is cut short).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.loadtest.config import LoadPlan
+from harness.loadtest.invokers import Invoker, MetricsSource
+from harness.loadtest.popularity import Chooser
+from harness.loadtest.schedule import position
+from harness.loadtest.stopping import StopMonitor, StopReason
+
+log = logging.getLogger("harness.loadtest")
+
+PHASES_COMPLETE = "phases complete"
+
+
+@dataclass(frozen=True)
+class Sample:
+    start: float  # seconds since the test started
+    end: float
+    target_model: str | None
+    status: int
+    error_code: str | None
+    model_latency_us: float | None
+    cache_hit: bool | None
+    phase: int
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def latency_ms(self) -> float:
+        return (self.end - self.start) * 1000.0
+
+
+@dataclass(frozen=True)
+class Event:
+    t: float
+    kind: str  # phase | stop | load | unload | cold-start
+    detail: str
+
+
+@dataclass(frozen=True)
+class MetricsPoll:
+    t: float
+    metrics: dict[str, Any]
+
+
+@dataclass
+class LoadResult:
+    plan: LoadPlan
+    started_at: float  # epoch seconds
+    duration_s: float
+    stop_reason: str
+    samples: list[Sample] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    polls: list[MetricsPoll] = field(default_factory=list)
+    users: list[tuple[float, int]] = field(default_factory=list)  # (t, active users)
+    generator: str = "asyncio+aiohttp"
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Step:
+    users: int
+    phase: int
+    new_phase: bool
+    stop: StopReason | str | None
+
+
+class Controller:
+    """Phases and stopping conditions as a function of time (no I/O, no sleeping)."""
+
+    def __init__(self, plan: LoadPlan, start: float, *, abort_after_errors: int = 50) -> None:
+        self.plan = plan
+        self.start = start
+        self.monitor = StopMonitor(plan.stopping, start)
+        self._phase = -1
+        self._successes = 0
+        self._errors_in_a_row = 0
+        self._last_error: str | None = None
+        self._abort_after_errors = abort_after_errors
+
+    def record(
+        self, completed_at: float, ok: bool, latency_ms: float, error_code: str | None = None
+    ) -> None:
+        if ok:
+            self._successes += 1
+            self._errors_in_a_row = 0
+            self.monitor.record(completed_at, latency_ms)
+        else:
+            self._errors_in_a_row += 1
+            self._last_error = error_code
+
+    def step(self, now: float) -> Step:
+        pos = position(self.plan.phases, now - self.start)
+        if pos is None:
+            return Step(0, len(self.plan.phases) - 1, False, PHASES_COMPLETE)
+        new_phase = pos.phase != self._phase
+        self._phase = pos.phase
+        if self._successes == 0 and self._errors_in_a_row >= self._abort_after_errors:
+            # A wrong endpoint name or a model that cannot load: say so instead of hammering on.
+            return Step(
+                0,
+                pos.phase,
+                new_phase,
+                f"aborted: the first {self._errors_in_a_row} invocations failed "
+                f"(last error: {self._last_error})",
+            )
+        return Step(pos.users, pos.phase, new_phase, self.monitor.check(now))
+
+
+async def run_load(
+    plan: LoadPlan,
+    invoker: Invoker,
+    metrics: MetricsSource | None = None,
+    *,
+    tick_s: float = 0.05,
+    poll_s: float = 0.5,
+    drain_timeout_s: float = 75.0,
+    generator: str = "asyncio+aiohttp",
+    label: str = "",
+    on_step: Callable[[Step, float], None] | None = None,
+) -> LoadResult:
+    loop = asyncio.get_running_loop()
+    clock = loop.time
+    baseline = await metrics.poll() if metrics is not None else None
+    start = clock()
+    started_at = time.time()
+    controller = Controller(plan, start)
+    chooser = Chooser(plan.target_models, plan.popularity, plan.seed)
+    result = LoadResult(
+        plan=plan,
+        started_at=started_at,
+        duration_s=0.0,
+        stop_reason="",
+        generator=generator,
+        label=label,
+    )
+    if baseline is not None:
+        result.polls.append(MetricsPoll(0.0, baseline))
+    current_phase = 0
+    active: list[tuple[asyncio.Event, asyncio.Task[None]]] = []
+    retired: list[asyncio.Task[None]] = []
+
+    async def user(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            model = chooser()
+            phase = current_phase
+            t0 = clock()
+            outcome = await invoker.invoke(model)
+            t1 = clock()
+            sample = Sample(
+                t0 - start,
+                t1 - start,
+                model,
+                outcome.status,
+                outcome.error_code,
+                outcome.model_latency_us,
+                outcome.cache_hit,
+                phase,
+            )
+            result.samples.append(sample)
+            latency = (
+                outcome.model_latency_us / 1000.0
+                if outcome.model_latency_us is not None
+                else sample.latency_ms
+            )
+            controller.record(t1, outcome.ok, latency, outcome.error_code)
+
+    async def poller() -> None:
+        assert metrics is not None
+        while True:
+            await asyncio.sleep(poll_s)
+            snapshot = await metrics.poll()
+            if snapshot is not None:
+                result.polls.append(MetricsPoll(clock() - start, snapshot))
+
+    poll_task = asyncio.create_task(poller()) if metrics is not None else None
+    reason: StopReason | str | None = None
+    try:
+        while True:
+            now = clock()
+            step = controller.step(now)
+            if on_step is not None:
+                on_step(step, now - start)
+            if step.new_phase:
+                current_phase = step.phase
+                phase = plan.phases[step.phase]
+                result.events.append(
+                    Event(
+                        now - start,
+                        "phase",
+                        f"phase {step.phase + 1}: {phase.initial_users} users "
+                        f"+{phase.spawn_rate}/min for {phase.duration_s:g}s",
+                    )
+                )
+            if step.stop is not None:
+                reason = step.stop
+                break
+            while len(active) < step.users:
+                stop_flag = asyncio.Event()
+                active.append((stop_flag, asyncio.create_task(user(stop_flag))))
+            while len(active) > step.users:
+                stop_flag, task = active.pop()
+                stop_flag.set()
+                retired.append(task)
+            if not result.users or result.users[-1][1] != len(active):
+                result.users.append((now - start, len(active)))
+            await asyncio.sleep(tick_s)
+    finally:
+        for stop_flag, task in active:
+            stop_flag.set()
+            retired.append(task)
+        result.users.append((clock() - start, 0))
+        if retired:
+            _, pending = await asyncio.wait(retired, timeout=drain_timeout_s)
+            for task in pending:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*pending, return_exceptions=True)
+            for task in retired:
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    log.error("a load-test user failed: %r", task.exception())
+        end = clock()
+        if poll_task is not None:
+            poll_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poll_task
+        if metrics is not None:
+            final = await metrics.poll()
+            if final is not None:
+                result.polls.append(MetricsPoll(end - start, final))
+    result.duration_s = end - start
+    result.stop_reason = str(reason) if reason is not None else "interrupted"
+    if reason is not None and reason != PHASES_COMPLETE:
+        result.events.append(Event(end - start, "stop", str(reason)))
+    result.events.extend(_load_events(result.polls))
+    result.events.extend(
+        Event(s.end, "cold-start", s.target_model or "")
+        for s in result.samples
+        if s.cache_hit is False
+    )
+    result.events.sort(key=lambda e: e.t)
+    return result
+
+
+def _count(metrics: dict[str, Any], name: str) -> float:
+    return float(metrics.get(name, {}).get("SampleCount", 0) or 0)
+
+
+def _load_events(polls: list[MetricsPoll]) -> list[Event]:
+    """Model loads and unloads seen between two metric polls (the emulator counts each one)."""
+    events: list[Event] = []
+    for before, after in zip(polls, polls[1:], strict=False):
+        for metric, kind in (("ModelLoadingTime", "load"), ("ModelUnloadingTime", "unload")):
+            delta = _count(after.metrics, metric) - _count(before.metrics, metric)
+            if delta > 0:
+                events.append(Event(after.t, kind, f"{int(delta)} model {kind}(s)"))
+    return events

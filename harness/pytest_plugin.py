@@ -1,0 +1,324 @@
+"""pytest plugin: a local SageMaker multi-model endpoint for a team's own test suite.
+
+Loaded through the ``pytest11`` entry point ``mme``. Fixtures:
+
+- ``mme_model_store`` (session): what the endpoint serves. From ``--mme-model-store`` or the ini
+  option ``mme_model_store`` (a folder of ``.tar.gz``, tarballs, or model repositories); override
+  the fixture to build one in code.
+- ``mme_server`` (session): the emulator, with the embedded Triton, on a free port; stopped at
+  the end of the session. It runs as a child process (``python -m emulator serve``): the test
+  process and the endpoint do not share a GIL (timings stay honest), a crashing model cannot
+  take pytest down, and it is exactly what users run by hand. ``--mme-inprocess`` runs it in a
+  thread instead (breakpoints in the emulator); ``--mme-url`` uses one already running.
+- ``mme_endpoint`` (session): name, URL, store, TargetModel digests, ``invoke`` and ``metrics``.
+- ``sagemaker_runtime`` (session): a boto3 ``sagemaker-runtime`` client bound to the endpoint.
+- ``invoke``: ``invoke(target_model, {"INPUT": array}, outputs=None, binary=True)`` returns
+  ``{output name: numpy array}``.
+- ``assert_matches_golden``: ``assert_matches_golden(name, outputs, rtol=..., atol=...)`` against
+  ``goldens/<test module>/<name>.npz`` beside the test; ``--mme-update-goldens`` rewrites them.
+
+``--mme-target=aws --mme-endpoint-name NAME`` runs the same tests against a real endpoint
+(credentials and region from the default boto3 session).
+
+This module is imported by every pytest run in an environment where the package is installed,
+so it imports nothing heavy at module level.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from harness.fixtures import MmeEndpoint
+
+_LAST_TARGET_MODEL = pytest.StashKey[str]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mme", "SageMaker multi-model endpoint emulator")
+    group.addoption(
+        "--mme-target",
+        choices=("local", "aws"),
+        default=None,
+        help="run the suite against the emulator (local, default) or a real "
+        "SageMaker endpoint (aws, needs --mme-endpoint-name)",
+    )
+    group.addoption(
+        "--mme-endpoint-name",
+        default=None,
+        help="endpoint name: the real endpoint for --mme-target=aws; the "
+        "emulator's endpoint name otherwise (default: local)",
+    )
+    group.addoption(
+        "--mme-launcher",
+        choices=("embedded", "docker", "external"),
+        default=None,
+        help="how the emulator runs Triton (default: embedded, or MME_LAUNCHER)",
+    )
+    group.addoption("--mme-image", default=None, help="Triton image for --mme-launcher=docker")
+    group.addoption(
+        "--mme-model-store",
+        default=None,
+        help="model store: a folder of .tar.gz, a tarball or a model repository "
+        "(several separated by commas)",
+    )
+    group.addoption(
+        "--mme-url",
+        default=None,
+        help="use an emulator already running at this URL instead of starting one",
+    )
+    group.addoption(
+        "--mme-inprocess",
+        action="store_true",
+        default=False,
+        help="run the emulator in a thread of the test process (for debugging)",
+    )
+    group.addoption(
+        "--mme-update-goldens",
+        action="store_true",
+        default=False,
+        help="(re)record golden snapshots instead of comparing with them",
+    )
+    parser.addini(
+        "mme_model_store", "model store(s) for the mme_endpoint fixture", type="paths", default=[]
+    )
+    parser.addini("mme_target", "default for --mme-target", default="local")
+
+
+def _target(config: pytest.Config) -> str:
+    return str(config.getoption("mme_target") or config.getini("mme_target") or "local")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _target(config) != "aws":
+        return
+    # Fail the whole session up front: a skip would turn a misconfigured pre-merge job green.
+    if not config.getoption("mme_endpoint_name"):
+        raise pytest.UsageError(
+            "--mme-target=aws needs --mme-endpoint-name NAME (the real "
+            "multi-model endpoint to test)"
+        )
+    import boto3
+
+    session = boto3.Session()
+    if session.get_credentials() is None:
+        raise pytest.UsageError(
+            "--mme-target=aws: boto3 found no AWS credentials (set AWS_PROFILE, "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run where a role is attached)"
+        )
+    if not session.region_name:
+        raise pytest.UsageError(
+            "--mme-target=aws: no AWS region (set AWS_REGION or "
+            "AWS_DEFAULT_REGION, or a region in the profile)"
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    target = _target(config)
+    if target == "aws":
+        return f"mme: target aws, endpoint {config.getoption('mme_endpoint_name')}"
+    if config.getoption("mme_url"):
+        return f"mme: target local, emulator at {config.getoption('mme_url')}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def mme_model_store(pytestconfig: pytest.Config) -> Any:
+    """The model store as configured (None if none is): override it to build one in code."""
+    option = pytestconfig.getoption("mme_model_store")
+    if option:
+        return [Path(p.strip()) for p in str(option).split(",") if p.strip()]
+    paths = pytestconfig.getini("mme_model_store")
+    return list(paths) or None
+
+
+@pytest.fixture(scope="session")
+def _mme_store_dir(mme_model_store: Any, tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    if mme_model_store is None:
+        return None
+    from harness.store import StoreError, prepare_store
+
+    try:
+        return prepare_store(mme_model_store, tmp_path_factory.mktemp("mme-store"))
+    except StoreError as exc:
+        raise pytest.UsageError(f"mme model store: {exc}") from None
+
+
+def _endpoint_name(config: pytest.Config) -> str:
+    from harness.fixtures import DEFAULT_ENDPOINT
+
+    return str(config.getoption("mme_endpoint_name") or DEFAULT_ENDPOINT)
+
+
+class MmeServer:
+    """The running emulator: ``url``, the default ``endpoint_name``, the ``store`` it serves."""
+
+    def __init__(
+        self, url: str, endpoint_name: str, store: Path | None, log_path: Path | None
+    ) -> None:
+        self.url = url
+        self.endpoint_name = endpoint_name
+        self.store = store
+        self.log_path = log_path
+
+
+@pytest.fixture(scope="session")
+def mme_server(
+    pytestconfig: pytest.Config,
+    _mme_store_dir: Path | None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[MmeServer]:
+    if _target(pytestconfig) == "aws":
+        pytest.skip("mme_server: --mme-target=aws tests a real endpoint, no emulator runs")
+    name = _endpoint_name(pytestconfig)
+    url = pytestconfig.getoption("mme_url")
+    if url:
+        yield MmeServer(str(url).rstrip("/"), name, _mme_store_dir, None)
+        return
+    settings = {
+        "MME_ENDPOINT_NAME": name,
+        "MME_CACHE_DIR": str(tmp_path_factory.mktemp("mme-cache")),
+    }
+    if _mme_store_dir is not None:
+        settings["MME_MODEL_DATA"] = str(_mme_store_dir)
+    if pytestconfig.getoption("mme_launcher"):
+        settings["MME_LAUNCHER"] = str(pytestconfig.getoption("mme_launcher"))
+    if pytestconfig.getoption("mme_image"):
+        settings["MME_IMAGE"] = str(pytestconfig.getoption("mme_image"))
+    if pytestconfig.getoption("mme_inprocess"):
+        yield from _inprocess_server(settings, name, _mme_store_dir)
+        return
+    from harness.fixtures import EmulatorProcess, EmulatorStartError
+
+    log_path = tmp_path_factory.mktemp("mme-log") / "emulator.log"
+    process = EmulatorProcess(settings, log_path)
+    try:
+        process.start()
+    except EmulatorStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield MmeServer(process.url, name, _mme_store_dir, log_path)
+    finally:
+        process.stop()
+
+
+def _inprocess_server(
+    settings: dict[str, str], name: str, store: Path | None
+) -> Iterator[MmeServer]:
+    from emulator.server import EmulatorServer
+    from emulator.settings import Settings
+
+    values = {k[len("MME_") :].lower(): v for k, v in settings.items()}
+    server = EmulatorServer(Settings.from_env(**values, port=0))  # type: ignore[arg-type]
+    with server:
+        yield MmeServer(server.url, name, store, None)
+
+
+@pytest.fixture(scope="session")
+def mme_endpoint(
+    pytestconfig: pytest.Config, _mme_store_dir: Path | None, request: pytest.FixtureRequest
+) -> MmeEndpoint:
+    from harness.fixtures import LOCAL_REGION, MmeEndpoint, aws_client, local_client
+    from harness.store import store_digests
+
+    digests = store_digests(_mme_store_dir) if _mme_store_dir is not None else {}
+    if _target(pytestconfig) == "aws":
+        client = aws_client()
+        return MmeEndpoint(
+            name=str(pytestconfig.getoption("mme_endpoint_name")),
+            target="aws",
+            region=client.meta.region_name,
+            client=client,
+            url=None,
+            store=_mme_store_dir,
+            digests=digests,
+        )
+    if _mme_store_dir is None and not pytestconfig.getoption("mme_url"):
+        pytest.fail(
+            "mme_endpoint: no model store. Pass --mme-model-store, set mme_model_store "
+            "in the ini file, or override the mme_model_store fixture",
+            pytrace=False,
+        )
+    server: MmeServer = request.getfixturevalue("mme_server")
+    return MmeEndpoint(
+        name=server.endpoint_name,
+        target="local",
+        region=LOCAL_REGION,
+        client=local_client(server.url),
+        url=server.url,
+        store=_mme_store_dir,
+        digests=digests,
+    )
+
+
+@pytest.fixture(scope="session")
+def sagemaker_runtime(mme_endpoint: MmeEndpoint) -> Any:
+    """boto3 ``sagemaker-runtime`` client for the endpoint under test (local or AWS)."""
+    return mme_endpoint.client
+
+
+@pytest.fixture
+def invoke(mme_endpoint: MmeEndpoint, request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """``invoke(target_model, inputs, outputs=None, *, binary=True) -> {name: array}``."""
+
+    def _invoke(
+        target_model: str | None, inputs: Any, outputs: Any = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        if target_model is not None:
+            # assert_matches_golden then knows which tarball's digest to record.
+            request.node.stash[_LAST_TARGET_MODEL] = target_model
+        return mme_endpoint.invoke(target_model, inputs, outputs, **kwargs)
+
+    return _invoke
+
+
+@pytest.fixture
+def assert_matches_golden(
+    request: pytest.FixtureRequest, pytestconfig: pytest.Config
+) -> Callable[..., str]:
+    """``assert_matches_golden(name, outputs, rtol=1e-5, atol=1e-6, model=None)``.
+
+    ``model`` is the TargetModel whose tarball digest the snapshot records (by default the
+    last one this test invoked); a mismatch under another digest is reported as *stale*.
+    """
+    from harness.golden import GoldenMismatch, check
+
+    update = bool(pytestconfig.getoption("mme_update_goldens"))
+    module = request.node.path
+    folder = module.parent / "goldens" / module.stem
+
+    def _assert(
+        name: str, outputs: Any, *, rtol: float = 1e-5, atol: float = 1e-6, model: str | None = None
+    ) -> str:
+        model = model or request.node.stash.get(_LAST_TARGET_MODEL, None)
+        digest = None
+        if model is not None and "mme_endpoint" in request.fixturenames:
+            digest = request.getfixturevalue("mme_endpoint").digests.get(model)
+        try:
+            return check(
+                folder / f"{name}.npz",
+                outputs,
+                rtol=rtol,
+                atol=atol,
+                update=update,
+                model_digest=digest,
+                model=model,
+            )
+        except GoldenMismatch as exc:
+            message = str(exc)
+        # Outside the except block: the message is the whole report, with no chained traceback.
+        pytest.fail(message, pytrace=False)
+
+    return _assert
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if config.getoption("mme_update_goldens", default=False):
+        terminalreporter.write_line(
+            "mme: golden snapshots were (re)recorded (--mme-update-goldens); review and commit them"
+        )

@@ -1,0 +1,93 @@
+"""``mme`` as a user runs it: serve in its own process, stop with SIGTERM, benchmark overhead."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from emulator.triton.launcher import free_port
+from tests.conftest import runtime_client
+from tests.support import output_of, package, scale_request, write_scale_model
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z"
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_serve_then_stop_leaves_no_orphans(tmp_path: Path, store: Path, stop_signal) -> None:  # type: ignore[no-untyped-def]
+    package(write_scale_model(tmp_path / "repo", "m"), store / "m.tar.gz", "folder")
+    port = free_port()
+    env = {**os.environ, "MME_MODEL_DATA": str(store), "MME_CACHE_DIR": str(tmp_path / "cache")}
+    server = subprocess.Popen([sys.executable, "-m", "emulator", "serve", "--port", str(port)],
+                              env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # wait for the condition "answers /ping", bounded
+            try:
+                urllib.request.urlopen(f"{url}/ping", timeout=1)
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "did not start"
+                time.sleep(0.05)
+        resp = runtime_client(url).invoke_endpoint(EndpointName="local", TargetModel="m.tar.gz",
+                                                   Body=scale_request([1, 2, 3, 4]))
+        np.testing.assert_allclose(output_of(resp["Body"].read()), [2, 4, 6, 8])
+        tritons = _children(server.pid)
+        assert tritons, "Triton runs as a child of mme serve"
+        stubs = set().union(*(_children(t) for t in tritons))
+        server.send_signal(stop_signal)
+        # uvicorn shuts down gracefully, then re-raises the signal so the exit status shows it.
+        assert server.wait(60) in (0, -stop_signal)
+        for pid in tritons | stubs:
+            deadline = time.monotonic() + 30
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not _alive(pid), f"process {pid} outlived mme serve"
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+def test_bench_overhead_prints_the_ratio_against_direct_triton() -> None:
+    result = subprocess.run([sys.executable, "-m", "emulator", "bench", "overhead",
+                             "--requests", "80", "--concurrency", "4"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "direct Triton" in result.stdout
+    assert "emulator / direct: p50 x" in result.stdout
+
+
+def test_bad_settings_fail_with_a_message(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "emulator", "serve", "--memory-budget", "lots",
+                             "--cache-dir", str(tmp_path)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode != 0
+    assert "not a size: 'lots'" in result.stderr
