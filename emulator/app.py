@@ -120,6 +120,20 @@ def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> F
             return _error_response(errors.InternalFailure(f"internal failure: {exc}"), request_id)
         return Response(content=result.body, headers=result.headers)
 
+    @app.post("/endpoints/{endpoint_name}/invocations-response-stream")
+    @app.post("/endpoints/{endpoint_name}/async-invocations")
+    async def unsupported_invocation(endpoint_name: str, request: Request) -> Response:
+        """Neither operation has a TargetModel, so neither can reach a model of an MME."""
+        request_id = runtime.new_request_id()
+        operation = ("InvokeEndpointWithResponseStream"
+                     if request.url.path.endswith("-response-stream") else "InvokeEndpointAsync")
+        if registry.get(endpoint_name) is None:
+            error: errors.SageMakerError = errors.endpoint_not_found(endpoint_name,
+                                                                     settings.account_id)
+        else:
+            error = errors.unsupported_for_multi_model(operation, endpoint_name)
+        return _error_response(error, request_id)
+
     @app.get("/ping")
     async def ping() -> Response:
         return Response(status_code=200)

@@ -208,3 +208,17 @@ def test_ping(served) -> None:  # type: ignore[no-untyped-def]
     with urllib.request.urlopen(f"{server.url}/ping") as resp:
         assert resp.status == 200
 
+
+
+def test_streaming_and_async_invocations_cannot_target_a_model(served) -> None:  # type: ignore[no-untyped-def]
+    _s, rt = served
+    err = _error(lambda: rt.invoke_endpoint_with_response_stream(
+        EndpointName="local", Body=scale_request([1] * 4)))
+    assert err["Error"]["Code"] == "ValidationError"
+    assert "InvokeEndpointWithResponseStream is not supported" in err["Error"]["Message"]
+    err = _error(lambda: rt.invoke_endpoint_async(EndpointName="local",
+                                                  InputLocation="s3://b/in.json"))
+    assert err["Error"]["Code"] == "ValidationError"
+    err = _error(lambda: rt.invoke_endpoint_with_response_stream(
+        EndpointName="missing", Body=b"{}"))
+    assert "Endpoint missing of account" in err["Error"]["Message"]

@@ -140,6 +140,12 @@ def invocation_timed_out(endpoint: str, region: str, account: str,
     return model_error(0, body, endpoint, region, account, log_stream_arn)
 
 
+def unsupported_for_multi_model(operation: str, name: str) -> ValidationError:  # [U]
+    return ValidationError(
+        f"{operation} is not supported for endpoint {name}: multi-model endpoints are invoked "
+        "with InvokeEndpoint and a TargetModel (this operation has no TargetModel member).")
+
+
 def model_not_ready(target: str) -> ModelNotReadyException:  # [U]
     return ModelNotReadyException(
         f"Model {target} is not ready yet: it is still being downloaded or loaded. "
