@@ -213,7 +213,11 @@ class ModelManager:
         record.installed = await asyncio.to_thread(
             repository.install, layout, record.key, self.triton_repository)
         record.entry = repository.namespaced(layout.entry, record.key)
-        await self._make_room(record)
+        try:
+            await self._make_room(record)
+        except BaseException:
+            await asyncio.to_thread(repository.uninstall, record.installed, self.triton_repository)
+            raise
         record.state = ModelState.LOADING
         started = time.monotonic()
         try:

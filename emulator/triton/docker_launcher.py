@@ -53,6 +53,7 @@ NAME_LABEL = f"{LABEL_PREFIX}.launcher"
 SHIMS_DIR_LABEL = f"{LABEL_PREFIX}.shims-dir"
 SHIMS_DIR = Path(__file__).parent / "backends"
 
+CPU_ONLY_NOISE = "CudaDriverHelper has not been initialized"
 TRITON_HTTP_PORT = 8000
 TRITON_METRICS_PORT = 8002
 ENGINE_HINT = (
@@ -453,8 +454,10 @@ class DockerLauncher:
         if not line:
             return
         self._log_tail.append(line)
-        # Triton prefixes lines with their severity (E1121 12:00:00...); errors are worth seeing.
-        level = logging.WARNING if line[:1] == "E" and line[1:2].isdigit() else logging.DEBUG
+        # Triton prefixes lines with their severity (E1121 12:00:00...); errors are worth seeing,
+        # except the one every CPU-only start prints.
+        is_error = line[:1] == "E" and line[1:2].isdigit() and CPU_ONLY_NOISE not in line
+        level = logging.WARNING if is_error else logging.DEBUG
         log.log(level, "%s %s", prefix, line)
 
     async def _spawn(self) -> None:
