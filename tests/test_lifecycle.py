@@ -295,7 +295,7 @@ def test_concurrent_traffic_over_many_models_stays_correct(start_emulator, store
 
     def worker(seed: int) -> None:
         rng = np.random.default_rng(seed)
-        for _ in range(10):
+        for _ in range(6):
             i = int(rng.integers(0, 4))
             try:
                 np.testing.assert_allclose(invoke(rt, f"m{i}.tar.gz"), np.array([1, 2, 3, 4]) * (i + 1))
@@ -309,3 +309,35 @@ def test_concurrent_traffic_over_many_models_stays_correct(start_emulator, store
         t.join()
     assert errors == []
     assert metrics_of(server)["LoadedModelCount"]["Maximum"] <= 2
+
+
+def test_model_cache_disabled_unloads_and_deletes_after_each_invocation(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    """MultiModelConfig.ModelCacheSetting=Disabled, set up through the control plane."""
+    import boto3
+
+    from tests.conftest import DUMMY_CREDENTIALS
+
+    make_store(store, tmp_path, 1)
+    server = start_emulator()
+    sm = boto3.client("sagemaker", endpoint_url=server.url, **DUMMY_CREDENTIALS)
+    sm.create_model(ModelName="nocache", PrimaryContainer={
+        "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": f"file://{store}",
+        "MultiModelConfig": {"ModelCacheSetting": "Disabled"}})
+    sm.create_endpoint_config(EndpointConfigName="nocache", ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": "nocache", "InstanceType": "ml.m5.xlarge",
+        "InitialInstanceCount": 1}])
+    sm.create_endpoint(EndpointName="nocache", EndpointConfigName="nocache")
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="nocache",
+                                              WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+    rt = runtime_client(server.url)
+    for _ in range(2):
+        resp = rt.invoke_endpoint(EndpointName="nocache", TargetModel="m0.tar.gz",
+                                  Body=scale_request([1, 2, 3, 4]))
+        np.testing.assert_allclose(output_of(resp["Body"].read()), [1, 2, 3, 4])
+    endpoint = get_json(f"{server.url}/_emulator/models")["Endpoints"]["nocache"]
+    assert endpoint["Models"] == [] and endpoint["DiskBytes"] == 0
+    metrics = get_json(f"{server.url}/_emulator/metrics")["Endpoints"]["nocache"]["Metrics"]
+    assert metrics["ModelDownloadingTime"]["SampleCount"] == 2  # fetched again every time
+    assert metrics["ModelUnloadingTime"]["SampleCount"] == 2
+    assert metrics["ModelCacheHit"]["Sum"] == 0
