@@ -58,7 +58,8 @@ class Settings:
     memory_budget: int | None = None
     max_loaded_models: int | None = None
     disk_budget: int | None = None
-    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "sagemaker-mme-emulator")
+    cache_dir: Path = field(
+        default_factory=lambda: Path.home() / ".cache" / "sagemaker-mme-emulator")
     launcher: str = "embedded"  # embedded | docker | external
     tritonserver: str | None = None  # embedded: path to a tritonserver binary
     image: str | None = None  # docker: Triton image

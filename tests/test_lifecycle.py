@@ -298,7 +298,8 @@ def test_concurrent_traffic_over_many_models_stays_correct(start_emulator, store
         for _ in range(6):
             i = int(rng.integers(0, 4))
             try:
-                np.testing.assert_allclose(invoke(rt, f"m{i}.tar.gz"), np.array([1, 2, 3, 4]) * (i + 1))
+                expected = np.array([1, 2, 3, 4]) * (i + 1)
+                np.testing.assert_allclose(invoke(rt, f"m{i}.tar.gz"), expected)
             except BaseException as exc:  # collected: asserted below
                 errors.append(exc)
 

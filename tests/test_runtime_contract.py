@@ -138,9 +138,9 @@ def test_oversize_body(served) -> None:  # type: ignore[no-untyped-def]
 def test_bad_json_header_size_is_a_model_error_400(served) -> None:  # type: ignore[no-untyped-def]
     _s, rt = served
     body = scale_request([1, 2, 3, 4])
+    content_type = f"application/vnd.sagemaker-triton.binary+json;json-header-size={len(body) + 5}"
     err = _error(lambda: rt.invoke_endpoint(
-        EndpointName="local", TargetModel="scale.tar.gz", Body=body,
-        ContentType=f"application/vnd.sagemaker-triton.binary+json;json-header-size={len(body) + 5}"))
+        EndpointName="local", TargetModel="scale.tar.gz", Body=body, ContentType=content_type))
     assert err["Error"]["Code"] == "ModelError"
     assert err["ResponseMetadata"]["HTTPStatusCode"] == 424
     assert err["OriginalStatusCode"] == 400
@@ -184,7 +184,8 @@ def test_model_that_fails_to_load_is_a_model_error(served, target, fragment) -> 
 def test_metrics_count_invocations_and_errors(served) -> None:  # type: ignore[no-untyped-def]
     server, rt = served
     before = json.loads(urllib.request.urlopen(f"{server.url}/_emulator/metrics").read())
-    rt.invoke_endpoint(EndpointName="local", TargetModel="scale.tar.gz", Body=scale_request([1] * 4))
+    rt.invoke_endpoint(EndpointName="local", TargetModel="scale.tar.gz",
+                       Body=scale_request([1] * 4))
     _error(lambda: rt.invoke_endpoint(EndpointName="local", TargetModel="absent.tar.gz",
                                       Body=scale_request([1] * 4)))
     after = json.loads(urllib.request.urlopen(f"{server.url}/_emulator/metrics").read())

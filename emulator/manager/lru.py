@@ -71,7 +71,8 @@ class LruIndex:
         entry = self._entries.get(key)
         return entry is not None and entry.pins > 0
 
-    def victims(self, incoming_size: int, exclude: frozenset[str] = frozenset()) -> list[str] | None:
+    def victims(self, incoming_size: int,
+                exclude: frozenset[str] = frozenset()) -> list[str] | None:
         """Keys to evict, least recent first, so an item of ``incoming_size`` fits.
 
         Returns None when only pinned (or excluded) items stand in the way: the caller waits for

@@ -231,7 +231,8 @@ class ModelManager:
             if isinstance(exc, TritonError):
                 oom = any(marker in exc.body for marker in OOM_MARKERS)
                 raise ModelLoadFailed(507 if oom else 400, exc.body) from exc
-            raise ModelLoadFailed(500, f'{{"error":"model load did not complete: {exc!r}"}}') from exc
+            body = f'{{"error":"model load did not complete: {exc!r}"}}'
+            raise ModelLoadFailed(500, body) from exc
         elapsed = time.monotonic() - started
         self.metrics.record("ModelLoadingTime", elapsed * 1e6)
         record.state = ModelState.LOADED

@@ -11,8 +11,8 @@ last).
 
 Namespacing: SageMaker's Triton registers each artifact as its own repository, so two artifacts may
 both hold ``preprocess/``. Over Triton's HTTP API we get the same effect by installing every model
-as ``<model>--<key>`` (``key`` unique per artifact), with ``config.pbtxt`` rewritten (its ``name`` and
-the ensemble steps' ``model_name``) and every other file symlinked, never copied.
+as ``<model>--<key>`` (``key`` unique per artifact), with ``config.pbtxt`` rewritten (its ``name``
+and the ensemble steps' ``model_name``) and every other file symlinked, never copied.
 """
 
 from __future__ import annotations

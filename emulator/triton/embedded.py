@@ -195,10 +195,9 @@ class EmbeddedLauncher:
                     if self._log_task:
                         with contextlib.suppress(Exception):
                             await asyncio.wait_for(self._log_task, 5)
-                    raise LauncherError(
-                        f"tritonserver exited with code {self._process.returncode if self._process else '?'}"
-                        " while starting:\n" + "\n".join(self._log_tail)
-                    )
+                    code = self._process.returncode if self._process else "?"
+                    raise LauncherError(f"tritonserver exited with code {code} while starting:\n"
+                                        + "\n".join(self._log_tail))
                 with contextlib.suppress(aiohttp.ClientError):
                     async with session.get(f"{self.http_url}/v2/health/ready") as resp:
                         if resp.status == 200:
