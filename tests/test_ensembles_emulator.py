@@ -1,0 +1,211 @@
+"""Both ensembles through the emulator with boto3, as the seeds invoke them on SageMaker.
+
+Also the seeds' headline scenario (both ensembles behind one endpoint, with room for both, then
+with a memory budget that fits only one) and a short run of ``mme bench ensemble``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import numpy as np
+import pytest
+import requests
+import tritonclient.http as httpclient
+from botocore.config import Config
+from ensemble_helpers import built_repository
+from test_ensembles_image import IMAGES, in_process_reference
+from test_ensembles_text import BATCH_16, SENTENCES, assert_same_embeddings, reference
+
+from ensembles.packaging import folder_size, package
+
+pytest.importorskip("nvidia.dali")
+pytest.importorskip("sentence_transformers")
+server_module = pytest.importorskip("emulator.server")
+from emulator.settings import Settings  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+BINARY_JSON = "application/vnd.sagemaker-triton.binary+json;json-header-size={}"
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return {"text": built_repository(tmp_path_factory, "text_embedding"),
+            "image": built_repository(tmp_path_factory, "image_classification")}
+
+
+@pytest.fixture(scope="module")
+def model_data(tmp_path_factory: pytest.TempPathFactory, repos: dict[str, Path]) -> Path:
+    folder = tmp_path_factory.mktemp("model-data")
+    package(repos["text"], folder / "model_text.tar.gz")
+    package(repos["image"], folder / "model_image.tar.gz")
+    return folder
+
+
+def start_emulator(model_data: Path, cache: Path, **settings: Any) -> Any:
+    return server_module.EmulatorServer(Settings(
+        model_data=str(model_data), port=0, cache_dir=cache, **settings)).start()
+
+
+def runtime_client(url: str) -> Any:
+    return boto3.client(
+        "sagemaker-runtime", endpoint_url=url, region_name="us-east-1",
+        aws_access_key_id="test", aws_secret_access_key="test",
+        config=Config(read_timeout=300, retries={"max_attempts": 1, "mode": "standard"}))
+
+
+@pytest.fixture(scope="module")
+def emulator(model_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    server = start_emulator(model_data, tmp_path_factory.mktemp("cache"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --- payloads as the seeds build them ---------------------------------------------------------
+
+def invoke_text_binary(client: Any, sentences: list[str],
+                       target: str = "model_text.tar.gz") -> np.ndarray:
+    item = httpclient.InferInput("INPUT0", [len(sentences), 1], "BYTES")
+    item.set_data_from_numpy(np.array([[s] for s in sentences], dtype=np.object_),
+                             binary_data=True)
+    body, header_length = httpclient.InferenceServerClient.generate_request_body(
+        [item], outputs=[httpclient.InferRequestedOutput("finaloutput")])
+    response = client.invoke_endpoint(EndpointName="local", TargetModel=target, Body=body,
+                                      ContentType=BINARY_JSON.format(header_length))
+    prefix = BINARY_JSON.format("")
+    assert response["ContentType"].startswith(prefix), response["ContentType"]
+    result = httpclient.InferenceServerClient.parse_response_body(
+        response["Body"].read(), header_length=int(response["ContentType"][len(prefix):]))
+    return result.as_numpy("finaloutput")
+
+
+def invoke_text_json(client: Any, sentences: list[str],
+                     target: str = "model_text.tar.gz") -> np.ndarray:
+    body = {"inputs": [{"name": "INPUT0", "shape": [len(sentences), 1], "datatype": "BYTES",
+                        "data": sentences}]}
+    response = client.invoke_endpoint(EndpointName="local", TargetModel=target,
+                                      Body=json.dumps(body), ContentType="application/json")
+    output = json.loads(response["Body"].read())["outputs"][0]
+    return np.array(output["data"], dtype=np.float32).reshape(output["shape"])
+
+
+def invoke_image_seeds_json(client: Any, image: bytes,
+                            target: str = "model_image.tar.gz") -> np.ndarray:
+    raw = np.expand_dims(np.frombuffer(image, dtype=np.uint8), 0)
+    payload = {"inputs": [{"name": "INPUT", "shape": raw.shape, "datatype": "UINT8",
+                           "data": raw.tolist()}]}
+    response = client.invoke_endpoint(EndpointName="local", TargetModel=target,
+                                      ContentType="application/octet-stream",
+                                      Body=json.dumps(payload))
+    output = json.loads(response["Body"].read().decode("utf8"))["outputs"][0]
+    return np.array(output["data"], dtype=np.float32).reshape(output["shape"])
+
+
+def invoke_image_binary(client: Any, image: bytes,
+                        target: str = "model_image.tar.gz") -> np.ndarray:
+    raw = np.frombuffer(image, dtype=np.uint8)[None]
+    item = httpclient.InferInput("INPUT", list(raw.shape), "UINT8")
+    item.set_data_from_numpy(raw, binary_data=True)
+    body, header_length = httpclient.InferenceServerClient.generate_request_body(
+        [item], outputs=[httpclient.InferRequestedOutput("OUTPUT", binary_data=True)])
+    response = client.invoke_endpoint(EndpointName="local", TargetModel=target, Body=body,
+                                      ContentType=BINARY_JSON.format(header_length))
+    prefix = BINARY_JSON.format("")
+    result = httpclient.InferenceServerClient.parse_response_body(
+        response["Body"].read(), header_length=int(response["ContentType"][len(prefix):]))
+    return result.as_numpy("OUTPUT")
+
+
+def endpoint_metrics(url: str) -> dict[str, Any]:
+    snapshot = requests.get(f"{url}/_emulator/metrics", timeout=30).json()
+    return snapshot["Endpoints"]["local"]["Metrics"]
+
+
+# --- checks against the references ------------------------------------------------------------
+
+def test_text_binary_json_matches_sentence_transformers(emulator: Any) -> None:
+    client = runtime_client(emulator.url)
+    assert_same_embeddings(invoke_text_binary(client, SENTENCES), reference(SENTENCES))
+    assert_same_embeddings(invoke_text_binary(client, BATCH_16), reference(BATCH_16))
+
+
+def test_text_json_matches_sentence_transformers(emulator: Any) -> None:
+    client = runtime_client(emulator.url)
+    assert_same_embeddings(invoke_text_json(client, SENTENCES), reference(SENTENCES))
+
+
+def test_image_seeds_json_and_binary_match_in_process(emulator: Any,
+                                                      repos: dict[str, Path]) -> None:
+    client = runtime_client(emulator.url)
+    want = in_process_reference(repos["image"], IMAGES)
+    for image, expected in zip(IMAGES, want, strict=True):
+        assert np.abs(invoke_image_seeds_json(client, image)[0] - expected).max() <= 1e-4
+        assert np.abs(invoke_image_binary(client, image)[0] - expected).max() <= 1e-4
+
+
+# --- the seeds' headline scenario -------------------------------------------------------------
+
+def _alternate(client: Any, rounds: int, want_text: np.ndarray, want_image: np.ndarray) -> None:
+    for _ in range(rounds):
+        assert_same_embeddings(invoke_text_binary(client, SENTENCES[:2]), want_text)
+        assert np.abs(invoke_image_seeds_json(client, IMAGES[0])[0] - want_image).max() <= 1e-4
+
+
+def test_headline_two_ensembles_one_endpoint(model_data: Path, repos: dict[str, Path],
+                                             tmp_path: Path) -> None:
+    want_text = reference(SENTENCES[:2])
+    want_image = in_process_reference(repos["image"], IMAGES[:1])[0]
+    sizes = sorted(folder_size(repo) for repo in repos.values())
+
+    # Room for both: two misses, then only hits; nothing is unloaded.
+    roomy = start_emulator(model_data, tmp_path / "cache-roomy", memory_budget=sum(sizes) * 2)
+    try:
+        _alternate(runtime_client(roomy.url), 3, want_text, want_image)
+        metrics = endpoint_metrics(roomy.url)
+    finally:
+        roomy.stop()
+    assert metrics["ModelCacheHit"]["SampleCount"] == 6
+    assert metrics["ModelCacheHit"]["Sum"] == 4
+    assert metrics["LoadedModelCount"]["Current"] == 2
+    assert metrics["ModelUnloadingTime"]["SampleCount"] == 0
+
+    # Room for either one alone but not both: every switch evicts the other ensemble.
+    tight = start_emulator(model_data, tmp_path / "cache-tight",
+                           memory_budget=sizes[1] + sizes[0] // 2)
+    try:
+        _alternate(runtime_client(tight.url), 2, want_text, want_image)
+        metrics = endpoint_metrics(tight.url)
+    finally:
+        tight.stop()
+    assert metrics["ModelCacheHit"]["SampleCount"] == 4
+    assert metrics["ModelCacheHit"]["Sum"] == 0
+    assert metrics["LoadedModelCount"]["Current"] == 1
+    assert metrics["LoadedModelCount"]["Maximum"] == 1
+    assert metrics["ModelUnloadingTime"]["SampleCount"] == 3
+
+
+# --- mme bench ensemble -----------------------------------------------------------------------
+
+def test_bench_ensemble_prints_a_table_with_ratios(repos: dict[str, Path],
+                                                   tmp_path: Path) -> None:
+    from ensembles import bench
+
+    configs = bench.SEED_CONFIGS[:2]
+    results = bench.run(tmp_path, concurrency=2, requests=6, warmup=2, configs=configs,
+                        base_repo=repos["text"])
+    assert [r.config for r in results] == list(configs)
+    assert all(r.errors == 0 and r.calls == 6 for r in results)
+    text = bench.table(results, 2)
+    assert "invocations/min" in text and "p99 ms" in text
+    assert "1.00x" in text.splitlines()[3]  # the base row compares with itself
+    derived = (tmp_path / configs[1].slug / "bert-onnx" / "config.pbtxt").read_text()
+    assert "dynamic_batching { }" in derived
+    assert os.path.exists(tmp_path / "model-data" / f"{configs[1].slug}.tar.gz")
