@@ -29,14 +29,14 @@ docker-prepare:
 
 test: $(STAMP)
 ifeq ($(SKIP_DOCKER),1)
-	$(BIN)/python -m pytest -m "not docker" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --no-docker $(PYTEST_ARGS)
 else
 	bash docker/prepare-ci.sh
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 endif
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not docker" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" --no-docker $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check emulator ensembles harness tests

@@ -25,7 +25,11 @@ from emulator.control import ControlPlaneService, ControlStore, build_control_ro
 from emulator.endpoints import EndpointRegistry, EndpointSpec
 from emulator.metrics import prometheus_text
 from emulator.settings import Settings
+from emulator.triton.docker_launcher import DockerLauncher, count_gpus
+from emulator.triton.embedded import EmbeddedLauncher
+from emulator.triton.external import ExternalLauncher
 from emulator.triton.launcher import LauncherError, TritonLauncher, TritonOptions
+from emulator.triton.sagemaker_env import SageMakerEnvironmentError, triton_args_from_environment
 
 log = logging.getLogger("emulator.app")
 
@@ -33,38 +37,27 @@ log = logging.getLogger("emulator.app")
 def make_launcher(settings: Settings, spec: EndpointSpec, options: TritonOptions,
                   work_dir: Path) -> TritonLauncher:
     """Pick the launcher by ``--launcher``; the endpoint's environment becomes Triton flags."""
-    translate = _environment_translation()
-    if translate is not None:
-        translated = translate(spec.environment)
-        options.extra_args.extend(translated.args)
-        options.environment.update(translated.passthrough_env)
-    else:
-        options.environment.update(spec.environment)
+    gpu_count = count_gpus() if settings.launcher == "docker" else 0
+    try:
+        translated = triton_args_from_environment(
+            spec.environment, multi_model=spec.mode == "MultiModel", gpu_count=gpu_count)
+    except SageMakerEnvironmentError as exc:
+        raise LauncherError(f"the container's Environment is invalid: {exc}") from exc
+    options.extra_args.extend(translated.args)
+    options.environment.update(translated.passthrough_env)
     if settings.launcher == "embedded":
-        from emulator.triton.embedded import EmbeddedLauncher
-
         return EmbeddedLauncher(options, work_dir, tritonserver=settings.tritonserver,
                                 name=f"triton[{spec.name}]")
     if settings.launcher == "docker":
-        from emulator.triton.docker_launcher import DockerLauncher  # type: ignore[import-not-found]
-
         return DockerLauncher(options, work_dir, image=spec.image or settings.image,
-                              cache_dir=settings.cache_dir, name=spec.name)
+                              cache_dir=settings.cache_dir, shm_size=settings.shm_size,
+                              gpus=settings.gpus, name=spec.name)
     if settings.launcher == "external":
-        from emulator.triton.external import ExternalLauncher  # type: ignore[import-not-found]
-
         if not settings.triton_url:
             raise LauncherError("--launcher external needs --triton-url")
-        return ExternalLauncher(options, settings.triton_url)
+        return ExternalLauncher(options, settings.triton_url,
+                                repository=settings.triton_repository)
     raise LauncherError(f"unknown launcher {settings.launcher!r}: embedded, docker or external")
-
-
-def _environment_translation():  # type: ignore[no-untyped-def]
-    try:
-        from emulator.triton.sagemaker_env import triton_args_from_environment
-    except ImportError:
-        return None
-    return triton_args_from_environment
 
 
 def _error_response(error: errors.SageMakerError, request_id: str) -> JSONResponse:

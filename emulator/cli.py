@@ -56,6 +56,12 @@ def add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[t
     p.add_argument("--tritonserver", help="embedded: a tritonserver binary to use instead")
     p.add_argument("--image", help="docker: the Triton image")
     p.add_argument("--triton-url", help="external: the URL of a Triton you run")
+    p.add_argument("--triton-repository",
+                   help="external: the model repository folder that Triton serves (it must be "
+                        "started with --model-control-mode=explicit on that folder)")
+    p.add_argument("--shm-size", help="docker: shared memory for the Python backend (1g)")
+    p.add_argument("--gpus", choices=["auto", "all", "none"],
+                   help="docker: pass GPUs through (auto: when nvidia-smi lists any)")
     p.add_argument("--invocation-timeout", dest="invocation_timeout_s", type=float,
                    help="seconds before a request gets ModelNotReadyException or a timeout (60)")
     p.add_argument("--log-level", help="DEBUG shows Triton's own log (INFO)")
@@ -65,7 +71,8 @@ def add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[t
 def settings_from_args(args: argparse.Namespace) -> Settings:
     names = ("model_data", "s3_endpoint_url", "region", "endpoint_name", "host", "port",
              "memory_budget", "max_loaded_models", "disk_budget", "cache_dir", "launcher",
-             "tritonserver", "image", "triton_url", "invocation_timeout_s", "log_level")
+             "tritonserver", "image", "triton_url", "triton_repository", "shm_size", "gpus",
+             "invocation_timeout_s", "log_level")
     return Settings.from_env(**{n: getattr(args, n, None) for n in names})
 
 

@@ -64,6 +64,9 @@ class Settings:
     tritonserver: str | None = None  # embedded: path to a tritonserver binary
     image: str | None = None  # docker: Triton image
     triton_url: str | None = None  # external: a Triton you run
+    triton_repository: Path | None = None  # external: the folder that Triton serves
+    shm_size: str = "1g"  # docker: /dev/shm for the Python backend
+    gpus: str = "auto"  # docker: auto | all | none
     # SageMaker answers ModelNotReadyException when a cold load outlasts the invocation timeout,
     # and keeps loading in the background for up to model_load_timeout_s.
     invocation_timeout_s: float = 60.0
@@ -89,6 +92,8 @@ class Settings:
         for name in ("memory_budget", "disk_budget", "max_extracted_bytes"):
             setattr(self, name, parse_size(getattr(self, name)))
         self.cache_dir = Path(self.cache_dir).expanduser()
+        if self.triton_repository is not None:
+            self.triton_repository = Path(self.triton_repository).expanduser()
 
 
 def _coerce(name: str, value: Any) -> Any:

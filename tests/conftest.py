@@ -16,6 +16,22 @@ from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from emulator.triton.launcher import free_port
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--no-docker", action="store_true",
+                     help="skip the docker suites (refused with CI=true: CI runs them)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--no-docker"):
+        return
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        raise pytest.UsageError("--no-docker is refused with CI=true: CI runs the docker suites")
+    skip = pytest.mark.skip(reason="--no-docker given: docker suites skipped on request")
+    for item in items:
+        if "docker" in item.keywords:
+            item.add_marker(skip)
+
+
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing",
                      "region_name": "us-east-1"}
 

@@ -58,8 +58,10 @@ def extract_archive(archive: Path, destination: Path, max_bytes: int | None) -> 
                             "(raise --max-extracted-bytes if this model is really that large)"
                         )
                 # The stdlib "data" filter enforces the same rules again (defence in depth).
-                tar.extractall(staging, members=members, filter="data")
-        except tarfile.FilterError as exc:
+                # (Python 3.10.12+/3.11.4+; older patch releases rely on the checks above.)
+                safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                tar.extractall(staging, members=members, **safe)  # type: ignore[arg-type]
+        except getattr(tarfile, "FilterError", ()) as exc:
             raise UnsafeArchive(f"refused by the safe-extraction filter: {exc}") from exc
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise UnsafeArchive(f"not a readable .tar.gz archive: {exc}") from exc
