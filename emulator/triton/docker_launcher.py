@@ -35,9 +35,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
-from emulator.triton.launcher import LauncherError, RestartCallback, TritonOptions
+from emulator.triton.launcher import (
+    LauncherError,
+    RestartCallback,
+    TritonOptions,
+    wait_until_ready,
+)
 
 if TYPE_CHECKING:
     from docker.client import DockerClient
@@ -473,28 +476,20 @@ class DockerLauncher:
                  container.name, time.monotonic() - started)
 
     async def _wait_ready(self, container: Container) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.startup_timeout_s
-        next_status_check = 0.0
-        async with aiohttp.ClientSession() as session:
-            while loop.time() < deadline:
-                if loop.time() >= next_status_check:
-                    next_status_check = loop.time() + 0.5
-                    await asyncio.to_thread(container.reload)
-                    if container.status in ("exited", "dead"):
-                        code = container.attrs.get("State", {}).get("ExitCode")
-                        logs = await asyncio.to_thread(container.logs)
-                        await asyncio.to_thread(self._remove_container)
-                        raise LauncherError(
-                            f"tritonserver in {self.image} exited with code {code} while "
-                            "starting:\n" + _excerpt(logs.decode(errors="replace"))
-                        )
-                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
-                    async with session.get(f"{self.http_url}/v2/health/ready",
-                                           timeout=aiohttp.ClientTimeout(total=2)) as resp:
-                        if resp.status == 200:
-                            return
-                await asyncio.sleep(0.1)
+        async def still_starting() -> None:
+            await asyncio.to_thread(container.reload)
+            if container.status in ("exited", "dead"):
+                code = container.attrs.get("State", {}).get("ExitCode")
+                logs = await asyncio.to_thread(container.logs)
+                await asyncio.to_thread(self._remove_container)
+                raise LauncherError(
+                    f"tritonserver in {self.image} exited with code {code} while "
+                    "starting:\n" + _excerpt(logs.decode(errors="replace"))
+                )
+
+        if await wait_until_ready(self.http_url, self.options.startup_timeout_s, still_starting,
+                                  interval_s=0.2):
+            return
         await asyncio.to_thread(self._remove_container)
         raise LauncherError(
             f"Triton in {self.image} was not ready within {self.options.startup_timeout_s}s; "

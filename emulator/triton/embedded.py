@@ -27,9 +27,13 @@ import sysconfig
 from collections import deque
 from pathlib import Path
 
-import aiohttp
-
-from emulator.triton.launcher import LauncherError, RestartCallback, TritonOptions, free_port
+from emulator.triton.launcher import (
+    LauncherError,
+    RestartCallback,
+    TritonOptions,
+    free_port,
+    wait_until_ready,
+)
 
 log = logging.getLogger("emulator.triton")
 
@@ -186,24 +190,21 @@ class EmbeddedLauncher:
             self._log_tail.append(line)
             triton_log.debug("%s", line)
 
+    async def _still_starting(self) -> None:
+        if self.is_running():
+            return
+        if self._log_task:  # let the log pump drain so the message shows why
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._log_task, 5)
+        code = self._process.returncode if self._process else "?"
+        raise LauncherError(f"tritonserver exited with code {code} while starting:\n"
+                            + "\n".join(self._log_tail))
+
     async def _wait_ready(self) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.startup_timeout_s
-        async with aiohttp.ClientSession() as session:
-            while loop.time() < deadline:
-                if not self.is_running():
-                    if self._log_task:
-                        with contextlib.suppress(Exception):
-                            await asyncio.wait_for(self._log_task, 5)
-                    code = self._process.returncode if self._process else "?"
-                    raise LauncherError(f"tritonserver exited with code {code} while starting:\n"
-                                        + "\n".join(self._log_tail))
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(f"{self.http_url}/v2/health/ready") as resp:
-                        if resp.status == 200:
-                            log.info("%s ready at %s (pid %s)", self._name, self.http_url, self.pid)
-                            return
-                await asyncio.sleep(0.1)
+        if await wait_until_ready(self.http_url, self.options.startup_timeout_s,
+                                  self._still_starting):
+            log.info("%s ready at %s (pid %s)", self._name, self.http_url, self.pid)
+            return
         await self._terminate()
         raise LauncherError(f"tritonserver was not ready within {self.options.startup_timeout_s}s")
 

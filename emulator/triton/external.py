@@ -26,7 +26,12 @@ from pathlib import Path
 
 import aiohttp
 
-from emulator.triton.launcher import LauncherError, RestartCallback, TritonOptions
+from emulator.triton.launcher import (
+    LauncherError,
+    RestartCallback,
+    TritonOptions,
+    wait_until_ready,
+)
 
 log = logging.getLogger("emulator.triton")
 
@@ -72,17 +77,12 @@ class ExternalLauncher:
 
     async def start(self) -> None:
         self._repository.mkdir(parents=True, exist_ok=True)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.startup_timeout_s
-        async with aiohttp.ClientSession() as session:
-            while not await self._probe(session, "/v2/health/ready"):
-                if loop.time() >= deadline:
-                    raise LauncherError(
-                        f"no ready Triton at {self._url} within {self.startup_timeout_s}s: start "
-                        "it with --model-control-mode=explicit and "
-                        f"--model-repository={self._repository} (the same path on both sides)"
-                    )
-                await asyncio.sleep(0.2)
+        if not await wait_until_ready(self._url, self.startup_timeout_s, interval_s=0.2):
+            raise LauncherError(
+                f"no ready Triton at {self._url} within {self.startup_timeout_s}s: start "
+                "it with --model-control-mode=explicit and "
+                f"--model-repository={self._repository} (the same path on both sides)"
+            )
         self._alive = True
         log.info("%s: using the Triton at %s (repository %s)", self._name, self._url,
                  self._repository)

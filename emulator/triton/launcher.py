@@ -10,11 +10,15 @@ model manager can forget what was loaded (models reload on demand, as on a repla
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+import aiohttp
 
 RestartCallback = Callable[[], Awaitable[None]]
 
@@ -64,3 +68,26 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+async def wait_until_ready(url: str, timeout_s: float,
+                           still_starting: Callable[[], Awaitable[None]] | None = None,
+                           interval_s: float = 0.1) -> bool:
+    """Poll ``GET {url}/v2/health/ready`` until it answers 200 (True) or ``timeout_s`` passes.
+
+    ``still_starting`` runs between polls and raises LauncherError when the server is gone
+    (the process exited, the container died), so a crash is reported at once, with its log.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while loop.time() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                async with session.get(f"{url}/v2/health/ready",
+                                       timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                    if resp.status == 200:
+                        return True
+            if still_starting is not None:
+                await still_starting()
+            await asyncio.sleep(interval_s)
+    return False
