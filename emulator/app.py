@@ -25,10 +25,10 @@ from emulator.control import ControlPlaneService, ControlStore, build_control_ro
 from emulator.endpoints import EndpointRegistry, EndpointSpec
 from emulator.metrics import prometheus_text
 from emulator.settings import Settings
-from emulator.triton.docker_launcher import DockerLauncher, count_gpus
+from emulator.triton.docker_launcher import DockerLauncher
 from emulator.triton.embedded import EmbeddedLauncher
 from emulator.triton.external import ExternalLauncher
-from emulator.triton.launcher import LauncherError, TritonLauncher, TritonOptions
+from emulator.triton.launcher import LauncherError, TritonLauncher, TritonOptions, count_gpus
 from emulator.triton.sagemaker_env import SageMakerEnvironmentError, triton_args_from_environment
 
 log = logging.getLogger("emulator.app")
@@ -37,7 +37,7 @@ log = logging.getLogger("emulator.app")
 def make_launcher(settings: Settings, spec: EndpointSpec, options: TritonOptions,
                   work_dir: Path) -> TritonLauncher:
     """Pick the launcher by ``--launcher``; the endpoint's environment becomes Triton flags."""
-    gpu_count = count_gpus() if settings.launcher == "docker" else 0
+    gpu_count = count_gpus() if settings.launcher != "external" else 0
     try:
         translated = triton_args_from_environment(
             spec.environment, multi_model=spec.mode == "MultiModel", gpu_count=gpu_count)

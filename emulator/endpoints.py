@@ -24,7 +24,7 @@ from emulator.manager.store import ObjectNotFound, source_for
 from emulator.metrics import EndpointMetrics
 from emulator.settings import Settings
 from emulator.triton.client import TritonClient, TritonUnreachable
-from emulator.triton.launcher import TritonLauncher, TritonOptions
+from emulator.triton.launcher import TritonLauncher, TritonOptions, count_gpus
 
 log = logging.getLogger("emulator.endpoints")
 
@@ -81,6 +81,7 @@ class Endpoint:
             cache_enabled=spec.model_cache_enabled,
             single_model=spec.mode == "SingleModel",
             default_model=spec.environment.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"),
+            gpus_available=count_gpus() > 0,
         )
         launcher.on_restart = self._triton_restarted
 

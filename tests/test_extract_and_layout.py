@@ -125,3 +125,20 @@ def test_install_namespaces_names_and_ensemble_steps(tmp_path: Path) -> None:
     assert (repo / "preprocess" / "config.pbtxt").read_text().count('name: "preprocess"') == 1
     repository.uninstall(names, triton_repo)
     assert list(triton_repo.iterdir()) == []
+
+
+def test_gpu_instance_groups_run_on_cpu_when_no_gpu(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    folder = write_scale_model(repo, "gpu_model")
+    config = (folder / "config.pbtxt").read_text().replace(
+        "instance_group [ { kind: KIND_CPU count: 1 } ]",
+        "instance_group [ { kind: KIND_GPU count: 2 gpus: [ 0 ] } ]")
+    (folder / "config.pbtxt").write_text(config)
+    layout = repository.read_layout(repo)
+    repository.install(layout, "k", tmp_path / "cpu", gpus_available=False)
+    repository.install(layout, "k", tmp_path / "gpu", gpus_available=True)
+    on_cpu = (tmp_path / "cpu" / "gpu_model--k" / "config.pbtxt").read_text()
+    assert "KIND_CPU" in on_cpu and "KIND_GPU" not in on_cpu and "gpus" not in on_cpu
+    assert "count: 2" in on_cpu
+    assert "KIND_GPU" in (tmp_path / "gpu" / "gpu_model--k" / "config.pbtxt").read_text()
+    assert "KIND_GPU" in (folder / "config.pbtxt").read_text()  # the artifact is untouched

@@ -111,6 +111,7 @@ class ModelManager:
         cache_enabled: bool = True,
         single_model: bool = False,
         default_model: str | None = None,
+        gpus_available: bool = True,
     ) -> None:
         self.source = source
         self.artifacts_dir = cache_dir / "artifacts"
@@ -123,6 +124,7 @@ class ModelManager:
         # SingleModel endpoints: serve's start-up rules pick the model (read_single_model_layout).
         self.single_model = single_model
         self.default_model = default_model
+        self.gpus_available = gpus_available
         self.memory = LruIndex(memory_budget, max_loaded_models)
         self.disk = LruIndex(disk_budget)
         self.records: dict[str, ModelRecord] = {}
@@ -211,7 +213,7 @@ class ModelManager:
         else:
             layout = await asyncio.to_thread(repository.read_layout, extracted)
         record.installed = await asyncio.to_thread(
-            repository.install, layout, record.key, self.triton_repository)
+            repository.install, layout, record.key, self.triton_repository, self.gpus_available)
         record.entry = repository.namespaced(layout.entry, record.key)
         try:
             await self._make_room(record)

@@ -17,6 +17,7 @@ and the ensemble steps' ``model_name``) and every other file symlinked, never co
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from pathlib import Path
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
+
+log = logging.getLogger("emulator.repository")
 
 CONFIG = "config.pbtxt"
 SEPARATOR = "--"
@@ -128,17 +131,33 @@ def namespaced(model: str, key: str) -> str:
     return f"{model}{SEPARATOR}{key}"
 
 
-def install(layout: ArtifactLayout, key: str, triton_repository: Path) -> list[str]:
+def run_on_cpu(config: model_config_pb2.ModelConfig) -> bool:
+    """Turn ``KIND_GPU`` instance groups into ``KIND_CPU`` (no GPU here). True if it changed."""
+    changed = False
+    for group in config.instance_group:
+        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU:
+            group.kind = model_config_pb2.ModelInstanceGroup.KIND_CPU
+            del group.gpus[:]
+            changed = True
+    return changed
+
+
+def install(layout: ArtifactLayout, key: str, triton_repository: Path,
+            gpus_available: bool = True) -> list[str]:
     """Write ``<model>--<key>`` folders into Triton's repository; returns their names.
 
     Each folder holds the rewritten config.pbtxt and symlinks to the artifact's files, so the
-    artifact itself stays byte-for-byte what was uploaded.
+    artifact itself stays byte-for-byte what was uploaded. Without a GPU, ``KIND_GPU`` instance
+    groups run as ``KIND_CPU`` so the tarball built for a GPU endpoint still runs here.
     """
     installed = []
     for model, source in layout.models.items():
         config = model_config_pb2.ModelConfig()
         config.CopyFrom(layout.configs[model])
         config.name = namespaced(model, key)
+        if not gpus_available and run_on_cpu(config):
+            log.warning("model %s asks for KIND_GPU instances; no GPU here, running them on CPU",
+                        model)
         for step in config.ensemble_scheduling.step:
             if step.model_name in layout.models:
                 step.model_name = namespaced(step.model_name, key)

@@ -24,7 +24,6 @@ import logging
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,6 +38,7 @@ from emulator.triton.launcher import (
     LauncherError,
     RestartCallback,
     TritonOptions,
+    count_gpus,
     wait_until_ready,
 )
 
@@ -90,19 +90,6 @@ def owner_alive(pid: int, start_ticks: str | None) -> bool:
         if current is not None and current != start_ticks:
             return False
     return True
-
-
-def count_gpus() -> int:
-    """GPUs ``nvidia-smi -L`` lists on this machine (0 without the tool or a driver)."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    if out.returncode != 0:
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
 def connect(client: DockerClient | None = None) -> DockerClient:

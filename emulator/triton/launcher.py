@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import shutil
 import socket
+import subprocess
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,3 +94,17 @@ async def wait_until_ready(url: str, timeout_s: float,
                 await still_starting()
             await asyncio.sleep(interval_s)
     return False
+
+
+@functools.cache
+def count_gpus() -> int:
+    """GPUs ``nvidia-smi -L`` lists on this machine (0 without the tool or a driver)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    if out.returncode != 0:
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
