@@ -50,7 +50,8 @@ def make_launcher(settings: Settings, spec: EndpointSpec, options: TritonOptions
                                 name=f"triton[{spec.name}]")
     if settings.launcher == "docker":
         return DockerLauncher(options, work_dir, image=spec.image or settings.image,
-                              cache_dir=settings.cache_dir, shm_size=settings.shm_size,
+                              cache_dir=settings.cache_dir, mounts=settings.docker_mounts,
+                              shm_size=settings.shm_size,
                               gpus=settings.gpus, name=spec.name)
     if settings.launcher == "external":
         if not settings.triton_url:

@@ -60,6 +60,8 @@ def add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[t
                    help="external: the model repository folder that Triton serves (it must be "
                         "started with --model-control-mode=explicit on that folder)")
     p.add_argument("--shm-size", help="docker: shared memory for the Python backend (1g)")
+    p.add_argument("--docker-mount", dest="docker_mounts", action="append",
+                   help="docker: a host folder to mount at the same path (repeatable)")
     p.add_argument("--gpus", choices=["auto", "all", "none"],
                    help="docker: pass GPUs through (auto: when nvidia-smi lists any)")
     p.add_argument("--invocation-timeout", dest="invocation_timeout_s", type=float,
@@ -72,7 +74,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     names = ("model_data", "s3_endpoint_url", "region", "endpoint_name", "host", "port",
              "memory_budget", "max_loaded_models", "disk_budget", "cache_dir", "launcher",
              "tritonserver", "image", "triton_url", "triton_repository", "shm_size", "gpus",
-             "invocation_timeout_s", "log_level")
+             "docker_mounts", "invocation_timeout_s", "log_level")
     return Settings.from_env(**{n: getattr(args, n, None) for n in names})
 
 

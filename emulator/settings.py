@@ -67,6 +67,8 @@ class Settings:
     triton_repository: Path | None = None  # external: the folder that Triton serves
     shm_size: str = "1g"  # docker: /dev/shm for the Python backend
     gpus: str = "auto"  # docker: auto | all | none
+    # docker: more host folders mounted at the same path (e.g. what EXECUTION_ENV_PATH names).
+    docker_mounts: list[Path] = field(default_factory=list)
     # SageMaker answers ModelNotReadyException when a cold load outlasts the invocation timeout,
     # and keeps loading in the background for up to model_load_timeout_s.
     invocation_timeout_s: float = 60.0
@@ -92,6 +94,9 @@ class Settings:
         for name in ("memory_budget", "disk_budget", "max_extracted_bytes"):
             setattr(self, name, parse_size(getattr(self, name)))
         self.cache_dir = Path(self.cache_dir).expanduser()
+        if isinstance(self.docker_mounts, str):  # MME_DOCKER_MOUNTS=/a:/b
+            self.docker_mounts = [Path(p) for p in self.docker_mounts.split(os.pathsep) if p]
+        self.docker_mounts = [Path(p).expanduser() for p in self.docker_mounts]
         if self.triton_repository is not None:
             self.triton_repository = Path(self.triton_repository).expanduser()
 

@@ -16,6 +16,7 @@ from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from emulator.triton.launcher import free_port
 
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--no-docker", action="store_true",
                      help="skip the docker suites (refused with CI=true: CI runs them)")

@@ -60,24 +60,18 @@ def served(tmp_path_factory: pytest.TempPathFactory,
 
 
 @pytest.fixture
-def start_emulator(tmp_path: Path, triton_cpu_image: str,  # noqa: F811
-                   monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., EmulatorServer]]:
+def start_emulator(tmp_path: Path,
+                   triton_cpu_image: str) -> Iterator[Callable[..., EmulatorServer]]:  # noqa: F811
     """conftest's start_emulator on the docker launcher.
 
     The lifecycle tests put gate files in tmp_path, outside the cache dir: tmp_path is mounted
-    too (at the same path), so the models in the container see the gates the test creates.
+    too (``docker_mounts``, at the same path), so the models in the container see the gates.
     """
-
-    class MountingTmpPath(docker_launcher.DockerLauncher):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["mounts"] = [*kwargs.get("mounts", ()), tmp_path]
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(docker_launcher, "DockerLauncher", MountingTmpPath)
     servers: list[EmulatorServer] = []
 
     def start(**overrides: Any) -> EmulatorServer:
         overrides.setdefault("cache_dir", tmp_path / f"cache{len(servers)}")
+        overrides.setdefault("docker_mounts", [tmp_path])
         server = EmulatorServer(docker_settings(triton_cpu_image, **overrides)).start()
         servers.append(server)
         return server
