@@ -49,7 +49,9 @@ def make_launcher(settings: Settings, spec: EndpointSpec, options: TritonOptions
         return EmbeddedLauncher(options, work_dir, tritonserver=settings.tritonserver,
                                 name=f"triton[{spec.name}]")
     if settings.launcher == "docker":
-        return DockerLauncher(options, work_dir, image=spec.image or settings.image,
+        # --image wins over the model's Image: it maps the production image (an ECR URI that
+        # cannot be pulled here) to one this machine has; without it, the model's Image is used.
+        return DockerLauncher(options, work_dir, image=settings.image or spec.image,
                               cache_dir=settings.cache_dir, mounts=settings.docker_mounts,
                               shm_size=settings.shm_size,
                               gpus=settings.gpus, name=spec.name)
