@@ -109,15 +109,17 @@ def run(work_dir: Path) -> int:
             t2 = time.perf_counter()
             print(f"   round {round_}: text_embedding {1e3 * (t1 - t0):7.1f} ms, "
                   f"image_classification {1e3 * (t2 - t1):7.1f} ms")
+        norms = ", ".join(f"{n:.4f}" for n in np.linalg.norm(embeddings, axis=1))
         print(f"\n   text_embedding: {embeddings.shape[0]} sentences -> {embeddings.shape[1]}-d "
-              f"unit vectors (norms {np.round(np.linalg.norm(embeddings, axis=1), 4).tolist()})")
+              f"unit vectors (norms {norms})")
         similarity = embeddings @ embeddings.T
         for i, sentence in enumerate(SENTENCES):
-            print(f"     {sentence[:48]:<50} cos: {np.round(similarity[i], 3).tolist()}")
+            cosines = "  ".join(f"{c:+.3f}" for c in similarity[i])
+            print(f"     {sentence[:48]:<50} cosine: {cosines}")
         top = np.argsort(probabilities[0])[::-1][:3]
-        print(f"   image_classification: {probabilities.shape[1]} probabilities, sum "
-              f"{probabilities[0].sum():.4f}; top classes {top.tolist()} "
-              f"p={np.round(probabilities[0][top], 4).tolist()}")
+        classes = ", ".join(f"{c} (p={probabilities[0][c]:.3f})" for c in top)
+        print(f"   image_classification: {probabilities.shape[1]} probabilities summing to "
+              f"{probabilities[0].sum():.4f}; top classes {classes}")
         print("\n4. MME metrics (CloudWatch names and units)")
         print_metrics(server)
         print("\n5. Stopping the emulator and its Triton")
