@@ -101,13 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_serve(subparsers)
     for module_name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:  # the module exists but one of its imports is missing
-                raise
-            continue
-        module.add_subcommands(subparsers)
+        importlib.import_module(module_name).add_subcommands(subparsers)
     return parser
 
 
