@@ -28,6 +28,7 @@ docker-prepare:
 	bash docker/prepare-ci.sh
 
 test: $(STAMP)
+	$(BIN)/ruff check emulator ensembles harness tests docker
 ifeq ($(SKIP_DOCKER),1)
 	$(BIN)/python -m pytest --no-docker $(PYTEST_ARGS)
 else
