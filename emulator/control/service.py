@@ -79,6 +79,25 @@ def failure_reason(exc: BaseException) -> str:
     return text[:_FAILURE_REASON_MAX]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    """How one stored resource kind is named on the wire."""
+
+    table: str
+    kind: str  # in ARNs and messages
+    name_key: str
+    arn_key: str
+    list_key: str
+    operation_noun: str  # DescribeModel, DescribeEndpointConfig
+    defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+_MODEL = _Kind(MODELS, KIND_MODEL, "ModelName", "ModelArn", "Models", "Model",
+               {"EnableNetworkIsolation": False})
+_CONFIG = _Kind(CONFIGS, KIND_CONFIG, "EndpointConfigName", "EndpointConfigArn",
+                "EndpointConfigs", "EndpointConfig")
+
+
 class ControlPlaneService:
     def __init__(
         self,
@@ -111,91 +130,76 @@ class ControlPlaneService:
     def arn(self, kind: str, name: str) -> str:
         return wire.arn(kind, name, self.region, self.account)
 
-    # -- models ------------------------------------------------------------------------------
+    # -- models and endpoint configs: stored documents, the same four operations -----------
 
-    async def create_model(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = params["ModelName"]
+    def _create_stored(self, kind: _Kind, params: dict[str, Any]) -> dict[str, Any]:
+        name = params[kind.name_key]
         try:
-            self.store.add(MODELS, Resource(name, self._clock(), params))
+            self.store.add(kind.table, Resource(name, self._clock(), params))
         except AlreadyExists:
-            raise wire.already_exists(KIND_MODEL, self.arn(KIND_MODEL, name)) from None
-        return {"ModelArn": self.arn(KIND_MODEL, name)}
+            raise wire.already_exists(kind.kind, self.arn(kind.kind, name)) from None
+        return {kind.arn_key: self.arn(kind.kind, name)}
 
-    async def describe_model(self, params: dict[str, Any]) -> dict[str, Any]:
-        model = self._resource(MODELS, KIND_MODEL, params["ModelName"])
+    def _describe_stored(self, kind: _Kind, params: dict[str, Any]) -> dict[str, Any]:
+        resource = self._resource(kind.table, kind.kind, params[kind.name_key])
         doc = {
-            "EnableNetworkIsolation": False,
-            **model.doc,
-            "ModelName": model.name,
-            "ModelArn": self.arn(KIND_MODEL, model.name),
-            "CreationTime": model.created,
+            **kind.defaults,
+            **resource.doc,
+            kind.name_key: resource.name,
+            kind.arn_key: self.arn(kind.kind, resource.name),
+            "CreationTime": resource.created,
         }
-        return wire.output("DescribeModel", doc)
+        return wire.output(f"Describe{kind.operation_noun}", doc)
 
-    async def list_models(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _list_stored(self, kind: _Kind, params: dict[str, Any]) -> dict[str, Any]:
         page, token = wire.list_page(
-            self.store.all(MODELS), params, name=lambda r: r.name, created=lambda r: r.created
+            self.store.all(kind.table), params, name=lambda r: r.name, created=lambda r: r.created
         )
-        models = [
+        items = [
             {
-                "ModelName": r.name,
-                "ModelArn": self.arn(KIND_MODEL, r.name),
+                kind.name_key: r.name,
+                kind.arn_key: self.arn(kind.kind, r.name),
                 "CreationTime": r.created,
             }
             for r in page
         ]
-        return _with_token({"Models": models}, token)
+        return _with_token({kind.list_key: items}, token)
 
-    async def delete_model(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = params["ModelName"]
-        if not self.store.remove(MODELS, name):
-            raise wire.not_found(KIND_MODEL, self.arn(KIND_MODEL, name))
+    def _delete_stored(self, kind: _Kind, params: dict[str, Any]) -> dict[str, Any]:
+        name = params[kind.name_key]
+        if not self.store.remove(kind.table, name):
+            raise wire.not_found(kind.kind, self.arn(kind.kind, name))
         return {}
 
-    # -- endpoint configs --------------------------------------------------------------------
+    async def create_model(self, params: dict[str, Any]) -> dict[str, Any]:
+        return self._create_stored(_MODEL, params)
+
+    async def describe_model(self, params: dict[str, Any]) -> dict[str, Any]:
+        return self._describe_stored(_MODEL, params)
+
+    async def list_models(self, params: dict[str, Any]) -> dict[str, Any]:
+        return self._list_stored(_MODEL, params)
+
+    async def delete_model(self, params: dict[str, Any]) -> dict[str, Any]:
+        return self._delete_stored(_MODEL, params)
 
     async def create_endpoint_config(self, params: dict[str, Any]) -> dict[str, Any]:
         name = params["EndpointConfigName"]
-        if self.store.get(CONFIGS, name) is not None:
+        if self.store.get(CONFIGS, name) is not None:  # named before any missing model
             raise wire.already_exists(KIND_CONFIG, self.arn(KIND_CONFIG, name))
         for variant in params["ProductionVariants"]:
             self._resource(MODELS, KIND_MODEL, variant["ModelName"])
-        try:
-            self.store.add(CONFIGS, Resource(name, self._clock(), params))
-        except AlreadyExists:
-            raise wire.already_exists(KIND_CONFIG, self.arn(KIND_CONFIG, name)) from None
-        return {"EndpointConfigArn": self.arn(KIND_CONFIG, name)}
+        return self._create_stored(_CONFIG, params)
 
     async def describe_endpoint_config(self, params: dict[str, Any]) -> dict[str, Any]:
-        config = self._resource(CONFIGS, KIND_CONFIG, params["EndpointConfigName"])
-        doc = {
-            **config.doc,
-            "EndpointConfigName": config.name,
-            "EndpointConfigArn": self.arn(KIND_CONFIG, config.name),
-            "CreationTime": config.created,
-        }
-        return wire.output("DescribeEndpointConfig", doc)
+        return self._describe_stored(_CONFIG, params)
 
     async def list_endpoint_configs(self, params: dict[str, Any]) -> dict[str, Any]:
-        page, token = wire.list_page(
-            self.store.all(CONFIGS), params, name=lambda r: r.name, created=lambda r: r.created
-        )
-        configs = [
-            {
-                "EndpointConfigName": r.name,
-                "EndpointConfigArn": self.arn(KIND_CONFIG, r.name),
-                "CreationTime": r.created,
-            }
-            for r in page
-        ]
-        return _with_token({"EndpointConfigs": configs}, token)
+        return self._list_stored(_CONFIG, params)
 
     async def delete_endpoint_config(self, params: dict[str, Any]) -> dict[str, Any]:
         # Allowed while an endpoint uses it: endpoints keep a snapshot of their config.
-        name = params["EndpointConfigName"]
-        if not self.store.remove(CONFIGS, name):
-            raise wire.not_found(KIND_CONFIG, self.arn(KIND_CONFIG, name))
-        return {}
+        return self._delete_stored(_CONFIG, params)
 
     # -- endpoints ---------------------------------------------------------------------------
 
