@@ -102,6 +102,9 @@ def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> F
     async def invoke_endpoint(endpoint_name: str, request: Request) -> Response:
         request_id = runtime.new_request_id()
         try:
+            declared = request.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > settings.max_payload_bytes:
+                raise errors.oversize_body(request_id, settings.max_payload_bytes)  # unread
             body = await request.body()
             parsed = runtime.parse_invoke(endpoint_name, request.headers, body,
                                           settings.max_payload_bytes, request_id)

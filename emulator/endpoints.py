@@ -139,6 +139,8 @@ class Endpoint:
     async def _invoke(self, request: runtime.InvokeRequest,
                       started: float) -> tuple[InvokeResult, float]:
         target = request.target_model
+        if request.target_variant is not None and request.target_variant != self.spec.variant_name:
+            raise errors.variant_not_found(request.target_variant, self.spec.name)
         if self.is_multi_model and target is None:
             raise errors.missing_target_model(request.request_id)
         if not self.is_multi_model and target is not None:

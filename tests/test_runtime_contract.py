@@ -223,3 +223,14 @@ def test_streaming_and_async_invocations_cannot_target_a_model(served) -> None: 
     err = _error(lambda: rt.invoke_endpoint_with_response_stream(
         EndpointName="missing", Body=b"{}"))
     assert "Endpoint missing of account" in err["Error"]["Message"]
+
+
+def test_target_variant_must_name_the_endpoints_variant(served) -> None:  # type: ignore[no-untyped-def]
+    _s, rt = served
+    resp = rt.invoke_endpoint(EndpointName="local", TargetModel="scale.tar.gz",
+                              TargetVariant="AllTraffic", Body=scale_request([1] * 4))
+    assert resp["InvokedProductionVariant"] == "AllTraffic"
+    err = _error(lambda: rt.invoke_endpoint(EndpointName="local", TargetModel="scale.tar.gz",
+                                            TargetVariant="Canary", Body=scale_request([1] * 4)))
+    assert err["Error"]["Code"] == "ValidationError"
+    assert "Variant Canary not found" in err["Error"]["Message"]

@@ -102,6 +102,10 @@ def not_multi_model(name: str) -> ValidationError:  # [O]
     )
 
 
+def variant_not_found(variant: str, endpoint: str) -> ValidationError:  # [U]
+    return ValidationError(f"Variant {variant} not found for endpoint {endpoint}.")
+
+
 def invalid_target_model(value: str, reason: str) -> ValidationError:  # [U]
     return ValidationError(
         f"1 validation error detected: Value '{value}' at 'targetModel' failed to satisfy "
