@@ -1,9 +1,16 @@
-"""HTTP binding of the control plane: ``POST /`` with ``X-Amz-Target: SageMaker.<Operation>``."""
+"""HTTP binding of ``POST /``: every JSON-RPC AWS service the emulator speaks shares this path.
+
+``X-Amz-Target: SageMaker.<Operation>`` is the control plane (here); other target prefixes
+(``AnyScaleFrontendService.`` for Application Auto Scaling, ``GraniteServiceVersion20100801.``
+for CloudWatch JSON 1.0) and a form-encoded body without a target (CloudWatch's query protocol)
+go to the handlers the composition root passes in.
+"""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable, Mapping
 
 from fastapi import APIRouter, Request, Response
 
@@ -12,17 +19,29 @@ from emulator.control.service import ControlPlaneService
 
 log = logging.getLogger(__name__)
 
+Handler = Callable[[Request], Awaitable[Response]]
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 
-def build_control_router(service: ControlPlaneService) -> APIRouter:
+
+def build_control_router(service: ControlPlaneService, *,
+                         targets: Mapping[str, Handler] | None = None,
+                         form: Handler | None = None) -> APIRouter:
+    """``targets``: X-Amz-Target prefix -> handler; ``form``: the handler of query requests."""
     router = APIRouter()
+    others = dict(targets or {})
 
     @router.post("/", include_in_schema=False)
     async def control_plane(request: Request) -> Response:
+        target = request.headers.get("x-amz-target") or ""
+        for prefix, handler in others.items():
+            if target.startswith(prefix):
+                return await handler(request)
+        content_type = request.headers.get("content-type", "")
+        if not target and form is not None and content_type.startswith(FORM_CONTENT_TYPE):
+            return await form(request)
         request_id = str(uuid.uuid4())
         try:
-            operation, params = wire.parse_request(
-                request.headers.get("x-amz-target"), await request.body()
-            )
+            operation, params = wire.parse_request(target or None, await request.body())
             status, body = 200, await service.handle(operation, params)
         except wire.ControlPlaneError as exc:
             status, body = exc.status, exc.body()

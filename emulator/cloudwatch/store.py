@@ -1,0 +1,130 @@
+"""The metric store behind the CloudWatch API: raw samples, bounded in memory.
+
+``MetricStore.record`` is the sink the fleet calls for every sample (the signature is the
+interface agreed with ``emulator/metrics.py``). Samples are kept raw (a real epoch second and a
+value, 16 bytes each, in numpy chunks) so that every statistic, including percentiles, is exact
+over any window and any period down to one emulated second.
+
+Retention (the constants below, all [U]: CloudWatch keeps
+one-second data for 3 hours and one-minute data for 15 days, an emulator cannot): per series at
+most ``MAX_SAMPLES_PER_SERIES`` samples and ``RETENTION_EMULATED_S`` emulated seconds; at most
+``MAX_SERIES`` series. Oldest samples go first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from emulator.clock import Clock
+
+log = logging.getLogger(__name__)
+
+CHUNK = 4096
+MAX_SAMPLES_PER_SERIES = 64 * CHUNK  # 256 Ki samples, 4 MiB per series  [U]
+MAX_SERIES = 10_000  # [U]
+RETENTION_EMULATED_S = 24 * 3600.0  # [U]
+
+Dimensions = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    namespace: str
+    metric_name: str
+    dimensions: Dimensions  # sorted by name: CloudWatch treats each combination as one metric
+
+    @staticmethod
+    def of(namespace: str, metric_name: str, dimensions: Mapping[str, str]) -> SeriesKey:
+        return SeriesKey(namespace, metric_name, tuple(sorted(dimensions.items())))
+
+
+@dataclass
+class _Chunk:
+    times: np.ndarray = field(default_factory=lambda: np.empty(CHUNK))
+    values: np.ndarray = field(default_factory=lambda: np.empty(CHUNK))
+    size: int = 0
+
+
+class _Series:
+    def __init__(self, unit: str) -> None:
+        self.unit = unit
+        self.chunks: list[_Chunk] = [_Chunk()]
+        self.last_time = 0.0
+
+    def append(self, when: float, value: float) -> None:
+        chunk = self.chunks[-1]
+        if chunk.size == CHUNK:
+            chunk = _Chunk()
+            self.chunks.append(chunk)
+            if len(self.chunks) > MAX_SAMPLES_PER_SERIES // CHUNK:
+                del self.chunks[0]
+        chunk.times[chunk.size] = when
+        chunk.values[chunk.size] = value
+        chunk.size += 1
+        self.last_time = max(self.last_time, when)
+
+    def expire(self, before: float) -> None:
+        """Drop whole chunks older than ``before`` (a partly expired chunk stays until full)."""
+        while len(self.chunks) > 1 and self.chunks[0].times[: self.chunks[0].size].max() < before:
+            del self.chunks[0]
+
+    def window(self, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+        times = np.concatenate([c.times[: c.size] for c in self.chunks])
+        values = np.concatenate([c.values[: c.size] for c in self.chunks])
+        keep = (times >= start) & (times < end)
+        return times[keep], values[keep]
+
+
+class MetricStore:
+    """Samples by (namespace, metric, dimensions); times are real epoch seconds."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or Clock()
+        self._series: dict[SeriesKey, _Series] = {}
+        self._lock = threading.Lock()
+        self._refused = 0
+
+    def record(self, namespace: str, metric_name: str, dimensions: Mapping[str, str],
+               value: float, unit: str) -> None:
+        """The fleet's metric sink: one sample, stamped now."""
+        key = SeriesKey.of(namespace, metric_name, dimensions)
+        now = self.clock.now()
+        with self._lock:
+            series = self._series.get(key)
+            if series is None:
+                if len(self._series) >= MAX_SERIES:
+                    self._refused += 1
+                    if self._refused == 1:
+                        log.warning("metric store full (%d series): new series dropped",
+                                    MAX_SERIES)
+                    return
+                series = self._series[key] = _Series(unit)
+            series.append(now, float(value))
+            if series.chunks[0].size == CHUNK:
+                series.expire(now - self.clock.real_duration(RETENTION_EMULATED_S))
+
+    def samples(self, key: SeriesKey, start: float, end: float,
+                unit: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Times and values in the real interval [start, end); nothing if ``unit`` differs."""
+        with self._lock:
+            series = self._series.get(key)
+            if series is None or (unit is not None and unit != series.unit):
+                return np.empty(0), np.empty(0)
+            return series.window(start, end)
+
+    def unit(self, key: SeriesKey) -> str | None:
+        with self._lock:
+            series = self._series.get(key)
+            return series.unit if series is not None else None
+
+    def keys(self, active_since: float | None = None) -> Iterator[SeriesKey]:
+        with self._lock:
+            items = list(self._series.items())
+        for key, series in items:
+            if active_since is None or series.last_time >= active_since:
+                yield key

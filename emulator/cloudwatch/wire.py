@@ -1,0 +1,243 @@
+"""CloudWatch's three wire protocols, as botocore's service model defines them.
+
+- ``smithy-rpc-v2-cbor`` (what boto3 sends today): ``POST /service/GraniteServiceVersion20100801/
+  operation/<Op>``, ``smithy-protocol: rpc-v2-cbor``, CBOR bodies, timestamps as CBOR tag 1.
+- ``json`` (JSON 1.0): ``POST /`` with ``X-Amz-Target: GraniteServiceVersion20100801.<Op>``,
+  timestamps as epoch seconds.
+- ``query``: ``POST /`` with a form body ``Action=<Op>&Version=2010-08-01&...``, XML answers.
+
+Requests are decoded into plain dicts (timestamps as epoch seconds), validated against the
+operation's input shape, and answered from the operation's output shape; nothing here knows
+what the operations do (``emulator/cloudwatch/service.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import parse_qsl
+from xml.etree import ElementTree
+
+import cbor2
+from botocore.model import ListShape, MapShape, ServiceModel, Shape, StructureShape
+
+from emulator.cloudwatch.errors import CloudWatchError
+from emulator.contract.control_plane import format_errors, project, to_epoch, validate
+
+TARGET_PREFIX = "GraniteServiceVersion20100801."
+CBOR_PATH = "/service/GraniteServiceVersion20100801/operation/{operation}"
+CBOR_CONTENT_TYPE = "application/cbor"
+JSON_CONTENT_TYPE = "application/x-amz-json-1.0"
+XML_CONTENT_TYPE = "text/xml"
+API_VERSION = "2010-08-01"
+
+OPERATIONS = frozenset({"GetMetricStatistics", "GetMetricData", "ListMetrics"})
+
+
+@functools.lru_cache(maxsize=1)
+def service_model() -> ServiceModel:
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("cloudwatch")
+
+
+def _input_shape(operation: str) -> StructureShape:
+    if operation not in OPERATIONS:
+        raise CloudWatchError("InvalidAction", f"Operation {operation} is not supported by the "
+                              f"emulator (supported: {', '.join(sorted(OPERATIONS))})")
+    shape = service_model().operation_model(operation).input_shape
+    assert isinstance(shape, StructureShape)
+    return shape
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+def _normalize(shape: Shape, value: Any) -> Any:
+    """Timestamps to epoch seconds whatever the protocol sent (CBOR datetime, ISO string)."""
+    if isinstance(shape, StructureShape) and isinstance(value, dict):
+        return {k: _normalize(shape.members[k], v) if k in shape.members else v
+                for k, v in value.items()}
+    if isinstance(shape, ListShape) and isinstance(value, list):
+        return [_normalize(shape.member, v) for v in value]
+    if shape.type_name == "timestamp":
+        if isinstance(value, datetime):
+            return value.timestamp()
+        epoch = to_epoch(value)
+        return value if epoch is None else epoch
+    return value
+
+
+def _checked(operation: str, params: Any) -> dict[str, Any]:
+    shape = _input_shape(operation)
+    if not isinstance(params, dict):
+        raise CloudWatchError("InvalidParameterValue", "The request body must be a structure.")
+    params = _normalize(shape, params)
+    for name in shape.required_members:
+        if params.get(name) is None:
+            raise CloudWatchError("MissingParameter", f"The parameter {name} is required.")
+    errors = validate(shape, params)
+    if errors:
+        raise CloudWatchError("InvalidParameterValue", format_errors(errors))
+    return params
+
+
+def parse_cbor(operation: str, body: bytes) -> dict[str, Any]:
+    try:
+        params = cbor2.loads(body) if body else {}
+    except (cbor2.CBORDecodeError, ValueError) as exc:
+        raise CloudWatchError("SerializationException", f"Malformed CBOR body: {exc}") from exc
+    return _checked(operation, params)
+
+
+def parse_json(target: str, body: bytes) -> tuple[str, dict[str, Any]]:
+    operation = target[len(TARGET_PREFIX):]
+    try:
+        params = json.loads(body) if body.strip() else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CloudWatchError("SerializationException", f"Malformed JSON body: {exc}") from exc
+    return operation, _checked(operation, params)
+
+
+def parse_query(body: bytes) -> tuple[str, dict[str, Any]]:
+    form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+    operation = form.pop("Action", "")
+    if form.pop("Version", API_VERSION) != API_VERSION:
+        raise CloudWatchError("InvalidParameterValue", f"The API version must be {API_VERSION}.")
+    return operation, _checked(operation, _from_form(_input_shape(operation), form, ""))
+
+
+def _from_form(shape: Shape, form: Mapping[str, str], prefix: str) -> Any:
+    """The query protocol's flattened keys (``Dimensions.member.1.Name``) back into a dict."""
+    def present(key: str) -> bool:
+        return key in form or any(k.startswith(key + ".") for k in form)
+
+    if isinstance(shape, StructureShape):
+        out = {}
+        for name, member in shape.members.items():
+            key = f"{prefix}{member.serialization.get('name', name)}"
+            if present(key):
+                out[name] = _from_form(member, form, key)
+        return out
+    if isinstance(shape, ListShape):
+        items, index = [], 1
+        while present(f"{prefix}.member.{index}"):
+            items.append(_from_form(shape.member, form, f"{prefix}.member.{index}"))
+            index += 1
+        return items
+    if isinstance(shape, MapShape):
+        entries, index = {}, 1
+        while present(f"{prefix}.entry.{index}"):
+            key = form.get(f"{prefix}.entry.{index}.key", "")
+            entries[key] = _from_form(shape.value, form, f"{prefix}.entry.{index}.value")
+            index += 1
+        return entries
+    raw = form.get(prefix, "")
+    converters: dict[str, Callable[[str], Any]] = {
+        "integer": int, "long": int, "double": float, "float": float,
+        "boolean": lambda s: s.lower() == "true",
+    }
+    try:
+        return converters.get(shape.type_name, str)(raw)
+    except ValueError:
+        return raw  # validation reports it with the member's path
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses
+
+
+def _with_times(shape: Shape, value: Any, convert: Callable[[float], Any]) -> Any:
+    if isinstance(shape, StructureShape) and isinstance(value, dict):
+        return {k: _with_times(shape.members[k], v, convert) for k, v in value.items()}
+    if isinstance(shape, ListShape) and isinstance(value, list):
+        return [_with_times(shape.member, v, convert) for v in value]
+    if isinstance(shape, MapShape) and isinstance(value, dict):
+        return {k: _with_times(shape.value, v, convert) for k, v in value.items()}
+    if shape.type_name == "timestamp":
+        return convert(value)
+    return value
+
+
+def _output(operation: str, value: dict[str, Any]) -> tuple[StructureShape, dict[str, Any]]:
+    shape = service_model().operation_model(operation).output_shape
+    assert isinstance(shape, StructureShape)
+    return shape, project(shape, value)
+
+
+def _utc(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+def cbor_body(operation: str, value: dict[str, Any]) -> bytes:
+    shape, value = _output(operation, value)
+    # cbor2 writes an aware datetime as tag 1 (epoch seconds), as the protocol wants.
+    return cbor2.dumps(_with_times(shape, value, _utc), datetime_as_timestamp=True)
+
+
+def json_body(operation: str, value: dict[str, Any]) -> bytes:
+    _, value = _output(operation, value)
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def error_headers(error: CloudWatchError) -> dict[str, str]:
+    return {"x-amzn-query-error": f"{error.code};{error.fault}"}
+
+
+def cbor_error(error: CloudWatchError) -> bytes:
+    return cbor2.dumps({"__type": error.shape, "message": error.message})
+
+
+def json_error(error: CloudWatchError) -> bytes:
+    return json.dumps({"__type": error.shape, "message": error.message}).encode()
+
+
+def _iso(epoch: float) -> str:
+    return _utc(epoch).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _xml(parent: ElementTree.Element, shape: Shape, value: Any) -> None:
+    if isinstance(shape, StructureShape):
+        for name, item in value.items():
+            member = shape.members[name]
+            _xml(ElementTree.SubElement(parent, member.serialization.get("name", name)),
+                 member, item)
+    elif isinstance(shape, ListShape):
+        for item in value:
+            _xml(ElementTree.SubElement(parent, "member"), shape.member, item)
+    elif isinstance(shape, MapShape):
+        for key, item in value.items():
+            entry = ElementTree.SubElement(parent, "entry")
+            ElementTree.SubElement(entry, "key").text = str(key)
+            _xml(ElementTree.SubElement(entry, "value"), shape.value, item)
+    elif shape.type_name == "timestamp":
+        parent.text = _iso(value)
+    elif shape.type_name == "boolean":
+        parent.text = "true" if value else "false"
+    else:
+        parent.text = str(value)
+
+
+def xml_body(operation: str, value: dict[str, Any], request_id: str) -> bytes:
+    shape, value = _output(operation, value)
+    root = ElementTree.Element(f"{operation}Response",
+                               xmlns="http://monitoring.amazonaws.com/doc/2010-08-01/")
+    _xml(ElementTree.SubElement(root, f"{operation}Result"), shape, value)
+    metadata = ElementTree.SubElement(root, "ResponseMetadata")
+    ElementTree.SubElement(metadata, "RequestId").text = request_id
+    return ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def xml_error(error: CloudWatchError, request_id: str) -> bytes:
+    root = ElementTree.Element("ErrorResponse",
+                               xmlns="http://monitoring.amazonaws.com/doc/2010-08-01/")
+    node = ElementTree.SubElement(root, "Error")
+    ElementTree.SubElement(node, "Type").text = error.fault
+    ElementTree.SubElement(node, "Code").text = error.code
+    ElementTree.SubElement(node, "Message").text = error.message
+    ElementTree.SubElement(root, "RequestId").text = request_id
+    return ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
