@@ -67,6 +67,12 @@ def add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[t
     p.add_argument("--invocation-timeout", dest="invocation_timeout_s", type=float,
                    help="seconds before a request gets ModelNotReadyException or a timeout (60)")
     p.add_argument("--log-level", help="DEBUG shows Triton's own log (INFO)")
+    p.add_argument("--auth", choices=["off", "sigv4"],
+                   help="off (default): accept every request; sigv4: verify SigV4 signatures "
+                        "and evaluate each principal's IAM policy")
+    p.add_argument("--credentials", help="sigv4: AWS shared-credentials file, one [profile] "
+                                         "per principal (arn:aws:iam::<account>:user/<profile>)")
+    p.add_argument("--policies", help="sigv4: folder of <profile>.json IAM identity policies")
     p.set_defaults(func=run_serve)
 
 
@@ -74,7 +80,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     names = ("model_data", "s3_endpoint_url", "region", "endpoint_name", "host", "port",
              "memory_budget", "max_loaded_models", "disk_budget", "cache_dir", "launcher",
              "tritonserver", "image", "triton_url", "triton_repository", "shm_size", "gpus",
-             "docker_mounts", "invocation_timeout_s", "log_level")
+             "docker_mounts", "invocation_timeout_s", "log_level", "auth", "credentials",
+             "policies")
     return Settings.from_env(**{n: getattr(args, n, None) for n in names})
 
 
@@ -90,7 +97,14 @@ def run_serve(args: argparse.Namespace) -> int:
         settings.model_data or "(no model data: use the control plane)", settings.host,
         settings.port, settings.launcher)
     # uvicorn handles Ctrl-C and SIGTERM: the app's lifespan then stops every Triton.
-    uvicorn.run(build_app(settings), host=settings.host, port=settings.port,
+    from emulator.auth import AuthConfigError
+
+    try:
+        app = build_app(settings)
+    except AuthConfigError as exc:  # a credentials or policy file that cannot be used
+        print(f"mme serve: {exc}", file=sys.stderr)
+        return 2
+    uvicorn.run(app, host=settings.host, port=settings.port,
                 log_level="warning", timeout_keep_alive=75)
     return 0
 

@@ -77,6 +77,11 @@ class Settings:
     # Archives whose *extracted* size is over this are refused (a tar bomb guard).
     max_extracted_bytes: int | None = 50 * 1024**3
     log_level: str = "INFO"
+    # Who may call what (emulator/auth): off (default: every request accepted) or sigv4, which
+    # verifies signatures against the shared-credentials file and evaluates policies/<profile>.json.
+    auth: str = "off"
+    credentials: Path | None = None
+    policies: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -99,6 +104,9 @@ class Settings:
         self.docker_mounts = [Path(p).expanduser() for p in self.docker_mounts]
         if self.triton_repository is not None:
             self.triton_repository = Path(self.triton_repository).expanduser()
+        for name in ("credentials", "policies"):
+            if getattr(self, name) is not None:
+                setattr(self, name, Path(getattr(self, name)).expanduser())
 
 
 def _coerce(name: str, value: Any) -> Any:

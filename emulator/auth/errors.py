@@ -1,0 +1,183 @@
+"""Every authentication/authorization error, its code, status and message, in one place.
+
+AWS answers the same failure with different codes depending on the service's protocol family:
+JSON services (sagemaker-runtime's rest-json, SageMaker's and Application Auto Scaling's JSON 1.1,
+CloudWatch's JSON 1.0 and smithy RPC v2 CBOR) use ``...Exception`` codes; query services
+(CloudWatch's ``Action=...`` form) use the older codes. Sources, and [U] where unconfirmed:
+
+- unsigned: ``MissingAuthenticationTokenException`` 403 "Missing Authentication Token" — observed
+  from runtime.sagemaker (aws/amazon-sagemaker-examples#290 shows the raw response). Query form:
+  ``MissingAuthenticationToken`` 403 (AWS "Common Errors" pages) with [U] message.
+- unknown access key: ``UnrecognizedClientException`` "The security token included in the request
+  is invalid." — observed from SageMaker's API with status 400
+  (aws/amazon-sagemaker-operator-for-k8s#99). For rest-json the status is [U] 403 (observed from
+  Lambda, also rest-json: iann0036/iamlive#58). Query form: ``InvalidClientTokenId`` 403 (Common
+  Errors pages).
+- bad signature: ``InvalidSignatureException`` "The request signature we calculated does not match
+  the signature you provided. ..." (IAM "Troubleshoot signed requests"); status [U] 403 for
+  rest-json (observed 403 for EKS, rest-json), [U] 400 for JSON 1.x. Query form:
+  ``SignatureDoesNotMatch`` 403.
+- clock skew: "Signature expired: <x-amz-date> is now earlier than <now-5m> (<now> - 5 min.)" with
+  the bad-signature code (observed text and 403; IAM troubleshooting page names both messages).
+- malformed Authorization header: ``IncompleteSignatureException`` [U] (JSON) /
+  ``IncompleteSignature`` (query), 400 per the Common Errors pages.
+- access denied: ``AccessDeniedException``, 400 for JSON services (Common Errors pages of JSON
+  services, e.g. Personalize, Lex), "User: <arn> is not authorized to perform: <action> on resource:
+  <arn> because no identity-based policy allows the <action> action" — observed from
+  sagemaker-runtime (philschmid/cdk-samples#2); "... with an explicit deny in an identity-based
+  policy" (IAM "Troubleshoot access denied error messages"). Query form: ``AccessDenied`` 403 [U].
+  For actions on ``*`` the "on resource: ..." part is left out [U].
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import Enum
+from xml.sax.saxutils import escape
+
+
+class Protocol(str, Enum):
+    """How an API answers errors (decided per request by ``requests.classify``)."""
+
+    REST_JSON = "rest-json"  # sagemaker-runtime
+    # SageMaker control plane, Application Auto Scaling (JSON 1.1), CloudWatch (JSON 1.0)
+    JSON = "json"
+    CBOR = "cbor"  # CloudWatch, smithy RPC v2 CBOR
+    QUERY = "query"  # CloudWatch, Action=... form
+
+
+class Failure(str, Enum):
+    UNSIGNED = "unsigned"
+    UNKNOWN_KEY = "unknown-key"
+    BAD_SIGNATURE = "bad-signature"
+    INCOMPLETE = "incomplete"
+    DENIED = "denied"
+
+
+# (json code, json status, rest-json status, query code, query status)
+_TABLE: dict[Failure, tuple[str, int, int, str, int]] = {
+    Failure.UNSIGNED: ("MissingAuthenticationTokenException", 403, 403,
+                       "MissingAuthenticationToken", 403),
+    Failure.UNKNOWN_KEY: ("UnrecognizedClientException", 400, 403, "InvalidClientTokenId", 403),
+    Failure.BAD_SIGNATURE: ("InvalidSignatureException", 400, 403, "SignatureDoesNotMatch", 403),
+    Failure.INCOMPLETE: ("IncompleteSignatureException", 400, 400, "IncompleteSignature", 400),
+    Failure.DENIED: ("AccessDeniedException", 400, 400, "AccessDenied", 403),
+}
+
+
+@dataclass
+class AuthError(Exception):
+    failure: Failure
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.failure.value}: {self.message}"
+
+    def code(self, protocol: Protocol) -> str:
+        json_code, _, _, query_code, _ = _TABLE[self.failure]
+        return query_code if protocol is Protocol.QUERY else json_code
+
+    def status(self, protocol: Protocol) -> int:
+        _, json_status, rest_status, _, query_status = _TABLE[self.failure]
+        if protocol is Protocol.QUERY:
+            return query_status
+        return rest_status if protocol is Protocol.REST_JSON else json_status
+
+    def render(self, protocol: Protocol) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """Status, headers and body in the protocol's own error shape (what botocore parses)."""
+        code, status = self.code(protocol), self.status(protocol)
+        request_id = str(uuid.uuid4())
+        headers = [(b"x-amzn-requestid", request_id.encode())]
+        if protocol is Protocol.QUERY:
+            kind = "Receiver" if status >= 500 else "Sender"
+            body = (f'<ErrorResponse xmlns="http://monitoring.amazonaws.com/doc/2010-08-01/">'
+                    f"<Error><Type>{kind}</Type><Code>{escape(code)}</Code>"
+                    f"<Message>{escape(self.message)}</Message></Error>"
+                    f"<RequestId>{request_id}</RequestId></ErrorResponse>").encode()
+            headers.append((b"content-type", b"text/xml"))
+        elif protocol is Protocol.CBOR:
+            body = cbor_text_map({"__type": code, "message": self.message})
+            headers += [(b"content-type", b"application/cbor"),
+                        (b"smithy-protocol", b"rpc-v2-cbor")]
+        else:
+            body = json.dumps({"__type": code, "message": self.message}).encode()
+            content_type = b"application/json" if protocol is Protocol.REST_JSON \
+                else b"application/x-amz-json-1.1"
+            headers += [(b"x-amzn-errortype", code.encode()), (b"content-type", content_type)]
+        headers.append((b"content-length", str(len(body)).encode()))
+        return status, headers, body
+
+
+def cbor_text_map(values: dict[str, str]) -> bytes:
+    """A CBOR map of text strings (RFC 8949 major types 5 and 3): all an error body needs."""
+
+    def head(major: int, length: int) -> bytes:
+        if length < 24:
+            return bytes([major << 5 | length])
+        for info, size in ((24, 1), (25, 2), (26, 4), (27, 8)):
+            if length < 1 << (8 * size):
+                return bytes([major << 5 | info]) + length.to_bytes(size, "big")
+        raise ValueError("too long for CBOR")
+
+    out = bytearray(head(5, len(values)))
+    for key, value in values.items():
+        for text in (key, value):
+            data = text.encode()
+            out += head(3, len(data)) + data
+    return bytes(out)
+
+
+# --- Messages -------------------------------------------------------------------------------
+
+CLOCK_SKEW = timedelta(minutes=5)
+
+
+def _amz(moment: datetime) -> str:
+    return moment.strftime("%Y%m%dT%H%M%SZ")
+
+
+def unsigned() -> AuthError:
+    return AuthError(Failure.UNSIGNED, "Missing Authentication Token")
+
+
+def unknown_key() -> AuthError:
+    return AuthError(Failure.UNKNOWN_KEY, "The security token included in the request is invalid.")
+
+
+def bad_signature() -> AuthError:
+    return AuthError(Failure.BAD_SIGNATURE,
+                     "The request signature we calculated does not match the signature you "
+                     "provided. Check your AWS Secret Access Key and signing method. Consult the "
+                     "service documentation for details.")
+
+
+def expired(signed_at: datetime, now: datetime) -> AuthError:
+    return AuthError(Failure.BAD_SIGNATURE,
+                     f"Signature expired: {_amz(signed_at)} is now earlier than "
+                     f"{_amz(now - CLOCK_SKEW)} ({_amz(now)} - 5 min.)")
+
+
+def not_yet_current(signed_at: datetime, now: datetime) -> AuthError:
+    return AuthError(Failure.BAD_SIGNATURE,
+                     f"Signature not yet current: {_amz(signed_at)} is still later than "
+                     f"{_amz(now + CLOCK_SKEW)} ({_amz(now)} + 5 min.)")
+
+
+def wrong_scope(message: str) -> AuthError:
+    # Texts from IAM's "Troubleshoot signed requests" page.
+    return AuthError(Failure.BAD_SIGNATURE, message)
+
+
+def incomplete(message: str) -> AuthError:
+    return AuthError(Failure.INCOMPLETE, message)
+
+
+def access_denied(principal_arn: str, action: str, resource: str, explicit: bool) -> AuthError:
+    on = "" if resource == "*" else f" on resource: {resource}"
+    why = ("with an explicit deny in an identity-based policy" if explicit
+           else f"because no identity-based policy allows the {action} action")
+    return AuthError(Failure.DENIED,
+                     f"User: {principal_arn} is not authorized to perform: {action}{on} {why}")

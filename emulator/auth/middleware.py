@@ -1,0 +1,154 @@
+"""The pure ASGI middleware: read the body, verify SigV4, evaluate IAM, replay the body to the app.
+
+Only installed with ``--auth sigv4``; with auth off nothing is added to the request path.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from emulator.auth import errors
+from emulator.auth.credentials import Principal
+from emulator.auth.policy import Decision, evaluate, normalise_context
+from emulator.auth.requests import classify, decoded_path, global_keys
+from emulator.auth.sigv4 import verify
+
+log = logging.getLogger("emulator.auth")
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# The emulator's own read-only routes stay open: health checks and dashboards scrape them with
+# plain HTTP, and they are not AWS APIs (no IAM action exists for them). Everything else that is
+# not an AWS API (e.g. POST /_emulator/.../unload) needs a valid signature from a known principal.
+OPEN_GET_PREFIXES = ("/ping", "/metrics", "/_emulator/")
+# Read at most this much of a body whose length is not declared (chunked): the largest payload
+# SageMaker takes (6 MiB) plus room for a control-plane document.
+MAX_UNDECLARED_BODY = 7 * 1024 * 1024
+
+
+class SigV4Middleware:
+    def __init__(self, app: ASGIApp, principals: Mapping[str, Principal], region: str,
+                 account: str, max_payload_bytes: int,
+                 clock: Callable[[], datetime] | None = None) -> None:
+        self.app = app
+        self.principals = principals
+        self.region = region
+        self.account = account
+        self.max_payload_bytes = max_payload_bytes
+        self.clock = clock or (lambda: datetime.now(timezone.utc))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        method: str = scope["method"]
+        path = decoded_path(scope.get("raw_path") or scope["path"].encode())
+        if method in ("GET", "HEAD") and path.startswith(OPEN_GET_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        headers = [(k.decode("latin-1").lower(), v.decode("latin-1"))
+                   for k, v in scope["headers"]]
+        lookup = dict(headers)
+        declared = lookup.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_payload_bytes:
+            call = classify(method, path, lookup, b"", self.region, self.account)
+            if call is not None and call.protocol is errors.Protocol.REST_JSON:
+                # The runtime refuses an oversize body unread, before it looks at anything else
+                # (ValidationError, as SageMaker): nothing is revealed or run, so let it answer
+                # rather than buffer megabytes from an unauthenticated caller.
+                await self.app(scope, receive, send)
+                return
+            await self._refuse(send, errors.incomplete(  # [U] AWS's answer to an oversize body
+                f"Request body of {declared} bytes is over {self.max_payload_bytes} bytes; "
+                "not read."), call.protocol if call else errors.Protocol.REST_JSON)
+            return
+        body, more = await _read_body(receive, MAX_UNDECLARED_BODY)
+        call = classify(method, path, lookup, body, self.region, self.account)
+        protocol = call.protocol if call else errors.Protocol.REST_JSON
+        try:
+            if more:
+                raise errors.incomplete("Request body too large to verify.")
+            principal = verify(
+                method=method, raw_path=scope.get("raw_path") or scope["path"].encode(),
+                query=scope.get("query_string", b""), headers=headers, body=body,
+                principals=self.principals, service=call.service if call else _scope_service(
+                    lookup), region=self.region, now=self.clock())
+            if call is not None:
+                self._authorize(principal, call, scope)
+        except errors.AuthError as exc:
+            log.info("auth refused %s %s: %s", method, path, exc)
+            await self._refuse(send, exc, protocol)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    def _authorize(self, principal: Principal, call: Any, scope: Scope) -> None:
+        client = scope.get("client")
+        keys: dict[str, Any] = dict(global_keys(_ip(client[0] if client else None),
+                                                self.region, self.clock()))
+        keys.update({"aws:username": principal.name, "aws:PrincipalArn": principal.arn,
+                     "aws:PrincipalAccount": self.account, "aws:PrincipalType": "User"})
+        keys.update(call.keys)
+        decision = evaluate(principal.policies, call.action, call.resource,
+                            normalise_context(keys))
+        if decision is not Decision.ALLOW:
+            raise errors.access_denied(principal.arn, call.action, call.resource,
+                                       explicit=decision is Decision.EXPLICIT_DENY)
+
+    async def _refuse(self, send: Send, error: errors.AuthError,
+                      protocol: errors.Protocol) -> None:
+        status, headers, body = error.render(protocol)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _scope_service(headers: Mapping[str, str]) -> str:
+    """For a non-AWS route, any service the caller scoped its signature to is accepted."""
+    credential = headers.get("authorization", "").partition("Credential=")[2].split(",")[0]
+    parts = credential.split("/")
+    return parts[3] if len(parts) == 5 else ""
+
+
+def _ip(host: str | None) -> str | None:
+    try:
+        return str(ipaddress.ip_address(host)) if host else None
+    except ValueError:
+        return None
+
+
+async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool]:
+    """The whole body (up to ``limit``) and whether more was left unread."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(chunks), False
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks), True
+        if not message.get("more_body", False):
+            return b"".join(chunks), False
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """Give the app the body already read, then pass through (e.g. http.disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
