@@ -1,0 +1,65 @@
+"""Target tracking as Application Auto Scaling documents it, and every undocumented choice ([U]).
+
+Documented (Application Auto Scaling user guide, SageMaker's auto scaling guide):
+- a target tracking policy creates two CloudWatch alarms: ``AlarmHigh`` (metric above the target
+  for 3 datapoints of one minute) and ``AlarmLow`` (metric below a lower threshold for 15
+  datapoints of one minute): it scales out fast and in slowly;
+- scale out is proportional: desired = ceil(capacity * metric / target), within Min/Max;
+- it does not scale in when removing capacity would push the metric above the target;
+- ``SageMakerVariantInvocationsPerInstance`` is the per-minute Sum of InvocationsPerInstance;
+- SageMaker's default cooldowns are 300 s; DisableScaleIn stops scale in only;
+- with no traffic InvocationsPerInstance has no datapoints, so the low alarm never fires and an
+  idle endpoint is not scaled in (the AlarmLow stays INSUFFICIENT_DATA).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+PERIOD_S = 60  # emulated seconds per alarm datapoint
+HIGH_DATAPOINTS = 3
+LOW_DATAPOINTS = 15
+DEFAULT_COOLDOWN_S = 300
+
+# [U] The low alarm's threshold: the guide says "typically 10% or more below the target".
+LOW_THRESHOLD_FACTOR = 0.9
+# [U] An alarm is in ALARM only when every one of its datapoints exists and breaches (missing
+#     data is not breaching); the formula uses the most recent datapoint.
+# [U] While the endpoint is not InService (an update in progress) nothing is evaluated; the next
+#     period tries again, as Application Auto Scaling retries a refused change.
+# [U] During ScaleOutCooldown no further scale-out starts (AWS lets a larger one through); during
+#     ScaleInCooldown, counted from the end of the last scale-in, no scale-in starts.
+# [U] Several target tracking policies: scale out to the largest proposal; scale in only when all
+#     policies propose it, to the largest of their proposals (the documented intent).
+# [U] Capacity outside Min/Max after RegisterScalableTarget is corrected by the next evaluation.
+
+
+@dataclass(frozen=True)
+class MetricQuery:
+    namespace: str
+    metric_name: str
+    statistic: str
+    unit: str | None = None
+    # None: the variant's own (EndpointName, VariantName), as for the predefined metrics.
+    dimensions: tuple[tuple[str, str], ...] | None = None
+
+
+# Predefined metric types that make sense for ``sagemaker:variant:DesiredInstanceCount``;
+# the other SageMaker ones (inference components, provisioned concurrency of serverless variants,
+# concurrent requests per model, which the emulator does not publish) are refused.
+PREDEFINED = {
+    "SageMakerVariantInvocationsPerInstance": MetricQuery(
+        "AWS/SageMaker", "InvocationsPerInstance", "Sum"),
+}
+DIMENSION = "sagemaker:variant:DesiredInstanceCount"
+NAMESPACE = "sagemaker"
+
+
+def scale_out_capacity(capacity: int, metric: float, target: float, maximum: int) -> int:
+    return min(maximum, max(capacity, math.ceil(capacity * metric / target)))
+
+
+def scale_in_capacity(capacity: int, metric: float, target: float, minimum: int) -> int:
+    # ceil keeps metric * capacity / new <= target: never scale in past the target.
+    return max(minimum, min(capacity, math.ceil(capacity * metric / target)))
