@@ -47,6 +47,9 @@ def add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[t
     p.add_argument("--endpoint-name", help="name of the default endpoint (local)")
     p.add_argument("--host", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on (8080)")
+    p.add_argument("--clock-scale", type=float,
+                   help="emulated seconds per real second for metric periods, alarms and "
+                        "cooldowns: 60 makes a minute pass per second (1)")
     p.add_argument("--memory-budget", help="bytes of models kept loaded, e.g. 2GiB (unlimited)")
     p.add_argument("--max-loaded-models", type=int, help="models kept loaded (unlimited)")
     p.add_argument("--disk-budget", help="bytes of artifacts kept on disk, e.g. 20GiB (unlimited)")
@@ -77,7 +80,7 @@ def add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[t
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    names = ("model_data", "s3_endpoint_url", "region", "endpoint_name", "host", "port",
+    names = ("model_data", "s3_endpoint_url", "region", "endpoint_name", "host", "port", "clock_scale",
              "memory_budget", "max_loaded_models", "disk_budget", "cache_dir", "launcher",
              "tritonserver", "image", "triton_url", "triton_repository", "shm_size", "gpus",
              "docker_mounts", "invocation_timeout_s", "log_level", "auth", "credentials",

@@ -54,6 +54,8 @@ class Settings:
     variant_name: str = "AllTraffic"
     host: str = "127.0.0.1"
     port: int = 8080
+    # Emulated seconds per real second for metric periods, alarms and cooldowns (emulator/clock.py)
+    clock_scale: float = 1.0
     # Budgets: None means unlimited. A model's memory size is estimated from its files.
     memory_budget: int | None = None
     max_loaded_models: int | None = None
@@ -114,6 +116,8 @@ def _coerce(name: str, value: Any) -> Any:
         return value
     if name in ("port",):
         return int(value)
+    if name == "clock_scale":
+        return float(value)
     if name == "max_loaded_models":
         return int(value) if value.strip() not in ("", "0") else None
     if name.endswith("_s"):
