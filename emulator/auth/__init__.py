@@ -39,7 +39,7 @@ def is_loopback(host: str) -> bool:
 def install_auth(app: FastAPI, settings: Settings) -> None:
     mode = getattr(settings, "auth", "off") or "off"
     if mode not in AUTH_MODES:
-        raise AuthConfigError(settings.cache_dir, f"--auth {mode!r}: expected off or sigv4")
+        raise AuthConfigError(None, f"--auth {mode!r}: expected off or sigv4")
     if mode == "off":
         log.info("auth is off: every request is accepted, signed or not, and no IAM policy is "
                  "checked (--auth sigv4 --credentials FILE --policies DIR to enforce them)")
@@ -54,8 +54,7 @@ def install_auth(app: FastAPI, settings: Settings) -> None:
     if credentials is None or policies is None:
         missing = " and ".join(n for n, v in (("--credentials", credentials),
                                                 ("--policies", policies)) if v is None)
-        raise AuthConfigError(credentials or policies or settings.cache_dir,
-                              f"--auth sigv4 needs {missing}")
+        raise AuthConfigError(None, f"--auth sigv4 needs {missing}")
     principals = load_principals(credentials, policies, settings.account_id)
     for principal in principals.values():
         if not principal.policies:

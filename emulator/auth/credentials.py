@@ -18,8 +18,8 @@ from emulator.auth.policy import Policy, PolicyError, parse_policy
 class AuthConfigError(Exception):
     """A credentials or policy file that cannot be used; ``mme serve`` exits 2 with this text."""
 
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
+    def __init__(self, path: Path | None, reason: str) -> None:
+        super().__init__(f"{path}: {reason}" if path is not None else reason)
         self.path = path
         self.reason = reason
 
