@@ -45,6 +45,11 @@ def add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[t
     p.add_argument("--s3-endpoint-url", help="S3-compatible server (MinIO, moto, ...)")
     p.add_argument("--region", help="AWS region used in ARNs and messages (us-east-1)")
     p.add_argument("--endpoint-name", help="name of the default endpoint (local)")
+    p.add_argument("--instances", type=int,
+                   help="instances of the default endpoint, each with its own Triton, cache and "
+                        "budgets (1)")
+    p.add_argument("--routing-seed", type=int,
+                   help="seed of the router's weighted variant choice (random)")
     p.add_argument("--host", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on (8080)")
     p.add_argument("--clock-scale", type=float,
@@ -69,6 +74,10 @@ def add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[t
                    help="docker: pass GPUs through (auto: when nvidia-smi lists any)")
     p.add_argument("--invocation-timeout", dest="invocation_timeout_s", type=float,
                    help="seconds before a request gets ModelNotReadyException or a timeout (60)")
+    p.add_argument("--model-load-timeout", dest="model_load_timeout_s", type=float,
+                   help="seconds a model load may take before it fails with a ModelError (360)")
+    p.add_argument("--max-extracted-bytes",
+                   help="refuse tarballs that expand to more than this, e.g. 100GiB (50GiB)")
     p.add_argument("--log-level", help="DEBUG shows Triton's own log (INFO)")
     p.add_argument("--auth", choices=["off", "sigv4"],
                    help="off (default): accept every request; sigv4: verify SigV4 signatures "
@@ -80,10 +89,12 @@ def add_serve(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[t
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    names = ("model_data", "s3_endpoint_url", "region", "endpoint_name", "host", "port", "clock_scale",
+    names = ("model_data", "s3_endpoint_url", "region", "endpoint_name", "instances",
+             "routing_seed", "host", "port", "clock_scale",
              "memory_budget", "max_loaded_models", "disk_budget", "cache_dir", "launcher",
              "tritonserver", "image", "triton_url", "triton_repository", "shm_size", "gpus",
-             "docker_mounts", "invocation_timeout_s", "log_level", "auth", "credentials",
+             "docker_mounts", "invocation_timeout_s", "model_load_timeout_s",
+             "max_extracted_bytes", "log_level", "auth", "credentials",
              "policies")
     return Settings.from_env(**{n: getattr(args, n, None) for n in names})
 

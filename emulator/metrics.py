@@ -1,19 +1,25 @@
-"""The CloudWatch metrics of a multi-model endpoint, with AWS's names, units and statistics.
+"""The CloudWatch metrics of an endpoint, with AWS's names, units and statistics.
 
-Each endpoint keeps running statistics (SampleCount, Sum, Min, Max; Average derived) per metric,
-dimensioned by EndpointName and VariantName as CloudWatch does. Served as JSON at
-``GET /_emulator/metrics`` and in the Prometheus text format at ``GET /metrics``.
+Each production variant keeps running statistics (SampleCount, Sum, Min, Max; Average derived)
+per metric, dimensioned by EndpointName and VariantName as CloudWatch does. Instance metrics
+(LoadedModelCount, CPU/Memory/Disk utilization) are samples taken per instance under the same
+dimensions, so their Sum adds instances up and their Average is the per-instance mean, as in
+CloudWatch. Every sample also goes to an optional ``sink`` (the CloudWatch API's store).
+Served as JSON at ``GET /_emulator/metrics`` and in the Prometheus text format at ``GET /metrics``.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 MICROSECONDS = "Microseconds"
 NONE = "None"
+PERCENT = "Percent"
+INSTANCE_NAMESPACE = "/aws/sagemaker/Endpoints"
 
 # name -> (CloudWatch namespace, unit)
 METRICS: dict[str, tuple[str, str]] = {
@@ -22,14 +28,23 @@ METRICS: dict[str, tuple[str, str]] = {
     "ModelLoadingTime": ("AWS/SageMaker", MICROSECONDS),
     "ModelUnloadingTime": ("AWS/SageMaker", MICROSECONDS),
     "ModelCacheHit": ("AWS/SageMaker", NONE),
-    "LoadedModelCount": ("/aws/sagemaker/Endpoints", NONE),
+    "LoadedModelCount": (INSTANCE_NAMESPACE, NONE),
     "Invocations": ("AWS/SageMaker", NONE),
+    "InvocationsPerInstance": ("AWS/SageMaker", NONE),
     "Invocation4XXErrors": ("AWS/SageMaker", NONE),
     "Invocation5XXErrors": ("AWS/SageMaker", NONE),
     "InvocationModelErrors": ("AWS/SageMaker", NONE),
     "ModelLatency": ("AWS/SageMaker", MICROSECONDS),
     "OverheadLatency": ("AWS/SageMaker", MICROSECONDS),
+    "CPUUtilization": (INSTANCE_NAMESPACE, PERCENT),
+    "MemoryUtilization": (INSTANCE_NAMESPACE, PERCENT),
+    "DiskUtilization": (INSTANCE_NAMESPACE, PERCENT),
+    "GPUUtilization": (INSTANCE_NAMESPACE, PERCENT),
+    "GPUMemoryUtilization": (INSTANCE_NAMESPACE, PERCENT),
 }
+
+# Where every sample also goes: (namespace, metric name, dimensions, value, unit).
+MetricSink = Callable[[str, str, dict[str, str], float, str], None]
 
 
 @dataclass
@@ -57,32 +72,99 @@ class Statistic:
         }
 
 
+    def merge(self, other: Statistic) -> None:
+        self.sample_count += other.sample_count
+        self.total += other.total
+        self.minimum = min(self.minimum, other.minimum)
+        self.maximum = max(self.maximum, other.maximum)
+
+
 class EndpointMetrics:
-    def __init__(self, endpoint_name: str, variant_name: str) -> None:
+    """The metrics of one production variant (CloudWatch dimensions EndpointName, VariantName)."""
+
+    def __init__(self, endpoint_name: str, variant_name: str,
+                 sink: MetricSink | None = None) -> None:
         self.dimensions = {"EndpointName": endpoint_name, "VariantName": variant_name}
         self._stats = {name: Statistic() for name in METRICS}
         self._lock = threading.Lock()
-        self.loaded_model_count = 0
+        self._sink = sink
+        self.instances: dict[str, InstanceMetrics] = {}
 
     def record(self, name: str, value: float) -> None:
         if name not in METRICS:
             raise KeyError(f"unknown metric {name}")
         with self._lock:
             self._stats[name].add(value)
+        if self._sink is not None:
+            namespace, unit = METRICS[name]
+            self._sink(namespace, name, dict(self.dimensions), value, unit)
+
+    def for_instance(self, instance_id: str) -> InstanceMetrics:
+        view = self.instances[instance_id] = InstanceMetrics(self, instance_id)
+        return view
+
+    def forget_instance(self, instance_id: str) -> None:
+        self.instances.pop(instance_id, None)
+
+    @property
+    def loaded_model_count(self) -> int:
+        return sum(i.loaded_model_count for i in list(self.instances.values()))
+
+    def statistics(self) -> dict[str, Statistic]:
+        with self._lock:
+            return {name: Statistic(s.sample_count, s.total, s.minimum, s.maximum)
+                    for name, s in self._stats.items()}
+
+    def snapshot(self) -> dict[str, Any]:
+        return snapshot_of(self.dimensions, self.statistics(), self.loaded_model_count)
+
+
+@dataclass
+class InstanceMetrics:
+    """What one instance's model manager records: samples go to its variant's statistics."""
+
+    variant: EndpointMetrics
+    instance_id: str
+    loaded_model_count: int = 0
+    latest: dict[str, float] = field(default_factory=dict)  # utilization, last sample
+
+    def record(self, name: str, value: float) -> None:
+        self.variant.record(name, value)
 
     def set_loaded_model_count(self, count: int) -> None:
         """LoadedModelCount is sampled at every change, so its Maximum/Average mean something."""
         self.loaded_model_count = count
-        self.record("LoadedModelCount", count)
+        self.variant.record("LoadedModelCount", count)
 
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            metrics = {
-                name: {"Namespace": ns, "Unit": unit, **self._stats[name].as_dict()}
-                for name, (ns, unit) in METRICS.items()
-            }
-        metrics["LoadedModelCount"]["Current"] = self.loaded_model_count
-        return {"Dimensions": dict(self.dimensions), "Metrics": metrics}
+    def sample(self, name: str, value: float) -> None:
+        self.latest[name] = value
+        self.variant.record(name, value)
+
+
+def snapshot_of(dimensions: dict[str, str], stats: dict[str, Statistic],
+                loaded_model_count: int) -> dict[str, Any]:
+    metrics = {
+        name: {"Namespace": ns, "Unit": unit, **stats[name].as_dict()}
+        for name, (ns, unit) in METRICS.items()
+    }
+    metrics["LoadedModelCount"]["Current"] = loaded_model_count
+    return {"Dimensions": dict(dimensions), "Metrics": metrics}
+
+
+def endpoint_snapshot(name: str, variants: list[EndpointMetrics]) -> dict[str, Any]:
+    """The endpoint's figures: all variants added up, and each variant on its own.
+
+    With one variant the top level is that variant (dimensions EndpointName and VariantName);
+    with several it is their sum under EndpointName alone.
+    """
+    total = {metric: Statistic() for metric in METRICS}
+    for variant in variants:
+        for metric, stat in variant.statistics().items():
+            total[metric].merge(stat)
+    dims = dict(variants[0].dimensions) if len(variants) == 1 else {"EndpointName": name}
+    snapshot = snapshot_of(dims, total, sum(v.loaded_model_count for v in variants))
+    snapshot["Variants"] = {v.dimensions["VariantName"]: v.snapshot() for v in variants}
+    return snapshot
 
 
 def prometheus_text(endpoints: list[EndpointMetrics]) -> str:

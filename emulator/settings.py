@@ -52,6 +52,10 @@ class Settings:
     account_id: str = "123456789012"
     endpoint_name: str = "local"
     variant_name: str = "AllTraffic"
+    # The default endpoint's instances; each has its own Triton and the budgets below.
+    instances: int = 1
+    # Seeds the router's weighted variant choice, so a run can be repeated exactly.
+    routing_seed: int | None = None
     host: str = "127.0.0.1"
     port: int = 8080
     # Emulated seconds per real second for metric periods, alarms and cooldowns (emulator/clock.py)
@@ -98,6 +102,8 @@ class Settings:
         return cls(**{k: _coerce(k, v) for k, v in values.items()})
 
     def __post_init__(self) -> None:
+        if int(self.instances) < 1:
+            raise ValueError(f"--instances must be 1 or more, not {self.instances}")
         for name in ("memory_budget", "disk_budget", "max_extracted_bytes"):
             setattr(self, name, parse_size(getattr(self, name)))
         self.cache_dir = Path(self.cache_dir).expanduser()
@@ -114,8 +120,10 @@ class Settings:
 def _coerce(name: str, value: Any) -> Any:
     if not isinstance(value, str):
         return value
-    if name in ("port",):
+    if name in ("port", "instances"):
         return int(value)
+    if name == "routing_seed":
+        return int(value) if value.strip() else None
     if name == "clock_scale":
         return float(value)
     if name == "max_loaded_models":

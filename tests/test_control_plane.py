@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -28,6 +29,19 @@ REGION = "us-east-1"
 ACCOUNT = "123456789012"
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
 FAST = {"Delay": 1, "MaxAttempts": 30}
+
+
+@dataclass
+class FakeEndpoint:
+    """What the service reads of a running endpoint: its spec and each variant's instances."""
+
+    spec: Any
+
+    def variant(self, name: str) -> Any:
+        found = self.spec.variant(name)
+        if found is None:
+            return None
+        return SimpleNamespace(serving=lambda: [object()] * found.instance_count)
 
 
 @dataclass
@@ -49,16 +63,22 @@ class FakeRuntimes:
     async def create(self, spec: Any) -> None:
         self.calls.append(("create", spec.name))
         await self._wait(spec.name)
-        if "broken" in spec.model_data:
-            raise RuntimeError(f"could not read {spec.model_data}: NoSuchBucket")
-        self.running[spec.name] = spec
+        model_data = spec.variants[0].container.model_data
+        if "broken" in model_data:
+            raise RuntimeError(f"could not read {model_data}: NoSuchBucket")
+        self.running[spec.name] = FakeEndpoint(spec)
 
     async def replace(self, spec: Any) -> None:
         self.calls.append(("replace", spec.name))
         await self._wait(spec.name)
-        if "broken" in spec.model_data:
+        if "broken" in spec.variants[0].container.model_data:
             raise RuntimeError("the new container never became ready")
-        self.running[spec.name] = spec
+        self.running[spec.name] = FakeEndpoint(spec)
+
+    async def resize(self, spec: Any) -> None:
+        self.calls.append(("resize", spec.name))
+        await self._wait(spec.name)
+        self.running[spec.name] = FakeEndpoint(spec)
 
     async def delete(self, name: str) -> None:
         self.calls.append(("delete", name))
@@ -227,7 +247,7 @@ def test_endpoint_lifecycle_and_waiters(sm, runtimes: FakeRuntimes) -> None:  # 
     assert variant["VariantName"] == "AllTraffic"
     assert variant["CurrentInstanceCount"] == 1
     assert variant["DeployedImages"][0]["SpecifiedImage"] == IMAGE
-    spec = runtimes.running["Ep1"]
+    spec = runtimes.running["Ep1"].spec.variants[0].container
     assert (spec.mode, spec.model_data, spec.model_cache_enabled) == (
         "MultiModel",
         "s3://bucket/models/",
@@ -299,7 +319,7 @@ def test_update_swaps_without_leaving_service(sm, runtimes: FakeRuntimes, server
     after = sm.describe_endpoint(EndpointName="ep")
     assert after["EndpointConfigName"] == "c-b"
     assert "PendingDeploymentSummary" not in after
-    assert runtimes.running["ep"].model_data == "s3://bucket/b/"
+    assert runtimes.running["ep"].spec.variants[0].container.model_data == "s3://bucket/b/"
     assert ("delete", "ep") not in runtimes.calls  # replaced in place, never stopped
 
     # A failing update rolls back: still InService on the old config, with the reason.

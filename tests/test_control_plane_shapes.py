@@ -30,14 +30,23 @@ class Runtimes:
         self.gate = asyncio.Event()
 
     async def create(self, spec: Any) -> None:
-        if "broken" in spec.model_data:
+        if "broken" in spec.variants[0].container.model_data:
             raise RuntimeError("container failed its ping for 240 s")
 
     async def replace(self, spec: Any) -> None:
         await self.gate.wait()
 
+    async def resize(self, spec: Any) -> None:
+        await self.gate.wait()
+
     async def delete(self, name: str) -> None:
         return None
+
+    def get(self, name: str) -> Any:
+        return None  # nothing reports instances: CurrentInstanceCount stays 0
+
+    def names(self) -> list[str]:
+        return []
 
 
 def test_every_output_matches_the_service_model(tmp_path: Path) -> None:
@@ -88,6 +97,13 @@ def test_every_output_matches_the_service_model(tmp_path: Path) -> None:
         await call("DescribeEndpoint", EndpointName="ep-broken")  # Failed
         await call("UpdateEndpoint", EndpointName="ep", EndpointConfigName="c2")
         await call("DescribeEndpoint", EndpointName="ep")  # Updating, with a pending deployment
+        runtimes.gate.set()
+        await service.wait_idle()
+        runtimes.gate.clear()
+        await call("UpdateEndpointWeightsAndCapacities", EndpointName="ep",
+                   DesiredWeightsAndCapacities=[{"VariantName": "AllTraffic",
+                                                 "DesiredInstanceCount": 2}])
+        await call("DescribeEndpoint", EndpointName="ep")  # Updating, DesiredInstanceCount 2
         runtimes.gate.set()
         await service.wait_idle()
         for op in ("DescribeModel",):

@@ -55,7 +55,7 @@ def served(tmp_path_factory: pytest.TempPathFactory,
     (store / "garbage.tar.gz").write_bytes(b"not a tarball")
     settings = docker_settings(triton_cpu_image, model_data=str(store), cache_dir=root / "cache")
     with EmulatorServer(settings) as server:
-        assert isinstance(server.registry.get("local").launcher, docker_launcher.DockerLauncher)
+        assert isinstance(server.registry.get("local").instances[0].launcher, docker_launcher.DockerLauncher)
         yield server, runtime_client(server.url)
 
 
@@ -88,7 +88,7 @@ def test_docker_triton_killed_mid_run_restarts_and_models_reload(
     server = start_emulator(model_data=str(store))
     rt = runtime_client(server.url)
     lifecycle.invoke(rt, "m0.tar.gz")
-    launcher = server.registry.get("local").launcher
+    launcher = server.registry.get("local").instances[0].launcher
     first = launcher.container_name
     docker_client.containers.get(first).kill()
     lifecycle.wait_until(
@@ -106,7 +106,7 @@ def test_docker_stop_leaves_no_container(start_emulator: Callable[..., EmulatorS
     lifecycle.make_store(store, tmp_path, 1)
     server = start_emulator(model_data=str(store))
     lifecycle.invoke(runtime_client(server.url), "m0.tar.gz")
-    name = server.registry.get("local").launcher.container_name
+    name = server.registry.get("local").instances[0].launcher.container_name
     assert docker_client.containers.list(all=True, filters={"name": f"^/{name}$"})
     server.stop()
     assert docker_client.containers.list(all=True, filters={"name": f"^/{name}$"}) == []

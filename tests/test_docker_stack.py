@@ -45,7 +45,8 @@ def test_compose_shares_the_cache_at_the_same_path_and_uses_the_external_launche
     assert env["MME_S3_ENDPOINT_URL"] == "http://s3:9000"
     command = " ".join(triton["command"])
     assert "--model-control-mode=explicit" in command
-    assert "/var/cache/mme/endpoints/local/triton-repo" in command
+    assert env["MME_TRITON_REPOSITORY"] == "/var/cache/mme/triton-repo"
+    assert "/var/cache/mme/triton-repo" in command
     gpu = triton["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpu["capabilities"] == ["gpu"]
     assert triton["shm_size"] == "1g"
@@ -117,7 +118,8 @@ def test_emulator_image_and_triton_container_serve_boto3(
         emulator_image, name=f"mme-stack-emulator-{suffix}", detach=True, network=network,
         labels=labels(),
         environment={"MME_LAUNCHER": "external", "MME_TRITON_URL": f"http://{triton_name}:8000",
-                     "MME_MODEL_DATA": "/models", "MME_CACHE_DIR": "/var/cache/mme"},
+                     "MME_MODEL_DATA": "/models", "MME_CACHE_DIR": "/var/cache/mme",
+                     "MME_TRITON_REPOSITORY": "/var/cache/mme/triton-repo"},
         volumes={volume: {"bind": "/var/cache/mme", "mode": "rw"},
                  str(store): {"bind": "/models", "mode": "ro"}},
         ports={"8080/tcp": ("127.0.0.1", None)},

@@ -46,7 +46,7 @@ def test_environment_becomes_triton_flags_and_model_environment(start_emulator, 
     _endpoint(sm, "env", store, {"SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT": "3",
                                  "MY_MODEL_SETTING": "on"})
     sm.get_waiter("endpoint_in_service").wait(EndpointName="env", WaiterConfig=FAST)
-    launcher = server.registry.get("env").launcher
+    launcher = server.registry.get("env").instances[0].launcher
     assert "--buffer-manager-thread-count=3" in launcher.command()
     assert launcher.options.environment["MY_MODEL_SETTING"] == "on"
 

@@ -115,7 +115,7 @@ def test_disk_budget_deletes_lru_artifacts_not_loaded(start_emulator, store: Pat
     models = models_of(server)
     assert "m0.tar.gz" not in models or not models["m0.tar.gz"]["OnDisk"]
     assert models["m2.tar.gz"]["Loaded"]
-    artifacts = list((server.settings.cache_dir / "endpoints" / "local" / "artifacts").iterdir())
+    artifacts = list((server.registry.get("local").instances[0].work_dir / "artifacts").iterdir())
     assert len(artifacts) == 2
 
 
@@ -265,7 +265,7 @@ def test_triton_killed_mid_run_restarts_and_models_reload(start_emulator, store:
     server = start_emulator(model_data=str(store))
     rt = runtime_client(server.url)
     invoke(rt, "m0.tar.gz")
-    launcher = server.registry.get("local").launcher
+    launcher = server.registry.get("local").instances[0].launcher
     first_pid = launcher.pid
     os.kill(first_pid, signal.SIGKILL)
     wait_until(lambda: launcher.restarts == 1 and launcher.is_running()
@@ -279,7 +279,7 @@ def test_stop_leaves_no_triton_behind(start_emulator, store: Path, tmp_path: Pat
     make_store(store, tmp_path, 1)
     server = start_emulator(model_data=str(store))
     invoke(runtime_client(server.url), "m0.tar.gz")
-    pid = server.registry.get("local").launcher.pid
+    pid = server.registry.get("local").instances[0].launcher.pid
     server.stop()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)

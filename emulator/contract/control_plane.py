@@ -43,6 +43,7 @@ OPERATIONS = frozenset(
         "ListEndpoints",
         "UpdateEndpoint",
         "DeleteEndpoint",
+        "UpdateEndpointWeightsAndCapacities",
     }
 )
 
@@ -100,6 +101,10 @@ def operation_model(operation: str) -> OperationModel:
 def arn(kind: str, name: str, region: str, account: str = DEFAULT_ACCOUNT) -> str:
     """SageMaker ARNs carry the lowercased resource name (observed: "DEMO-x" -> ".../demo-x")."""
     return f"arn:aws:sagemaker:{region}:{account}:{kind}/{name.lower()}"
+
+
+def resource_limit_exceeded(message: str) -> ControlPlaneError:
+    return ControlPlaneError(message, code="ResourceLimitExceeded")
 
 
 def not_found(kind: str, resource_arn: str) -> ControlPlaneError:
@@ -330,11 +335,30 @@ def _check_semantics(operation: str, params: dict[str, Any], errors: list[str]) 
                 errors.append(
                     "ContainerHostname must be specified for every container in Direct mode."
                 )
+    elif operation == "UpdateEndpointWeightsAndCapacities":
+        changes = [c for c in params.get("DesiredWeightsAndCapacities") or []
+                   if isinstance(c, dict)]
+        names = [c.get("VariantName") for c in changes]
+        if len(set(names)) != len(names):
+            errors.append("Each VariantName may appear only once in DesiredWeightsAndCapacities.")
+        for change in changes:
+            if "DesiredWeight" not in change and "DesiredInstanceCount" not in change:
+                errors.append(f"Specify DesiredWeight or DesiredInstanceCount for variant "
+                              f"{change.get('VariantName')}.")
+            if change.get("DesiredInstanceCount") == 0:
+                # [U] scaling a variant to 0 instances is for inference-component endpoints.
+                errors.append(f"DesiredInstanceCount for variant {change.get('VariantName')} "
+                              "must be at least 1.")
     elif operation == "CreateEndpointConfig":
         variants = [v for v in params.get("ProductionVariants") or [] if isinstance(v, dict)]
         names = [v.get("VariantName") for v in variants]
         if len(set(names)) != len(names):
             errors.append("Production variant names must be unique within an endpoint config.")
+        weights = [v.get("InitialVariantWeight", 1.0) for v in variants]
+        if variants and all(isinstance(w, (int, float)) for w in weights) and sum(weights) <= 0:
+            # [U] wording: a config whose variants all weigh 0 would receive no traffic at all.
+            errors.append("The sum of InitialVariantWeight across production variants must be "
+                          "greater than 0.")
         for variant in variants:
             if not variant.get("ModelName"):
                 errors.append(

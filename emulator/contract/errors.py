@@ -106,6 +106,12 @@ def variant_not_found(variant: str, endpoint: str) -> ValidationError:  # [U]
     return ValidationError(f"Variant {variant} not found for endpoint {endpoint}.")
 
 
+def no_variant_weight(endpoint: str) -> ValidationError:  # [U] refused earlier by the control plane
+    return ValidationError(
+        f"Endpoint {endpoint} has no production variant with a weight above 0; name one with "
+        "TargetVariant, or give a variant weight with UpdateEndpointWeightsAndCapacities.")
+
+
 def invalid_target_model(value: str, reason: str) -> ValidationError:  # [U]
     return ValidationError(
         f"1 validation error detected: Value '{value}' at 'targetModel' failed to satisfy "

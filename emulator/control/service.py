@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +30,7 @@ from emulator.control.store import (
     EndpointRecord,
     Resource,
 )
+from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
 
 log = logging.getLogger(__name__)
 
@@ -39,39 +39,24 @@ _FAILURE_REASON_MAX = 1024
 
 
 class EndpointRuntimes(Protocol):
-    """What the service needs from the endpoint registry (``emulator.endpoints``)."""
+    """What the service needs from the endpoint registry (``emulator.hosting.registry``)."""
 
-    async def create(self, spec: Any) -> Any: ...
+    async def create(self, spec: EndpointSpec) -> Any: ...
 
     async def delete(self, name: str) -> Any: ...
 
-    async def replace(self, spec: Any) -> Any: ...
+    async def replace(self, spec: EndpointSpec) -> Any: ...
+
+    async def resize(self, spec: EndpointSpec) -> Any: ...
+
+    def get(self, name: str) -> Any: ...
+
+    def names(self) -> list[str]: ...
 
 
-@dataclasses.dataclass
-class PlainSpec:
-    """Stand-in for ``emulator.endpoints.EndpointSpec`` when that module is not importable."""
-
-    name: str
-    model_data: str
-    mode: str = "MultiModel"
-    environment: dict[str, str] = dataclasses.field(default_factory=dict)
-    image: str | None = None
-    variant_name: str = "AllTraffic"
-    model_cache_enabled: bool = True
-
-
-def default_spec_factory(fields: dict[str, Any]) -> Any:
-    """Build the registry's EndpointSpec, passing only the fields it declares."""
-    try:
-        from emulator.endpoints import EndpointSpec  # type: ignore[attr-defined]
-    except ImportError:
-        return PlainSpec(**fields)
-    if dataclasses.is_dataclass(EndpointSpec):
-        accepted = {f.name for f in dataclasses.fields(EndpointSpec)}
-    else:
-        accepted = set(inspect.signature(EndpointSpec).parameters)
-    return EndpointSpec(**{k: v for k, v in fields.items() if k in accepted})
+# [U] The emulator's own limit: every instance is a Triton process on this machine. SageMaker's
+# equivalent is an account quota per instance type, answered with ResourceLimitExceeded.
+MAX_INSTANCES_PER_ENDPOINT = 16
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -105,18 +90,18 @@ class ControlPlaneService:
         registry: EndpointRuntimes,
         region: str = "us-east-1",
         account: str = wire.DEFAULT_ACCOUNT,
-        spec_factory: Callable[[dict[str, Any]], Any] = default_spec_factory,
         clock: Callable[[], float] = time.time,
     ):
         self.store = store
         self.registry = registry
         self.region = region
         self.account = account
-        self._spec_factory = spec_factory
         self._clock = clock
         self._started = clock()
         # One background task per endpoint at most (keyed by lowercased name).
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        # Records of endpoints the control plane did not create (--model-data), never stored.
+        self._volatile: dict[str, EndpointRecord] = {}
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
             op: getattr(self, _snake(op)) for op in wire.OPERATIONS
         }
@@ -280,6 +265,62 @@ class ControlPlaneService:
         self._spawn(name, self._run_update(name, deployment))
         return {"EndpointArn": endpoint_arn}
 
+    async def update_endpoint_weights_and_capacities(
+            self, params: dict[str, Any]) -> dict[str, Any]:
+        """New weights and instance counts, live: Updating -> InService, no request dropped."""
+        name = params["EndpointName"]
+        endpoint_arn = self.arn(KIND_ENDPOINT, name)
+        record = self.store.get_endpoint(name) or self._unmanaged(name)
+        if record is None:
+            raise wire.not_found(KIND_ENDPOINT, endpoint_arn)
+        if record.status in IN_PROGRESS:
+            raise wire.validation_error(f'Cannot update in-progress endpoint "{endpoint_arn}".')
+        if record.status != "InService":
+            raise wire.validation_error(
+                f'Cannot update endpoint "{endpoint_arn}" in status {record.status}: '
+                "only DeleteEndpoint is allowed on a failed endpoint."
+            )
+        current = EndpointSpec.from_doc(record.current.spec)
+        changes: dict[str, tuple[float | None, int | None]] = {}
+        for change in params["DesiredWeightsAndCapacities"]:
+            variant = change["VariantName"]
+            if current.variant(variant) is None:
+                raise wire.validation_error(  # [U] wording
+                    f'The variant "{variant}" does not exist in endpoint "{endpoint_arn}"; its '
+                    f"variants are {', '.join(v.name for v in current.variants)}.")
+            weight = change.get("DesiredWeight")
+            count = change.get("DesiredInstanceCount")
+            changes[variant] = (None if weight is None else float(weight),
+                                None if count is None else int(count))
+        desired = current.with_capacities(changes)
+        if sum(v.weight for v in desired.variants) <= 0:
+            raise wire.validation_error(  # [U] wording
+                "The sum of the variants' weights must be greater than 0; the endpoint would "
+                "receive no traffic.")
+        total = sum(v.instance_count for v in desired.variants)
+        if total > MAX_INSTANCES_PER_ENDPOINT:
+            raise wire.resource_limit_exceeded(
+                f"Endpoint {name} would have {total} instances; the emulator runs at most "
+                f"{MAX_INSTANCES_PER_ENDPOINT} per endpoint (each is a Triton process on this "
+                "machine).")
+        record.desired = desired.to_doc()
+        record.status = "Updating"
+        record.failure_reason = None
+        record.modified = self._clock()
+        self._save(record)
+        self._spawn(name, self._run_resize(record.name, desired))
+        return {"EndpointArn": endpoint_arn}
+
+    def _save(self, record: EndpointRecord) -> None:
+        """Stored, or for the --model-data endpoint (which flags re-create) kept in memory."""
+        if self.store.get_endpoint(record.name) is None and self.registry.get(record.name):
+            self._volatile[record.name.lower()] = record
+        else:
+            self.store.save_endpoint(record)
+
+    def _get(self, name: str) -> EndpointRecord | None:
+        return self.store.get_endpoint(name) or self._volatile.get(name.lower())
+
     async def delete_endpoint(self, params: dict[str, Any]) -> dict[str, Any]:
         name = params["EndpointName"]
         record = self.store.get_endpoint(name)
@@ -299,7 +340,7 @@ class ControlPlaneService:
 
     async def _run_create(self, name: str, deployment: Deployment) -> None:
         try:
-            await self.registry.create(self._spec_factory(deployment.spec))
+            await self.registry.create(EndpointSpec.from_doc(deployment.spec))
         except Exception as exc:  # noqa: BLE001 - any failure of the runtime ends in Failed
             log.warning("endpoint %s failed to start: %s", name, exc)
             self._transition(name, ("Creating",), "Failed", failure_reason=failure_reason(exc))
@@ -308,13 +349,7 @@ class ControlPlaneService:
 
     async def _run_update(self, name: str, deployment: Deployment) -> None:
         try:
-            replace = getattr(self.registry, "replace", None)
-            spec = self._spec_factory(deployment.spec)
-            if replace is not None:
-                await replace(spec)
-            else:  # a registry without replace: stop then start (drops traffic briefly)
-                await self.registry.delete(name)
-                await self.registry.create(spec)
+            await self.registry.replace(EndpointSpec.from_doc(deployment.spec))
         except Exception as exc:  # noqa: BLE001
             log.warning("endpoint %s failed to update: %s", name, exc)
             # SageMaker rolls back to the running deployment and reports why.
@@ -335,6 +370,20 @@ class ControlPlaneService:
                 pending=None,
             )
 
+    async def _run_resize(self, name: str, desired: EndpointSpec) -> None:
+        try:
+            await self.registry.resize(desired)
+        except Exception as exc:  # noqa: BLE001 - the running shape stays, with the reason
+            log.warning("endpoint %s failed to change capacity: %s", name, exc)
+            self._transition(name, ("Updating",), "InService",
+                             failure_reason=failure_reason(exc), desired=None)
+        else:
+            record = self._get(name)
+            if record is not None:
+                current = dataclasses.replace(record.current, spec=desired.to_doc())
+                self._transition(name, ("Updating",), "InService", failure_reason=None,
+                                 current=current, desired=None)
+
     async def _run_delete(self, name: str, previous: asyncio.Task[None] | None) -> None:
         if previous is not None and not previous.done():
             await asyncio.gather(previous, return_exceptions=True)
@@ -346,7 +395,7 @@ class ControlPlaneService:
 
     async def _run_restore(self, name: str, deployment: Deployment) -> None:
         try:
-            await self.registry.create(self._spec_factory(deployment.spec))
+            await self.registry.create(EndpointSpec.from_doc(deployment.spec))
         except Exception as exc:  # noqa: BLE001
             log.warning("endpoint %s could not be restored: %s", name, exc)
             self._transition(name, None, "Failed", failure_reason=failure_reason(exc))
@@ -357,7 +406,7 @@ class ControlPlaneService:
         self, name: str, expected: tuple[str, ...] | None, status: str, **changes: Any
     ) -> None:
         """Move an endpoint to ``status`` unless something else (a delete) overtook the task."""
-        record = self.store.get_endpoint(name)
+        record = self._get(name)
         if record is None or (expected is not None and record.status not in expected):
             return
         if record.status == "Deleting":
@@ -366,7 +415,7 @@ class ControlPlaneService:
         record.modified = self._clock()
         for key, value in changes.items():
             setattr(record, key, value)
-        self.store.save_endpoint(record)
+        self._save(record)
 
     def _spawn(self, name: str, work: Awaitable[None], replace: bool = False) -> None:
         key = name.lower()
@@ -392,7 +441,9 @@ class ControlPlaneService:
                 self._spawn(record.name, self._run_create(record.name, record.current))
             elif record.status == "Updating":
                 target = record.pending or record.current
-                record.current, record.pending = target, None
+                if record.desired is not None:  # a capacity change: come back in its shape
+                    target = dataclasses.replace(target, spec=record.desired)
+                record.current, record.pending, record.desired = target, None, None
                 self.store.save_endpoint(record)
                 self._spawn(record.name, self._run_restore(record.name, target))
             elif record.status == "InService":
@@ -421,11 +472,26 @@ class ControlPlaneService:
         return resource
 
     def _deployment(self, endpoint_name: str, config_name: str) -> Deployment:
-        """Resolve a config and its model into what the runtime needs, at call time."""
+        """Resolve a config and its models into what the runtime needs, at call time."""
         config = self._resource(CONFIGS, KIND_CONFIG, config_name)
         variants = config.doc["ProductionVariants"]
-        # The emulator runs one variant per endpoint: the first, as the one all traffic reaches.
-        variant = variants[0]
+        specs = tuple(self._variant_spec(v) for v in variants)
+        total = sum(v.instance_count for v in specs)
+        if total > MAX_INSTANCES_PER_ENDPOINT:
+            raise wire.resource_limit_exceeded(
+                f"Endpoint config {config.name} asks for {total} instances; the emulator runs at "
+                f"most {MAX_INSTANCES_PER_ENDPOINT} per endpoint (each is a Triton process on "
+                "this machine).")
+        spec = EndpointSpec(endpoint_name, specs)
+        return Deployment(
+            config_name=config.name,
+            variants=variants,
+            spec=spec.to_doc(),
+            images=[v.container.image for v in specs],
+            started=self._clock(),
+        )
+
+    def _variant_spec(self, variant: dict[str, Any]) -> VariantSpec:
         model = self._resource(MODELS, KIND_MODEL, variant["ModelName"])
         containers = (
             [model.doc["PrimaryContainer"]]
@@ -447,21 +513,18 @@ class ControlPlaneService:
                 "needs one (an S3 prefix for MultiModel, a tarball for SingleModel)."
             )
         cache = (container.get("MultiModelConfig") or {}).get("ModelCacheSetting", "Enabled")
-        spec = {
-            "name": endpoint_name,
-            "model_data": model_data,
-            "mode": container.get("Mode", "SingleModel"),
-            "environment": dict(container.get("Environment") or {}),
-            "image": container.get("Image"),
-            "variant_name": variant["VariantName"],
-            "model_cache_enabled": cache != "Disabled",
-        }
-        return Deployment(
-            config_name=config.name,
-            variants=variants,
-            spec=spec,
-            images=[container.get("Image")],
-            started=self._clock(),
+        return VariantSpec(
+            name=variant["VariantName"],
+            container=ContainerSpec(
+                model_data=model_data,
+                mode=container.get("Mode", "SingleModel"),
+                environment=dict(container.get("Environment") or {}),
+                image=container.get("Image"),
+                model_cache_enabled=cache != "Disabled",
+            ),
+            instance_count=int(variant.get("InitialInstanceCount") or 1),
+            weight=float(variant.get("InitialVariantWeight", 1.0)),
+            instance_type=variant.get("InstanceType"),
         )
 
     def _describe(self, record: EndpointRecord) -> dict[str, Any]:
@@ -474,16 +537,20 @@ class ControlPlaneService:
             "CreationTime": record.created,
             "LastModifiedTime": record.modified,
         }
-        running = record.status not in ("Creating", "Failed")
-        if record.current.variants:
+        if record.current.spec:
+            spec = EndpointSpec.from_doc(record.current.spec)
+            desired = EndpointSpec.from_doc(record.desired) if record.desired else spec
+            runtime = self.registry.get(record.name)
             doc["ProductionVariants"] = [
-                _variant_summary(v, record.current, running) for v in record.current.variants
+                _variant_summary(v, desired.variant(v.name) or v, runtime, record.current)
+                for v in spec.variants
             ]
         if record.pending is not None:
+            pending = EndpointSpec.from_doc(record.pending.spec)
             doc["PendingDeploymentSummary"] = {
                 "EndpointConfigName": record.pending.config_name,
                 "ProductionVariants": [
-                    _pending_summary(v, record.pending) for v in record.pending.variants
+                    _pending_summary(v, record.pending) for v in pending.variants
                 ],
                 "StartTime": record.pending.started,
             }
@@ -491,55 +558,51 @@ class ControlPlaneService:
 
     def _unmanaged(self, name: str) -> EndpointRecord | None:
         """An endpoint the runtime serves that the control plane did not create (--model-data)."""
-        get = getattr(self.registry, "get", None)
-        if get is None:
-            return None
-        try:
-            runtime = get(name)
-        except (KeyError, LookupError):
-            return None
+        runtime = self.registry.get(name)
         if runtime is None:
             return None
+        if name.lower() in self._volatile:
+            return self._volatile[name.lower()]
         return EndpointRecord(
             name=name,
             created=self._started,
             modified=self._started,
             status="InService",
-            current=Deployment(config_name="", variants=[], spec={}),
+            current=Deployment(config_name="", variants=[], spec=runtime.spec.to_doc()),
         )
 
     def _all_unmanaged(self) -> list[EndpointRecord]:
-        names = getattr(self.registry, "names", None)
-        if names is None:
-            return []
-        found = (self._unmanaged(n) for n in list(names()))
+        found = (self._unmanaged(n) for n in list(self.registry.names()))
         return [r for r in found if r is not None]
 
 
-def _variant_summary(variant: dict[str, Any], deployment: Deployment, running: bool):
-    desired = int(variant.get("InitialInstanceCount") or 1)
-    weight = float(variant.get("InitialVariantWeight", 1.0))
+def _variant_summary(variant: VariantSpec, desired: VariantSpec, runtime: Any,
+                     deployment: Deployment) -> dict[str, Any]:
+    """CurrentInstanceCount is what serves now (0 until the endpoint runs); Desired* is the
+    target of an update in progress, else the same as Current*."""
+    serving = 0
+    if runtime is not None:
+        running = runtime.variant(variant.name)
+        serving = len(running.serving()) if running is not None else 0
     summary: dict[str, Any] = {
-        "VariantName": variant["VariantName"],
-        "CurrentWeight": weight,
-        "DesiredWeight": weight,
-        "CurrentInstanceCount": desired if running else 0,
-        "DesiredInstanceCount": desired,
+        "VariantName": variant.name,
+        "CurrentWeight": variant.weight,
+        "DesiredWeight": desired.weight,
+        "CurrentInstanceCount": serving,
+        "DesiredInstanceCount": desired.instance_count,
     }
-    images = [i for i in deployment.images if i]
-    if images:
-        summary["DeployedImages"] = [
-            {"SpecifiedImage": i, "ResolvedImage": i, "ResolutionTime": deployment.started}
-            for i in images
-        ]
+    if variant.container.image:
+        summary["DeployedImages"] = [{"SpecifiedImage": variant.container.image,
+                                      "ResolvedImage": variant.container.image,
+                                      "ResolutionTime": deployment.started}]
     return summary
 
 
-def _pending_summary(variant: dict[str, Any], deployment: Deployment) -> dict[str, Any]:
-    summary = _variant_summary(variant, deployment, running=False)
+def _pending_summary(variant: VariantSpec, deployment: Deployment) -> dict[str, Any]:
+    summary = _variant_summary(variant, variant, None, deployment)
     summary["VariantStatus"] = [{"Status": "Creating", "StartTime": deployment.started}]
-    if variant.get("InstanceType"):
-        summary["InstanceType"] = variant["InstanceType"]
+    if variant.instance_type:
+        summary["InstanceType"] = variant.instance_type
     return summary
 
 

@@ -73,6 +73,8 @@ class EndpointRecord:
     failure_reason: str | None = None
     # Set while an UpdateEndpoint is in progress.
     pending: Deployment | None = None
+    # Set while an UpdateEndpointWeightsAndCapacities is in progress: the spec it moves to.
+    desired: dict[str, Any] | None = None
     tags: list[dict[str, str]] = field(default_factory=list)
 
     def to_doc(self) -> dict[str, Any]:

@@ -245,6 +245,7 @@ class DockerLauncher:
         mounts: Sequence[Path] = (),
         shm_size: str = "1g",
         gpus: str = "auto",
+        gpu_device: str | None = None,
         pull: bool = True,
         host: str = "127.0.0.1",
         name: str = "triton",
@@ -266,6 +267,7 @@ class DockerLauncher:
         self.mounts = [*([cache_dir] if cache_dir is not None else []), *mounts]
         self.shm_size = shm_size
         self.gpus = gpus
+        self.gpu_device = gpu_device  # one GPU of several for this instance, or all of them
         self.pull = pull
         self._host = host
         self._name = name
@@ -376,6 +378,9 @@ class DockerLauncher:
 
         if self.gpus == "none" or (self.gpus == "auto" and count_gpus() == 0):
             return []
+        if self.gpu_device is not None:
+            return [docker.types.DeviceRequest(device_ids=[self.gpu_device],
+                                               capabilities=[["gpu"]])]
         return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
 
     def _labels(self) -> dict[str, str]:

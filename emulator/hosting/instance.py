@@ -1,0 +1,212 @@
+"""One instance of a production variant: its own Triton, disk cache, budgets and model manager.
+
+``Instance.invoke`` is the container call of one request: bring the model in (multi-model) or
+use the one model (single-model), send the request to Triton, and turn what the container says
+into SageMaker's answer. It knows nothing of other instances or variants: the router chose it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from emulator.contract import errors, runtime
+from emulator.hosting.spec import ContainerSpec
+from emulator.manager.extract import UnsafeArchive
+from emulator.manager.models import ModelLoadFailed, ModelManager, ModelNotReady, ModelState
+from emulator.manager.repository import InvalidModelRepository
+from emulator.manager.store import ObjectNotFound
+from emulator.metrics import InstanceMetrics
+from emulator.triton.client import TritonClient, TritonUnreachable
+from emulator.triton.launcher import TritonLauncher
+
+# SingleModel endpoints have one model; the manager keys it by this TargetModel.
+SINGLE_MODEL = ""
+
+
+class InstanceStartFailed(Exception):
+    """The instance's container did not become healthy (CreateEndpoint -> Failed)."""
+
+
+@dataclass(frozen=True)
+class ErrorContext:
+    """What a ModelError names: the endpoint, where its logs would be."""
+
+    endpoint: str
+    region: str
+    account: str
+
+    @property
+    def log_stream_arn(self) -> str:
+        return errors.log_stream_arn(self.region, self.account, self.endpoint)
+
+    def model_error(self, status: int, body: str) -> errors.ModelError:
+        return errors.model_error(status, body, self.endpoint, self.region, self.account,
+                                  self.log_stream_arn)
+
+    def timed_out(self) -> errors.ModelError:
+        return errors.invocation_timed_out(self.endpoint, self.region, self.account,
+                                           self.log_stream_arn)
+
+
+@dataclass(frozen=True)
+class ContainerAnswer:
+    body: bytes
+    content_type: str
+    custom_attributes: str | None
+    model_latency_s: float
+    cache_hit: bool
+
+
+class Instance:
+    def __init__(self, instance_id: str, container: ContainerSpec, launcher: TritonLauncher,
+                 triton: TritonClient, manager: ModelManager, metrics: InstanceMetrics,
+                 work_dir: Path, errors_context: ErrorContext, load_timeout_s: float) -> None:
+        self.id = instance_id
+        self.container = container
+        self.launcher = launcher
+        self.triton = triton
+        self.manager = manager
+        self.metrics = metrics
+        self.work_dir = work_dir
+        self._errors = errors_context
+        self._load_timeout_s = load_timeout_s
+        self.in_flight = 0
+        self.draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        launcher.on_restart = self._triton_restarted
+
+    # --- what the router reads --------------------------------------------------------------
+
+    def has_loaded(self, target: str) -> bool:
+        record = self.manager.records.get(target)
+        return record is not None and record.state is ModelState.LOADED
+
+    def is_bringing_in(self, target: str) -> bool:
+        record = self.manager.records.get(target)
+        return record is not None and record.state in (ModelState.DOWNLOADING,
+                                                        ModelState.LOADING)
+
+    def has_on_disk(self, target: str) -> bool:
+        record = self.manager.records.get(target)
+        return record is not None and record.artifact_dir is not None
+
+    def free_fraction(self) -> float:
+        """How much of the memory budget is free, 0..1 (1 without a budget)."""
+        index = self.manager.memory
+        free = 1.0
+        if index.capacity_bytes:
+            free = min(free, max(index.capacity_bytes - index.total_bytes, 0)
+                       / index.capacity_bytes)
+        if index.capacity_count:
+            free = min(free, max(index.capacity_count - len(index), 0) / index.capacity_count)
+        return free
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.launcher.start()
+        self.triton.rebind(self.launcher.http_url)
+        if not self.container.is_multi_model:
+            # A SingleModel container loads its model at start-up; failing that, it never
+            # becomes healthy and CreateEndpoint fails with the reason.
+            try:
+                async with self.manager.acquire(SINGLE_MODEL, self._load_timeout_s):
+                    pass
+            except (ModelLoadFailed, InvalidModelRepository, UnsafeArchive, ObjectNotFound) as exc:
+                raise InstanceStartFailed(
+                    f"The primary container failed to start: {exc}") from exc
+
+    async def drain(self, timeout_s: float) -> None:
+        """Take no new requests (the router skips it) and wait for those in flight."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass  # stop anyway: a request still running past the timeout gets an error
+
+    async def stop(self) -> None:
+        await self.manager.close()
+        # Close our keep-alive connections first: Triton waits for open connections on exit.
+        await self.triton.close()
+        await self.launcher.stop()
+
+    async def _triton_restarted(self) -> None:
+        self.triton.rebind(self.launcher.http_url)
+        await self.manager.triton_restarted()
+
+    # --- the request path -------------------------------------------------------------------
+
+    async def invoke(self, request: runtime.InvokeRequest, target: str | None, started: float,
+                     timeout_s: float) -> ContainerAnswer:
+        self.in_flight += 1
+        self._idle.clear()
+        try:
+            return await self._invoke(request, target or SINGLE_MODEL, started, timeout_s)
+        finally:
+            self.in_flight -= 1
+            if not self.in_flight:
+                self._idle.set()
+
+    async def _invoke(self, request: runtime.InvokeRequest, target: str, started: float,
+                      timeout_s: float) -> ContainerAnswer:
+        try:
+            async with self.manager.acquire(target, timeout_s) as model:
+                assert model.entry is not None
+                try:
+                    headers = runtime.triton_request_headers(request.content_type,
+                                                             len(request.body))
+                except runtime.ContainerRejected as exc:
+                    raise self._errors.model_error(exc.status, exc.body) from None
+                remaining = max(timeout_s - (time.monotonic() - started), 0.001)
+                infer_started = time.monotonic()
+                try:
+                    response = await self.triton.infer(model.entry, request.body, headers,
+                                                       timeout=remaining)
+                except asyncio.TimeoutError:
+                    raise self._errors.timed_out() from None
+                model_latency = time.monotonic() - infer_started
+        except ObjectNotFound:
+            raise errors.target_model_not_found(target or self.container.model_data,
+                                                self.manager.source.location) from None
+        except ModelNotReady:
+            raise errors.model_not_ready(target or self._errors.endpoint) from None
+        except ModelLoadFailed as exc:
+            raise self._errors.model_error(exc.status, exc.body) from None
+        except (InvalidModelRepository, UnsafeArchive) as exc:
+            raise self._errors.model_error(
+                400, f'{{"error":"failed to load model: {exc}"}}') from None
+        except TritonUnreachable as exc:
+            # [U] what a client sees when the container dies mid-request.
+            raise self._errors.model_error(
+                500, f'{{"error":"container is unreachable: {exc}"}}') from None
+        if response.status != 200:
+            raise self._errors.model_error(response.status,
+                                           response.body.decode(errors="replace"))
+        body, header_length = runtime.rename_model(
+            response.body, runtime.binary_header_length(response.headers), model.entry,
+            target or model.entry)
+        return ContainerAnswer(
+            body=body, content_type=runtime.sagemaker_content_type(header_length),
+            custom_attributes=response.headers.get("X-Amzn-SageMaker-Custom-Attributes"),
+            model_latency_s=model_latency, cache_hit=model.cache_hit)
+
+    def describe(self) -> dict[str, object]:
+        memory, disk = self.manager.memory, self.manager.disk
+        return {
+            "InstanceId": self.id,
+            "TritonUrl": self.launcher.http_url,
+            "Draining": self.draining,
+            "InFlight": self.in_flight,
+            "MemoryBudgetBytes": memory.capacity_bytes,
+            "MaxLoadedModels": memory.capacity_count,
+            "DiskBudgetBytes": disk.capacity_bytes,
+            "LoadedBytes": memory.total_bytes,
+            "DiskBytes": disk.total_bytes,
+            "LoadedModelCount": self.metrics.loaded_model_count,
+            "Utilization": dict(self.metrics.latest),
+            "Models": self.manager.describe(),
+        }

@@ -1,0 +1,134 @@
+"""All endpoints by name; the single place that starts, reshapes and stops them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from emulator.hosting.endpoint import Endpoint, InstanceBuilder
+from emulator.hosting.routing import Router
+from emulator.hosting.spec import EndpointSpec
+from emulator.hosting.utilization import UtilizationSampler
+from emulator.manager.store import source_for
+from emulator.metrics import MetricSink
+from emulator.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class EndpointRegistry:
+    def __init__(self, settings: Settings, build_instance: InstanceBuilder,
+                 sink: MetricSink | None = None, sample_period_s: float = 60.0) -> None:
+        self.settings = settings
+        self._build_instance = build_instance
+        self._router = Router(settings.routing_seed)
+        self._sink = sink
+        self._endpoints: dict[str, Endpoint] = {}
+        self._sample_period_s = sample_period_s
+        self._sampler_task: asyncio.Task[None] | None = None
+        self._samplers: dict[int, UtilizationSampler] = {}
+
+    def get(self, name: str) -> Endpoint | None:
+        return self._endpoints.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._endpoints)
+
+    def all(self) -> list[Endpoint]:
+        return [self._endpoints[n] for n in self.names()]
+
+    async def _start(self, spec: EndpointSpec, generation: str = "") -> Endpoint:
+        s = self.settings
+        for variant in spec.variants:  # a missing bucket or prefix fails before any Triton starts
+            source = source_for(variant.container.model_data, s.s3_endpoint_url, s.region)
+            await asyncio.to_thread(source.check, not variant.container.is_multi_model)
+        work_dir = s.cache_dir / "endpoints" / (spec.name + generation)
+        if work_dir.exists():  # a previous run's cache: models reload on demand
+            await asyncio.to_thread(shutil.rmtree, work_dir)
+        work_dir.mkdir(parents=True)
+        endpoint = Endpoint(spec, work_dir, self._build_instance, self._router,
+                            (s.region, s.account_id), s.invocation_timeout_s, self._sink)
+        try:
+            await endpoint.start()
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, work_dir, True)
+            raise
+        self._ensure_sampler()
+        return endpoint
+
+    async def create(self, spec: EndpointSpec) -> Endpoint:
+        if spec.name in self._endpoints:
+            raise ValueError(f"endpoint {spec.name} already exists")
+        endpoint = await self._start(spec)
+        self._endpoints[spec.name] = endpoint
+        return endpoint
+
+    async def replace(self, spec: EndpointSpec) -> Endpoint:
+        """A new deployment: start it whole, switch traffic to it, then drain and stop the old."""
+        old = self._endpoints.get(spec.name)
+        endpoint = await self._start(spec, generation=f".{time.monotonic_ns()}")
+        self._endpoints[spec.name] = endpoint
+        if old is not None:
+            await self._stop(old)
+        return endpoint
+
+    async def resize(self, spec: EndpointSpec) -> Endpoint:
+        """The same deployment with new weights and instance counts (no restart of the rest)."""
+        endpoint = self._endpoints.get(spec.name)
+        if endpoint is None:
+            raise LookupError(f"endpoint {spec.name} is not running")
+        await endpoint.resize(spec)
+        return endpoint
+
+    async def delete(self, name: str) -> None:
+        endpoint = self._endpoints.pop(name, None)
+        if endpoint is not None:
+            await self._stop(endpoint)
+
+    @staticmethod
+    async def _stop(endpoint: Endpoint) -> None:
+        await endpoint.stop()
+        await asyncio.to_thread(shutil.rmtree, endpoint.work_dir, True)
+
+    async def close(self) -> None:
+        if self._sampler_task is not None:
+            self._sampler_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler_task
+        await asyncio.gather(*(self.delete(name) for name in self.names()))
+
+    # --- instance utilization ---------------------------------------------------------------
+
+    def _ensure_sampler(self) -> None:
+        if self._sampler_task is None or self._sampler_task.done():
+            self._sampler_task = asyncio.create_task(self._sample_forever(), name="utilization")
+
+    async def _sample_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._sample_period_s)
+            try:
+                await asyncio.to_thread(self.sample_utilization)
+            except Exception:  # noqa: BLE001 - a failed sample must not stop the next ones
+                log.exception("utilization sample failed")
+
+    def sample_utilization(self) -> None:
+        """One sample of every instance's utilization metrics (also called by tests)."""
+        now = time.monotonic()
+        seen: dict[int, UtilizationSampler] = {}
+        for endpoint in self.all():
+            for variant in endpoint.variants:
+                for instance in list(variant.instances):
+                    sampler = seen[id(instance)] = self._samplers.get(id(instance),
+                                                                      UtilizationSampler())
+                    pid = getattr(instance.launcher, "pid", None)
+                    figures = sampler.sample(
+                        pid if isinstance(pid, int) else None, now,
+                        instance.manager.disk.total_bytes, instance.manager.disk.capacity_bytes,
+                        Path(instance.work_dir))
+                    for name, value in figures.items():
+                        instance.metrics.sample(name, value)
+        self._samplers = seen

@@ -1,0 +1,108 @@
+"""The router: per request, which production variant and then which instance serves it.
+
+SageMaker documents the outline (TargetVariant, else the variants' weights; a multi-model
+endpoint "routes traffic to the instance where the model is loaded") but not the algorithm.
+Every choice it leaves open is made here, in one place, and marked [U]:
+
+Variant
+  ``TargetVariant`` names it; otherwise a weighted random draw over the variants (a variant of
+  weight 0 gets no unnamed traffic). The generator is seedable (``--routing-seed``) so tests and
+  benchmarks are exact.
+
+Instance, multi-model [U]
+  1. Instances that have the TargetModel loaded: the one with the fewest requests in flight --
+     unless every one of them has ``SATURATED_IN_FLIGHT`` or more in flight and another instance
+     is free of traffic enough to take a copy (then that one loads it too: a hot model spreads).
+  2. An instance already downloading or loading it (so one load serves every waiting request).
+  3. Otherwise the instance with the most free room in its memory budget, preferring one that
+     has the artifact on its disk, then fewer requests in flight, then a stable hash of the
+     TargetModel (rendezvous hashing) so a model keeps landing on the same instance.
+
+Instance, single-model
+  The fewest requests in flight; ties go round-robin so sequential traffic spreads too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+# [U] Requests in flight on every holder of a model before a copy is loaded elsewhere.
+SATURATED_IN_FLIGHT = 8
+
+
+class Routable(Protocol):
+    id: str
+    in_flight: int
+
+    def has_loaded(self, target: str) -> bool: ...
+
+    def is_bringing_in(self, target: str) -> bool: ...
+
+    def has_on_disk(self, target: str) -> bool: ...
+
+    def free_fraction(self) -> float: ...
+
+
+class WeightedChoice(Protocol):
+    name: str
+    weight: float
+
+
+V = TypeVar("V", bound=WeightedChoice)
+Inst = TypeVar("Inst", bound=Routable)
+
+
+class Router:
+    def __init__(self, seed: int | None = None) -> None:
+        self._random = random.Random(seed)
+        self._turn = itertools.count()
+
+    def variant(self, variants: Sequence[V]) -> V | None:
+        """A weighted draw; None when every weight is 0."""
+        total = sum(v.weight for v in variants)
+        if total <= 0:
+            return None
+        point = self._random.uniform(0, total)
+        for v in variants:
+            point -= v.weight
+            if point < 0 and v.weight > 0:
+                return v
+        return next(v for v in reversed(variants) if v.weight > 0)
+
+    def instance(self, instances: Sequence[Inst], target: str | None) -> Inst:
+        if len(instances) == 1:
+            return instances[0]
+        if target is None:
+            return self._least_busy(instances)
+        holders = [i for i in instances if i.has_loaded(target)]
+        if holders:
+            best = min(holders, key=lambda i: i.in_flight)
+            if best.in_flight < SATURATED_IN_FLIGHT:
+                return best
+            others = [i for i in instances if i not in holders
+                      and i.in_flight < SATURATED_IN_FLIGHT]
+            return self._placement(others, target) if others else best
+        loading = [i for i in instances if i.is_bringing_in(target)]
+        if loading:
+            return min(loading, key=lambda i: i.in_flight)
+        return self._placement(instances, target)
+
+    def _least_busy(self, instances: Sequence[Inst]) -> Inst:
+        fewest = min(i.in_flight for i in instances)
+        idle = [i for i in instances if i.in_flight == fewest]
+        return idle[next(self._turn) % len(idle)]
+
+    @staticmethod
+    def _placement(instances: Sequence[Inst], target: str) -> Inst:
+        return max(instances, key=lambda i: (
+            round(i.free_fraction(), 6), i.has_on_disk(target), -i.in_flight,
+            _rendezvous(target, i.id)))
+
+
+def _rendezvous(target: str, instance_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{target}\0{instance_id}".encode(),
+                                          digest_size=8).digest(), "big")

@@ -1,0 +1,84 @@
+"""What an endpoint is made of, as SageMaker describes it: endpoint -> variants -> container.
+
+These are plain values, JSON-safe through ``to_doc``/``from_doc`` so the control plane can keep
+them in its state and bring an endpoint back after a restart with the same shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+MULTI_MODEL = "MultiModel"
+SINGLE_MODEL = "SingleModel"
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """One container of a model (``PrimaryContainer``)."""
+
+    model_data: str  # MultiModel: the prefix (s3://b/p/ or a folder); SingleModel: one tarball
+    mode: str = MULTI_MODEL
+    environment: dict[str, str] = field(default_factory=dict)
+    image: str | None = None
+    model_cache_enabled: bool = True
+
+    @property
+    def is_multi_model(self) -> bool:
+        return self.mode == MULTI_MODEL
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """A production variant: a model on ``instance_count`` instances, receiving ``weight``."""
+
+    name: str
+    container: ContainerSpec
+    instance_count: int = 1
+    weight: float = 1.0
+    instance_type: str | None = None
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    name: str
+    variants: tuple[VariantSpec, ...]
+
+    def variant(self, name: str) -> VariantSpec | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+    def with_capacities(self, changes: dict[str, tuple[float | None, int | None]]) -> EndpointSpec:
+        """The same endpoint with new weights and/or instance counts for some variants."""
+        variants = []
+        for v in self.variants:
+            weight, count = changes.get(v.name, (None, None))
+            variants.append(replace(v, weight=v.weight if weight is None else weight,
+                                    instance_count=v.instance_count if count is None else count))
+        return replace(self, variants=tuple(variants))
+
+    def to_doc(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> EndpointSpec:
+        if "variants" not in doc:  # state written before endpoints had variants: one of them
+            container = ContainerSpec(
+                model_data=doc["model_data"], mode=doc.get("mode", MULTI_MODEL),
+                environment=dict(doc.get("environment") or {}), image=doc.get("image"),
+                model_cache_enabled=doc.get("model_cache_enabled", True))
+            return cls(doc["name"], (VariantSpec(doc.get("variant_name", "AllTraffic"),
+                                                 container),))
+        variants = tuple(
+            VariantSpec(
+                name=v["name"], container=ContainerSpec(**v["container"]),
+                instance_count=int(v.get("instance_count", 1)),
+                weight=float(v.get("weight", 1.0)), instance_type=v.get("instance_type"))
+            for v in doc["variants"])
+        return cls(doc["name"], variants)
+
+
+def single_variant(name: str, model_data: str, *, variant_name: str = "AllTraffic",
+                   instance_count: int = 1, **container: Any) -> EndpointSpec:
+    """The common case: one variant, one container (``mme serve --model-data``, tests)."""
+    return EndpointSpec(name, (VariantSpec(variant_name, ContainerSpec(model_data, **container),
+                                           instance_count=instance_count),))

@@ -1,0 +1,1 @@
+"""HTTP routes, each module a thin binding from a path to the behaviour behind it."""

@@ -1,0 +1,66 @@
+"""What a person or a tool looks at: health, metrics, and the fleet with its models.
+
+- ``GET  /ping``               200 once the app is up
+- ``GET  /metrics``            CloudWatch metrics per variant, Prometheus text format
+- ``GET  /_emulator/metrics``  the same as JSON: per endpoint, all variants added up, then each
+- ``GET  /_emulator/models``   every endpoint -> variants -> instances -> models (state, size,
+                               pins, LRU position), and each model's instance at the top level
+- ``POST /_emulator/endpoints/{name}/models/{target}/unload``  unload one model everywhere
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from emulator.hosting.endpoint import Endpoint
+from emulator.hosting.registry import EndpointRegistry
+from emulator.metrics import endpoint_snapshot, prometheus_text
+
+
+def describe_endpoint(endpoint: Endpoint) -> dict[str, object]:
+    """The fleet of one endpoint; ``Models`` lists every instance's models, each named."""
+    instances = [(v.name, i) for v in endpoint.variants for i in v.instances]
+    first = instances[0][1].describe() if instances else {}
+    models = [{**m, "Variant": v, "Instance": i.id} for v, i in instances
+              for m in i.manager.describe()]
+    # The first instance's budgets and Triton at the top level: one-instance endpoints read
+    # as before the fleet; the budgets are per instance anyway.
+    summary = {key: first.get(key) for key in (
+        "TritonUrl", "MemoryBudgetBytes", "MaxLoadedModels", "DiskBudgetBytes")}
+    summary["LoadedBytes"] = sum(i.manager.memory.total_bytes for _, i in instances)
+    summary["DiskBytes"] = sum(i.manager.disk.total_bytes for _, i in instances)
+    return {**summary, "Models": models, **endpoint.describe()}
+
+
+def build_introspection_router(registry: EndpointRegistry) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/ping")
+    async def ping() -> Response:
+        return Response(status_code=200)
+
+    @router.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        variants = [v.metrics for e in registry.all() for v in e.variants]
+        return PlainTextResponse(prometheus_text(variants),
+                                 media_type="text/plain; version=0.0.4")
+
+    @router.get("/_emulator/metrics")
+    async def metrics_json() -> dict[str, object]:
+        return {"Endpoints": {e.name: endpoint_snapshot(e.name, [v.metrics for v in e.variants])
+                              for e in registry.all()}}
+
+    @router.get("/_emulator/models")
+    async def models() -> dict[str, object]:
+        return {"Endpoints": {e.name: describe_endpoint(e) for e in registry.all()}}
+
+    @router.post("/_emulator/endpoints/{endpoint_name}/models/{target:path}/unload")
+    async def unload(endpoint_name: str, target: str) -> JSONResponse:
+        endpoint = registry.get(endpoint_name)
+        if endpoint is None:
+            return JSONResponse({"error": f"no endpoint {endpoint_name}"}, status_code=404)
+        done = [await i.manager.unload(target) for i in endpoint.instances]
+        return JSONResponse({"unloaded": any(done)}, status_code=200 if any(done) else 409)
+
+    return router
