@@ -119,7 +119,8 @@ def _from_form(shape: Shape, form: Mapping[str, str], prefix: str) -> Any:
     if isinstance(shape, StructureShape):
         out = {}
         for name, member in shape.members.items():
-            key = f"{prefix}{member.serialization.get('name', name)}"
+            wire_name = member.serialization.get("name", name)
+            key = f"{prefix}.{wire_name}" if prefix else wire_name
             if present(key):
                 out[name] = _from_form(member, form, key)
         return out
