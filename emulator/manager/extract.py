@@ -1,7 +1,11 @@
 """Safe extraction of a model ``.tar.gz``: all or nothing.
 
 Refused, with a message naming the member: absolute paths, ``..`` components, links that lead
-out of the folder, device files and FIFOs, and archives whose extracted size exceeds the cap.
+out of the folder, device files and FIFOs, and archives whose extracted size exceeds the cap
+(``max_bytes``: the smaller of ``--max-extracted-bytes`` and the room the disk budget leaves).
+The sizes are the members' declared sizes, checked before anything is written: tarfile writes
+exactly that many bytes per member, so a gzip bomb is refused without being expanded on disk.
+A full disk is ``DiskFull``, not an unreadable archive.
 Extraction goes to a temporary sibling folder that is renamed into place only when complete, so a
 failure never leaves a half-extracted model behind.
 """
@@ -14,9 +18,19 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
+from emulator.manager.failures import DiskFull, is_no_space
+
 
 class UnsafeArchive(Exception):
     """The archive is malformed or tries to write outside its folder."""
+
+
+class ArchiveTooLarge(UnsafeArchive):
+    """The archive expands to more than ``limit`` bytes."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 def _check_member(member: tarfile.TarInfo) -> None:
@@ -53,17 +67,21 @@ def extract_archive(archive: Path, destination: Path, max_bytes: int | None) -> 
                     _check_member(member)
                     total += max(member.size, 0)
                     if max_bytes is not None and total > max_bytes:
-                        raise UnsafeArchive(
+                        raise ArchiveTooLarge(
                             f"archive expands to more than the {max_bytes}-byte cap "
-                            "(raise --max-extracted-bytes if this model is really that large)"
-                        )
+                            "(raise --max-extracted-bytes if this model is really that large)",
+                            max_bytes)
                 # The stdlib "data" filter enforces the same rules again (defence in depth).
                 # (Python 3.10.12+/3.11.4+; older patch releases rely on the checks above.)
                 safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
                 tar.extractall(staging, members=members, **safe)  # type: ignore[arg-type]
         except getattr(tarfile, "FilterError", ()) as exc:
             raise UnsafeArchive(f"refused by the safe-extraction filter: {exc}") from exc
-        except (tarfile.TarError, EOFError, OSError) as exc:
+        except OSError as exc:
+            if is_no_space(exc):
+                raise DiskFull(f"{exc.strerror} while extracting") from exc
+            raise UnsafeArchive(f"not a readable .tar.gz archive: {exc}") from exc
+        except (tarfile.TarError, EOFError) as exc:
             raise UnsafeArchive(f"not a readable .tar.gz archive: {exc}") from exc
         os.replace(staging, destination)
         return total

@@ -71,6 +71,10 @@ class LruIndex:
         entry = self._entries.get(key)
         return entry is not None and entry.pins > 0
 
+    def unevictable_bytes(self, exclude: frozenset[str] = frozenset()) -> int:
+        """Bytes no eviction can free: pinned items and those in ``exclude``."""
+        return sum(e.size for e in self._entries.values() if e.pins or e.key in exclude)
+
     def victims(self, incoming_size: int,
                 exclude: frozenset[str] = frozenset()) -> list[str] | None:
         """Keys to evict, least recent first, so an item of ``incoming_size`` fits.

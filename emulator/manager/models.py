@@ -10,6 +10,15 @@
   ``disk_budget``.
 - A waiting request gives up after the invocation timeout (ModelNotReadyException) while the load
   goes on in the background, as SageMaker does.
+- Only loaded, idle models are eviction victims: a model still loading is never one (its unload
+  would wait for the load, and the model that needs the room would starve behind it).
+- Broken containers: a load whose Python stub dies at import (Triton then keeps it LOADING for
+  ever) fails promptly; a model whose stub died while serving is taken out on Triton's first
+  "Stub process ... is not healthy" answer and loads afresh on the next request. Triton cannot
+  unload either (the unload waits on the dead stub), so the model comes back under a new Triton
+  name (``generation``) and the old one is abandoned.
+- Failures outside the model (no disk, the store down) are ModelErrors saying what to fix
+  (``failures.py``, which holds every [U] decision of the manager).
 """
 
 from __future__ import annotations
@@ -26,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator.manager import repository
-from emulator.manager.extract import extract_archive, tree_size
+from emulator.manager import failures, repository, stubs
+from emulator.manager.extract import ArchiveTooLarge, extract_archive, tree_size
+from emulator.manager.failures import DiskFull, StoreUnavailable
 from emulator.manager.lru import DoesNotFit, LruIndex
 from emulator.manager.store import ModelSource
 from emulator.metrics import EndpointMetrics
@@ -41,6 +51,11 @@ log = logging.getLogger("emulator.models")
 OOM_MARKERS = ("CUDA out of memory", "out of memory", "OOM", "MemoryError",
                "CUBLAS_STATUS_ALLOC_FAILED", "failed to allocate memory", "No space left on device")
 
+# A stub that exits normally (the model-level stub, once the model is loaded) is reaped by Triton
+# at once; one that died at import stays a zombie for ever. Polled while a load is pending.
+STUB_POLL_S = 0.25
+ZOMBIE_GRACE_S = 1.5
+
 
 class ModelState(str, enum.Enum):
     NEW = "new"
@@ -53,6 +68,12 @@ class ModelState(str, enum.Enum):
 
 class ModelNotReady(Exception):
     """The model is still on its way in after the caller's wait timeout."""
+
+
+class _StubDied(Exception):
+    def __init__(self, instances: list[str]) -> None:
+        super().__init__(", ".join(instances))
+        self.instances = instances
 
 
 class ModelLoadFailed(Exception):
@@ -75,6 +96,12 @@ class ModelRecord:
     installed: list[str] = field(default_factory=list)
     demand: int = 0  # requests waiting for this model to be loaded
     last_used: float = 0.0
+    # Bumped when Triton's copy is abandoned (its stub died): the next load uses new names.
+    generation: int = 0
+
+    @property
+    def triton_key(self) -> str:
+        return self.key if not self.generation else f"{self.key}g{self.generation}"
 
 
 @dataclass(frozen=True)
@@ -83,10 +110,9 @@ class Lease:
 
     record: ModelRecord
     cache_hit: bool  # it was loaded already when the request came (ModelCacheHit = 1)
-
-    @property
-    def entry(self) -> str | None:
-        return self.record.entry
+    # Captured at acquire: a reload under a new generation must not rename this request's model.
+    entry: str | None = None
+    generation: int = 0
 
 
 def artifact_key(target: str) -> str:
@@ -135,6 +161,13 @@ class ModelManager:
         self.downloads = 0
         self.loads = 0
         self.unloads = 0
+        self.stub_failures = 0
+        self._background: set[asyncio.Task[None]] = set()
+        self._stub_registry = stubs.registry_for(triton_repository)
+        # Item 4 without wiring: every non-200 inference answer of our Triton passes by here.
+        add_listener = getattr(triton, "add_infer_listener", None)
+        if add_listener is not None:
+            add_listener(self._infer_failed)
 
     # --- the request path -------------------------------------------------------------------
 
@@ -166,10 +199,12 @@ class ModelManager:
             self.metrics.record("ModelLoadingWaitTime", (time.monotonic() - started) * 1e6)
         record.last_used = time.time()
         self.disk.touch(target)
+        generation = record.generation
         try:
-            yield Lease(record, hit)
+            yield Lease(record, hit, record.entry, generation)
         finally:
-            self.memory.unpin(target)
+            if record.generation == generation:  # else its pin went with the abandoned copy
+                self.memory.unpin(target)
             if not self.cache_enabled and not self.memory.is_pinned(target):
                 # ModelCacheSetting=Disabled: unload and delete right after each invocation.
                 await self._evict_completely(record)
@@ -213,8 +248,9 @@ class ModelManager:
         else:
             layout = await asyncio.to_thread(repository.read_layout, extracted)
         record.installed = await asyncio.to_thread(
-            repository.install, layout, record.key, self.triton_repository, self.gpus_available)
-        record.entry = repository.namespaced(layout.entry, record.key)
+            repository.install, layout, record.triton_key, self.triton_repository,
+            self.gpus_available)
+        record.entry = repository.namespaced(layout.entry, record.triton_key)
         try:
             await self._make_room(record)
         except BaseException:
@@ -223,16 +259,25 @@ class ModelManager:
         record.state = ModelState.LOADING
         started = time.monotonic()
         try:
-            await self.triton.load(record.entry, timeout=self.load_timeout_s)
-        except (TritonError, TritonUnreachable, asyncio.TimeoutError) as exc:
+            await self._load_in_triton(record)
+        except (TritonError, TritonUnreachable, asyncio.TimeoutError, _StubDied) as exc:
             self.memory.remove(record.target)
             self.disk.unpin(record.target)
             record.state = ModelState.ON_DISK
+            if isinstance(exc, (asyncio.TimeoutError, _StubDied)):
+                self._abandon(record)  # Triton keeps these names LOADING: never reuse them
             await asyncio.to_thread(repository.uninstall, record.installed, self.triton_repository)
             await self._notify()
             if isinstance(exc, TritonError):
                 oom = any(marker in exc.body for marker in OOM_MARKERS)
                 raise ModelLoadFailed(507 if oom else 400, exc.body) from exc
+            if isinstance(exc, _StubDied):
+                self.stub_failures += 1
+                raise ModelLoadFailed(failures.LOAD_FAILED, failures.body(
+                    failures.stub_died_loading(record.target, exc.instances))) from None
+            if isinstance(exc, asyncio.TimeoutError):
+                raise ModelLoadFailed(500, failures.body(
+                    failures.load_timed_out(record.target, self.load_timeout_s))) from None
             body = f'{{"error":"model load did not complete: {exc!r}"}}'
             raise ModelLoadFailed(500, body) from exc
         elapsed = time.monotonic() - started
@@ -245,19 +290,128 @@ class ModelManager:
         await self._notify()
         return record
 
+    async def _load_in_triton(self, record: ModelRecord) -> None:
+        """Ask Triton to load; fail early (``_StubDied``) if a stub of the model dies at import."""
+        assert record.entry is not None
+        if not self._stub_registry.is_dir():  # not the embedded launcher: no stub records
+            await self.triton.load(record.entry, timeout=self.load_timeout_s)
+            return
+        stubs.forget(self._stub_registry, record.installed)
+        load = asyncio.ensure_future(self.triton.load(record.entry, timeout=self.load_timeout_s))
+        watch = asyncio.ensure_future(self._stub_death(record.installed))
+        try:
+            await asyncio.wait({load, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not load.done():
+                raise _StubDied(watch.result())
+            await load
+        finally:
+            for task in (load, watch):
+                task.cancel()
+
+    async def _stub_death(self, models: list[str]) -> list[str]:
+        """Return the instance names once a stub of ``models`` has stayed a zombie a while."""
+        loop = asyncio.get_running_loop()
+        first_seen: dict[int, float] = {}
+        while True:
+            await asyncio.sleep(STUB_POLL_S)
+            now = loop.time()
+            dead = stubs.zombies(self._stub_registry, models)
+            for stub in dead:
+                first_seen.setdefault(stub.pid, now)
+            lasting = [s.instance for s in dead if now - first_seen[s.pid] >= ZOMBIE_GRACE_S]
+            if lasting:
+                return lasting
+
+    def _abandon(self, record: ModelRecord) -> None:
+        """Leave Triton's copy of ``record`` behind; its next load uses new names.
+
+        The unload is still asked for (it frees the healthy steps of an ensemble) but never
+        awaited: Triton's unload of a model whose stub is dead does not complete.
+        """
+        names, entry = list(record.installed), record.entry
+        record.generation += 1
+        if entry:
+            self._spawn(self._unload_quietly(entry), f"abandon:{entry}")
+        log.warning("model=%s step=abandon triton_names=%s (its Python stub died)",
+                    record.target, ",".join(names))
+
+    async def _unload_quietly(self, entry: str) -> None:
+        with contextlib.suppress(TritonError, TritonUnreachable, asyncio.TimeoutError):
+            await self.triton.unload(entry, dependents=True, timeout=self.load_timeout_s)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _infer_failed(self, triton_model: str, status: int, body: bytes) -> None:
+        """TritonClient listener: a non-200 inference answer from our Triton."""
+        answer = body.decode(errors="replace")
+        if not failures.stub_unhealthy(answer):
+            return
+        for record in list(self.records.values()):
+            if triton_model in record.installed or triton_model == record.entry:
+                self._take_out_broken(record, answer)
+                return
+
+    async def container_failed(self, target: str, status: int, body: bytes) -> bool:
+        """Tell the manager what Triton answered for ``target``; True if it took the model out.
+
+        Not needed with this project's TritonClient (its listener calls the same code); kept for
+        callers with another client.
+        """
+        record = self.records.get(target)
+        answer = body.decode(errors="replace")
+        if record is None or status == 200 or not failures.stub_unhealthy(answer):
+            return False
+        return self._take_out_broken(record, answer)
+
+    def _take_out_broken(self, record: ModelRecord, answer: str) -> bool:
+        """A loaded model's stub died while serving: forget Triton's copy, reload on demand."""
+        if record.state is not ModelState.LOADED:
+            return False
+        self.stub_failures += 1
+        log.warning("model=%s step=take-out reason=%r", record.target, answer[:200])
+        self.memory.remove(record.target)
+        self.disk.unpin(record.target)
+        record.state = ModelState.ON_DISK
+        names = list(record.installed)
+        self._abandon(record)
+        self._spawn(asyncio.to_thread(repository.uninstall, names, self.triton_repository),
+                    f"uninstall:{record.target}")
+        self.metrics.set_loaded_model_count(self.loaded_count())
+        self._spawn(self._notify(), "notify")
+        return True
+
+    def _disk_room(self, record: ModelRecord) -> int | None:
+        """Bytes ``record`` may take on disk once every evictable artifact is deleted."""
+        capacity = self.disk.capacity_bytes
+        if capacity is None:
+            return None
+        wanted = frozenset(t for t, r in self.records.items() if r.demand and t != record.target)
+        return max(capacity - self.disk.unevictable_bytes(wanted | {record.target}), 0)
+
     async def _download(self, record: ModelRecord) -> None:
         record.state = ModelState.DOWNLOADING
         destination = self.artifacts_dir / record.key
         archive = self.artifacts_dir / f"{record.key}.tar.gz"
         started = time.monotonic()
+        room = self._disk_room(record)
+        limit = self.max_extracted_bytes
+        if room is not None and (limit is None or room < limit):
+            limit = room
+        step = "downloading"
         try:
             await asyncio.to_thread(self.source.fetch, record.target or None, archive)
+            step = "extracting"
             if destination.exists():
                 await asyncio.to_thread(shutil.rmtree, destination)
-            await asyncio.to_thread(extract_archive, archive, destination / "model",
-                                    self.max_extracted_bytes)
-        except BaseException:
+            await asyncio.to_thread(extract_archive, archive, destination / "model", limit)
+        except BaseException as exc:
             record.state = ModelState.NEW
+            await asyncio.to_thread(shutil.rmtree, destination, True)  # nothing half-written
+            self._raise_download_failure(record, exc, step, limit, room)
             raise
         finally:
             archive.unlink(missing_ok=True)
@@ -269,6 +423,21 @@ class ModelManager:
         record.state = ModelState.ON_DISK
         log.info("model=%s step=download seconds=%.3f size=%d", record.target, elapsed, record.size)
         await self._make_disk_room(record)
+
+    def _raise_download_failure(self, record: ModelRecord, exc: BaseException, step: str,
+                                limit: int | None, room: int | None) -> None:
+        """Turn a failure outside the model into a ModelError that says what to fix."""
+        target = record.target or "(the endpoint's model)"
+        if isinstance(exc, ArchiveTooLarge) and room is not None and limit == room:
+            assert self.disk.capacity_bytes is not None
+            raise ModelLoadFailed(failures.INSUFFICIENT_STORAGE, failures.body(
+                failures.over_disk_budget(target, limit, self.disk.capacity_bytes))) from None
+        if isinstance(exc, DiskFull) or failures.is_no_space(exc):
+            raise ModelLoadFailed(failures.INSUFFICIENT_STORAGE, failures.body(
+                failures.disk_full(target, str(self.artifacts_dir), step, str(exc)))) from None
+        if isinstance(exc, StoreUnavailable):
+            raise ModelLoadFailed(failures.STORE_UNAVAILABLE, failures.body(
+                failures.store_unavailable(target, self.source.location, str(exc)))) from None
 
     async def _make_disk_room(self, record: ModelRecord) -> None:
         wanted = frozenset(t for t, r in self.records.items() if r.demand and t != record.target)
@@ -290,10 +459,12 @@ class ModelManager:
         deadline = loop.time() + self.load_timeout_s
         while True:
             async with self._memory_lock:
-                wanted = frozenset(t for t, r in self.records.items()
-                                   if r.demand and t != record.target)
+                # Never a victim: a model someone waits for, or one not (yet) loaded, whose
+                # unload would wait for its load to end (a stuck load would starve us).
+                spared = frozenset(t for t, r in self.records.items() if t != record.target
+                                   and (r.demand or r.state is not ModelState.LOADED))
                 try:
-                    victims = self.memory.victims(record.size, exclude=wanted)
+                    victims = self.memory.victims(record.size, exclude=spared)
                 except DoesNotFit as exc:
                     raise ModelLoadFailed(507, f'{{"error":"out of memory: model {record.target} '
                                                f'needs {record.size} bytes; {exc}"}}') from exc
@@ -385,7 +556,8 @@ class ModelManager:
         await self._notify()
 
     async def close(self) -> None:
-        for task in list(self._loads.values()) + list(self._unloads.values()):
+        for task in (list(self._loads.values()) + list(self._unloads.values())
+                     + list(self._background)):
             task.cancel()
 
     # --- introspection ----------------------------------------------------------------------

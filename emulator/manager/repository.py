@@ -13,6 +13,11 @@ Namespacing: SageMaker's Triton registers each artifact as its own repository, s
 both hold ``preprocess/``. Over Triton's HTTP API we get the same effect by installing every model
 as ``<model>--<key>`` (``key`` unique per artifact), with ``config.pbtxt`` rewritten (its ``name``
 and the ensemble steps' ``model_name``) and every other file symlinked, never copied.
+
+Isolation: an ensemble step must name a model of its own tarball. Every model of every tarball
+shares one Triton here, so a step naming another tarball's installed name (``add_one--<key>``, a
+hash anyone can compute) would otherwise reach it; with Triton's own per-repository namespacing
+such a step does not resolve and the load fails, so we refuse it the same way (``check_steps``).
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ def read_layout(extracted: Path) -> ArtifactLayout:
     if (extracted / CONFIG).is_file():
         config = _read_config(extracted / CONFIG)
         name = config.name or "model"
+        check_steps({name: config})
         return ArtifactLayout(extracted.parent, {name: extracted}, {name: config}, name)
     models = _model_dirs(extracted)
     if not models:
@@ -104,7 +110,19 @@ def read_layout(extracted: Path) -> ArtifactLayout:
                 f"model folder '{name}' has name \"{config.name}\" in its config.pbtxt; "
                 "Triton requires them to match"
             )
+    check_steps(configs)
     return ArtifactLayout(extracted, models, configs, choose_entry(configs))
+
+
+def check_steps(configs: dict[str, model_config_pb2.ModelConfig]) -> None:
+    """Every ensemble step must name a model of this tarball (see Isolation above)."""
+    for name, config in sorted(configs.items()):
+        for step in config.ensemble_scheduling.step:
+            if step.model_name not in configs:
+                raise InvalidModelRepository(
+                    f"ensemble '{name}' has a step naming model '{step.model_name}', which is not "
+                    f"in this tarball (it has: {', '.join(sorted(configs))}). An ensemble can "
+                    "only use models packaged with it: add the model's folder to the tarball.")
 
 
 def choose_entry(configs: dict[str, model_config_pb2.ModelConfig]) -> str:
@@ -150,6 +168,7 @@ def install(layout: ArtifactLayout, key: str, triton_repository: Path,
     artifact itself stays byte-for-byte what was uploaded. Without a GPU, ``KIND_GPU`` instance
     groups run as ``KIND_CPU`` so the tarball built for a GPU endpoint still runs here.
     """
+    check_steps(layout.configs)  # also for layouts built by hand (defence in depth)
     installed = []
     for model, source in layout.models.items():
         config = model_config_pb2.ModelConfig()
@@ -159,8 +178,7 @@ def install(layout: ArtifactLayout, key: str, triton_repository: Path,
             log.warning("model %s asks for KIND_GPU instances; no GPU here, running them on CPU",
                         model)
         for step in config.ensemble_scheduling.step:
-            if step.model_name in layout.models:
-                step.model_name = namespaced(step.model_name, key)
+            step.model_name = namespaced(step.model_name, key)
         target = triton_repository / config.name
         if target.exists() or target.is_symlink():
             shutil.rmtree(target)

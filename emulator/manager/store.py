@@ -1,7 +1,8 @@
 """Where TargetModel objects come from: a local folder or an S3 (or S3-compatible) prefix.
 
 Both are read with blocking calls; the model manager runs them in threads. A download goes to a
-temporary file renamed into place, so a failed download leaves nothing behind.
+temporary file renamed into place, so a failed download leaves nothing behind. A full disk is
+``DiskFull``; a store that does not answer is ``StoreUnavailable`` (failures.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
+
+from emulator.manager.failures import DiskFull, StoreUnavailable, is_no_space
 
 log = logging.getLogger("emulator.store")
 
@@ -54,8 +57,10 @@ def _atomic_copy(write: callable, destination: Path) -> int:  # type: ignore[val
         write(tmp)
         os.replace(tmp, destination)
         return destination.stat().st_size
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if is_no_space(exc):
+            raise DiskFull(f"{exc.strerror} while copying the archive") from exc
         raise
 
 
@@ -67,7 +72,10 @@ class FolderSource:
     def _path(self, target: str | None) -> Path:
         if target is None:
             return self.root
-        path = (self.root / target).resolve()
+        try:
+            path = (self.root / target).resolve()
+        except OSError as exc:  # e.g. a component too long for the file system: no such object
+            raise ObjectNotFound(target) from exc
         if self.root not in path.parents:  # TargetModel "../x" must not escape the store
             raise ObjectNotFound(target)
         return path
@@ -81,7 +89,11 @@ class FolderSource:
 
     def fetch(self, target: str | None, destination: Path) -> int:
         source = self._path(target)
-        if not source.is_file():
+        try:
+            found = source.is_file()
+        except OSError:  # ENAMETOOLONG and the like: S3 would have no such key either
+            found = False
+        if not found:
             raise ObjectNotFound(target or str(source))
         return _atomic_copy(lambda tmp: shutil.copyfile(source, tmp), destination)
 
@@ -133,20 +145,27 @@ class S3Source:
                 f"and the object or prefix exist and can be read: {exc}") from exc
 
     def fetch(self, target: str | None, destination: Path) -> int:
-        from botocore.exceptions import ClientError
+        from boto3.exceptions import Boto3Error
+        from botocore.exceptions import BotoCoreError, ClientError
+        from s3transfer.exceptions import RetriesExceededError, S3DownloadFailedError
 
         key = self.prefix if target is None else object_key(self.prefix, target)
         try:
             head = self._client.head_object(Bucket=self.bucket, Key=key)
+            progress = _Progress(key, int(head.get("ContentLength", 0)))
+            return _atomic_copy(
+                lambda tmp: self._client.download_file(self.bucket, key, tmp, Callback=progress),
+                destination,
+            )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                raise ObjectNotFound(target or key) from exc
-            raise
-        progress = _Progress(key, int(head.get("ContentLength", 0)))
-        return _atomic_copy(
-            lambda tmp: self._client.download_file(self.bucket, key, tmp, Callback=progress),
-            destination,
-        )
+            code = str(exc.response.get("Error", {}).get("Code"))
+            if code in ("404", "NoSuchKey", "NotFound", "403", "AccessDenied", "NoSuchBucket"):
+                raise ObjectNotFound(target or key) from exc  # SageMaker: "Failed to download"
+            raise StoreUnavailable(f"{code}: {exc}") from exc
+        except (BotoCoreError, Boto3Error, RetriesExceededError, S3DownloadFailedError,
+                ConnectionError) as exc:
+            # Connection refused or reset, a read that timed out, retries exhausted.
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
 
 def source_for(model_data: str, s3_endpoint_url: str | None = None,

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+
+log = logging.getLogger("emulator.triton.client")
+
+# Called with (Triton model name, status, body) for every inference answer that is not a 200, so
+# the model manager can see a broken container without a call from the request path.
+InferListener = Callable[[str, int, bytes], None]
 
 
 class TritonError(Exception):
@@ -41,6 +48,10 @@ class TritonClient:
         self.base_url = base_url.rstrip("/")
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
+        self._infer_listeners: list[InferListener] = []
+
+    def add_infer_listener(self, listener: InferListener) -> None:
+        self._infer_listeners.append(listener)
 
     def rebind(self, base_url: str) -> None:
         """Point at a restarted Triton (new port); keep-alive connections are dropped lazily."""
@@ -84,8 +95,15 @@ class TritonClient:
     async def infer(self, model: str, body: bytes, headers: Mapping[str, str],
                     timeout: float | None) -> TritonResponse:
         """POST /v2/models/{model}/infer; raises asyncio.TimeoutError past ``timeout``."""
-        return await self._request("POST", f"/v2/models/{model}/infer", data=body,
-                                   headers=headers, timeout=timeout)
+        response = await self._request("POST", f"/v2/models/{model}/infer", data=body,
+                                       headers=headers, timeout=timeout)
+        if response.status != 200:
+            for listener in self._infer_listeners:
+                try:
+                    listener(model, response.status, response.body)
+                except Exception:  # a listener's bug must not change the answer
+                    log.exception("infer listener failed")
+        return response
 
     async def load(self, model: str, timeout: float | None = None) -> None:
         await self._json_call("POST", f"/v2/repository/models/{model}/load", timeout=timeout)

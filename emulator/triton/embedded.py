@@ -11,6 +11,11 @@ Two things that are not obvious, both checked on a CPU machine:
   honoured), so we put the running interpreter's ``bin`` folder first on Triton's ``PATH``;
 - the stub links ``libpython3.X.so``; we put the running interpreter's ``LIBDIR`` on
   ``LD_LIBRARY_PATH`` so the stub's libpython and the stdlib it loads are the same build.
+
+Leftovers: Triton leads its own process group, which its stubs share, so ending the group ends
+them all (a stub can outlive a SIGKILLed Triton and ignore SIGTERM). The stubs are started through
+a recording wrapper (``emulator/manager/stubs.py``) so that, once the group is gone, the
+``/dev/shm`` regions they used can be removed, and so the model manager can see a stub die.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import sysconfig
 from collections import deque
 from pathlib import Path
 
+from emulator.manager import stubs
 from emulator.triton.launcher import (
     LauncherError,
     RestartCallback,
@@ -38,6 +44,10 @@ from emulator.triton.launcher import (
 log = logging.getLogger("emulator.triton")
 
 SHIMS_DIR = Path(__file__).parent / "backends"
+# Triton's own grace period for in-flight work on stop, then ours before SIGKILL. Short: a model
+# stuck loading (its stub died at import) would otherwise hold every stop for Triton's 10-15 s.
+EXIT_TIMEOUT_S = 3
+KILL_AFTER_S = 5.0
 
 
 def pytriton_root() -> Path:
@@ -62,10 +72,11 @@ def find_tritonserver(explicit: str | None = None) -> Path:
     return binary
 
 
-def assemble_backends(target: Path) -> Path:
+def assemble_backends(target: Path, stub_registry: Path | None = None) -> Path:
     """Build Triton's --backend-directory: the Python backend plus this project's shims.
 
-    Rebuilt on every start so a shim edited in the source tree is picked up.
+    Rebuilt on every start so a shim edited in the source tree is picked up. With
+    ``stub_registry``, the stub is started through the recording wrapper (see module docstring).
     """
     triton_dir = pytriton_root() / "tritonserver"
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -78,6 +89,8 @@ def assemble_backends(target: Path) -> Path:
     shutil.copytree(triton_dir / "backends" / "python", python_dir,
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(stub, python_dir / "triton_python_backend_stub")
+    if stub_registry is not None:
+        stubs.install_wrapper(python_dir / "triton_python_backend_stub", stub_registry)
     if SHIMS_DIR.is_dir():
         for shim in sorted(SHIMS_DIR.iterdir()):
             if (shim / "model.py").is_file():
@@ -155,14 +168,19 @@ class EmbeddedLauncher:
             "--allow-metrics=true",
             f"--metrics-port={free_port(self._host)}",
             "--exit-on-error=false",
-            "--exit-timeout-secs=10",
+            f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
             *self.options.extra_args,
         ]
+
+    @property
+    def stub_registry(self) -> Path:
+        return stubs.registry_for(self.options.repository)
 
     async def start(self) -> None:
         self._stopping = False
         self.options.repository.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(assemble_backends, self._work_dir / "backends")
+        await asyncio.to_thread(stubs.clean_up, self.stub_registry)  # a previous run's leftovers
+        await asyncio.to_thread(assemble_backends, self._work_dir / "backends", self.stub_registry)
         await self._spawn()
         self._watchdog = asyncio.create_task(self._watch(), name=f"{self._name}-watchdog")
 
@@ -216,6 +234,7 @@ class EmbeddedLauncher:
             code = await process.wait()
             if self._stopping:
                 return
+            await self._clean_up_after(process)
             self.restarts += 1
             log.warning("%s died (exit code %s); restarting. Last lines:\n%s",
                         self._name, code, "\n".join(list(self._log_tail)[-10:]))
@@ -227,18 +246,31 @@ class EmbeddedLauncher:
             if self.on_restart is not None:
                 await self.on_restart()
 
+    async def _clean_up_after(self, process: asyncio.subprocess.Process) -> None:
+        """Triton has exited: end what is left of its process group, remove its shm regions."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # surviving stubs keep Triton's pgid
+        removed = await asyncio.to_thread(stubs.clean_up, self.stub_registry)
+        if removed:
+            log.info("%s: removed %d shared-memory region(s) left behind", self._name,
+                     len(removed))
+
     async def _terminate(self) -> None:
         process = self._process
-        if process is None or process.returncode is not None:
+        if process is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), 15)
-        except asyncio.TimeoutError:
+        if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), KILL_AFTER_S)
+            except asyncio.TimeoutError:
+                log.warning("%s did not stop within %.0fs (a model stuck loading?); killing it",
+                            self._name, KILL_AFTER_S)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+        await self._clean_up_after(process)
 
     async def stop(self) -> None:
         self._stopping = True

@@ -1,0 +1,120 @@
+"""The Python backend's stub processes of one Triton, as the embedded launcher records them.
+
+Why: Triton does not notice every stub death. A stub that dies while importing ``model.py``
+(segfault, ``os._exit``) stays an unreaped zombie and Triton keeps the model LOADING for ever;
+Triton's log says nothing. And after Triton is SIGKILLed its stubs can outlive it and leave their
+``/dev/shm/triton_python_backend_shm_region_*`` regions behind.
+
+How: the embedded launcher installs a tiny wrapper in place of ``triton_python_backend_stub``
+that writes its arguments, one per line, to ``<registry>/<pid>`` and then ``exec``s the real stub
+(same pid). Triton 2.51 starts the stub as ``<stub> <repo>/<model>/<version>/model.py
+<shm region> <shm size> <shm growth> <parent pid> <backend dir> <ipc handle> <instance> <kind>``;
+the model-level stub (auto-complete, exits once the model is loaded) has the model's own name as
+its instance name. Other launchers have no registry: every function here is then a no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+SHM_PREFIX = "triton_python_backend_shm_region"
+
+
+def registry_for(repository: Path) -> Path:
+    """The registry folder of the Triton serving ``repository`` (beside it, never inside it)."""
+    return repository.with_name(repository.name + ".stubs")
+
+
+@dataclass(frozen=True)
+class Stub:
+    pid: int
+    model: str  # the Triton model name: the model's folder in the repository
+    instance: str
+    shm_region: str | None
+
+
+def read(registry: Path) -> list[Stub]:
+    stubs = []
+    with contextlib.suppress(OSError):
+        for file in registry.iterdir():
+            if not file.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                args = file.read_text().splitlines()
+                if len(args) < 3:  # the backend also runs the stub without a model: ignore
+                    continue
+                parts = PurePosixPath(args[0]).parts
+                model = parts[-3] if len(parts) >= 3 else ""
+                region = next((a for a in args if a.startswith(SHM_PREFIX)), None)
+                stubs.append(Stub(int(file.name), model, args[-2], region))
+    return stubs
+
+
+def process_state(pid: int) -> str | None:
+    """The kernel's one-letter state (``Z`` for a zombie), or None when the pid is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[0]
+
+
+def zombies(registry: Path, models: Iterable[str]) -> list[Stub]:
+    """Stubs of ``models`` that exited and were not reaped by Triton (see the module docstring)."""
+    wanted = set(models)
+    return [s for s in read(registry) if s.model in wanted and process_state(s.pid) == "Z"]
+
+
+def forget(registry: Path, models: Iterable[str]) -> None:
+    """Drop the records of ``models`` (before loading them again: a pid may be reused)."""
+    wanted = set(models)
+    for stub in read(registry):
+        if stub.model in wanted:
+            (registry / str(stub.pid)).unlink(missing_ok=True)
+
+
+def _is_stub(pid: int) -> bool:
+    try:
+        return b"triton_python_backend_stub" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def clean_up(registry: Path) -> list[str]:
+    """After its Triton is gone: kill surviving stubs, unlink their shm regions. Returns them.
+
+    Only call this when the Triton that started these stubs has exited: a live stub's region is
+    in use. Surviving stubs are checked to still be stubs (a pid may have been reused).
+    """
+    removed = []
+    for stub in read(registry):
+        if process_state(stub.pid) not in (None, "Z") and _is_stub(stub.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(stub.pid, signal.SIGKILL)
+        if stub.shm_region:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"/dev/shm/{stub.shm_region}")
+                removed.append(stub.shm_region)
+        (registry / str(stub.pid)).unlink(missing_ok=True)
+    return removed
+
+
+WRAPPER = """#!/bin/sh
+# Written by the emulator (emulator/manager/stubs.py): record this stub, then become it.
+printf '%s\\n' "$@" > "{registry}/$$" 2>/dev/null
+exec "{real}" "$@"
+"""
+
+
+def install_wrapper(stub_path: Path, registry: Path) -> None:
+    """Replace the stub binary at ``stub_path`` by the recording wrapper (the binary is kept)."""
+    real = stub_path.with_name(stub_path.name + ".real")
+    stub_path.replace(real)
+    registry.mkdir(parents=True, exist_ok=True)
+    stub_path.write_text(WRAPPER.format(registry=registry, real=real))
+    stub_path.chmod(0o755)

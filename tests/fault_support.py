@@ -1,0 +1,123 @@
+"""Helpers for the hardening and fault suites: conditions to wait on, broken models, leftovers."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from emulator.manager import stubs
+from emulator.probe_model import write_scale_model
+from tests.support import output_of, scale_request
+
+SHM = Path("/dev/shm")
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 60, what: str = "") -> float:
+    """Poll ``condition``; return the seconds it took. Fails after ``timeout`` seconds."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def instance_of(server: Any, endpoint: str = "local") -> Any:
+    """The object holding ``launcher`` and ``manager`` (an endpoint, or its first instance)."""
+    found = server.registry.get(endpoint)
+    instances = getattr(found, "instances", None)
+    return instances[0] if instances else found
+
+
+def models_of(server: Any, endpoint: str = "local") -> dict[str, dict[str, Any]]:
+    rows = instance_of(server, endpoint).manager.describe()
+    return {row["TargetModel"]: row for row in rows}
+
+
+def invoke(rt: Any, target: str, values: list[float] | None = None,
+           endpoint: str = "local") -> np.ndarray:
+    resp = rt.invoke_endpoint(EndpointName=endpoint, TargetModel=target,
+                              Body=scale_request(values or [1, 2, 3, 4]))
+    return output_of(resp["Body"].read())
+
+
+def error_of(exc: Any) -> tuple[str, int | None, str]:
+    """(error code, OriginalStatusCode, message + OriginalMessage) of a boto3 ClientError."""
+    response = exc.response
+    return (response["Error"]["Code"], response.get("OriginalStatusCode"),
+            f'{response["Error"].get("Message", "")} {response.get("OriginalMessage", "")}')
+
+
+def write_patched_model(repo: Path, name: str, prologue: str = "", in_execute: str = "",
+                        **params: str) -> Path:
+    """The scale model with code put at the top of model.py and/or at the start of execute."""
+    folder = write_scale_model(repo, name, **params)
+    source = folder / "1" / "model.py"
+    text = source.read_text()
+    if in_execute:
+        marker = "    def execute(self, requests):\n"
+        body = "".join(f"        {line}\n" for line in in_execute.splitlines())
+        text = text.replace(marker, marker + body)
+    source.write_text(prologue + text)
+    return folder
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    processes: list[int]
+    regions: list[str]
+
+
+def stub_records(launcher: Any) -> list[stubs.Stub]:
+    return stubs.read(stubs.registry_for(launcher.repository))
+
+
+def leftovers_of(records: list[stubs.Stub], triton_pids: list[int]) -> Leftovers:
+    """Which of these stubs and Tritons still run, which of their shm regions still exist."""
+    alive = [pid for pid in [*triton_pids, *(s.pid for s in records)]
+             if stubs.process_state(pid) not in (None, "Z")]
+    regions = [s.shm_region for s in records if s.shm_region and (SHM / s.shm_region).exists()]
+    return Leftovers(alive, regions)
+
+
+def process_group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(stat[2]) == pgid and stat[0] != "Z":
+                members.append(int(entry.name))
+    return members
+
+
+def scale_store(store: Path, work: Path, count: int, **params: str) -> None:
+    """``m<i>.tar.gz``: model i multiplies by i + 1, so every answer names its model."""
+    from tests.support import package
+
+    for i in range(count):
+        folder = write_scale_model(work / f"m{i}", f"model{i}", scale=i + 1, **params)
+        package(folder, store / f"m{i}.tar.gz", "folder")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return stubs.process_state(pid) not in (None, "Z")

@@ -1,0 +1,301 @@
+"""Issue #13, items 1-5: isolation between tarballs, eviction, broken stubs, the disk budget.
+
+Each test runs a real Triton behind the emulator and a boto3 client, and fails without its fix.
+Slow steps wait on conditions (gate files, process states), never on sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import tarfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from botocore.exceptions import ClientError
+
+from emulator.cli import build_parser, settings_from_args
+from emulator.manager import repository
+from emulator.manager.models import artifact_key
+from tests.conftest import runtime_client
+from tests.fault_support import (
+    error_of,
+    instance_of,
+    invoke,
+    leftovers_of,
+    models_of,
+    stub_records,
+    wait_until,
+    write_patched_model,
+)
+from tests.support import output_of, package, write_scale_ensemble, write_scale_model
+
+
+def _ensemble_over(repo: Path, step_model: str) -> Path:
+    folder = repo / "ensemble"
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(f'''name: "ensemble"
+platform: "ensemble"
+max_batch_size: 8
+input [ {{ name: "INPUT" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+ensemble_scheduling {{ step [ {{ model_name: "{step_model}" model_version: -1
+  input_map {{ key: "X" value: "INPUT" }} output_map {{ key: "Y" value: "OUTPUT" }} }} ] }}
+''')
+    return folder
+
+
+# --- 1. one tarball cannot run another tarball's model -----------------------------------------
+
+def test_a_step_outside_the_tarball_is_refused_by_the_layout(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_scale_model(repo, "mine")
+    _ensemble_over(repo, "add_one--0123456789ab")
+    with pytest.raises(repository.InvalidModelRepository, match="not in this tarball"):
+        repository.read_layout(repo)
+    write_scale_ensemble(tmp_path / "fine")  # steps inside the tarball stay fine
+    assert repository.read_layout(tmp_path / "fine").entry == "ensemble"
+
+
+def test_a_tarball_cannot_reach_another_tarballs_installed_model(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    package(write_scale_model(tmp_path / "victim", "add_one", scale=7), store / "victim.tar.gz",
+            "folder")
+    thief = tmp_path / "thief"
+    write_scale_model(thief, "decoy")
+    # The victim's installed name is public knowledge: the model name and a hash of its key.
+    _ensemble_over(thief, repository.namespaced("add_one", artifact_key("victim.tar.gz")))
+    package(thief, store / "thief.tar.gz", "dot")
+    server = start_emulator(model_data=str(store))
+    rt = runtime_client(server.url)
+    np.testing.assert_allclose(invoke(rt, "victim.tar.gz"), [7, 14, 21, 28])
+    body = json.dumps({"inputs": [{"name": "INPUT", "shape": [1, 4], "datatype": "FP32",
+                                   "data": [1, 1, 1, 1]}]})
+    with pytest.raises(ClientError) as caught:
+        rt.invoke_endpoint(EndpointName="local", TargetModel="thief.tar.gz", Body=body)
+    code, status, message = error_of(caught.value)
+    assert (code, status) == ("ModelError", 400)
+    assert "not in this tarball" in message and "add the model's folder" in message
+
+
+# --- 2. a model stuck loading is never an eviction victim ---------------------------------------
+
+def test_a_loading_model_is_not_evicted_and_does_not_starve_others(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    package(write_scale_model(tmp_path / "s", "stuck", load_gate=str(gate)), store / "stuck.tar.gz")
+    for i in (1, 2):
+        package(write_scale_model(tmp_path / f"m{i}", f"m{i}", scale=i), store / f"m{i}.tar.gz")
+    server = start_emulator(model_data=str(store), max_loaded_models=2, invocation_timeout_s=8)
+    rt = runtime_client(server.url)
+    try:
+        with pytest.raises(ClientError) as caught:  # nobody waits for it any more
+            invoke(rt, "stuck.tar.gz")
+        assert error_of(caught.value)[0] == "ModelNotReadyException"
+        np.testing.assert_allclose(invoke(rt, "m1.tar.gz"), [1, 2, 3, 4])
+        # No room: the idle loaded m1 goes, not the (older) model that is still loading.
+        np.testing.assert_allclose(invoke(rt, "m2.tar.gz"), [2, 4, 6, 8])
+        models = models_of(server)
+        assert models["stuck.tar.gz"]["State"] == "loading"
+        assert not models["m1.tar.gz"]["Loaded"] and models["m2.tar.gz"]["Loaded"]
+    finally:
+        gate.touch()
+
+
+# --- 3. a stub that dies at import fails the load at once ---------------------------------------
+
+def test_a_stub_dying_at_import_is_a_prompt_model_error(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    broken = write_patched_model(tmp_path / "b", "crashes", prologue="import os\nos._exit(3)\n")
+    package(broken, store / "crashes.tar.gz")
+    package(write_scale_model(tmp_path / "ok", "ok", scale=3), store / "ok.tar.gz")
+    # Without the fix the client gets ModelNotReady after 30 s, and again until the load timeout.
+    server = start_emulator(model_data=str(store), invocation_timeout_s=30,
+                            model_load_timeout_s=300)
+    rt = runtime_client(server.url)
+    for _ in range(2):  # the second attempt loads afresh and fails the same way, not stuck
+        with pytest.raises(ClientError) as caught:
+            invoke(rt, "crashes.tar.gz")
+        code, status, message = error_of(caught.value)
+        assert (code, status) == ("ModelError", 400), message
+        assert "exited while the model was being imported" in message
+        assert "crashes--" in message  # names the instance
+    np.testing.assert_allclose(invoke(rt, "ok.tar.gz"), [3, 6, 9, 12])  # the rest still serve
+    launcher = instance_of(server).launcher
+    records, pid = stub_records(launcher), launcher.pid
+    assert any(r.model.startswith("crashes--") for r in records)
+    server.stop()  # a Triton with a load stuck for ever still stops, and leaves nothing behind
+    left = leftovers_of(records, [pid])
+    assert left.processes == [] and left.regions == []
+
+
+def test_model_load_timeout_is_a_flag() -> None:
+    args = build_parser().parse_args(["serve", "--model-load-timeout", "42",
+                                      "--max-extracted-bytes", "2GiB"])
+    settings = settings_from_args(args)
+    assert settings.model_load_timeout_s == 42.0
+    assert settings.max_extracted_bytes == 2 * 1024**3
+
+
+# --- 4. a stub that died while serving is taken out and reloaded --------------------------------
+
+def test_a_stub_that_died_serving_is_reloaded_on_the_next_request(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    poison = ("x = pb_utils.get_input_tensor_by_name(requests[0], 'X').as_numpy()\n"
+              "if x.flat[0] == 666:\n    os._exit(5)")
+    model = write_patched_model(tmp_path / "p", "fragile", in_execute=poison, scale=2)
+    package(model, store / "fragile.tar.gz")
+    server = start_emulator(model_data=str(store))
+    rt = runtime_client(server.url)
+    np.testing.assert_allclose(invoke(rt, "fragile.tar.gz"), [2, 4, 6, 8])
+    errors = []
+    for _ in range(2):  # the poisoned request, then at most one that meets the dead stub
+        try:
+            invoke(rt, "fragile.tar.gz", [666, 0, 0, 0])
+        except ClientError as exc:
+            errors.append(error_of(exc))
+        else:
+            raise AssertionError("the poisoned request was answered")
+        if not models_of(server)["fragile.tar.gz"]["Loaded"]:
+            break
+    assert all(code == "ModelError" for code, _, _ in errors), errors
+    assert not models_of(server)["fragile.tar.gz"]["Loaded"]  # taken out
+    np.testing.assert_allclose(invoke(rt, "fragile.tar.gz"), [2, 4, 6, 8])  # loaded afresh
+    assert instance_of(server).manager.stub_failures == 1
+
+
+def test_container_failed_takes_a_loaded_model_out(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    package(write_scale_model(tmp_path / "m", "m", scale=5), store / "m.tar.gz")
+    server = start_emulator(model_data=str(store))
+    rt = runtime_client(server.url)
+    invoke(rt, "m.tar.gz")
+    manager = instance_of(server).manager
+    loop = instance_of(server).launcher._watchdog.get_loop()  # the emulator's event loop
+
+    def call(status: int, body: bytes) -> bool:
+        return asyncio.run_coroutine_threadsafe(
+            manager.container_failed("m.tar.gz", status, body), loop).result(10)
+
+    assert not call(400, b'{"error":"unexpected shape for input X"}')  # the client's fault
+    assert models_of(server)["m.tar.gz"]["Loaded"]
+    assert call(500, b"{\"error\":\"Stub process 'm--x_0_0' is not healthy.\"}")
+    assert not models_of(server)["m.tar.gz"]["Loaded"]
+    np.testing.assert_allclose(invoke(rt, "m.tar.gz"), [5, 10, 15, 20])
+
+
+# --- 5. the disk budget holds during extraction -------------------------------------------------
+
+def _bomb(path: Path, expanded: int) -> None:
+    """A tarball whose one model expands to ``expanded`` bytes of zeros (a few KiB gzipped)."""
+    repo = path.parent / "bomb-repo"
+    write_scale_model(repo, "bomb")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(repo / "bomb", arcname="bomb")
+        info = tarfile.TarInfo("bomb/1/weights.bin")
+        info.size = expanded
+        tar.addfile(info, _Zeros(expanded))
+    path.write_bytes(buffer.getvalue())
+
+
+class _Zeros(io.RawIOBase):
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), self.left)
+        b[:n] = bytes(n)
+        self.left -= n
+        return n
+
+
+def test_a_gzip_bomb_over_the_disk_budget_is_refused(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    _bomb(store / "bomb.tar.gz", 64 * 1024**2)
+    assert (store / "bomb.tar.gz").stat().st_size < 1024**2
+    package(write_scale_model(tmp_path / "ok", "ok", scale=3), store / "ok.tar.gz")
+    server = start_emulator(model_data=str(store), disk_budget="8MiB")
+    rt = runtime_client(server.url)
+    invoke(rt, "ok.tar.gz")  # on disk, and evictable: it does not count against the bomb
+    with pytest.raises(ClientError) as caught:
+        invoke(rt, "bomb.tar.gz")
+    code, status, message = error_of(caught.value)
+    assert (code, status) == ("ModelError", 507), message
+    assert "--disk-budget" in message and "bomb.tar.gz" in message
+    artifacts = instance_of(server).manager.artifacts_dir
+    # Nothing half-written: only the model that fits is on disk.
+    assert [p.name for p in artifacts.iterdir()] == [artifact_key("ok.tar.gz")]
+    np.testing.assert_allclose(invoke(rt, "ok.tar.gz"), [3, 6, 9, 12])
+
+
+def test_the_extraction_cap_names_a_flag_that_exists(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    _bomb(store / "big.tar.gz", 4 * 1024**2)
+    server = start_emulator(model_data=str(store), max_extracted_bytes="1MiB")
+    with pytest.raises(ClientError) as caught:
+        invoke(runtime_client(server.url), "big.tar.gz")
+    code, status, message = error_of(caught.value)
+    assert (code, status) == ("ModelError", 400)
+    assert "--max-extracted-bytes" in message
+    build_parser().parse_args(["serve", "--max-extracted-bytes", "1MiB"])  # the flag exists
+
+
+# --- folder store: a name too long for the file system is a missing object ----------------------
+
+def test_a_target_model_too_long_for_the_file_system_is_a_validation_error(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path) -> None:
+    server = start_emulator(model_data=str(store))
+    with pytest.raises(ClientError) as caught:
+        invoke(runtime_client(server.url), "x" * 300 + ".tar.gz")
+    assert error_of(caught.value)[0] == "ValidationError"
+
+
+def test_concurrent_requests_during_a_take_out_all_get_sagemaker_answers(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    """Threads keep invoking while one request kills the stub: every answer is right or a
+    ModelError, and the model serves again afterwards."""
+    poison = ("x = pb_utils.get_input_tensor_by_name(requests[0], 'X').as_numpy()\n"
+              "if x.flat[0] == 666:\n    os._exit(5)")
+    package(write_patched_model(tmp_path / "p", "fragile", in_execute=poison, scale=2),
+            store / "fragile.tar.gz")
+    server = start_emulator(model_data=str(store))
+    rt = runtime_client(server.url, max_pool_connections=8)
+    invoke(rt, "fragile.tar.gz")
+    stop = threading.Event()
+    outcomes: list[str] = []
+
+    def client() -> None:
+        for _ in range(200):
+            if stop.is_set():
+                return
+            try:
+                resp = rt.invoke_endpoint(EndpointName="local", TargetModel="fragile.tar.gz",
+                                          Body=json.dumps({"inputs": [{
+                                              "name": "X", "shape": [1, 4], "datatype": "FP32",
+                                              "data": [1, 2, 3, 4]}]}))
+                ok = np.allclose(output_of(resp["Body"].read()), [2, 4, 6, 8])
+                outcomes.append("ok" if ok else "WRONG")
+            except ClientError as exc:
+                outcomes.append(error_of(exc)[0])
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(outcomes) >= 8, what="traffic")
+    with pytest.raises(ClientError):
+        invoke(rt, "fragile.tar.gz", [666, 0, 0, 0])
+    wait_until(lambda: outcomes[-4:] == ["ok"] * 4 and models_of(server)["fragile.tar.gz"]
+               ["Loaded"], what="recovery")
+    stop.set()
+    for t in threads:
+        t.join()
+    assert "WRONG" not in outcomes
+    assert set(outcomes) <= {"ok", "ModelError", "ModelNotReadyException"}, set(outcomes)
