@@ -1,4 +1,6 @@
 """``mme bench overhead``: what the emulator adds on top of Triton, measured in one run.
+``mme bench fleet``: one Zipf workload on a 3-instance endpoint vs a 1-instance endpoint with
+the same total memory (hit ratio, loads, p50/p99), measured in one run.
 
 The same trivial Python model is called directly on Triton's KServe endpoint (the baseline) and
 through ``POST /endpoints/local/invocations`` (the emulator), with the same keep-alive aiohttp
@@ -125,6 +127,129 @@ def table(direct: Run, emulated: Run, concurrency: int) -> str:
     return "\n".join(lines)
 
 
+def _serve(work: Path, name: str, *flags: str) -> tuple[object, str]:
+    """``mme serve`` in its own process (client and server must not share a GIL)."""
+    import os
+    import subprocess
+    import sys
+    import urllib.request
+
+    from emulator.triton.launcher import free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "emulator", "serve", "--model-data", str(work / "store"),
+         "--cache-dir", str(work / f"cache-{name}"), "--port", str(port),
+         "--log-level", "WARNING", *flags], env={**os.environ})
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/ping", timeout=1)
+            return server, url
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.terminate()
+                raise RuntimeError("mme serve did not start") from None
+            time.sleep(0.1)
+
+
+@dataclass
+class FleetRun:
+    name: str
+    latencies_ms: list[float]
+    hits: int
+    errors: int
+    seconds: float
+    per_instance: dict[str, int]
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+async def _drive_sequence(name: str, url: str, sequence: list[str], concurrency: int) -> FleetRun:
+    """Send ``sequence`` in order from ``concurrency`` workers; read the cache-hit header."""
+    body = json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32",
+                                   "data": [1, 2, 3, 4]}]}).encode()
+    latencies: list[float] = []
+    hits = errors = 0
+    per_instance: dict[str, int] = {}
+    queue = iter(sequence)
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        async def worker() -> None:
+            nonlocal hits, errors
+            for target in queue:
+                started = time.perf_counter()
+                headers = {"X-Amzn-SageMaker-Target-Model": target,
+                           "Content-Type": "application/octet-stream"}
+                async with session.post(f"{url}/endpoints/local/invocations", data=body,
+                                        headers=headers) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        errors += 1
+                        continue
+                    hits += resp.headers.get("X-Mme-Model-Cache-Hit") == "1"
+                    instance = resp.headers.get("X-Mme-Instance", "?")
+                    per_instance[instance] = per_instance.get(instance, 0) + 1
+                latencies.append((time.perf_counter() - started) * 1e3)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return FleetRun(name, latencies, hits, errors, time.perf_counter() - started, per_instance)
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    import random
+
+    from emulator.probe_model import package, write_scale_model
+
+    rng = random.Random(args.seed)
+    targets = [f"m{k}.tar.gz" for k in range(args.models)]
+    zipf = [1 / (k + 1) ** args.zipf for k in range(args.models)]
+    sequence = rng.choices(targets, weights=zipf, k=args.requests)
+    total_slots = args.instances * args.slots
+    configs = [
+        (f"{args.instances} instances x {args.slots} models", args.instances, args.slots),
+        (f"1 instance x {total_slots} models", 1, total_slots),
+    ]
+    print(f"Zipf({args.zipf}) over {args.models} small Python models, {args.requests} requests, "
+          f"concurrency {args.concurrency}, seed {args.seed}; same total memory "
+          f"({total_slots} loaded models) in both. Driven by a Python client in its own process "
+          "(the figure of interest is the cache behaviour; model loads dominate latency).")
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="mme-bench-fleet-") as tmp:
+        work = Path(tmp)
+        for k, target in enumerate(targets):
+            package(write_scale_model(work / "repos" / f"m{k}", f"model{k}", scale=k + 1),
+                    work / "store" / target, "folder")
+        for name, instances, slots in configs:
+            server, url = _serve(work, str(instances), "--instances", str(instances),
+                                 "--max-loaded-models", str(slots))
+            try:
+                runs.append(asyncio.run(_drive_sequence(name, url, sequence, args.concurrency)))
+            finally:
+                server.terminate()  # type: ignore[attr-defined]
+                server.wait(60)  # type: ignore[attr-defined]
+    print(f"{'endpoint':<28}{'hit ratio':>10}{'loads':>7}{'p50 ms':>9}{'p99 ms':>9}"
+          f"{'calls/s':>9}{'errors':>8}")
+    for r in runs:
+        served = len(r.latencies_ms)
+        print(f"{r.name:<28}{r.hits / max(served, 1):>10.3f}{served - r.hits:>7}"
+              f"{r.percentile(50):>9.2f}{r.percentile(99):>9.2f}{served / r.seconds:>9.1f}"
+              f"{r.errors:>8}")
+    fleet, single = runs
+    rate = [len(r.latencies_ms) / r.seconds for r in runs]
+    print(f"fleet / single: hit ratio x{(fleet.hits or 1) / (single.hits or 1):.2f}, "
+          f"p50 x{fleet.percentile(50) / single.percentile(50):.2f}, "
+          f"p99 x{fleet.percentile(99) / single.percentile(99):.2f}, "
+          f"throughput x{rate[0] / rate[1]:.2f}")
+    print("requests per instance (fleet): " + ", ".join(
+        f"{k}={v}" for k, v in sorted(fleet.per_instance.items())))
+    return 0 if all(r.errors == 0 for r in runs) else 1
+
+
 def run_overhead(args: argparse.Namespace) -> int:
     direct, emulated = run(args.concurrency, args.requests)
     print(table(direct, emulated, args.concurrency))
@@ -138,3 +263,13 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--requests", type=int, default=2000, help="measured calls per path")
     p.set_defaults(func=run_overhead)
+    f = commands.add_parser("fleet", help="a 3-instance endpoint vs 1 instance with the same "
+                                          "total memory, on one Zipf workload")
+    f.add_argument("--instances", type=int, default=3)
+    f.add_argument("--slots", type=int, default=2, help="loaded models per instance (fleet)")
+    f.add_argument("--models", type=int, default=12)
+    f.add_argument("--requests", type=int, default=300)
+    f.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent s")
+    f.add_argument("--concurrency", type=int, default=4)
+    f.add_argument("--seed", type=int, default=1)
+    f.set_defaults(func=run_fleet)
