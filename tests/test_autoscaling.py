@@ -1,0 +1,228 @@
+"""Application Auto Scaling on the emulator's port: boto3 against a real emulator with real
+Tritons. The issue's scaling code runs verbatim (only ``endpoint_url`` added) and the endpoint
+really scales out under load and back in when the load falls, with ``--clock-scale 60``."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from emulator.server import EmulatorServer
+from emulator.settings import Settings
+from harness.loadtest.invokers import HttpInvoker
+from tests.conftest import DUMMY_CREDENTIALS
+from tests.support import package, scale_request, write_scale_model
+
+KEY = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/mme/variant/AllTraffic",
+       "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
+
+
+@pytest.fixture
+def emulator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmulatorServer]:
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    store = tmp_path / "store"
+    store.mkdir()
+    package(write_scale_model(tmp_path / "work", "m", 2.0), store / "m.tar.gz", "folder")
+    server = EmulatorServer(Settings.from_env(
+        env={}, model_data=str(store), cache_dir=tmp_path / "cache", port=0,
+        endpoint_name="mme", clock_scale=60)).start()
+    yield server
+    server.stop()
+
+
+def _client(name: str, url: str) -> Any:
+    return boto3.client(name, endpoint_url=url, **DUMMY_CREDENTIALS)
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+class Load:
+    """Traffic from a background thread: ``busy`` workers flat out, else one call per 0.25 s."""
+
+    def __init__(self, url: str, workers: int = 8) -> None:
+        self.busy = True
+        self.ok = self.failed = 0
+        self._stop = False
+        self._invoker = HttpInvoker(url, "mme", scale_request([1, 2, 3, 4]),
+                                    "application/octet-stream")
+        self._workers = workers
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self._thread.start()
+
+    async def _worker(self, index: int) -> None:
+        while not self._stop:
+            if not self.busy and index:
+                await asyncio.sleep(0.05)
+                continue
+            outcome = await self._invoker.invoke("m.tar.gz")
+            if outcome.ok:
+                self.ok += 1
+            else:
+                self.failed += 1
+            if not self.busy:
+                await asyncio.sleep(0.25)
+
+    async def _run(self) -> None:
+        await asyncio.gather(*(self._worker(i) for i in range(self._workers)))
+        await self._invoker.close()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._thread.join(timeout=30)
+
+
+def _counts(sm: Any) -> tuple[int, int]:
+    variant = sm.describe_endpoint(EndpointName="mme")["ProductionVariants"][0]
+    return variant["CurrentInstanceCount"], variant["DesiredInstanceCount"]
+
+
+def test_issue_code_scales_out_under_load_and_back_in(emulator: EmulatorServer) -> None:
+    EMU = emulator.url  # noqa: N806 - the issue's name
+    # --- the issue's code, verbatim but for endpoint_url -------------------------------------
+    asg = boto3.client("application-autoscaling", endpoint_url=EMU, region_name="us-east-1")
+    asg.register_scalable_target(ServiceNamespace="sagemaker", ResourceId="endpoint/mme/variant/AllTraffic",  # noqa: E501
+        ScalableDimension="sagemaker:variant:DesiredInstanceCount", MinCapacity=1, MaxCapacity=4)
+    asg.put_scaling_policy(PolicyName="p", ServiceNamespace="sagemaker", ResourceId="endpoint/mme/variant/AllTraffic",  # noqa: E501
+        ScalableDimension="sagemaker:variant:DesiredInstanceCount", PolicyType="TargetTrackingScaling",  # noqa: E501
+        TargetTrackingScalingPolicyConfiguration={"TargetValue": 70.0,
+            "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},  # noqa: E501
+            "ScaleInCooldown": 300, "ScaleOutCooldown": 60})
+    cw = boto3.client("cloudwatch", endpoint_url=EMU, region_name="us-east-1")
+    # ------------------------------------------------------------------------------------------
+    sm = _client("sagemaker", EMU)
+    assert _counts(sm) == (1, 1)
+    load = Load(EMU)
+    try:
+        peak = 0
+
+        def scaled_out() -> bool:
+            nonlocal peak
+            current, desired = _counts(sm)
+            peak = max(peak, current)
+            return current >= 3 and current == desired
+
+        _wait(scaled_out, 30, "a scale-out to 3 or more instances")
+        load.busy = False  # a trickle: data keeps coming, well under the target
+        _wait(lambda: _counts(sm) == (1, 1), 45, "the scale-in back to 1 instance")
+    finally:
+        load.stop()
+    assert peak >= 3
+    assert load.ok > 0 and load.failed == 0
+
+    def activities() -> list[dict[str, Any]]:
+        return asg.describe_scaling_activities(ServiceNamespace="sagemaker")["ScalingActivities"]
+
+    # the autoscaler sees the change fulfilled at its next evaluation
+    _wait(lambda: all(a["StatusCode"] == "Successful" for a in activities()), 10,
+          "every scaling activity to succeed")
+    newest, oldest = activities()[0], activities()[-1]
+    assert "-AlarmHigh-" in oldest["Cause"] and "-AlarmLow-" in newest["Cause"]
+    assert newest["Description"] == "Setting desired instance count to 1."
+    assert newest["StatusMessage"] == ("Successfully set desired instance count to 1. "
+                                       "Change successfully fulfilled by sagemaker.")
+    policy = asg.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"][0]
+    assert [a["AlarmName"] in oldest["Cause"] + newest["Cause"] for a in policy["Alarms"]] == [
+        True, True]
+
+    now = dt.datetime.utcnow()
+    hits = cw.get_metric_statistics(
+        Namespace="AWS/SageMaker", MetricName="ModelCacheHit", Statistics=["Average"], Period=60,
+        Dimensions=[{"Name": "EndpointName", "Value": "mme"},
+                    {"Name": "VariantName", "Value": "AllTraffic"}],
+        StartTime=now - dt.timedelta(hours=2), EndTime=now)
+    assert hits["Datapoints"] and all(0 <= d["Average"] <= 1 for d in hits["Datapoints"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad requests, answered as AWS answers them
+
+
+def test_register_describe_deregister(emulator: EmulatorServer) -> None:
+    asg = _client("application-autoscaling", emulator.url)
+    arn = asg.register_scalable_target(**KEY, MinCapacity=1, MaxCapacity=2)["ScalableTargetARN"]
+    asg.register_scalable_target(**KEY, MaxCapacity=3)  # an update keeps MinCapacity
+    (target,) = asg.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
+    assert (target["MinCapacity"], target["MaxCapacity"], target["ScalableTargetARN"]) == (
+        1, 3, arn)
+    assert target["SuspendedState"]["DynamicScalingInSuspended"] is False
+    asg.deregister_scalable_target(**KEY)
+    assert asg.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"] == []
+
+
+def test_unknown_resource_id(emulator: EmulatorServer) -> None:
+    asg = _client("application-autoscaling", emulator.url)
+    with pytest.raises(asg.exceptions.ValidationException) as raised:
+        asg.register_scalable_target(**{**KEY, "ResourceId": "endpoint/nope/variant/AllTraffic"},
+                                     MinCapacity=1, MaxCapacity=2)
+    assert "nope" in raised.value.response["Error"]["Message"]
+    with pytest.raises(asg.exceptions.ValidationException) as raised:
+        asg.register_scalable_target(**{**KEY, "ResourceId": "mme/AllTraffic"},
+                                     MinCapacity=1, MaxCapacity=2)
+    assert raised.value.response["Error"]["Message"] == (
+        "Unsupported service namespace, resource type or scalable dimension")
+
+
+def test_min_greater_than_max(emulator: EmulatorServer) -> None:
+    asg = _client("application-autoscaling", emulator.url)
+    with pytest.raises(asg.exceptions.ValidationException) as raised:
+        asg.register_scalable_target(**KEY, MinCapacity=3, MaxCapacity=2)
+    assert raised.value.response["Error"]["Message"] == (
+        "Minimum capacity cannot be greater than maximum capacity")
+
+
+def test_unknown_and_unsupported_metric_types(emulator: EmulatorServer) -> None:
+    asg = _client("application-autoscaling", emulator.url)
+    asg.register_scalable_target(**KEY, MinCapacity=1, MaxCapacity=2)
+
+    def policy(metric_type: str) -> None:
+        asg.put_scaling_policy(**KEY, PolicyName="p", PolicyType="TargetTrackingScaling",
+                               TargetTrackingScalingPolicyConfiguration={
+                                   "TargetValue": 70.0, "PredefinedMetricSpecification": {
+                                       "PredefinedMetricType": metric_type}})
+
+    with pytest.raises(asg.exceptions.ValidationException) as raised:
+        policy("SageMakerVariantBogus")
+    message = raised.value.response["Error"]["Message"]
+    assert message.startswith("1 validation error detected: Value 'SageMakerVariantBogus' at "
+                              "'targetTrackingScalingPolicyConfiguration."
+                              "predefinedMetricSpecification.predefinedMetricType' failed to "
+                              "satisfy constraint: Member must satisfy enum value set: [")
+    with pytest.raises(asg.exceptions.ValidationException) as raised:
+        policy("SageMakerInferenceComponentInvocationsPerCopy")
+    assert "SageMakerInferenceComponentInvocationsPerCopy" in raised.value.response["Error"][
+        "Message"]
+    assert asg.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"] == []
+
+
+def test_policy_on_an_unregistered_target(emulator: EmulatorServer) -> None:
+    asg = _client("application-autoscaling", emulator.url)
+    with pytest.raises(asg.exceptions.ObjectNotFoundException) as raised:
+        asg.put_scaling_policy(**KEY, PolicyName="p", PolicyType="TargetTrackingScaling",
+                               TargetTrackingScalingPolicyConfiguration={
+                                   "TargetValue": 70.0, "PredefinedMetricSpecification": {
+                                       "PredefinedMetricType":
+                                           "SageMakerVariantInvocationsPerInstance"}})
+    assert raised.value.response["Error"]["Message"] == (
+        "No scalable target registered for service namespace: sagemaker, resource ID: "
+        "endpoint/mme/variant/AllTraffic, scalable dimension: "
+        "sagemaker:variant:DesiredInstanceCount")
+    with pytest.raises(asg.exceptions.ObjectNotFoundException):
+        asg.delete_scaling_policy(**KEY, PolicyName="p")
+    with pytest.raises(asg.exceptions.ObjectNotFoundException):
+        asg.deregister_scalable_target(**KEY)
