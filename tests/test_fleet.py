@@ -145,6 +145,19 @@ def test_affinity_each_model_stays_on_one_instance_with_per_instance_budgets(
     assert metrics["ModelCacheHit"]["Sum"] == 12 and metrics["ModelCacheHit"]["SampleCount"] == 15
     assert metrics["LoadedModelCount"]["Current"] == 3
 
+    # The instance metrics AWS publishes per instance: one sample per instance and period.
+    before = metrics["CPUUtilization"]["SampleCount"]
+    server.registry.sample_utilization()
+    server.registry.sample_utilization()
+    fleet = get_json(f"{server.url}/_emulator/models")["Endpoints"]["local"]
+    for instance in fleet["Variants"]["AllTraffic"]["Instances"]:
+        figures = instance["Utilization"]
+        assert figures["CPUUtilization"] >= 0 and 0 < figures["MemoryUtilization"] < 100
+        assert 0 <= figures["DiskUtilization"] <= 100 and figures["LoadedModelCount"] == 1
+    metrics = get_json(f"{server.url}/_emulator/metrics")["Endpoints"]["local"]["Metrics"]
+    assert metrics["CPUUtilization"]["SampleCount"] - before == 3  # the first sample sets a base
+    assert metrics["MemoryUtilization"]["Namespace"] == "/aws/sagemaker/Endpoints"
+
 
 def test_scale_out_and_in_under_traffic_drops_nothing(start_emulator, store: Path,
                                                       tmp_path: Path) -> None:

@@ -129,6 +129,9 @@ class EndpointRegistry:
                         pid if isinstance(pid, int) else None, now,
                         instance.manager.disk.total_bytes, instance.manager.disk.capacity_bytes,
                         Path(instance.work_dir))
+                    # One LoadedModelCount sample per instance and period, so that, as in
+                    # CloudWatch, its Sum adds the instances up and its Average is per instance.
+                    figures["LoadedModelCount"] = instance.metrics.loaded_model_count
                     for name, value in figures.items():
                         instance.metrics.sample(name, value)
         self._samplers = seen
