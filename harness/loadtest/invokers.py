@@ -19,6 +19,9 @@ from typing import Any, Protocol
 # Per-request figures the emulator may add to its responses (not part of SageMaker's contract).
 MODEL_LATENCY_HEADER = "X-Mme-Model-Latency-Us"
 CACHE_HIT_HEADER = "X-Mme-Model-Cache-Hit"
+INSTANCE_HEADER = "X-Mme-Instance"  # "<variant>/<instance-id>"
+# SageMaker's own: the production variant that served (boto3: InvokedProductionVariant).
+VARIANT_HEADER = "x-Amzn-Invoked-Production-Variant"
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,8 @@ class Outcome:
     error_code: str | None = None  # SageMaker error shape ("ModelError"...), else None
     model_latency_us: float | None = None
     cache_hit: bool | None = None
+    variant: str | None = None  # SageMaker's header: present on AWS too
+    instance: str | None = None  # "<variant>/<instance-id>": the emulator only
 
     @property
     def ok(self) -> bool:
@@ -52,6 +57,16 @@ def _bool(value: str | None) -> bool | None:
     if value is None:
         return None
     return value.strip().lower() in ("1", "true", "yes")
+
+
+def served_by(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(variant, "variant/instance") from a response's headers; either may be missing."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    variant = lower.get(VARIANT_HEADER.lower()) or None
+    instance = lower.get(INSTANCE_HEADER.lower()) or None
+    if instance is not None and variant is None and "/" in instance:
+        variant = instance.split("/", 1)[0]
+    return variant, instance
 
 
 def error_code_from(status: int, headers: Mapping[str, str]) -> str | None:
@@ -105,11 +120,14 @@ class HttpInvoker:
         try:
             async with session.post(self._url, data=self._body, headers=headers) as resp:
                 await resp.read()
+                variant, instance = served_by(resp.headers)
                 return Outcome(
                     status=resp.status,
                     error_code=error_code_from(resp.status, resp.headers),
                     model_latency_us=_float(resp.headers.get(MODEL_LATENCY_HEADER)),
                     cache_hit=_bool(resp.headers.get(CACHE_HIT_HEADER)),
+                    variant=variant,
+                    instance=instance,
                 )
         except asyncio.TimeoutError:
             return Outcome(status=0, error_code="ClientTimeout")
@@ -180,10 +198,13 @@ class Boto3Invoker:
             response = self._client.invoke_endpoint(**kwargs)
             response["Body"].read()
             headers = response["ResponseMetadata"].get("HTTPHeaders", {})
+            variant, instance = served_by(headers)
             return Outcome(
                 status=response["ResponseMetadata"]["HTTPStatusCode"],
                 model_latency_us=_float(headers.get(MODEL_LATENCY_HEADER.lower())),
                 cache_hit=_bool(headers.get(CACHE_HIT_HEADER.lower())),
+                variant=response.get("InvokedProductionVariant") or variant,
+                instance=instance,
             )
         except ClientError as exc:
             meta = exc.response.get("ResponseMetadata", {})
@@ -250,6 +271,61 @@ class EmulatorMetrics:
             return None
         snapshot = find_endpoint_snapshot(data, self._endpoint)
         return snapshot.get("Metrics") if snapshot else None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class FleetSource(Protocol):
+    async def poll(self) -> dict[str, dict[str, Any]] | None: ...
+
+    async def close(self) -> None: ...
+
+
+def fleet_snapshot(data: Any, endpoint_name: str) -> dict[str, dict[str, Any]] | None:
+    """Each instance of ``endpoint_name`` in a ``GET /_emulator/models`` answer, keyed
+    ``"<variant>/<instance-id>"`` as the ``X-Mme-Instance`` header names it."""
+    try:
+        endpoint = data["Endpoints"][endpoint_name]
+    except (KeyError, TypeError):
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for variant, described in (endpoint.get("Variants") or {}).items():
+        for instance in described.get("Instances") or []:
+            key = f"{variant}/{instance.get('InstanceId')}"
+            out[key] = {
+                "variant": variant,
+                "loaded_models": int(instance.get("LoadedModelCount") or 0),
+                "in_flight": int(instance.get("InFlight") or 0),
+                "loaded_bytes": instance.get("LoadedBytes"),
+                "draining": bool(instance.get("Draining", False)),
+            }
+    return out
+
+
+class EmulatorFleet:
+    """Samples each instance's loaded models from ``GET /_emulator/models`` (emulator only)."""
+
+    def __init__(self, url: str, endpoint_name: str) -> None:
+        self._url = f"{url.rstrip('/')}/_emulator/models"
+        self._endpoint = endpoint_name
+        self._session: Any = None
+
+    async def poll(self) -> dict[str, dict[str, Any]] | None:
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        try:
+            async with self._session.get(self._url) as resp:
+                if resp.status != 200:
+                    return None
+                data = await resp.json(content_type=None)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return None
+        return fleet_snapshot(data, self._endpoint)
 
     async def close(self) -> None:
         if self._session is not None:
