@@ -60,6 +60,7 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--launcher", choices=["embedded", "docker", "external"])
     g.add_argument("--memory-budget", help="e.g. 2GiB")
     g.add_argument("--max-loaded-models", type=int)
+    g.add_argument("--instances", type=int, help="instances (the budgets are per instance)")
     p.add_argument("--out", type=Path, help="report folder (default ./mme-<command>-<time>)")
     p.add_argument("--no-png", action="store_true", help="skip the PNG plot")
 
@@ -100,6 +101,15 @@ def _add_loadtest(subparsers: argparse._SubParsersAction) -> None:  # type: igno
         help="how requests spread over the TargetModels: uniform or zipf[:S] (uniform)",
     )
     _add_plan_arguments(p)
+    g = p.add_argument_group("auto scaling (instance counts and scaling activities are plotted)")
+    g.add_argument("--autoscale", metavar="MIN:MAX:TARGET[:IN_COOLDOWN:OUT_COOLDOWN]",
+                   help="register the variant AllTraffic with Application Auto Scaling and a "
+                        "target tracking policy on SageMakerVariantInvocationsPerInstance first")
+    g.add_argument("--think-time", type=float, default=0.0,
+                   help="seconds each user waits between requests (0): paced users keep a low "
+                        "phase low, so the endpoint can scale in")
+    g.add_argument("--clock-scale", type=float,
+                   help="the started emulator's clock scale (60: a minute per second)")
     p.set_defaults(func=run_loadtest)
 
 
@@ -194,6 +204,10 @@ def _emulator_settings(args: argparse.Namespace) -> dict[str, str]:
         settings["MME_MEMORY_BUDGET"] = args.memory_budget
     if args.max_loaded_models is not None:
         settings["MME_MAX_LOADED_MODELS"] = str(args.max_loaded_models)
+    if getattr(args, "instances", None) is not None:
+        settings["MME_INSTANCES"] = str(args.instances)
+    if getattr(args, "clock_scale", None):
+        settings["MME_CLOCK_SCALE"] = str(args.clock_scale)
     return settings
 
 
@@ -234,8 +248,15 @@ async def _loadtest(
 ) -> Any:
     from harness.loadtest.invokers import Boto3Invoker
     from harness.loadtest.runner import run_load
+    from harness.loadtest.scaling import ScalingWatch, autoscale
     from harness.loadtest.session import emulator, run_http
 
+    def scaling(url: str | None) -> ScalingWatch:
+        if args.autoscale:
+            autoscale(args.endpoint_name, args.autoscale, url)
+        return ScalingWatch(args.endpoint_name, url)
+
+    extra = {"think_s": args.think_time}
     if args.aws:
         invoker = Boto3Invoker.for_endpoint(
             args.endpoint_name,
@@ -245,17 +266,19 @@ async def _loadtest(
         )
         try:
             return await run_load(
-                plan, invoker, None, generator="boto3 threads", label=args.endpoint_name
+                plan, invoker, None, generator="boto3 threads", label=args.endpoint_name,
+                scaling=scaling(None), **extra,
             )
         finally:
             await invoker.close()
     if args.url:
-        return await run_http(
-            args.url.rstrip("/"), args.endpoint_name, plan, request, label=args.endpoint_name
-        )
+        url = args.url.rstrip("/")
+        return await run_http(url, args.endpoint_name, plan, request, label=args.endpoint_name,
+                              scaling=scaling(url), **extra)
     assert store is not None
     with emulator(store, work, _emulator_settings(args), args.endpoint_name) as url:
-        return await run_http(url, args.endpoint_name, plan, request, label=args.endpoint_name)
+        return await run_http(url, args.endpoint_name, plan, request, label=args.endpoint_name,
+                              scaling=scaling(url), **extra)
 
 
 def run_sweep(args: argparse.Namespace) -> int:

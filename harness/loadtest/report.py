@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from harness.loadtest.fleet import fleet_markdown, fleet_summary, plot_fleet
 from harness.loadtest.runner import LoadResult, MetricsPoll, Sample
 from harness.loadtest.stopping import percentile
 
@@ -168,6 +169,14 @@ def summarize(result: LoadResult) -> dict[str, Any]:
             "series": loaded,
         },
         "phases": _phase_rows(result),
+        # Per variant and per instance (None when the endpoint names neither): fleet.py
+        "fleet": fleet_summary(result),
+        # Per variant: [t, current, desired] instance counts (empty without a ScalingWatch).
+        "instances": {
+            variant: [[round(t, 3), *counts[variant]] for t, counts in result.instances
+                      if variant in counts]
+            for variant in sorted({v for _, counts in result.instances for v in counts})
+        },
         "events": [
             {"t": round(e.t, 3), "kind": e.kind, "detail": e.detail}
             for e in result.events
@@ -213,6 +222,13 @@ def to_markdown(summary: dict[str, Any]) -> str:
         ("endpoint OverheadLatency avg (ms)", summary["endpoint_average_ms"]["OverheadLatency"]),
         ("generator", summary["generator"]),
     ]
+    for variant, series in summary.get("instances", {}).items():
+        counts = [row[1] for row in series]
+        rows.append((f"instances of {variant} (min / max / final)",
+                     f"{min(counts)} / {max(counts)} / {counts[-1]}" if counts else "n/a"))
+    if summary.get("instances"):
+        rows.append(("scaling activities",
+                     sum(1 for e in summary["events"] if e["kind"] == "scaling")))
     lines += [f"| {k} | {_fmt(v)} |" for k, v in rows]
     lines += [
         "",
@@ -239,6 +255,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
                 f"{_fmt(row['invocations_per_minute'])} | {_fmt(row.get('client_p50_ms'))} | "
                 f"{_fmt(row.get('client_p90_ms'))} | {_fmt(row.get('client_p99_ms'))} |"
             )
+    lines += fleet_markdown(summary.get("fleet"))
     return "\n".join(lines) + "\n"
 
 
@@ -251,7 +268,24 @@ def plot(summary: dict[str, Any], path: Path) -> Path:
 
     rows = summary["timeline"]
     t = [r["t"] for r in rows]
-    fig, (ax_tp, ax_lat, ax_models) = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
+    instances = summary.get("instances") or {}
+    fleet = summary.get("fleet")  # two panels: requests and loaded models per instance
+    panels = 3 + bool(instances) + 2 * bool(fleet)
+    fig, axes = plt.subplots(panels, 1, figsize=(10, 8 + 2 * (panels - 3)), sharex=True)
+    ax_tp, ax_lat, ax_models = axes[:3]
+    if instances:  # instance counts: solid current, dashed desired, one colour per variant
+        ax_inst = axes[3]
+        for variant, series in instances.items():
+            times = [row[0] for row in series]
+            (line,) = ax_inst.step(times, [row[1] for row in series], where="post",
+                                   label=f"{variant} current")
+            ax_inst.step(times, [row[2] for row in series], where="post", linestyle="--",
+                         color=line.get_color(), alpha=0.6, label=f"{variant} desired")
+        ax_inst.set_ylabel("instances")
+        ax_inst.yaxis.get_major_locator().set_params(integer=True)
+        ax_inst.legend(loc="upper left", fontsize="small")
+    if fleet:
+        plot_fleet(fleet, axes[3 + bool(instances)], axes[4 + bool(instances)])
     ax_tp.plot(
         t, [r["invocations_per_minute"] for r in rows], marker="o", markersize=3, label="inv/min"
     )
@@ -270,11 +304,12 @@ def plot(summary: dict[str, Any], path: Path) -> Path:
     if series:
         ax_models.step([s[0] for s in series], [s[1] for s in series], where="post")
     ax_models.set_ylabel("loaded models")
-    ax_models.set_xlabel("seconds")
-    colours = {"phase": "black", "load": "tab:green", "unload": "tab:red", "stop": "tab:purple"}
+    axes[-1].set_xlabel("seconds")
+    colours = {"phase": "black", "load": "tab:green", "unload": "tab:red", "stop": "tab:purple",
+               "scaling": "tab:orange"}
     for event in summary["events"]:
         colour = colours.get(event["kind"], "grey")
-        for ax in (ax_tp, ax_lat, ax_models):
+        for ax in axes:
             ax.axvline(
                 event["t"],
                 color=colour,

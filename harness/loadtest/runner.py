@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.loadtest.config import LoadPlan
-from harness.loadtest.invokers import Invoker, MetricsSource
+from harness.loadtest.invokers import FleetSource, Invoker, MetricsSource
 from harness.loadtest.popularity import Chooser
+from harness.loadtest.scaling import ScalingWatch
 from harness.loadtest.schedule import position
 from harness.loadtest.stopping import StopMonitor, StopReason
 
@@ -36,6 +37,8 @@ class Sample:
     model_latency_us: float | None
     cache_hit: bool | None
     phase: int
+    variant: str | None = None  # the production variant that served (SageMaker's header)
+    instance: str | None = None  # "<variant>/<instance-id>" (the emulator's header)
 
     @property
     def ok(self) -> bool:
@@ -49,7 +52,7 @@ class Sample:
 @dataclass(frozen=True)
 class Event:
     t: float
-    kind: str  # phase | stop | load | unload | cold-start
+    kind: str  # phase | stop | load | unload | cold-start | scaling
     detail: str
 
 
@@ -57,6 +60,12 @@ class Event:
 class MetricsPoll:
     t: float
     metrics: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FleetPoll:
+    t: float
+    instances: dict[str, dict[str, Any]]  # "<variant>/<instance-id>" -> {"loaded_models", ...}
 
 
 @dataclass
@@ -68,7 +77,10 @@ class LoadResult:
     samples: list[Sample] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     polls: list[MetricsPoll] = field(default_factory=list)
+    fleet: list[FleetPoll] = field(default_factory=list)  # /_emulator/models samples
     users: list[tuple[float, int]] = field(default_factory=list)  # (t, active users)
+    # (t, {variant: (current, desired) instance count}), when a ScalingWatch was given
+    instances: list[tuple[float, dict[str, tuple[int, int]]]] = field(default_factory=list)
     generator: str = "asyncio+aiohttp"
     label: str = ""
 
@@ -134,6 +146,9 @@ async def run_load(
     generator: str = "asyncio+aiohttp",
     label: str = "",
     on_step: Callable[[Step, float], None] | None = None,
+    fleet: FleetSource | None = None,
+    scaling: ScalingWatch | None = None,
+    think_s: float = 0.0,
 ) -> LoadResult:
     loop = asyncio.get_running_loop()
     clock = loop.time
@@ -172,6 +187,8 @@ async def run_load(
                 outcome.model_latency_us,
                 outcome.cache_hit,
                 phase,
+                outcome.variant,
+                outcome.instance,
             )
             result.samples.append(sample)
             latency = (
@@ -180,6 +197,8 @@ async def run_load(
                 else sample.latency_ms
             )
             controller.record(t1, outcome.ok, latency, outcome.error_code)
+            if think_s:  # paced users: a low phase that still sends traffic
+                await asyncio.sleep(think_s)
 
     async def poller() -> None:
         assert metrics is not None
@@ -189,7 +208,34 @@ async def run_load(
             if snapshot is not None:
                 result.polls.append(MetricsPoll(clock() - start, snapshot))
 
+    async def scaling_poller() -> None:
+        """Instance counts, and each scaling activity when it first appears."""
+        assert scaling is not None
+        seen: set[str] = set()
+        while True:
+            polled = await scaling.poll()
+            if polled is not None:
+                t = clock() - start
+                result.instances.append((t, polled.instances))
+                for activity in reversed(polled.activities):
+                    if activity["ActivityId"] not in seen:
+                        seen.add(activity["ActivityId"])
+                        if result.instances[1:]:  # those before the run are not events
+                            result.events.append(Event(t, "scaling", activity["Description"]))
+            await asyncio.sleep(poll_s)
+
+    async def fleet_poller() -> None:
+        """Each instance's loaded models, sampled from the emulator's introspection."""
+        assert fleet is not None
+        while True:
+            snapshot = await fleet.poll()
+            if snapshot is not None:
+                result.fleet.append(FleetPoll(clock() - start, snapshot))
+            await asyncio.sleep(poll_s)
+
     poll_task = asyncio.create_task(poller()) if metrics is not None else None
+    fleet_task = asyncio.create_task(fleet_poller()) if fleet is not None else None
+    scaling_task = asyncio.create_task(scaling_poller()) if scaling is not None else None
     reason: StopReason | str | None = None
     try:
         while True:
@@ -236,14 +282,19 @@ async def run_load(
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     log.error("a load-test user failed: %r", task.exception())
         end = clock()
-        if poll_task is not None:
-            poll_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poll_task
+        for task in (poll_task, scaling_task, fleet_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if metrics is not None:
             final = await metrics.poll()
             if final is not None:
                 result.polls.append(MetricsPoll(end - start, final))
+        if fleet is not None:
+            last = await fleet.poll()
+            if last is not None:
+                result.fleet.append(FleetPoll(end - start, last))
     result.duration_s = end - start
     result.stop_reason = str(reason) if reason is not None else "interrupted"
     if reason is not None and reason != PHASES_COMPLETE:
