@@ -79,7 +79,7 @@ class Rig:
 
     def minute(self, invocations: int) -> None:
         """One emulated minute (one real second) of traffic, spread over the minute."""
-        for i in range(invocations):
+        for _ in range(invocations):
             self.time.now += 1 / max(invocations, 1)
             self.store.record("AWS/SageMaker", "InvocationsPerInstance", DIMS,
                               1 / self.sagemaker.current, "None")
