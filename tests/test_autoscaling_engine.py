@@ -230,3 +230,15 @@ def test_customized_metric(statistic: str) -> None:
             rig.store.record("/aws/sagemaker/Endpoints", "CPUUtilization", DIMS, 90.0, "Percent")
     rig.evaluate()
     assert rig.sagemaker.updates == [2]  # ceil(1 * 90 / 50)
+
+
+def test_an_activity_overtaken_by_another_update_does_not_block_the_target() -> None:
+    rig = Rig()
+    for _ in range(3):
+        rig.minute(200)
+    rig.evaluate()
+    assert rig.sagemaker.updates == [3]
+    rig.sagemaker.desired = 2  # a person's UpdateEndpointWeightsAndCapacities meanwhile
+    rig.sagemaker.settle()
+    rig.evaluate()
+    assert rig.activities()[0]["StatusCode"] == "Successful"

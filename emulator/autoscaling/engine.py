@@ -82,7 +82,9 @@ class ScalingEngine:
             await self._act(target, proposal, now)
 
     def _finish(self, activity: ScalingActivity, capacity: VariantCapacity, now: float) -> None:
-        if capacity.status == "InService" and capacity.current == activity.desired:
+        # Done once the endpoint has settled: at the count asked for or, when someone else's update
+        # came since, at theirs (an activity must not stay InProgress and block the target).
+        if capacity.status == "InService" and capacity.current == capacity.desired:
             activity.status, activity.ended = "Successful", now
             activity.message = (f"Successfully set desired instance count to {activity.desired}."
                                 " Change successfully fulfilled by sagemaker.")
