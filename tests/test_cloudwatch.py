@@ -276,3 +276,16 @@ def test_every_protocol_gives_the_same_figures(served: Any, protocol: str) -> No
         "Namespace": "AWS/SageMaker", "MetricName": "Invocations", "Period": 45,
         "Statistics": ["Sum"], **_window()})
     assert error["Error"]["Code"] == "InvalidParameterValue"
+
+
+def test_samples_older_than_the_retention_expire() -> None:
+    from emulator.cloudwatch.store import CHUNK, RETENTION_EMULATED_S
+
+    _, store, fake = _service(scale=60)
+    for _ in range(CHUNK):
+        store.record("AWS/SageMaker", "Invocations", DIMS, 1, "None")
+    fake.now += RETENTION_EMULATED_S / 60 + 1  # the first chunk is now a day (emulated) old
+    for _ in range(CHUNK + 1):
+        store.record("AWS/SageMaker", "Invocations", DIMS, 2, "None")
+    _, values = store.samples(next(store.keys()), 0, float("inf"))
+    assert set(values.tolist()) == {2.0}

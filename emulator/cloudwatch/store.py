@@ -56,9 +56,11 @@ class _Series:
         self.chunks: list[_Chunk] = [_Chunk()]
         self.last_time = 0.0
 
-    def append(self, when: float, value: float) -> None:
+    def append(self, when: float, value: float) -> bool:
+        """Add one sample; True when it started a new chunk (the moment to expire old ones)."""
         chunk = self.chunks[-1]
-        if chunk.size == CHUNK:
+        started = chunk.size == CHUNK
+        if started:
             chunk = _Chunk()
             self.chunks.append(chunk)
             if len(self.chunks) > MAX_SAMPLES_PER_SERIES // CHUNK:
@@ -67,6 +69,7 @@ class _Series:
         chunk.values[chunk.size] = value
         chunk.size += 1
         self.last_time = max(self.last_time, when)
+        return started
 
     def expire(self, before: float) -> None:
         """Drop whole chunks older than ``before`` (a partly expired chunk stays until full)."""
@@ -104,8 +107,7 @@ class MetricStore:
                                     MAX_SERIES)
                     return
                 series = self._series[key] = _Series(unit)
-            series.append(now, float(value))
-            if series.chunks[0].size == CHUNK:
+            if series.append(now, float(value)):
                 series.expire(now - self.clock.real_duration(RETENTION_EMULATED_S))
 
     def samples(self, key: SeriesKey, start: float, end: float,
