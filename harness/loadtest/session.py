@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.loadtest.config import LoadPlan
-from harness.loadtest.invokers import EmulatorMetrics, HttpInvoker, Outcome
+from harness.loadtest.invokers import EmulatorFleet, EmulatorMetrics, HttpInvoker, Outcome
 from harness.loadtest.runner import LoadResult, run_load
 from harness.payloads import Request, build_request, random_inputs
 
@@ -89,9 +89,14 @@ async def run_http(
 ) -> LoadResult:
     invoker = HttpInvoker(url, endpoint, request.body, request.content_type)
     source = EmulatorMetrics(url, endpoint) if metrics else None
+    # Each instance's loaded models, from the emulator's introspection (not on AWS).
+    fleet = EmulatorFleet(url, endpoint) if metrics else None
     try:
-        return await run_load(plan, invoker, source, poll_s=poll_s, label=label, **kwargs)
+        return await run_load(
+            plan, invoker, source, poll_s=poll_s, label=label, fleet=fleet, **kwargs
+        )
     finally:
         await invoker.close()
-        if source is not None:
-            await source.close()
+        for closing in (source, fleet):
+            if closing is not None:
+                await closing.close()
