@@ -299,3 +299,20 @@ def test_instances_flag_and_environment() -> None:
     assert (settings.instances, settings.routing_seed) == (3, 5)
     with pytest.raises(ValueError, match="--instances must be 1 or more"):
         settings_from_args(build_parser().parse_args(["serve", "--instances", "0"]))
+
+
+def test_update_endpoint_moves_to_a_config_of_another_shape(start_emulator, store: Path,
+                                                            tmp_path: Path) -> None:
+    (target,) = make_models(store, tmp_path, 1)
+    server = start_emulator()
+    sm, rt = sagemaker(server.url), runtime_client(server.url)
+    deploy_ab(sm, store)
+    sm.create_endpoint_config(EndpointConfigName="c-only", ProductionVariants=[
+        {"VariantName": "C", "ModelName": "m-b", "InitialInstanceCount": 3,
+         "InstanceType": "ml.g5.xlarge"}])
+    sm.update_endpoint(EndpointName="ab", EndpointConfigName="c-only")
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="ab", WaiterConfig=FAST)
+    assert {n: v["CurrentInstanceCount"] for n, v in variants_of(sm, "ab").items()} == {"C": 3}
+    assert {invoke(rt, "ab", target)[1]["InvokedProductionVariant"] for _ in range(5)} == {"C"}
+    with pytest.raises(ClientError):
+        invoke(rt, "ab", target, TargetVariant="A")
