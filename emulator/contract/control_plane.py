@@ -153,14 +153,37 @@ def format_errors(errors: Sequence[str]) -> str:
     return f"{len(errors)} validation {noun} detected: " + "; ".join(errors)
 
 
+_UNICODE_CLASSES = {
+    r"\p{L}": r"a-zA-Z\u00c0-\uffff",
+    r"\p{Z}": r" \u00a0\u2000-\u200b",
+    r"\p{N}": r"0-9",
+    r"\p{Print}": r"\x20-\x7e",
+}
+
+
 def _java_to_python_pattern(pattern: str) -> str:
-    # botocore copies the service's Java patterns; translate the few Unicode classes they use.
-    return (
-        pattern.replace(r"\p{L}", r"a-zA-Z\u00c0-\uffff")
-        .replace(r"\p{Z}", r" \u00a0\u2000-\u200b")
-        .replace(r"\p{N}", r"0-9")
-        .replace(r"\p{Print}", r"\x20-\x7e")
-    )
+    """botocore copies the service's Java patterns; translate the few Unicode classes they use,
+    as ranges inside a character class and as a class of their own outside one."""
+    out, index, in_class = [], 0, False
+    while index < len(pattern):
+        name = next((n for n in _UNICODE_CLASSES if pattern.startswith(n, index)), None)
+        if name is not None:
+            ranges = _UNICODE_CLASSES[name]
+            out.append(ranges if in_class else f"[{ranges}]")
+            index += len(name)
+            continue
+        char = pattern[index]
+        if char == "\\":
+            out.append(pattern[index:index + 2])
+            index += 2
+            continue
+        if char == "[":
+            in_class = True
+        elif char == "]":
+            in_class = False
+        out.append(char)
+        index += 1
+    return "".join(out)
 
 
 @functools.lru_cache(maxsize=512)
