@@ -28,6 +28,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from emulator.manager.stubs import process_state as stubs_state
 from emulator.triton.launcher import free_port
 from tests.conftest import DUMMY_CREDENTIALS, runtime_client
 from tests.fault_support import (
@@ -321,6 +322,15 @@ def _processes_under(folder: Path) -> set[int]:
     return found
 
 
+def _wait_gone(old: set[int], cache: Path) -> float:
+    """Wait until none of ``old`` (a killed run's Triton and stubs) is left; say which are."""
+    try:
+        return wait_until(lambda: not (old & _processes_under(cache)), timeout=30)
+    except AssertionError:
+        left = {p: (_cmdline(p)[:160], stubs_state(p)) for p in old & _processes_under(cache)}
+        raise AssertionError(f"the killed run left processes behind: {left}") from None
+
+
 def _cmdline(pid: int) -> bytes:
     try:
         return (Path("/proc") / str(pid) / "cmdline").read_bytes()
@@ -377,8 +387,7 @@ def test_emulator_sigkilled_mid_operations_then_restarted(store: Path, tmp_path:
         assert _status(sm, "ep") == "InService"
         figures["create: InService after restart (s)"] = f"{waited:.2f}"
         np.testing.assert_allclose(invoke(rt, "m0.tar.gz", endpoint="ep"), [1, 2, 3, 4])
-        wait_until(lambda: not (old & _processes_under(cache)), timeout=30,
-                   what="the killed run's Triton to go")
+        _wait_gone(old, cache)
         # 2. Killed during a model load (the load waits on a gate).
         caller = threading.Thread(target=_invoke_quietly, args=(rt, "slow.tar.gz", "ep"))
         caller.start()
@@ -394,8 +403,7 @@ def test_emulator_sigkilled_mid_operations_then_restarted(store: Path, tmp_path:
         started = time.monotonic()
         np.testing.assert_allclose(invoke(rt, "slow.tar.gz", endpoint="ep"), [5, 10, 15, 20])
         figures["load: served after restart (s)"] = f"{time.monotonic() - started:.2f}"
-        wait_until(lambda: not (old & _processes_under(cache)), timeout=30,
-                   what="the killed run's Triton and stubs to go")
+        _wait_gone(old, cache)
         # 3. Killed during DeleteEndpoint.
         sm.delete_endpoint(EndpointName="ep")
         figures["delete: status when killed"] = _status(sm, "ep")
@@ -407,8 +415,7 @@ def test_emulator_sigkilled_mid_operations_then_restarted(store: Path, tmp_path:
                    what="the delete to be finished or rolled back")
         figures["delete: status after restart"] = _status(sm, "ep")
         assert figures["delete: status after restart"] in ("Absent", "InService")
-        wait_until(lambda: not (old & _processes_under(cache)), timeout=30,
-                   what="the killed run's Triton to go")
+        _wait_gone(old, cache)
         code = serve.stop()
         figures["clean stop exit code"] = str(code)
         wait_until(lambda: not _processes_under(cache), timeout=30, what="no process left")

@@ -302,3 +302,18 @@ def test_concurrent_requests_during_a_take_out_all_get_sagemaker_answers(  # typ
     assert "WRONG" not in outcomes
     assert set(outcomes) <= {"ok", "ModelError", "ModelNotReadyException"}, set(outcomes)
     assert instance_of(server).manager.stub_failures == 1  # taken out once, not by chance
+
+
+
+def test_folder_keys_are_literal_like_s3_keys(start_emulator, store: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """One object is never served under several names (issue #13, item 6)."""
+    (store / "team-a").mkdir()
+    package(write_scale_model(tmp_path / "ok", "ok", scale=3), store / "ok.tar.gz")
+    server = start_emulator(model_data=str(store))
+    rt = runtime_client(server.url)
+    np.testing.assert_allclose(invoke(rt, "ok.tar.gz"), [3, 6, 9, 12])
+    for target in ("team-a/../ok.tar.gz", "./ok.tar.gz", "ok.tar.gz/", "team-a//ok.tar.gz",
+                   str(store / "ok.tar.gz")):
+        with pytest.raises(ClientError) as caught:
+            invoke(rt, target)
+        assert error_of(caught.value)[0] == "ValidationError", target

@@ -72,8 +72,14 @@ class FolderSource:
     def _path(self, target: str | None) -> Path:
         if target is None:
             return self.root
+        # S3 keys are literal: "a/../b.tar.gz", "/abs/b.tar.gz", "b.tar.gz/" and "a//b.tar.gz" name
+        # no object there, so here they name none either (a file system would normalise them and
+        # serve one object under several TargetModels).
+        parts = target.split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            raise ObjectNotFound(target)
         try:
-            path = (self.root / target).resolve()
+            path = self.root.joinpath(*parts).resolve()
         except OSError as exc:  # e.g. a component too long for the file system: no such object
             raise ObjectNotFound(target) from exc
         if self.root not in path.parents:  # TargetModel "../x" must not escape the store

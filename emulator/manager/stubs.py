@@ -104,6 +104,34 @@ def clean_up(registry: Path) -> list[str]:
     return removed
 
 
+def sweep_stale(backends_dir: Path) -> list[int]:
+    """Kill what a previous run with the same folders left (its Triton, its stubs); unlink the
+    shm regions named on the stubs' command lines. Call before starting a Triton there.
+
+    The emulator may have been SIGKILLed: its Triton then gets SIGTERM (parent-death signal) but
+    a stub can outlive it, and the next run deletes the folder holding the stub records.
+    """
+    needle = str(backends_dir).encode()
+    killed, regions = [], []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not any(needle in arg for arg in args):
+            continue
+        regions += [a.decode() for a in args if a.startswith(SHM_PREFIX.encode())]
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(entry.name), signal.SIGKILL)
+            killed.append(int(entry.name))
+    for region in regions:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"/dev/shm/{region}")
+    return killed
+
+
 WRAPPER = """#!/bin/sh
 # Written by the emulator (emulator/manager/stubs.py): record this stub, then become it.
 printf '%s\\n' "$@" > "{registry}/$$" 2>/dev/null

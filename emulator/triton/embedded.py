@@ -179,7 +179,12 @@ class EmbeddedLauncher:
     async def start(self) -> None:
         self._stopping = False
         self.options.repository.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(stubs.clean_up, self.stub_registry)  # a previous run's leftovers
+        # A previous run's leftovers (this emulator may have been SIGKILLed mid-run).
+        await asyncio.to_thread(stubs.clean_up, self.stub_registry)
+        stale = await asyncio.to_thread(stubs.sweep_stale, self._work_dir / "backends")
+        if stale:
+            log.warning("%s: killed %d process(es) a previous run left behind", self._name,
+                        len(stale))
         await asyncio.to_thread(assemble_backends, self._work_dir / "backends", self.stub_registry)
         await self._spawn()
         self._watchdog = asyncio.create_task(self._watch(), name=f"{self._name}-watchdog")
