@@ -46,11 +46,6 @@ def service_model() -> ServiceModel:
 
     loader = botocore.session.get_session().get_component("data_loader")
     raw = loader.load_service_model("application-autoscaling", "service-2")
-    for shape in raw["shapes"].values():
-        # The model's bare Java class ``\p{Print}+`` (PolicyName, ResourceId ...) means
-        # ``[\p{Print}]+``; the shared validator translates \p{Print} inside brackets only.
-        if shape.get("pattern") == r"\p{Print}+":
-            shape["pattern"] = r"[\p{Print}]+"
     return ServiceModel(raw, "application-autoscaling")
 
 

@@ -246,16 +246,7 @@ class ControlPlaneService:
     async def update_endpoint(self, params: dict[str, Any]) -> dict[str, Any]:
         name = params["EndpointName"]
         endpoint_arn = self.arn(KIND_ENDPOINT, name)
-        record = self.store.get_endpoint(name)
-        if record is None:
-            raise wire.not_found(KIND_ENDPOINT, endpoint_arn)
-        if record.status in IN_PROGRESS:
-            raise wire.validation_error(f'Cannot update in-progress endpoint "{endpoint_arn}".')
-        if record.status != "InService":
-            raise wire.validation_error(
-                f'Cannot update endpoint "{endpoint_arn}" in status {record.status}: '
-                "only DeleteEndpoint is allowed on a failed endpoint."
-            )
+        record = self._updatable(self.store.get_endpoint(name), endpoint_arn)
         deployment = self._deployment(record.name, params["EndpointConfigName"])
         record.pending = deployment
         record.status = "Updating"
@@ -270,16 +261,8 @@ class ControlPlaneService:
         """New weights and instance counts, live: Updating -> InService, no request dropped."""
         name = params["EndpointName"]
         endpoint_arn = self.arn(KIND_ENDPOINT, name)
-        record = self.store.get_endpoint(name) or self._unmanaged(name)
-        if record is None:
-            raise wire.not_found(KIND_ENDPOINT, endpoint_arn)
-        if record.status in IN_PROGRESS:
-            raise wire.validation_error(f'Cannot update in-progress endpoint "{endpoint_arn}".')
-        if record.status != "InService":
-            raise wire.validation_error(
-                f'Cannot update endpoint "{endpoint_arn}" in status {record.status}: '
-                "only DeleteEndpoint is allowed on a failed endpoint."
-            )
+        record = self._updatable(self.store.get_endpoint(name) or self._unmanaged(name),
+                                 endpoint_arn)
         current = EndpointSpec.from_doc(record.current.spec)
         changes: dict[str, tuple[float | None, int | None]] = {}
         for change in params["DesiredWeightsAndCapacities"]:
@@ -310,6 +293,20 @@ class ControlPlaneService:
         self._save(record)
         self._spawn(name, self._run_resize(record.name, desired))
         return {"EndpointArn": endpoint_arn}
+
+    @staticmethod
+    def _updatable(record: EndpointRecord | None, endpoint_arn: str) -> EndpointRecord:
+        """The endpoint, if it exists and is InService: the only state an update starts from."""
+        if record is None:
+            raise wire.not_found(KIND_ENDPOINT, endpoint_arn)
+        if record.status in IN_PROGRESS:
+            raise wire.validation_error(f'Cannot update in-progress endpoint "{endpoint_arn}".')
+        if record.status != "InService":
+            raise wire.validation_error(
+                f'Cannot update endpoint "{endpoint_arn}" in status {record.status}: '
+                "only DeleteEndpoint is allowed on a failed endpoint."
+            )
+        return record
 
     def _save(self, record: EndpointRecord) -> None:
         """Stored, or for the --model-data endpoint (which flags re-create) kept in memory."""
