@@ -42,7 +42,8 @@ def on_docker(triton_cpu_image: str) -> Iterator[None]:  # noqa: F811
     def start_emulator(model_data: Path, cache: Path, **settings: Any) -> Any:
         server = original(model_data, cache, launcher="docker", image=triton_cpu_image,
                           **settings)
-        assert server.registry.get("local").instances[0].launcher.__class__.__name__ == "DockerLauncher"
+        launcher = server.registry.get("local").instances[0].launcher
+        assert launcher.__class__.__name__ == "DockerLauncher"
         return server
 
     with pytest.MonkeyPatch.context() as patch:

@@ -55,7 +55,8 @@ def served(tmp_path_factory: pytest.TempPathFactory,
     (store / "garbage.tar.gz").write_bytes(b"not a tarball")
     settings = docker_settings(triton_cpu_image, model_data=str(store), cache_dir=root / "cache")
     with EmulatorServer(settings) as server:
-        assert isinstance(server.registry.get("local").instances[0].launcher, docker_launcher.DockerLauncher)
+        launcher = server.registry.get("local").instances[0].launcher
+        assert isinstance(launcher, docker_launcher.DockerLauncher)
         yield server, runtime_client(server.url)
 
 
