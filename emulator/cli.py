@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -118,6 +119,11 @@ def run_serve(args: argparse.Namespace) -> int:
     except AuthConfigError as exc:  # a credentials or policy file that cannot be used
         print(f"mme serve: {exc}", file=sys.stderr)
         return 2
+    # uvicorn captures SIGINT/SIGTERM, shuts down cleanly, then restores the handlers it found
+    # and re-raises the signal: with Python's defaults that would end the process with 143 (or a
+    # KeyboardInterrupt). No-op handlers make the re-raise harmless, so a clean stop exits 0.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: None)
     uvicorn.run(app, host=settings.host, port=settings.port,
                 log_level="warning", timeout_keep_alive=75)
     return 0

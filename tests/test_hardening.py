@@ -7,10 +7,18 @@ Slow steps wait on conditions (gate files, process states), never on sleeps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
 import tarfile
 import threading
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,6 +30,8 @@ from botocore.exceptions import ClientError
 from emulator.cli import build_parser, settings_from_args
 from emulator.manager import repository
 from emulator.manager.models import artifact_key
+from emulator.settings import Settings
+from emulator.triton.launcher import free_port
 from tests.conftest import runtime_client
 from tests.fault_support import (
     error_of,
@@ -29,6 +39,7 @@ from tests.fault_support import (
     invoke,
     leftovers_of,
     models_of,
+    pid_alive,
     stub_records,
     wait_until,
     write_patched_model,
@@ -317,3 +328,155 @@ def test_folder_keys_are_literal_like_s3_keys(start_emulator, store: Path, tmp_p
         with pytest.raises(ClientError) as caught:
             invoke(rt, target)
         assert error_of(caught.value)[0] == "ValidationError", target
+
+
+# --- 7. hostile input is a SageMaker error, a client that leaves is not an error ----------------
+
+def test_a_control_plane_body_nested_too_deep_is_a_serialization_error() -> None:
+    from emulator.contract import control_plane as wire
+
+    for body in (b"[" * 100_000 + b"]" * 100_000,
+                 b'{"ModelName": "m", "Tags": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"):
+        with pytest.raises(wire.ControlPlaneError) as caught:
+            wire.parse_request("SageMaker.CreateModel", body)
+        assert (caught.value.code, caught.value.status) == ("SerializationException", 400)
+        assert "nested too deeply" in caught.value.message
+
+
+def _raw_request(url: str, head: str, body: bytes = b"") -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(head.encode() + b"\r\n" + body)
+    return sock
+
+
+def test_a_client_leaving_mid_body_is_one_info_line(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, caplog: pytest.LogCaptureFixture) -> None:
+    server = start_emulator(model_data=str(store))
+    with caplog.at_level(logging.INFO, logger="emulator.routes.runtime"):
+        sock = _raw_request(server.url, "POST /endpoints/local/invocations HTTP/1.1\r\n"
+                            "Host: x\r\nContent-Length: 100000\r\n"
+                            "X-Amzn-SageMaker-Target-Model: a.tar.gz\r\n", b"x" * 10)
+        sock.close()
+        wait_until(lambda: any("client-disconnected" in r.getMessage() for r in caplog.records),
+                   what="the disconnect logged")
+    runtime_records = [r for r in caplog.records if r.name == "emulator.routes.runtime"]
+    assert all(r.levelno < logging.WARNING for r in runtime_records), runtime_records
+
+
+# --- 8. limits on input --------------------------------------------------------------------------
+
+def test_a_chunked_body_over_the_limit_is_refused_before_it_ends(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path) -> None:
+    """The body never ends (no last chunk): the answer can only come from reading stopping."""
+    server = start_emulator(model_data=str(store), max_payload_bytes="64KiB")
+    chunk = b"x" * (64 * 1024 + 1)
+    sock = _raw_request(server.url, "POST /endpoints/local/invocations HTTP/1.1\r\n"
+                        "Host: x\r\nTransfer-Encoding: chunked\r\n"
+                        "X-Amzn-SageMaker-Target-Model: a.tar.gz\r\n",
+                        f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+    sock.settimeout(60)  # a bound on a wait that, without the fix, never ends
+    answer = b""
+    with sock:
+        while b"\r\n\r\n" not in answer or b"oversize" not in answer:
+            data = sock.recv(65536)
+            if not data:
+                break
+            answer += data
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"ValidationError" in answer and b"has oversize body" in answer, answer
+
+
+@pytest.mark.parametrize("field", ["ContentType", "Accept", "CustomAttributes"])
+def test_headers_over_botocores_length_limit_are_refused(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, field: str) -> None:
+    server = start_emulator(model_data=str(store))
+    rt = runtime_client(server.url)
+    with pytest.raises(ClientError) as caught:
+        rt.invoke_endpoint(EndpointName="local", TargetModel="a.tar.gz", Body=b"{}",
+                           **{field: "a/" + "b" * 1023})
+    code, _, message = error_of(caught.value)
+    assert code == "ValidationError"
+    assert "1024" in message and field[0].lower() + field[1:] in message, message
+    # exactly 1,024 characters is fine: the request gets as far as the store lookup
+    with pytest.raises(ClientError) as caught:
+        rt.invoke_endpoint(EndpointName="local", TargetModel="a.tar.gz", Body=b"{}",
+                           **{field: "a/" + "b" * 1022})
+    assert "1024" not in error_of(caught.value)[2]
+
+
+# --- 9. a clean stop ------------------------------------------------------------------------------
+
+def test_mme_serve_exits_0_after_sigterm(tmp_path: Path, store: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MME_")}
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mme"), "serve", "--model-data", str(store),
+         "--port", str(port), "--cache-dir", str(tmp_path / "cache")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        def up() -> bool:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping") as resp:
+                    return bool(resp.status == 200)
+            except OSError:
+                return False
+        wait_until(up, timeout=180, what="mme serve up")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_delete_cancelled_by_shutdown_still_stops_the_endpoint(
+        tmp_path: Path, store: Path) -> None:
+    from emulator.hosting.factory import InstanceFactory
+    from emulator.hosting.registry import EndpointRegistry
+    from emulator.hosting.spec import single_variant
+
+    settings = Settings.from_env(env={}, cache_dir=tmp_path / "cache", model_data=str(store))
+
+    async def scenario() -> tuple[Path, list[int]]:
+        registry = EndpointRegistry(settings, InstanceFactory(settings).build)
+        endpoint = await registry.create(single_variant("doomed", str(store)))
+        pids = [i.launcher.pid for i in endpoint.instances]
+        assert all(pid_alive(p) for p in pids)
+        deleting = asyncio.create_task(registry.delete("doomed"))
+        await asyncio.sleep(0)  # let the delete start (it forgets the endpoint first)
+        assert registry.get("doomed") is None
+        deleting.cancel()  # what the app's shutdown does to a DeleteEndpoint under way
+        with contextlib.suppress(asyncio.CancelledError):
+            await deleting
+        await registry.close()
+        return endpoint.work_dir, pids
+
+    work_dir, pids = asyncio.run(scenario())
+    assert not work_dir.exists()
+    assert not any(pid_alive(p) for p in pids), pids
+
+
+# --- 11. fidelity: the entry model's folder may differ from its config name ----------------------
+
+def test_the_entry_model_folder_may_differ_from_its_config_name(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "bert"
+    write_scale_model(repo, "bert", scale=5)
+    (repo / "bert").rename(repo / "bert_0")  # the BERT-TensorRT MME notebook's layout
+    assert repository.read_layout(repo).entry == "bert_0"
+    with pytest.raises(repository.InvalidModelRepository, match="match"):
+        repository.read_single_model_layout(repo, None)  # Triton's serve keeps the check
+    package(repo, store / "bert.tar.gz", "folder")
+    server = start_emulator(model_data=str(store))
+    np.testing.assert_allclose(invoke(runtime_client(server.url), "bert.tar.gz"), [5, 10, 15, 20])
+
+
+def test_a_step_folder_must_still_match_its_config_name(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_scale_ensemble(repo)
+    (repo / "preprocess" / "config.pbtxt").write_text(
+        (repo / "preprocess" / "config.pbtxt").read_text().replace('"preprocess"', '"pre"', 1))
+    with pytest.raises(repository.InvalidModelRepository, match="match"):
+        repository.read_layout(repo)

@@ -139,13 +139,24 @@ def parse_request(target: str | None, body: bytes) -> tuple[str, dict[str, Any]]
         raise ControlPlaneError(
             f"Could not parse the request body as JSON: {exc}", code="SerializationException"
         ) from exc
+    except RecursionError as exc:
+        raise _too_deep() from exc
     if not isinstance(params, dict):
         raise ControlPlaneError("The request body must be a JSON object", "SerializationException")
-    errors = validate(operation_model(operation).input_shape, params)
-    _check_semantics(operation, params, errors)
+    try:
+        errors = validate(operation_model(operation).input_shape, params)
+        _check_semantics(operation, params, errors)
+    except RecursionError as exc:
+        raise _too_deep() from exc
     if errors:
         raise validation_error(format_errors(errors))
     return operation, params
+
+
+def _too_deep() -> ControlPlaneError:  # [U] the service's own limit and message are not published
+    return ControlPlaneError(
+        "Could not parse the request body: JSON nested too deeply; no SageMaker request nests "
+        "more than a few dozen levels", code="SerializationException")
 
 
 def format_errors(errors: Sequence[str]) -> str:

@@ -119,6 +119,13 @@ def invalid_target_model(value: str, reason: str) -> ValidationError:  # [U]
     )
 
 
+def header_too_long(header: str, member: str, limit: int) -> ValidationError:  # [U]
+    return ValidationError(
+        f"1 validation error detected: Value at '{member}' (header {header}) failed to satisfy "
+        f"constraint: Member must have length less than or equal to {limit}"
+    )
+
+
 def target_model_not_found(target: str, location: str) -> ValidationError:  # [U]
     return ValidationError(f"Failed to download model data(bucket: {location}, key: {target}). "
                            "Please ensure that there is an object located at the URL and that the "

@@ -28,6 +28,11 @@ H_CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 H_INFERENCE_ID = "x-amzn-sagemaker-inference-id"
 H_TARGET_VARIANT = "x-amzn-sagemaker-target-variant"
 
+# botocore: ContentType, Accept and CustomAttributes are each at most 1,024 characters.
+MAX_HEADER_LENGTH = 1024
+_LIMITED_HEADERS = (("content-type", "contentType"), ("accept", "accept"),
+                    (H_CUSTOM_ATTRIBUTES, "customAttributes"))
+
 
 @dataclass(frozen=True)
 class InvokeRequest:
@@ -66,6 +71,10 @@ def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes,
         )
     if len(body) > max_payload_bytes:
         raise errors.oversize_body(request_id, max_payload_bytes)
+    for header, member in _LIMITED_HEADERS:
+        value = headers.get(header)
+        if value is not None and len(value) > MAX_HEADER_LENGTH:
+            raise errors.header_too_long(header, member, MAX_HEADER_LENGTH)
     target = headers.get(H_TARGET_MODEL)
     if target is not None:
         if len(target) > 1024:

@@ -31,6 +31,8 @@ class EndpointRegistry:
         self._sample_period_s = sample_period_s
         self._sampler_task: asyncio.Task[None] | None = None
         self._samplers: dict[int, UtilizationSampler] = {}
+        # Stops under way: they outlive the request that started them (a shutdown cancels it).
+        self._stopping: set[asyncio.Task[None]] = set()
 
     def get(self, name: str) -> Endpoint | None:
         return self._endpoints.get(name)
@@ -73,7 +75,7 @@ class EndpointRegistry:
         endpoint = await self._start(spec, generation=f".{time.monotonic_ns()}")
         self._endpoints[spec.name] = endpoint
         if old is not None:
-            await self._stop(old)
+            await self._stop_surviving(old)
         return endpoint
 
     async def resize(self, spec: EndpointSpec) -> Endpoint:
@@ -87,7 +89,15 @@ class EndpointRegistry:
     async def delete(self, name: str) -> None:
         endpoint = self._endpoints.pop(name, None)
         if endpoint is not None:
-            await self._stop(endpoint)
+            await self._stop_surviving(endpoint)
+
+    async def _stop_surviving(self, endpoint: Endpoint) -> None:
+        """Stop an endpoint the registry no longer lists; cancelling the caller does not cancel
+        the stop, and ``close()`` waits for it, so no Triton or cache folder is left behind."""
+        task = asyncio.create_task(self._stop(endpoint), name=f"stop {endpoint.work_dir.name}")
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+        await asyncio.shield(task)
 
     @staticmethod
     async def _stop(endpoint: Endpoint) -> None:
@@ -100,6 +110,8 @@ class EndpointRegistry:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sampler_task
         await asyncio.gather(*(self.delete(name) for name in self.names()))
+        while self._stopping:  # stops whose callers were cancelled (a DeleteEndpoint at shutdown)
+            await asyncio.gather(*self._stopping, return_exceptions=True)
 
     # --- instance utilization ---------------------------------------------------------------
 

@@ -73,7 +73,7 @@ def read_single_model_layout(extracted: Path, default_model: str | None) -> Arti
         raise InvalidModelRepository(
             "config.pbtxt found at the top of /opt/ml/model: a SingleModel endpoint needs a model "
             "repository (package the model folder, e.g. `mme package REPO -o model.tar.gz`)")
-    layout = read_layout(extracted)
+    layout = read_layout(extracted, entry_name_may_differ=False)
     if default_model:
         if default_model not in layout.models:
             raise InvalidModelRepository(
@@ -88,7 +88,14 @@ def read_single_model_layout(extracted: Path, default_model: str | None) -> Arti
     return layout
 
 
-def read_layout(extracted: Path) -> ArtifactLayout:
+def read_layout(extracted: Path, entry_name_may_differ: bool = True) -> ArtifactLayout:
+    """The models of a tarball and the one that serves it.
+
+    On a multi-model endpoint Triton's SageMaker server registers the tarball with a mapping to
+    its TargetModel, so the entry model's folder may differ from the ``name`` in its config.pbtxt
+    (the BERT-TensorRT MME notebook builds folder ``bert_0`` with name ``bert``); every other
+    model must match, as Triton requires (``entry_name_may_differ=False``: all must match).
+    """
     if (extracted / CONFIG).is_file():
         config = _read_config(extracted / CONFIG)
         name = config.name or "model"
@@ -98,20 +105,22 @@ def read_layout(extracted: Path) -> ArtifactLayout:
     if not models:
         subdirs = [p for p in extracted.iterdir() if p.is_dir() and not p.name.startswith(".")]
         if len(subdirs) == 1:
-            return read_layout(subdirs[0])
+            return read_layout(subdirs[0], entry_name_may_differ)
         raise InvalidModelRepository(
             "no model found: expected config.pbtxt at the archive root or in model folders "
             "(package with `mme package REPO -o model.tar.gz`)"
         )
     configs = {name: _read_config(path / CONFIG) for name, path in models.items()}
+    check_steps(configs)
+    entry = choose_entry(configs)
     for name, config in configs.items():
-        if config.name and config.name != name:
+        if config.name and config.name != name and not (entry_name_may_differ and name == entry):
             raise InvalidModelRepository(
                 f"model folder '{name}' has name \"{config.name}\" in its config.pbtxt; "
                 "Triton requires them to match"
+                + (" (only the tarball's entry model may differ)" if entry_name_may_differ else "")
             )
-    check_steps(configs)
-    return ArtifactLayout(extracted, models, configs, choose_entry(configs))
+    return ArtifactLayout(extracted, models, configs, entry)
 
 
 def check_steps(configs: dict[str, model_config_pb2.ModelConfig]) -> None:
