@@ -28,7 +28,7 @@ docker-prepare:
 	bash docker/prepare-ci.sh
 
 test: $(STAMP)
-	$(BIN)/ruff check emulator ensembles harness tests docker
+	$(BIN)/ruff check emulator ensembles harness tests docker mme
 ifeq ($(SKIP_DOCKER),1)
 	$(BIN)/python -m pytest --no-docker $(PYTEST_ARGS)
 else
@@ -40,7 +40,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" --no-docker $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check emulator ensembles harness tests
+	$(BIN)/ruff check emulator ensembles harness tests docker mme
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -50,7 +50,7 @@ fi
 
 inputs_hash="$( {
     cd "$repo"
-    find pyproject.toml README.md emulator ensembles harness docker/Dockerfile -type f \
+    find pyproject.toml README.md emulator ensembles harness mme docker/Dockerfile -type f \
         ! -path '*/__pycache__/*' ! -name '*.pyc' 2>/dev/null | LC_ALL=C sort | xargs sha256sum
     echo "$base $(docker image inspect --format '{{.Id}}' "$base")"
 } | sha256sum | cut -c1-16)"

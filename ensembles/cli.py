@@ -80,7 +80,7 @@ def _add_bench_ensemble(bench_subparsers: argparse._SubParsersAction) -> None:  
 
 def _bench_subparsers(subparsers: argparse._SubParsersAction  # type: ignore[type-arg]
                       ) -> argparse._SubParsersAction:  # type: ignore[type-arg]
-    """``mme bench`` may already exist (emulator.bench adds ``overhead``): extend it."""
+    """``mme bench`` may already exist (mme.bench adds ``overhead``): extend it."""
     existing = subparsers.choices.get("bench")
     if existing is not None:
         for action in existing._actions:

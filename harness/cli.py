@@ -1,4 +1,4 @@
-"""``mme loadtest`` and ``mme sweep`` (added to the ``mme`` command by ``emulator/cli.py``)."""
+"""``mme loadtest`` and ``mme sweep`` (added to the ``mme`` command by ``mme/cli.py``)."""
 
 from __future__ import annotations
 

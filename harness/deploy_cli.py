@@ -7,7 +7,7 @@
     mme teardown --target aws --endpoint-name demo [--bucket <b> --prefix demo/]
 
 Wire-in: ``add_subcommands(subparsers)`` adds both commands; each sets ``func`` (a function of the
-parsed arguments returning the exit code), as ``emulator.cli`` expects.
+parsed arguments returning the exit code), as ``mme.cli`` expects.
 """
 
 from __future__ import annotations

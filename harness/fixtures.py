@@ -80,9 +80,9 @@ class EmulatorProcess:
         return self._process.pid if self._process else None
 
     def command(self) -> list[str]:
-        # `python -m emulator` rather than the `mme` script: the interpreter running pytest is
+        # `python -m mme` rather than the `mme` script: the interpreter running pytest is
         # the one whose packages (and Triton wheel) the emulator must use.
-        return [sys.executable, "-m", "emulator", "serve"]
+        return [sys.executable, "-m", "mme", "serve"]
 
     def start(self) -> EmulatorProcess:
         self.port = self.port or free_port(self.host)

@@ -6,7 +6,7 @@ Loaded through the ``pytest11`` entry point ``mme``. Fixtures:
   option ``mme_model_store`` (a folder of ``.tar.gz``, tarballs, or model repositories); override
   the fixture to build one in code.
 - ``mme_server`` (session): the emulator, with the embedded Triton, on a free port; stopped at
-  the end of the session. It runs as a child process (``python -m emulator serve``): the test
+  the end of the session. It runs as a child process (``python -m mme serve``): the test
   process and the endpoint do not share a GIL (timings stay honest), a crashing model cannot
   take pytest down, and it is exactly what users run by hand. ``--mme-inprocess`` runs it in a
   thread instead (breakpoints in the emulator); ``--mme-url`` uses one already running.

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from emulator.manager import stubs
-from emulator.probe_model import write_scale_model
+from mme.testmodels import write_scale_model
 from tests.support import output_of, scale_request
 
 SHM = Path("/dev/shm")

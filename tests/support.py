@@ -1,6 +1,6 @@
 """Small real Triton models for the tests, and the tarballs SageMaker would get.
 
-The ``scale`` model lives in ``emulator/probe_model.py`` (the benchmarks use it too).
+The ``scale`` model lives in ``mme/testmodels.py`` (the benchmarks use it too).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from emulator.probe_model import SCALE_MODEL_PY, package, write_scale_model
+from mme.testmodels import SCALE_MODEL_PY, package, write_scale_model
 
 __all__ = ["SCALE_MODEL_PY", "package", "write_scale_model", "write_scale_ensemble",
            "scale_request", "output_of", "tar_bytes"]

@@ -288,7 +288,7 @@ def test_bad_policy_files_are_refused_with_the_file(tmp_path: Path) -> None:
 
 def test_install_auth_refuses_at_start_and_mme_serve_exits_2(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from emulator.cli import main
+    from mme.cli import main
 
     creds = write(tmp_path / "creds.ini", "[team-a]\naws_access_key_id=K\n")
     policies = tmp_path / "policies"

@@ -45,7 +45,7 @@ def test_serve_then_stop_leaves_no_orphans(tmp_path: Path, store: Path, stop_sig
     package(write_scale_model(tmp_path / "repo", "m"), store / "m.tar.gz", "folder")
     port = free_port()
     env = {**os.environ, "MME_MODEL_DATA": str(store), "MME_CACHE_DIR": str(tmp_path / "cache")}
-    server = subprocess.Popen([sys.executable, "-m", "emulator", "serve", "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "mme", "serve", "--port", str(port)],
                               env=env)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -77,7 +77,7 @@ def test_serve_then_stop_leaves_no_orphans(tmp_path: Path, store: Path, stop_sig
 
 
 def test_bench_overhead_prints_the_ratio_against_direct_triton() -> None:
-    result = subprocess.run([sys.executable, "-m", "emulator", "bench", "overhead",
+    result = subprocess.run([sys.executable, "-m", "mme", "bench", "overhead",
                              "--requests", "80", "--concurrency", "4"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -86,7 +86,7 @@ def test_bench_overhead_prints_the_ratio_against_direct_triton() -> None:
 
 
 def test_bad_settings_fail_with_a_message(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "emulator", "serve", "--memory-budget", "lots",
+    result = subprocess.run([sys.executable, "-m", "mme", "serve", "--memory-budget", "lots",
                              "--cache-dir", str(tmp_path)], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode != 0

@@ -18,7 +18,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from emulator.cli import build_parser, settings_from_args
+from mme.cli import build_parser, settings_from_args
 from tests.conftest import runtime_client
 from tests.support import output_of, package, scale_request, write_scale_model
 

@@ -27,11 +27,11 @@ import numpy as np
 import pytest
 from botocore.exceptions import ClientError
 
-from emulator.cli import build_parser, settings_from_args
 from emulator.manager import repository
 from emulator.manager.models import artifact_key
 from emulator.settings import Settings
 from emulator.triton.launcher import free_port
+from mme.cli import build_parser, settings_from_args
 from tests.conftest import runtime_client
 from tests.fault_support import (
     error_of,

@@ -116,7 +116,7 @@ def test_a_wrong_endpoint_aborts_with_the_error(url: str, store: Path) -> None:
 def test_mme_loadtest_cli(
     tmp_path: Path, store: Path, url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from emulator.cli import main
+    from mme.cli import main
 
     config = tmp_path / "job.json"
     config.write_text(
@@ -175,7 +175,7 @@ def test_mme_sweep_measures_each_variant(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A model with a fixed 20 ms cost per execute(): dynamic batching must pay off."""
-    from emulator.cli import main
+    from mme.cli import main
 
     repo = write_add_repository(tmp_path / "repo", exec_delay_ms=20)
     out = tmp_path / "sweep"

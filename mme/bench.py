@@ -69,8 +69,8 @@ def run(concurrency: int = 8, requests: int = 2000) -> tuple[Run, Run]:
     import sys
     import urllib.request
 
-    from emulator.probe_model import package, write_scale_model
     from emulator.triton.launcher import free_port
+    from mme.testmodels import package, write_scale_model
 
     with tempfile.TemporaryDirectory(prefix="mme-bench-") as tmp:
         work = Path(tmp)
@@ -78,7 +78,7 @@ def run(concurrency: int = 8, requests: int = 2000) -> tuple[Run, Run]:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
-            [sys.executable, "-m", "emulator", "serve", "--model-data", str(work / "store"),
+            [sys.executable, "-m", "mme", "serve", "--model-data", str(work / "store"),
              "--cache-dir", str(work / "cache"), "--port", str(port), "--log-level", "WARNING"],
             env={**os.environ})
         try:
@@ -139,7 +139,7 @@ def _serve(work: Path, name: str, *flags: str) -> tuple[object, str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
-        [sys.executable, "-m", "emulator", "serve", "--model-data", str(work / "store"),
+        [sys.executable, "-m", "mme", "serve", "--model-data", str(work / "store"),
          "--cache-dir", str(work / f"cache-{name}"), "--port", str(port),
          "--log-level", "WARNING", *flags], env={**os.environ})
     deadline = time.monotonic() + 120
@@ -203,7 +203,7 @@ async def _drive_sequence(name: str, url: str, sequence: list[str], concurrency:
 def run_fleet(args: argparse.Namespace) -> int:
     import random
 
-    from emulator.probe_model import package, write_scale_model
+    from mme.testmodels import package, write_scale_model
 
     rng = random.Random(args.seed)
     targets = [f"m{k}.tar.gz" for k in range(args.models)]

@@ -16,8 +16,8 @@ from emulator.settings import Settings
 
 # Modules that add their own subcommands with ``add_subcommands(subparsers)``.
 SUBCOMMAND_MODULES = (
-    "emulator.demo",
-    "emulator.bench",
+    "mme.demo",
+    "mme.bench",
     "ensembles.cli",
     "harness.cli",
     "harness.deploy_cli",

@@ -1,3 +1,0 @@
-from emulator.cli import main
-
-raise SystemExit(main())

@@ -1,0 +1,3 @@
+from mme.cli import main
+
+raise SystemExit(main())
