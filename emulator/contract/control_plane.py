@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 
 from botocore.model import ListShape, MapShape, OperationModel, ServiceModel, Shape, StructureShape
 
+from emulator.contract import multi_container
+
 DEFAULT_ACCOUNT = "123456789012"
 JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
 TARGET_PREFIX = "SageMaker."
@@ -363,12 +365,7 @@ def _check_semantics(operation: str, params: dict[str, Any], errors: list[str]) 
         for container in found:
             if container.get("Mode") == "MultiModel" and not container.get("ModelDataUrl"):
                 errors.append("ModelDataUrl is required when the container Mode is MultiModel.")
-        execution = params.get("InferenceExecutionConfig") or {}
-        if isinstance(execution, dict) and execution.get("Mode") == "Direct":
-            if any(not c.get("ContainerHostname") for c in found):
-                errors.append(
-                    "ContainerHostname must be specified for every container in Direct mode."
-                )
+        _check_containers(params, found, errors)
     elif operation == "UpdateEndpointWeightsAndCapacities":
         changes = [c for c in params.get("DesiredWeightsAndCapacities") or []
                    if isinstance(c, dict)]
@@ -403,6 +400,25 @@ def _check_semantics(operation: str, params: dict[str, Any], errors: list[str]) 
                     f"InstanceType or ServerlessConfig is required for production variant "
                     f"{variant.get('VariantName')}."
                 )
+
+
+def _check_containers(params: dict[str, Any], found: list[dict[str, Any]],
+                      errors: list[str]) -> None:
+    """Multi-container models: hostnames (required for Direct, unique) and no multi-model
+    container among several (SageMaker's rule and message)."""
+    execution = params.get("InferenceExecutionConfig") or {}
+    direct = isinstance(execution, dict) and execution.get("Mode") == "Direct"
+    if direct and any(not c.get("ContainerHostname") for c in found):
+        errors.append(multi_container.hostname_required_for_direct())
+    hostnames = [c["ContainerHostname"] for c in found if c.get("ContainerHostname")]
+    for hostname in sorted({h for h in hostnames if hostnames.count(h) > 1}):
+        errors.append(multi_container.duplicate_hostname(hostname))
+    if len(found) > 1:
+        multi_model = sum(1 for c in found if c.get("Mode") == "MultiModel")
+        if multi_model > 1:
+            errors.append(multi_container.multi_model_in_pipeline())
+        elif multi_model == 1:
+            errors.append(multi_container.multi_model_with_others())
 
 
 # ---------------------------------------------------------------------------------------------

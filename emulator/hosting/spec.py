@@ -11,6 +11,9 @@ from typing import Any
 
 MULTI_MODEL = "MultiModel"
 SINGLE_MODEL = "SingleModel"
+# InferenceExecutionConfig.Mode of a multi-container model; Serial is SageMaker's default.
+SERIAL = "Serial"
+DIRECT = "Direct"
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,7 @@ class ContainerSpec:
     environment: dict[str, str] = field(default_factory=dict)
     image: str | None = None
     model_cache_enabled: bool = True
+    hostname: str | None = None  # ContainerHostname
 
     @property
     def is_multi_model(self) -> bool:
@@ -30,13 +34,32 @@ class ContainerSpec:
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """A production variant: a model on ``instance_count`` instances, receiving ``weight``."""
+    """A production variant: a model on ``instance_count`` instances, receiving ``weight``.
+
+    A multi-container model (``Containers`` with more than one entry) keeps its first container
+    in ``container`` and the others, in order, in ``more_containers``; ``execution_mode`` is its
+    ``InferenceExecutionConfig.Mode`` (Serial: a pipeline; Direct: one container per request).
+    """
 
     name: str
     container: ContainerSpec
     instance_count: int = 1
     weight: float = 1.0
     instance_type: str | None = None
+    more_containers: tuple[ContainerSpec, ...] = ()
+    execution_mode: str | None = None
+
+    @property
+    def containers(self) -> tuple[ContainerSpec, ...]:
+        return (self.container, *self.more_containers)
+
+    @property
+    def is_multi_container(self) -> bool:
+        return bool(self.more_containers)
+
+    @property
+    def is_direct(self) -> bool:
+        return self.execution_mode == DIRECT
 
 
 @dataclass(frozen=True)
@@ -72,7 +95,9 @@ class EndpointSpec:
             VariantSpec(
                 name=v["name"], container=ContainerSpec(**v["container"]),
                 instance_count=int(v.get("instance_count", 1)),
-                weight=float(v.get("weight", 1.0)), instance_type=v.get("instance_type"))
+                weight=float(v.get("weight", 1.0)), instance_type=v.get("instance_type"),
+                more_containers=tuple(ContainerSpec(**c) for c in v.get("more_containers") or ()),
+                execution_mode=v.get("execution_mode"))
             for v in doc["variants"])
         return cls(doc["name"], variants)
 

@@ -8,8 +8,8 @@ whole cache dir) is bind-mounted at the SAME absolute path inside the container 
 ``--model-repository=<that same path>``: the symlinks resolve in the container as they do here.
 This needs the engine to run on this machine (or to share its file system at the same paths).
 
-Containers carry labels naming the emulator process that owns them; a container whose owner is
-gone (a crashed or killed emulator) is removed when any docker launcher starts on this host.
+Containers carry labels naming the emulator process that owns them (``emulator.containers.engine``);
+leftovers of a killed emulator are removed when any docker launcher starts on this host.
 
 Images labelled ``com.sagemaker-mme-emulator.shims-dir`` (the CPU test image built by
 ``docker/build-test-image.sh``) get the emulator's Python-based backend shims bind-mounted into
@@ -23,8 +23,6 @@ import contextlib
 import logging
 import os
 import shutil
-import socket
-import sys
 import tempfile
 import threading
 import time
@@ -34,6 +32,23 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# The engine and image helpers live in emulator.containers (shared with the launcher of other
+# SageMaker containers); re-exported here for the callers and tests that import them from here.
+from emulator.containers.engine import (  # noqa: F401
+    ENGINE_HINT,
+    HOST_LABEL,
+    LABEL_PREFIX,
+    NAME_LABEL,
+    OWNER_LABEL,
+    OWNER_START_LABEL,
+    connect,
+    owner_alive,
+    owner_labels,
+    process_start_ticks,
+    remove_leftover_containers,
+)
+from emulator.containers.images import SHIMS_DIR_LABEL, PullProgress, ensure_image  # noqa: F401
+from emulator.containers.images import split_image as _split_image  # noqa: F401
 from emulator.triton.launcher import (
     LauncherError,
     RestartCallback,
@@ -48,171 +63,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("emulator.triton")
 
-LABEL_PREFIX = "com.sagemaker-mme-emulator"
-OWNER_LABEL = f"{LABEL_PREFIX}.owner"
-OWNER_START_LABEL = f"{LABEL_PREFIX}.owner-start"
-HOST_LABEL = f"{LABEL_PREFIX}.host"
-NAME_LABEL = f"{LABEL_PREFIX}.launcher"
-SHIMS_DIR_LABEL = f"{LABEL_PREFIX}.shims-dir"
 SHIMS_DIR = Path(__file__).parent / "backends"
 
 CPU_ONLY_NOISE = "CudaDriverHelper has not been initialized"
 TRITON_HTTP_PORT = 8000
 TRITON_METRICS_PORT = 8002
-ENGINE_HINT = (
-    "install a Docker engine (Debian/Ubuntu: apt-get install docker.io) and start dockerd "
-    "(systemctl start docker; docker/setup-engine.sh does both as root), or set DOCKER_HOST"
-)
-
-
-def process_start_ticks(pid: int) -> str | None:
-    """The process's start time in clock ticks (field 22 of /proc/PID/stat), None if unknown.
-
-    Stored next to the pid, so a recycled pid is not taken for the owner still being alive.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces; the fields after its ')' are plain.
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def owner_alive(pid: int, start_ticks: str | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by another user
-    if start_ticks:
-        current = process_start_ticks(pid)
-        if current is not None and current != start_ticks:
-            return False
-    return True
-
-
-def connect(client: DockerClient | None = None) -> DockerClient:
-    """A docker client that has answered a ping, or LauncherError saying what to install."""
-    try:
-        import docker
-    except ImportError as exc:
-        raise LauncherError(
-            "the docker launcher needs the docker SDK: pip install 'sagemaker-mme-emulator[docker]'"
-            " (or pip install 'docker>=7')"
-        ) from exc
-    try:
-        client = client or docker.from_env(timeout=120)
-        client.ping()
-    except Exception as exc:  # DockerException, requests' ConnectionError, a missing socket...
-        raise LauncherError(f"no Docker engine answers ({exc}): {ENGINE_HINT}") from exc
-    return client
-
-
-def remove_leftover_containers(client: DockerClient) -> list[str]:
-    """Remove this host's emulator containers whose owning process is gone; returns their names."""
-    hostname = socket.gethostname()
-    removed = []
-    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
-        labels = container.labels or {}
-        if labels.get(HOST_LABEL) != hostname:
-            continue  # another machine's (a shared engine): its pids mean nothing here
-        try:
-            pid = int(labels.get(OWNER_LABEL, ""))
-        except ValueError:
-            continue
-        if owner_alive(pid, labels.get(OWNER_START_LABEL)):
-            continue
-        log.info("removing leftover Triton container %s (owner pid %s is gone)",
-                 container.name, pid)
-        with contextlib.suppress(Exception):
-            container.remove(force=True)
-            removed.append(container.name)
-    return removed
-
-
-class PullProgress:
-    """One progress line for a docker pull: a bar on a terminal, a log line every 10% otherwise."""
-
-    def __init__(self, image: str, stream: Any = None) -> None:
-        self.image = image
-        self.stream = stream if stream is not None else sys.stderr
-        self.layers: dict[str, tuple[int, int]] = {}
-        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._last_decile = -1
-
-    def update(self, event: dict[str, Any]) -> None:
-        detail = event.get("progressDetail") or {}
-        layer = event.get("id")
-        if layer and event.get("status") == "Downloading" and detail.get("total"):
-            self.layers[layer] = (int(detail.get("current", 0)), int(detail["total"]))
-        elif layer and event.get("status") in ("Download complete", "Pull complete",
-                                               "Already exists"):
-            _, total = self.layers.get(layer, (0, 0))
-            self.layers[layer] = (total, total)
-        self._render()
-
-    def _render(self) -> None:
-        done = sum(current for current, _ in self.layers.values())
-        total = sum(total for _, total in self.layers.values())
-        if not total:
-            return
-        fraction = min(done / total, 1.0)
-        if self._tty:
-            width = 30
-            bar = "#" * int(fraction * width)
-            self.stream.write(
-                f"\rpulling {self.image} [{bar:<{width}}] {fraction:4.0%} "
-                f"{done / 1e6:.0f}/{total / 1e6:.0f} MB"
-            )
-            self.stream.flush()
-        elif int(fraction * 10) > self._last_decile:
-            self._last_decile = int(fraction * 10)
-            log.info("pulling %s: %.0f%% of %.0f MB", self.image, fraction * 100, total / 1e6)
-
-    def close(self) -> None:
-        if self._tty and self.layers:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def _split_image(image: str) -> tuple[str, str]:
-    # "host:5000/repo" has a ':' that is not a tag: only a ':' after the last '/' is.
-    name, _, tag = image.rpartition(":")
-    if not name or "/" in tag:
-        return image, "latest"
-    return name, tag
-
-
-def ensure_image(client: DockerClient, image: str, pull: bool = True) -> Any:
-    """The image, pulled (with progress) when missing; LauncherError saying what to do."""
-    import docker.errors
-
-    with contextlib.suppress(docker.errors.ImageNotFound):
-        return client.images.get(image)
-    hint = (
-        f"pull it where a registry is reachable (docker pull {image}; NGC images need "
-        "`docker login nvcr.io`), or build the CPU test image with docker/build-test-image.sh "
-        "and pass --image mme-triton-cpu:test"
-    )
-    if not pull:
-        raise LauncherError(f"image {image} is not on this Docker engine: {hint}")
-    repository, tag = _split_image(image)
-    progress = PullProgress(image)
-    log.info("image %s not found locally; pulling it", image)
-    try:
-        for event in client.api.pull(repository, tag=tag, stream=True, decode=True):
-            if "error" in event:
-                raise LauncherError(f"pulling {image} failed: {event['error']}; {hint}")
-            progress.update(event)
-        return client.images.get(image)
-    except LauncherError:
-        raise
-    except Exception as exc:
-        raise LauncherError(f"image {image} is missing and pulling it failed ({exc}); {hint}") \
-            from exc
-    finally:
-        progress.close()
 
 
 def _excerpt(text: str, head: int = 10, tail: int = 30) -> str:
@@ -384,13 +239,7 @@ class DockerLauncher:
         return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
 
     def _labels(self) -> dict[str, str]:
-        pid = os.getpid()
-        return {
-            OWNER_LABEL: str(pid),
-            OWNER_START_LABEL: process_start_ticks(pid) or "",
-            HOST_LABEL: socket.gethostname(),
-            NAME_LABEL: self._name,
-        }
+        return owner_labels(self._name)
 
     def _run_container(self) -> Container:
         import docker.errors
