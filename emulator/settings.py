@@ -1,16 +1,34 @@
-"""Every setting in one place: CLI flag ``--memory-budget`` is environment ``MME_MEMORY_BUDGET``.
+"""Every setting, written once: a field here is an ``MME_*`` environment variable, a flag of
+``mme serve`` (built by ``add_flags``) and a row of the README's configuration table (rendered by
+``configuration_table``; ``python -m emulator.settings`` prints it, a test compares it).
 
-Precedence: explicit CLI flags > ``MME_*`` environment variables > the defaults below.
+Precedence: explicit flags > ``MME_*`` environment variables > the defaults below.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+import typing
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
+
+ENV_PREFIX = "MME_"
 
 _UNITS = {
     "": 1, "b": 1,
@@ -43,93 +61,253 @@ def format_size(size: int | None) -> str:
     return f"{size}B"
 
 
-@dataclass
-class Settings:
-    # Where TargetModel objects live: a folder, or s3://bucket/prefix/ (read with boto3).
-    model_data: str | None = None
-    s3_endpoint_url: str | None = None
+def _blank_is_none(value: Any) -> Any:
+    """An empty variable (``MME_ROUTING_SEED=``) means "not set"."""
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+def _zero_is_none(value: Any) -> Any:
+    """0 (or empty) means "no limit", as for the byte budgets."""
+    value = _blank_is_none(value)
+    return None if value in (0, "0") else value
+
+
+def _path_list(value: Any) -> Any:
+    """``MME_DOCKER_MOUNTS=/a:/b`` (``os.pathsep``-separated) or a list (repeated flags)."""
+    if isinstance(value, str):
+        return [p for p in value.split(os.pathsep) if p]
+    return value
+
+
+def _expand(path: Path | None) -> Path | None:
+    return path.expanduser() if path is not None else None
+
+
+Size = Annotated[int | None, BeforeValidator(parse_size)]
+OptionalInt = Annotated[int | None, BeforeValidator(_blank_is_none)]
+Limit = Annotated[int | None, BeforeValidator(_zero_is_none)]
+UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
+OptionalUserPath = Annotated[Path | None, AfterValidator(_expand)]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a setting shows on ``mme serve`` and in the README's configuration table."""
+
+    name: str | None = None  # the flag; None: ``--`` + the field name with dashes
+    default_text: str | None = None  # the table's "default" when the value itself says little
+    env_only: bool = False  # no flag (rarely changed); still an ``MME_*`` variable
+    repeatable: bool = False  # given once per value; the variable separates values with ``:``
+
+
+def _default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "sagemaker-mme-emulator"
+
+
+# An explicit mapping given to ``Settings.from_env`` instead of ``os.environ`` (tests use {}).
+_ENVIRONMENT: ContextVar[Mapping[str, str] | None] = ContextVar("mme_environment", default=None)
+
+
+class _Environment(EnvSettingsSource):
+    """``MME_*`` variables from ``os.environ``, or from the mapping ``from_env`` was given."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        env = _ENVIRONMENT.get()
+        if env is None:
+            return super()._load_env_vars()
+        return parse_env_vars(env, self.case_sensitive, self.env_ignore_empty,
+                              self.env_parse_none_str)
+
+
+class Settings(BaseSettings):
+    """The emulator's settings; each field's docstring is its help text and README row."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, use_attribute_docstrings=True,
+                                      extra="forbid")
+
+    model_data: Annotated[str | None, Flag(default_text="none")] = None
+    """model store: a folder or `s3://bucket/prefix/` (TargetModel is an object path under it); without it, create endpoints through the control plane"""  # noqa: E501
+    s3_endpoint_url: Annotated[str | None, Flag(default_text="AWS")] = None
+    """any S3-compatible server (MinIO, moto, ...)"""
     region: str = "us-east-1"
-    account_id: str = "123456789012"
+    """AWS region used in ARNs and messages"""
+    account_id: Annotated[str, Flag(env_only=True)] = "123456789012"
+    """the account in ARNs and error messages"""
     endpoint_name: str = "local"
-    variant_name: str = "AllTraffic"
-    # The default endpoint's instances; each has its own Triton and the budgets below.
+    """name of the default endpoint"""
+    variant_name: Annotated[str, Flag(env_only=True)] = "AllTraffic"
+    """the default endpoint's production variant"""
     instances: int = 1
-    # Seeds the router's weighted variant choice, so a run can be repeated exactly.
-    routing_seed: int | None = None
+    """instances of the default endpoint; each has its own Triton, disk cache and the budgets below"""  # noqa: E501
+    routing_seed: Annotated[OptionalInt, Flag(default_text="random")] = None
+    """seeds the weighted choice of variant, so a run repeats exactly"""
     host: str = "127.0.0.1"
+    """address the emulator listens on"""
     port: int = 8080
-    # Emulated seconds per real second for metric periods, alarms and cooldowns (emulator/clock.py)
-    clock_scale: float = 1.0
-    # Budgets: None means unlimited. A model's memory size is estimated from its files.
-    memory_budget: int | None = None
-    max_loaded_models: int | None = None
-    disk_budget: int | None = None
-    cache_dir: Path = field(
-        default_factory=lambda: Path.home() / ".cache" / "sagemaker-mme-emulator")
-    launcher: str = "embedded"  # embedded | docker | external
-    tritonserver: str | None = None  # embedded: path to a tritonserver binary
-    image: str | None = None  # docker: Triton image
-    triton_url: str | None = None  # external: a Triton you run
-    triton_repository: Path | None = None  # external: the folder that Triton serves
-    shm_size: str = "1g"  # docker: /dev/shm for the Python backend
-    gpus: str = "auto"  # docker: auto | all | none
-    # docker: more host folders mounted at the same path (e.g. what EXECUTION_ENV_PATH names).
-    docker_mounts: list[Path] = field(default_factory=list)
-    # SageMaker answers ModelNotReadyException when a cold load outlasts the invocation timeout,
-    # and keeps loading in the background for up to model_load_timeout_s.
-    invocation_timeout_s: float = 60.0
-    model_load_timeout_s: float = 360.0
-    max_payload_bytes: int = 6 * 1024 * 1024
-    # Archives whose *extracted* size is over this are refused (a tar bomb guard).
-    max_extracted_bytes: int | None = 50 * 1024**3
-    log_level: str = "INFO"
-    # Who may call what (emulator/auth): off (default: every request accepted) or sigv4, which
-    # verifies signatures against the shared-credentials file and evaluates policies/<profile>.json.
-    auth: str = "off"
-    credentials: Path | None = None
-    policies: Path | None = None
+    """port the emulator listens on"""
+    clock_scale: Annotated[float, Field(gt=0)] = 1.0
+    """emulated seconds per real second for metric periods, alarms and cooldowns: 60 makes a minute pass per second"""  # noqa: E501
+    memory_budget: Annotated[Size, Flag(default_text="unlimited")] = None
+    """bytes of loaded models (`512MiB`, `4GiB`); LRU unloads beyond it"""
+    max_loaded_models: Annotated[Limit, Flag(default_text="unlimited")] = None
+    """loaded models at most"""
+    disk_budget: Annotated[Size, Flag(default_text="unlimited")] = None
+    """bytes of artifacts on disk; LRU deletes unloaded ones beyond it"""
+    cache_dir: Annotated[UserPath, Flag(default_text="`~/.cache/sagemaker-mme-emulator`")] = Field(
+        default_factory=_default_cache_dir)
+    """disk cache and control-plane state"""
+    launcher: Literal["embedded", "docker", "external"] = "embedded"
+    """how Triton runs: `embedded`, `docker` or `external`"""
+    tritonserver: Annotated[str | None, Flag(default_text="the wheel's")] = None
+    """embedded: another `tritonserver` binary"""
+    image: Annotated[str | None, Flag(default_text="none")] = None
+    """docker: the Triton image"""
+    triton_url: Annotated[str | None, Flag(default_text="none")] = None
+    """external: the URL of a Triton you run"""
+    triton_repository: Annotated[OptionalUserPath, Flag(default_text="per endpoint")] = None
+    """external: the folder your Triton serves (started with `--model-control-mode=explicit` on it)"""  # noqa: E501
+    shm_size: str = "1g"
+    """docker: `/dev/shm` for the Python backend"""
+    gpus: Literal["auto", "all", "none"] = "auto"
+    """docker: `auto` (when `nvidia-smi` lists GPUs), `all`, `none`"""
+    docker_mounts: Annotated[list[UserPath], NoDecode, BeforeValidator(_path_list),
+                             Flag(name="--docker-mount", default_text="none",
+                                  repeatable=True)] = Field(default_factory=list)
+    """docker: another host folder, mounted at the same path (repeatable)"""
+    invocation_timeout_s: Annotated[float, Flag(name="--invocation-timeout")] = 60.0
+    """seconds before ModelNotReadyException (cold load) or a timeout ModelError"""
+    model_load_timeout_s: Annotated[float, Flag(name="--model-load-timeout")] = 360.0
+    """seconds a model load may take in Triton before it fails with a ModelError (loading continues past the invocation timeout until then)"""  # noqa: E501
+    max_payload_bytes: Annotated[Size, Flag(default_text="`6MiB`", env_only=True)] = 6 * 1024**2
+    """largest request body accepted, as SageMaker's 6 MB invocation limit"""
+    max_extracted_bytes: Annotated[Size, Flag(default_text="`50GiB`")] = 50 * 1024**3
+    """tarballs that expand to more are refused (a gzip-bomb guard; `--disk-budget` also caps it)"""  # noqa: E501
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    """`DEBUG` also shows Triton's own log"""
+    auth: Literal["off", "sigv4"] = "off"
+    """`sigv4`: verify SigV4 signatures and evaluate IAM policies; `off`: accept every request"""
+    credentials: Annotated[OptionalUserPath, Flag(default_text="none")] = None
+    """sigv4: shared-credentials file, one `[profile]` per principal"""
+    policies: Annotated[OptionalUserPath, Flag(default_text="none")] = None
+    """sigv4: folder of `<profile>.json` IAM identity policies"""
+
+    @field_validator("instances")
+    @classmethod
+    def _at_least_one(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"--instances must be 1 or more, not {value}")
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, _Environment(settings_cls)  # no .env or secrets files
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Defaults, then ``MME_*`` variables, then ``overrides`` whose value is not None."""
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get(f"MME_{f.name.upper()}")
-            if raw is not None:
-                values[f.name] = raw
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**{k: _coerce(k, v) for k, v in values.items()})
-
-    def __post_init__(self) -> None:
-        if int(self.instances) < 1:
-            raise ValueError(f"--instances must be 1 or more, not {self.instances}")
-        for name in ("memory_budget", "disk_budget", "max_extracted_bytes"):
-            setattr(self, name, parse_size(getattr(self, name)))
-        self.cache_dir = Path(self.cache_dir).expanduser()
-        if isinstance(self.docker_mounts, str):  # MME_DOCKER_MOUNTS=/a:/b
-            self.docker_mounts = [Path(p) for p in self.docker_mounts.split(os.pathsep) if p]
-        self.docker_mounts = [Path(p).expanduser() for p in self.docker_mounts]
-        if self.triton_repository is not None:
-            self.triton_repository = Path(self.triton_repository).expanduser()
-        for name in ("credentials", "policies"):
-            if getattr(self, name) is not None:
-                setattr(self, name, Path(getattr(self, name)).expanduser())
+        """Defaults, then ``MME_*`` variables (of ``env``, else the process's), then
+        ``overrides`` whose value is not None. Raises ``InvalidSettings`` naming the flag."""
+        token = _ENVIRONMENT.set(env)
+        try:
+            return cls(**{k: v for k, v in overrides.items() if v is not None})
+        except ValidationError as exc:
+            raise InvalidSettings(exc) from None
+        finally:
+            _ENVIRONMENT.reset(token)
 
 
-def _coerce(name: str, value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    if name in ("port", "instances"):
-        return int(value)
-    if name == "routing_seed":
-        return int(value) if value.strip() else None
-    if name == "clock_scale":
-        return float(value)
-    if name == "max_loaded_models":
-        return int(value) if value.strip() not in ("", "0") else None
-    if name.endswith("_s"):
-        return float(value)
-    if name == "max_payload_bytes":
-        return parse_size(value)
-    return value
+class InvalidSettings(ValueError):
+    """A flag or ``MME_*`` variable with a value the emulator cannot honour."""
+
+    def __init__(self, error: ValidationError) -> None:
+        problems = []
+        for item in error.errors():
+            name = str(item["loc"][0]) if item["loc"] else ""
+            where = describe(name) if name in Settings.model_fields else name
+            message = str(item["msg"]).removeprefix("Value error, ")
+            if item["type"] != "value_error":
+                message += f" (got {item['input']!r})"
+            flag = flag_name(name) if name in Settings.model_fields else None
+            problems.append(message if flag and message.startswith(flag) else
+                            f"{where}: {message}")
+        super().__init__("; ".join(problems))
+
+
+# -- the command line and the README, both from the fields above -------------------------------
+
+def _flag_of(info: FieldInfo) -> Flag:
+    return next((m for m in info.metadata if isinstance(m, Flag)), Flag())
+
+
+def flag_name(name: str) -> str | None:
+    """``invocation_timeout_s`` -> ``--invocation-timeout``; None for a variable-only setting."""
+    flag = _flag_of(Settings.model_fields[name])
+    if flag.env_only:
+        return None
+    return flag.name or "--" + name.replace("_", "-")
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def describe(name: str) -> str:
+    """How a user sets it: ``--memory-budget / MME_MEMORY_BUDGET``."""
+    flag = flag_name(name)
+    return f"{flag} / {env_name(name)}" if flag else env_name(name)
+
+
+def _choices(info: FieldInfo) -> tuple[str, ...] | None:
+    if typing.get_origin(info.annotation) is Literal:
+        return tuple(str(c) for c in typing.get_args(info.annotation))
+    return None
+
+
+def _default_text(name: str, info: FieldInfo) -> str:
+    flag = _flag_of(info)
+    if flag.default_text is not None:
+        return flag.default_text
+    value = info.get_default(call_default_factory=True)
+    return f"`{value:g}`" if isinstance(value, float) else f"`{value}`"
+
+
+def flag_fields() -> Iterator[tuple[str, str, FieldInfo]]:
+    """``(field name, flag, field)`` for every setting that has a flag, in declaration order."""
+    for name, info in Settings.model_fields.items():
+        flag = flag_name(name)
+        if flag is not None:
+            yield name, flag, info
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting; values stay strings for ``Settings`` to check (one validator)."""
+    for name, flag, info in flag_fields():
+        help_text = (info.description or "").replace("`", "").replace("%", "%%")
+        choices = _choices(info)  # shown, but checked by Settings (``--log-level debug`` is fine)
+        metavar = "{" + ",".join(choices) + "}" if choices else flag[2:].upper().replace("-", "_")
+        parser.add_argument(flag, dest=name, default=None, metavar=metavar,
+                            action="append" if _flag_of(info).repeatable else "store",
+                            help=f"{help_text} ({_default_text(name, info).replace('`', '')})")
+
+
+def configuration_table() -> str:
+    """The README's configuration table: one row per setting."""
+    rows = ["| flag | env | default | meaning |", "|---|---|---|---|"]
+    for name, info in Settings.model_fields.items():
+        flag = flag_name(name)
+        env = f"`{env_name(name)}`" + (" (`:`-separated)" if _flag_of(info).repeatable else "")
+        rows.append(f"| {f'`{flag}`' if flag else '(env only)'} | {env} "
+                    f"| {_default_text(name, info)} | {info.description} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(configuration_table(), end="")

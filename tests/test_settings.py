@@ -26,3 +26,37 @@ def test_environment_then_flags() -> None:
     assert settings.max_loaded_models == 3
     assert settings.invocation_timeout_s == 5.0
     assert format_size(settings.memory_budget) == "2.0GiB"
+
+
+def test_the_readme_configuration_table_is_the_settings() -> None:
+    """Settings are written once: the README's table is rendered from ``emulator/settings.py``."""
+    from pathlib import Path
+
+    from emulator.settings import configuration_table
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert configuration_table() in readme, (
+        "README.md's configuration table differs from emulator/settings.py: paste the output of "
+        "`python -m emulator.settings` over it")
+
+
+def test_every_setting_is_a_flag_and_a_variable_with_a_description() -> None:
+    from mme.cli import build_parser, settings_from_args
+
+    args = build_parser().parse_args([
+        "serve", "--invocation-timeout", "7", "--docker-mount", "/a", "--docker-mount", "/b",
+        "--log-level", "debug", "--max-loaded-models", "2"])
+    settings = settings_from_args(args)
+    assert settings.invocation_timeout_s == 7.0
+    assert [str(p) for p in settings.docker_mounts] == ["/a", "/b"]
+    assert (settings.log_level, settings.max_loaded_models) == ("DEBUG", 2)
+    assert all(info.description for info in Settings.model_fields.values())
+
+
+def test_a_bad_value_names_its_flag_and_variable() -> None:
+    from emulator.settings import InvalidSettings
+
+    with pytest.raises(InvalidSettings, match="--launcher / MME_LAUNCHER: .*'embedded'"):
+        Settings.from_env(env={"MME_LAUNCHER": "podman"})
+    with pytest.raises(InvalidSettings, match="--clock-scale / MME_CLOCK_SCALE: .*greater than 0"):
+        Settings.from_env(env={}, clock_scale=0)
