@@ -30,7 +30,7 @@ import hashlib
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,11 @@ from emulator.metrics import EndpointMetrics
 from emulator.triton.client import TritonClient, TritonError, TritonUnreachable
 
 log = logging.getLogger("emulator.models")
+
+# Told each lifecycle step (the live page's feed): ``observer(step, target, details)``. Steps:
+# downloading, downloaded, loading, loaded, failed, unloading (details: reason, and ``for`` when
+# the LRU made room for another model), unloaded, taken-out, deleted.
+ModelObserver = Callable[[str, str, dict[str, Any]], None]
 
 
 # Triton's SageMaker server answers 507 (not 400) to a load whose error text contains one of these
@@ -164,10 +169,22 @@ class ModelManager:
         self.stub_failures = 0
         self._background: set[asyncio.Task[None]] = set()
         self._stub_registry = stubs.registry_for(triton_repository)
+        self._observers: list[ModelObserver] = []
         # Item 4 without wiring: every non-200 inference answer of our Triton passes by here.
         add_listener = getattr(triton, "add_infer_listener", None)
         if add_listener is not None:
             add_listener(self._infer_failed)
+
+    def add_observer(self, observer: ModelObserver) -> None:
+        """Call ``observer`` at every lifecycle step of every model (see ModelObserver)."""
+        self._observers.append(observer)
+
+    def _emit(self, step: str, target: str, **details: Any) -> None:
+        for observer in self._observers:
+            try:
+                observer(step, target, details)
+            except Exception:  # an observer's bug must never break a load or an unload
+                log.exception("model observer failed on step=%s", step)
 
     # --- the request path -------------------------------------------------------------------
 
@@ -217,6 +234,7 @@ class ModelManager:
             del self._loads[target]
         if not task.cancelled() and task.exception() is not None:
             log.info("model=%s step=load outcome=failed error=%r", target, task.exception())
+            self._emit("failed", target, error=str(task.exception()))
             record = self.records.get(target)
             if record is not None:
                 self._forget_if_unused(record)
@@ -257,6 +275,7 @@ class ModelManager:
             await asyncio.to_thread(repository.uninstall, record.installed, self.triton_repository)
             raise
         record.state = ModelState.LOADING
+        self._emit("loading", record.target, size=record.size)
         started = time.monotonic()
         try:
             await self._load_in_triton(record)
@@ -287,6 +306,7 @@ class ModelManager:
         self.metrics.set_loaded_model_count(self.loaded_count())
         log.info("model=%s step=load seconds=%.3f size=%d entry=%s", record.target, elapsed,
                  record.size, record.entry)
+        self._emit("loaded", record.target, seconds=elapsed, size=record.size)
         await self._notify()
         return record
 
@@ -373,6 +393,7 @@ class ModelManager:
             return False
         self.stub_failures += 1
         log.warning("model=%s step=take-out reason=%r", record.target, answer[:200])
+        self._emit("taken-out", record.target, reason=answer[:200])
         self.memory.remove(record.target)
         self.disk.unpin(record.target)
         record.state = ModelState.ON_DISK
@@ -394,6 +415,7 @@ class ModelManager:
 
     async def _download(self, record: ModelRecord) -> None:
         record.state = ModelState.DOWNLOADING
+        self._emit("downloading", record.target)
         destination = self.artifacts_dir / record.key
         archive = self.artifacts_dir / f"{record.key}.tar.gz"
         started = time.monotonic()
@@ -422,6 +444,7 @@ class ModelManager:
         record.size = await asyncio.to_thread(tree_size, destination)
         record.state = ModelState.ON_DISK
         log.info("model=%s step=download seconds=%.3f size=%d", record.target, elapsed, record.size)
+        self._emit("downloaded", record.target, seconds=elapsed, size=record.size)
         await self._make_disk_room(record)
 
     def _raise_download_failure(self, record: ModelRecord, exc: BaseException, step: str,
@@ -469,7 +492,8 @@ class ModelManager:
                     raise ModelLoadFailed(507, f'{{"error":"out of memory: model {record.target} '
                                                f'needs {record.size} bytes; {exc}"}}') from exc
                 if victims is not None:
-                    unloads = [self._start_unload(self.records[t]) for t in victims]
+                    unloads = [self._start_unload(self.records[t], "lru", record.target)
+                               for t in victims]
                     self.memory.add(record.target, record.size)  # the reservation
                     self.disk.pin(record.target)
                     break
@@ -485,9 +509,12 @@ class ModelManager:
 
     # --- taking models out ------------------------------------------------------------------
 
-    def _start_unload(self, record: ModelRecord) -> asyncio.Task[None]:
+    def _start_unload(self, record: ModelRecord, reason: str = "requested",
+                      making_room_for: str | None = None) -> asyncio.Task[None]:
         self.memory.remove(record.target)
         record.state = ModelState.UNLOADING
+        self._emit("unloading", record.target, reason=reason, **(
+            {"for": making_room_for} if making_room_for is not None else {}))
         task = asyncio.create_task(self._unload(record))
         self._unloads[record.target] = task
         task.add_done_callback(lambda _t: self._unloads.pop(record.target, None))
@@ -509,6 +536,7 @@ class ModelManager:
         self.metrics.record("ModelUnloadingTime", elapsed * 1e6)
         self.metrics.set_loaded_model_count(self.loaded_count())
         log.info("model=%s step=unload seconds=%.3f", record.target, elapsed)
+        self._emit("unloaded", record.target, seconds=elapsed)
         await self._notify()
 
     async def _delete_from_disk(self, record: ModelRecord) -> None:
@@ -518,6 +546,7 @@ class ModelManager:
         record.artifact_dir = None
         record.state = ModelState.NEW
         log.info("model=%s step=disk-evict size=%d", record.target, record.size)
+        self._emit("deleted", record.target, size=record.size)
         if not record.demand:
             self.records.pop(record.target, None)
 
@@ -525,7 +554,7 @@ class ModelManager:
         async with self._memory_lock:
             if record.target not in self.memory or self.memory.is_pinned(record.target):
                 return
-            task = self._start_unload(record)
+            task = self._start_unload(record, "cache disabled")
         await task
         if record.state is ModelState.ON_DISK and not record.demand:
             await self._delete_from_disk(record)
@@ -552,6 +581,7 @@ class ModelManager:
             self.memory.remove(target)
             self.disk.unpin(target)
             self.records[target].state = ModelState.ON_DISK
+            self._emit("unloaded", target, reason="triton restarted")
         self.metrics.set_loaded_model_count(0)
         await self._notify()
 
