@@ -1,0 +1,344 @@
+"""``mme bench overhead``: what the emulator adds on top of Triton, measured in one run.
+
+One ``mme serve`` process hosts the model; the same warm Triton model is then called directly on
+Triton's KServe endpoint (the baseline) and through ``POST /endpoints/local/invocations`` (the
+emulator), alternating between the two paths at each concurrency so that whatever else runs on
+the machine weighs on both alike. The driver is ``wrk`` (a C load generator: the client must not
+be the bottleneck it is measuring) when it is installed, else a Python aiohttp client in this
+process (which then competes with both servers for the CPU and hides part of the gap).
+
+Workloads (``--workload``):
+  trivial   the trivial Python model, a 1x4 FP32 JSON body (the emulator's overhead alone)
+  binary    5 MiB of FP32 in a binary+json body to a model that sums it (the cost of the bytes)
+  text      the bundled text ensemble, 2 sentences in, 2x384 FP32 out as JSON (built first)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+ENDPOINT = "local"
+BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
+
+# wrk runs this script: the body and headers come from files named by environment variables, and
+# the result is one machine-readable line (latencies in microseconds).
+WRK_SCRIPT = r"""
+local f = assert(io.open(os.getenv("MME_WRK_BODY"), "rb"))
+wrk.method = "POST"
+wrk.body = f:read("*a")
+f:close()
+for line in io.lines(os.getenv("MME_WRK_HEADERS")) do
+  local name, value = line:match("^([^:]+): (.*)$")
+  if name then wrk.headers[name] = value end
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("MME-WRK %d %d %d %d %d\n", summary.requests, summary.duration,
+    latency:percentile(50), latency:percentile(99),
+    e.connect + e.read + e.write + e.status + e.timeout))
+end
+"""
+
+# A Python model that takes any number of FP32 and answers their sum: the request's bytes cross
+# both paths, the answer is a few bytes.
+SUM_MODEL_PY = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            y = np.array([x.sum()], dtype=np.float32)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]))
+        return responses
+'''
+SUM_MODEL_CONFIG = '''name: "sum"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+'''
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One model and one request, as each path spells it."""
+
+    name: str
+    description: str
+    target: str
+    body: bytes
+    emulator_headers: dict[str, str]
+    direct_headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Measure:
+    requests: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+    @property
+    def per_second(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+
+def _trivial(store: Path) -> Workload:
+    from mme.testmodels import package, write_scale_model
+
+    package(write_scale_model(store.parent / "repo", "bench"), store / "bench.tar.gz", "folder")
+    body = json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32",
+                                   "data": [1, 2, 3, 4]}]}).encode()
+    return Workload("trivial", "trivial Python model, 1x4 FP32 JSON body", "bench.tar.gz", body,
+                    {"Content-Type": "application/octet-stream"},
+                    {"Content-Type": "application/json"})
+
+
+def _binary(store: Path) -> Workload:
+    from mme.testmodels import package
+
+    folder = store.parent / "repo" / "sum"
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "1" / "model.py").write_text(SUM_MODEL_PY)
+    (folder / "config.pbtxt").write_text(SUM_MODEL_CONFIG)
+    package(folder, store / "sum.tar.gz", "folder")
+    count = 5 * 2**20 // 4
+    header = json.dumps({
+        "inputs": [{"name": "X", "shape": [count], "datatype": "FP32",
+                    "parameters": {"binary_data_size": count * 4}}],
+        "outputs": [{"name": "Y", "parameters": {"binary_data": False}}],
+    }).encode()
+    body = header + bytes(count * 4)
+    return Workload("binary", "5 MiB FP32 binary+json body, summed by a Python model",
+                    "sum.tar.gz", body,
+                    {"Content-Type": f"{BINARY_JSON};json-header-size={len(header)}"},
+                    {"Content-Type": "application/octet-stream",
+                     "Inference-Header-Content-Length": str(len(header))})
+
+
+def _text(store: Path) -> Workload:
+    from ensembles import registry
+    from ensembles.packaging import package
+
+    print("building the text ensemble (onnx)...", flush=True)
+    built = registry.build("text_embedding", store.parent / "text")
+    package(built.repository, store / "text.tar.gz")
+    body = json.dumps({"inputs": [{
+        "name": "INPUT0", "shape": [2, 1], "datatype": "BYTES",
+        "data": ["The quick brown fox jumps over the lazy dog.",
+                 "A local SageMaker multi-model endpoint in front of a real Triton."]}]}).encode()
+    return Workload("text", "text ensemble, 2 sentences in, 2x384 FP32 out as JSON",
+                    "text.tar.gz", body, {"Content-Type": "application/json"},
+                    {"Content-Type": "application/json"})
+
+
+WORKLOADS: dict[str, Callable[[Path], Workload]] = {
+    "trivial": _trivial, "binary": _binary, "text": _text}
+
+
+# --- drivers ------------------------------------------------------------------------------------
+
+def run_wrk(url: str, body: bytes, headers: dict[str, str], concurrency: int, seconds: float,
+            work: Path) -> Measure:
+    script, body_file, header_file = work / "wrk.lua", work / "wrk.body", work / "wrk.headers"
+    if not script.exists():
+        script.write_text(WRK_SCRIPT)
+    body_file.write_bytes(body)
+    header_file.write_text("".join(f"{k}: {v}\n" for k, v in headers.items()))
+    # One wrk thread: it keeps up with these servers, and a second one would take a core from them.
+    done = subprocess.run(
+        ["wrk", "-t1", f"-c{concurrency}", f"-d{seconds:g}s", "--timeout", "30s",
+         "-s", str(script), url],
+        env={**os.environ, "MME_WRK_BODY": str(body_file), "MME_WRK_HEADERS": str(header_file)},
+        capture_output=True, text=True, check=True)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("MME-WRK ")), None)
+    if line is None:
+        raise RuntimeError(f"wrk printed no result: {done.stdout}{done.stderr}")
+    requests, micros, p50, p99, errors = (int(x) for x in line.split()[1:])
+    return Measure(requests, micros / 1e6, p50 / 1e3, p99 / 1e3, errors)
+
+
+def run_python(url: str, body: bytes, headers: dict[str, str], concurrency: int,
+               seconds: float, work: Path) -> Measure:
+    """The fallback driver: keep-alive aiohttp workers for ``seconds``."""
+    async def drive() -> Measure:
+        latencies: list[float] = []
+        errors = 0
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            stop = time.perf_counter() + seconds
+
+            async def worker() -> None:
+                nonlocal errors
+                while time.perf_counter() < stop:
+                    started = time.perf_counter()
+                    async with session.post(url, data=body, headers=headers) as resp:
+                        await resp.read()
+                        errors += resp.status != 200
+                    latencies.append((time.perf_counter() - started) * 1e3)
+
+            started = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            elapsed = time.perf_counter() - started
+        ordered = sorted(latencies) or [0.0]
+        return Measure(len(latencies), elapsed, ordered[len(ordered) // 2],
+                       ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], errors)
+
+    return asyncio.run(drive())
+
+
+# --- the benchmark ------------------------------------------------------------------------------
+
+def _serve(work: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    from emulator.triton.launcher import free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mme", "serve", "--model-data", str(work / "store"),
+         "--cache-dir", str(work / "cache"), "--port", str(port), "--log-level", "WARNING",
+         *extra])
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/ping", timeout=1)
+            return server, url
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.terminate()
+                raise RuntimeError("mme serve did not start") from None
+            time.sleep(0.1)
+
+
+def _invoke_once(url: str, workload: Workload) -> None:
+    request = urllib.request.Request(
+        f"{url}/endpoints/{ENDPOINT}/invocations", data=workload.body, method="POST",
+        headers={**workload.emulator_headers, "X-Amzn-SageMaker-Target-Model": workload.target})
+    with urllib.request.urlopen(request, timeout=300) as resp:
+        resp.read()
+
+
+def _direct_url(url: str, target: str) -> str:
+    with urllib.request.urlopen(f"{url}/_emulator/models") as resp:
+        local = json.loads(resp.read())["Endpoints"][ENDPOINT]
+    entry = next(m["TritonModel"] for m in local["Models"] if m["TargetModel"] == target)
+    return f"{local['TritonUrl']}/v2/models/{entry}/infer"  # one instance: the top-level Triton
+
+
+@dataclass(frozen=True)
+class Row:
+    concurrency: int
+    direct: Measure
+    emulator: Measure
+
+
+def _median(runs: list[Measure]) -> Measure:
+    """Per-field medians of the rounds (a busy moment in one round does not decide the table)."""
+    return Measure(
+        requests=sum(r.requests for r in runs), seconds=sum(r.seconds for r in runs),
+        p50_ms=statistics.median(r.p50_ms for r in runs),
+        p99_ms=statistics.median(r.p99_ms for r in runs),
+        errors=sum(r.errors for r in runs))
+
+
+def measure(workload: Workload, url: str, driver: str, concurrencies: list[int],
+            seconds: float, rounds: int, work: Path) -> list[Row]:
+    run = run_wrk if driver == "wrk" else run_python
+    emulator_url = f"{url}/endpoints/{ENDPOINT}/invocations"
+    emulator_headers = {**workload.emulator_headers,
+                        "X-Amzn-SageMaker-Target-Model": workload.target}
+    direct_url = _direct_url(url, workload.target)
+    rows = []
+    for concurrency in concurrencies:
+        run(emulator_url, workload.body, emulator_headers, concurrency, 1, work)  # warm-up
+        run(direct_url, workload.body, workload.direct_headers, concurrency, 1, work)
+        direct: list[Measure] = []
+        emulated: list[Measure] = []
+        for _ in range(rounds):  # interleaved: both paths see the same machine
+            direct.append(run(direct_url, workload.body, workload.direct_headers, concurrency,
+                              seconds, work))
+            emulated.append(run(emulator_url, workload.body, emulator_headers, concurrency,
+                                seconds, work))
+        rows.append(Row(concurrency, _median(direct), _median(emulated)))
+    return rows
+
+
+def table(workload: Workload, driver: str, rows: list[Row], seconds: float,
+          rounds: int) -> str:
+    lines = [f"{workload.description}; driver {driver}, {rounds} interleaved rounds of "
+             f"{seconds:g} s per path (medians of the rounds' p50/p99)",
+             f"{'conc':>4} {'path':<9}{'p50 ms':>9}{'p99 ms':>9}{'calls/s':>10}{'errors':>8}"
+             f"   emulator vs direct"]
+    for row in rows:
+        d, e = row.direct, row.emulator
+        lines.append(f"{row.concurrency:>4} {'direct':<9}{d.p50_ms:>9.2f}{d.p99_ms:>9.2f}"
+                     f"{d.per_second:>10.0f}{d.errors:>8}")
+        lines.append(
+            f"{'':>4} {'emulator':<9}{e.p50_ms:>9.2f}{e.p99_ms:>9.2f}{e.per_second:>10.0f}"
+            f"{e.errors:>8}   p50 {e.p50_ms - d.p50_ms:+.2f} ms (x{e.p50_ms / d.p50_ms:.2f}), "
+            f"throughput x{e.per_second / max(d.per_second, 1e-9):.2f}")
+    return "\n".join(lines)
+
+
+def run_overhead(args: argparse.Namespace) -> int:
+    driver = args.driver
+    if driver == "auto":
+        driver = "wrk" if shutil.which("wrk") else "python"
+        if driver == "python":
+            print("wrk is not installed (apt-get install -y wrk, or `make wrk`): falling back to "
+                  "the Python driver, which shares the CPU with both servers and understates "
+                  "the gap", file=sys.stderr)
+    elif driver == "wrk" and not shutil.which("wrk"):
+        print("mme bench overhead: --driver wrk but wrk is not installed "
+              "(apt-get install -y wrk)", file=sys.stderr)
+        return 2
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    with tempfile.TemporaryDirectory(prefix="mme-bench-overhead-") as tmp:
+        work = Path(tmp)
+        (work / "store").mkdir()
+        workload = WORKLOADS[args.workload](work / "store")
+        server, url = _serve(work, args.serve_flag or [])
+        try:
+            _invoke_once(url, workload)  # load the model: cold start is not what is measured
+            rows = measure(workload, url, driver, concurrencies, args.seconds, args.rounds, work)
+        finally:
+            server.terminate()
+            server.wait(60)
+    print(table(workload, driver, rows, args.seconds, args.rounds))
+    return 0 if all(r.direct.errors == r.emulator.errors == 0 for r in rows) else 1
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = commands.add_parser("overhead", help="emulator vs direct Triton on one warm model, "
+                                             "driven by wrk")
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default="trivial")
+    p.add_argument("--concurrency", default="1,8,32",
+                   help="comma-separated concurrencies (default 1,8,32)")
+    p.add_argument("--seconds", type=float, default=3.0, help="per path and round")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per concurrency")
+    p.add_argument("--driver", choices=("auto", "wrk", "python"), default="auto",
+                   help="auto: wrk when installed, else the Python client")
+    p.add_argument("--serve-flag", action="append", metavar="FLAG",
+                   help="passed on to mme serve (repeat; e.g. --serve-flag=--workers=2)")
+    p.set_defaults(func=run_overhead)
