@@ -28,12 +28,14 @@ from emulator.settings import Settings
 def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> FastAPI:
     clock = Clock(settings.clock_scale)
     metric_store = cloudwatch.MetricStore(clock)  # every sample of the fleet, for CloudWatch
-    registry = registry or EndpointRegistry(settings, InstanceFactory(settings).build,
+    factory = InstanceFactory(settings)
+    registry = registry or EndpointRegistry(settings, factory.build,
                                             sink=metric_store.record,
                                             sample_period_s=clock.real_duration(60))
     control = ControlPlaneService(
         store=ControlStore(settings.cache_dir / "control-plane.sqlite3"),
-        registry=registry, region=settings.region, account=settings.account_id)
+        registry=registry, region=settings.region, account=settings.account_id,
+        image_problem=factory.image_problem)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -36,6 +36,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "InvocationModelErrors": ("AWS/SageMaker", NONE),
     "ModelLatency": ("AWS/SageMaker", MICROSECONDS),
     "OverheadLatency": ("AWS/SageMaker", MICROSECONDS),
+    # Multi-container endpoints: one series per container (dimension ContainerName).
+    "ContainerLatency": ("AWS/SageMaker", MICROSECONDS),
     "CPUUtilization": (INSTANCE_NAMESPACE, PERCENT),
     "MemoryUtilization": (INSTANCE_NAMESPACE, PERCENT),
     "DiskUtilization": (INSTANCE_NAMESPACE, PERCENT),
@@ -90,14 +92,16 @@ class EndpointMetrics:
         self._sink = sink
         self.instances: dict[str, InstanceMetrics] = {}
 
-    def record(self, name: str, value: float) -> None:
+    def record(self, name: str, value: float,
+               dimensions: dict[str, str] | None = None) -> None:
+        """``dimensions`` adds to the variant's (ContainerLatency's ContainerName)."""
         if name not in METRICS:
             raise KeyError(f"unknown metric {name}")
         with self._lock:
             self._stats[name].add(value)
         if self._sink is not None:
             namespace, unit = METRICS[name]
-            self._sink(namespace, name, dict(self.dimensions), value, unit)
+            self._sink(namespace, name, {**self.dimensions, **(dimensions or {})}, value, unit)
 
     def for_instance(self, instance_id: str) -> InstanceMetrics:
         view = self.instances[instance_id] = InstanceMetrics(self, instance_id)

@@ -79,6 +79,23 @@ def _path_list(value: Any) -> Any:
     return value
 
 
+def _image_list(value: Any) -> Any:
+    """``MME_IMAGE=uri=local,uri2=local2`` (commas: image references hold ``:``) or a list."""
+    value = _blank_is_none(value)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v for v in value.replace(",", " ").split() if v]
+    return value
+
+
+def _checked_images(value: list[str]) -> list[str]:
+    from emulator.containers.images import ImageMap  # the one parser of the mappings
+
+    ImageMap.parse(value)
+    return value
+
+
 def _expand(path: Path | None) -> Path | None:
     return path.expanduser() if path is not None else None
 
@@ -98,6 +115,7 @@ class Flag:
     default_text: str | None = None  # the table's "default" when the value itself says little
     env_only: bool = False  # no flag (rarely changed); still an ``MME_*`` variable
     repeatable: bool = False  # given once per value; the variable separates values with ``:``
+    separator: str = ":"  # what separates a repeatable variable's values (image URIs hold ``:``)
 
 
 def _default_cache_dir() -> Path:
@@ -160,8 +178,15 @@ class Settings(BaseSettings):
     """how Triton runs: `embedded`, `docker` or `external`"""
     tritonserver: Annotated[str | None, Flag(default_text="the wheel's")] = None
     """embedded: another `tritonserver` binary"""
-    image: Annotated[str | None, Flag(default_text="none")] = None
-    """docker: the Triton image"""
+    image: Annotated[list[str], NoDecode, BeforeValidator(_image_list),
+                     AfterValidator(_checked_images),
+                     Flag(default_text="none", repeatable=True, separator=",")] = Field(
+        default_factory=list)
+    """docker: `PRODUCTION_URI=LOCAL_IMAGE` runs a model's image (an ECR URI) as a local one (repeatable); a plain `LOCAL_IMAGE` is the Triton image for Triton containers without a mapping"""  # noqa: E501
+    container_startup_timeout_s: Annotated[float | None,
+                                           Flag(name="--container-startup-timeout",
+                                                default_text="`600`")] = None
+    """seconds a SageMaker container (docker: any image run with `serve`) may take to answer `GET /ping` before its endpoint fails"""  # noqa: E501
     triton_url: Annotated[str | None, Flag(default_text="none")] = None
     """external: the URL of a Triton you run"""
     triton_repository: Annotated[OptionalUserPath, Flag(default_text="per endpoint")] = None
@@ -303,7 +328,9 @@ def configuration_table() -> str:
     rows = ["| flag | env | default | meaning |", "|---|---|---|---|"]
     for name, info in Settings.model_fields.items():
         flag = flag_name(name)
-        env = f"`{env_name(name)}`" + (" (`:`-separated)" if _flag_of(info).repeatable else "")
+        flag_of = _flag_of(info)
+        env = f"`{env_name(name)}`" + (f" (`{flag_of.separator}`-separated)"
+                                       if flag_of.repeatable else "")
         rows.append(f"| {f'`{flag}`' if flag else '(env only)'} | {env} "
                     f"| {_default_text(name, info)} | {info.description} |")
     return "\n".join(rows) + "\n"

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from emulator.contract import errors
+from emulator.contract import errors, multi_container
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 KSERVE_HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -45,6 +45,8 @@ class InvokeRequest:
     custom_attributes: str | None
     inference_id: str | None
     target_variant: str | None
+    # Multi-container endpoints in Direct mode (emulator.hosting.multi_container).
+    target_container_hostname: str | None = None
 
 
 class ContainerRejected(Exception):
@@ -93,7 +95,16 @@ def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes,
         custom_attributes=headers.get(H_CUSTOM_ATTRIBUTES),
         inference_id=headers.get(H_INFERENCE_ID),
         target_variant=headers.get(H_TARGET_VARIANT),
+        target_container_hostname=_container_hostname(headers),
     )
+
+
+def _container_hostname(headers: Mapping[str, str]) -> str | None:
+    """TargetContainerHostname, checked against botocore's constraints (max 63, pattern)."""
+    value = headers.get(multi_container.H_TARGET_CONTAINER_HOSTNAME)
+    if value is not None and (len(value) > 63 or not ENDPOINT_NAME.match(value)):
+        raise multi_container.invalid_container_hostname(value)
+    return value
 
 
 def triton_request_headers(content_type: str | None, body_length: int) -> dict[str, str]:

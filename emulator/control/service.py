@@ -30,7 +30,7 @@ from emulator.control.store import (
     EndpointRecord,
     Resource,
 )
-from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
+from emulator.hosting.spec import SERIAL, ContainerSpec, EndpointSpec, VariantSpec
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,11 @@ class ControlPlaneService:
         region: str = "us-east-1",
         account: str = wire.DEFAULT_ACCOUNT,
         clock: Callable[[], float] = time.time,
+        image_problem: Callable[[dict[str, Any]], str | None] | None = None,
     ):
         self.store = store
+        # Why a container's Image cannot run here (the launcher decides), checked at CreateModel.
+        self._image_problem = image_problem
         self.registry = registry
         self.region = region
         self.account = account
@@ -157,6 +160,13 @@ class ControlPlaneService:
         return {}
 
     async def create_model(self, params: dict[str, Any]) -> dict[str, Any]:
+        if self.store.get(MODELS, params["ModelName"]) is None and self._image_problem:
+            containers = ([params["PrimaryContainer"]] if params.get("PrimaryContainer")
+                          else list(params.get("Containers") or []))
+            for container in containers:
+                problem = await asyncio.to_thread(self._image_problem, container)
+                if problem:
+                    raise wire.validation_error(problem)
         return self._create_stored(_MODEL, params)
 
     async def describe_model(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -484,7 +494,7 @@ class ControlPlaneService:
             config_name=config.name,
             variants=variants,
             spec=spec.to_doc(),
-            images=[v.container.image for v in specs],
+            images=[c.image for v in specs for c in v.containers],
             started=self._clock(),
         )
 
@@ -495,33 +505,43 @@ class ControlPlaneService:
             if model.doc.get("PrimaryContainer")
             else list(model.doc.get("Containers") or [])
         )
-        if len(containers) != 1:
+        if not containers:
             raise wire.validation_error(
-                f'Model "{self.arn(KIND_MODEL, model.name)}" has {len(containers)} containers; '
-                "the emulator runs exactly one container per endpoint."
-            )
-        container = containers[0]
-        model_data = container.get("ModelDataUrl") or (
-            (container.get("ModelDataSource") or {}).get("S3DataSource") or {}
-        ).get("S3Uri")
-        if not model_data:
-            raise wire.validation_error(
-                f'Model "{self.arn(KIND_MODEL, model.name)}" has no ModelDataUrl; the emulator '
-                "needs one (an S3 prefix for MultiModel, a tarball for SingleModel)."
-            )
-        cache = (container.get("MultiModelConfig") or {}).get("ModelCacheSetting", "Enabled")
+                f'Model "{self.arn(KIND_MODEL, model.name)}" has no container.')
+        several = len(containers) > 1
+        specs = [self._container_spec(model.name, c, required=not several) for c in containers]
+        mode = (model.doc.get("InferenceExecutionConfig") or {}).get("Mode")
         return VariantSpec(
             name=variant["VariantName"],
-            container=ContainerSpec(
-                model_data=model_data,
-                mode=container.get("Mode", "SingleModel"),
-                environment=dict(container.get("Environment") or {}),
-                image=container.get("Image"),
-                model_cache_enabled=cache != "Disabled",
-            ),
+            container=specs[0],
+            more_containers=tuple(specs[1:]),
+            # SageMaker's default for a multi-container model is Serial.
+            execution_mode=mode or (SERIAL if several else None),
             instance_count=int(variant.get("InitialInstanceCount") or 1),
             weight=float(variant.get("InitialVariantWeight", 1.0)),
             instance_type=variant.get("InstanceType"),
+        )
+
+    def _container_spec(self, model_name: str, container: dict[str, Any],
+                        required: bool) -> ContainerSpec:
+        """One ContainerDefinition; model data may be absent from a pipeline's container (a
+        featurizer with its code in the image), never from a single container's."""
+        model_data = container.get("ModelDataUrl") or (
+            (container.get("ModelDataSource") or {}).get("S3DataSource") or {}
+        ).get("S3Uri")
+        if not model_data and required:
+            raise wire.validation_error(
+                f'Model "{self.arn(KIND_MODEL, model_name)}" has no ModelDataUrl; the emulator '
+                "needs one (an S3 prefix for MultiModel, a tarball for SingleModel)."
+            )
+        cache = (container.get("MultiModelConfig") or {}).get("ModelCacheSetting", "Enabled")
+        return ContainerSpec(
+            model_data=model_data or "",
+            mode=container.get("Mode", "SingleModel"),
+            environment=dict(container.get("Environment") or {}),
+            image=container.get("Image"),
+            model_cache_enabled=cache != "Disabled",
+            hostname=container.get("ContainerHostname"),
         )
 
     def _describe(self, record: EndpointRecord) -> dict[str, Any]:
@@ -588,10 +608,10 @@ def _variant_summary(variant: VariantSpec, desired: VariantSpec, runtime: Any,
         "CurrentInstanceCount": serving,
         "DesiredInstanceCount": desired.instance_count,
     }
-    if variant.container.image:
-        summary["DeployedImages"] = [{"SpecifiedImage": variant.container.image,
-                                      "ResolvedImage": variant.container.image,
-                                      "ResolutionTime": deployment.started}]
+    images = [c.image for c in variant.containers if c.image]
+    if images:  # one entry per container, in order
+        summary["DeployedImages"] = [{"SpecifiedImage": image, "ResolvedImage": image,
+                                      "ResolutionTime": deployment.started} for image in images]
     return summary
 
 

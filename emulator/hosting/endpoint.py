@@ -22,6 +22,7 @@ from pathlib import Path
 
 from emulator.contract import errors, runtime
 from emulator.hosting.instance import Instance
+from emulator.hosting.multi_container import check_container_hostname
 from emulator.hosting.routing import Router
 from emulator.hosting.spec import EndpointSpec, VariantSpec
 from emulator.metrics import EndpointMetrics, MetricSink
@@ -203,6 +204,7 @@ class Endpoint:
                 raise errors.missing_target_model(request.request_id)
             if not multi_model and target is not None:
                 raise errors.not_multi_model(self.name)
+            check_container_hostname(variant.spec, request, self.name)
             serving = variant.serving()
             if not serving:  # every instance is draining: a moment of a scale-in [U]
                 raise errors.ServiceUnavailable(
@@ -221,6 +223,8 @@ class Endpoint:
         metrics.record("ModelLatency", answer.model_latency_s * 1e6)
         metrics.record("OverheadLatency",
                        (time.monotonic() - started - answer.model_latency_s) * 1e6)
+        for container, seconds in answer.container_latencies:
+            metrics.record("ContainerLatency", seconds * 1e6, {"ContainerName": container})
         headers = runtime.response_headers(request.request_id, variant.name, answer.content_type,
                                            answer.custom_attributes)
         # Emulator-only headers (not in SageMaker's contract), for load tests and debugging.

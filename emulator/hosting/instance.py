@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.contract import errors, runtime
+from emulator.contract import errors, multi_container, runtime
 from emulator.hosting.spec import ContainerSpec
 from emulator.manager.extract import UnsafeArchive
 from emulator.manager.models import ModelLoadFailed, ModelManager, ModelNotReady, ModelState
@@ -24,6 +24,8 @@ from emulator.triton.launcher import TritonLauncher
 
 # SingleModel endpoints have one model; the manager keys it by this TargetModel.
 SINGLE_MODEL = ""
+# How SageMaker's messages name the one container of a single-container endpoint.
+PRIMARY = "primary"
 
 
 class InstanceStartFailed(Exception):
@@ -37,16 +39,23 @@ class ErrorContext:
     endpoint: str
     region: str
     account: str
+    container: str = PRIMARY  # a multi-container endpoint's errors name the container
 
     @property
     def log_stream_arn(self) -> str:
         return errors.log_stream_arn(self.region, self.account, self.endpoint)
 
     def model_error(self, status: int, body: str) -> errors.ModelError:
+        if self.container != PRIMARY:
+            return multi_container.container_model_error(
+                status, body, self.container, self.endpoint, self.region, self.account,
+                self.log_stream_arn)
         return errors.model_error(status, body, self.endpoint, self.region, self.account,
                                   self.log_stream_arn)
 
     def timed_out(self) -> errors.ModelError:
+        if self.container != PRIMARY:
+            return self.model_error(0, multi_container.container_timed_out(self.container))
         return errors.invocation_timed_out(self.endpoint, self.region, self.account,
                                            self.log_stream_arn)
 
@@ -58,6 +67,9 @@ class ContainerAnswer:
     custom_attributes: str | None
     model_latency_s: float
     cache_hit: bool
+    # Multi-container endpoints: (container, seconds) of every container the request went
+    # through, in order (CloudWatch's ContainerLatency).
+    container_latencies: tuple[tuple[str, float], ...] = ()
 
 
 class Instance:

@@ -46,8 +46,11 @@ class EndpointRegistry:
     async def _start(self, spec: EndpointSpec, generation: str = "") -> Endpoint:
         s = self.settings
         for variant in spec.variants:  # a missing bucket or prefix fails before any Triton starts
-            source = source_for(variant.container.model_data, s.s3_endpoint_url, s.region)
-            await asyncio.to_thread(source.check, not variant.container.is_multi_model)
+            for container in variant.containers:
+                if not container.model_data:  # a container without model data (pipelines)
+                    continue
+                source = source_for(container.model_data, s.s3_endpoint_url, s.region)
+                await asyncio.to_thread(source.check, not container.is_multi_model)
         work_dir = s.cache_dir / "endpoints" / (spec.name + generation)
         if work_dir.exists():  # a previous run's cache: models reload on demand
             await asyncio.to_thread(shutil.rmtree, work_dir)
@@ -137,9 +140,12 @@ class EndpointRegistry:
                     sampler = seen[id(instance)] = self._samplers.get(id(instance),
                                                                       UtilizationSampler())
                     pid = getattr(instance.launcher, "pid", None)
+                    # A multi-container instance has no model manager of its own.
+                    disk = instance.manager.disk if instance.manager is not None else None
                     figures = sampler.sample(
                         pid if isinstance(pid, int) else None, now,
-                        instance.manager.disk.total_bytes, instance.manager.disk.capacity_bytes,
+                        disk.total_bytes if disk is not None else 0,
+                        disk.capacity_bytes if disk is not None else None,
                         Path(instance.work_dir))
                     # One LoadedModelCount sample per instance and period, so that, as in
                     # CloudWatch, its Sum adds the instances up and its Average is per instance.
