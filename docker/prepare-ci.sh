@@ -2,7 +2,8 @@
 # One entry point for CI (and a fresh developer machine) before the docker suites run:
 #   - a Docker engine that answers (installs docker.io and starts dockerd when needed);
 #   - the docker SDK in the project's Python;
-#   - the CPU Triton test image mme-triton-cpu:test and the emulator's own image
+#   - the CPU Triton test image mme-triton-cpu:test, the scikit-learn server image
+#     mme-sklearn-serve:test (multi-container endpoints) and the emulator's own image
 #     sagemaker-mme-emulator:local, both built from local material (no registry).
 #
 # Idempotent: a second run finds the engine up and the image current and takes seconds.
@@ -32,5 +33,6 @@ if ! "$py" -c 'import docker' >/dev/null 2>&1; then
 fi
 
 MME_PYTHON="$py" bash "$here/build-test-image.sh"
+MME_PYTHON="$py" bash "$here/build-sklearn-image.sh"
 MME_PYTHON="$py" bash "$here/build-emulator-image.sh"
 echo "[prepare-ci] docker suites ready in $(( $(date +%s) - started ))s" >&2
