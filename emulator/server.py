@@ -7,14 +7,14 @@
 from __future__ import annotations
 
 import threading
-import time
 from types import TracebackType
 
 import uvicorn
 
 from emulator.app import build_app
+from emulator.hosting.registry import EndpointRegistry
+from emulator.processes import free_port, wait_until
 from emulator.settings import Settings
-from emulator.triton.launcher import free_port
 
 
 class EmulatorServer:
@@ -36,19 +36,21 @@ class EmulatorServer:
         return f"http://{self.settings.host}:{self.settings.port}"
 
     @property
-    def registry(self):  # type: ignore[no-untyped-def]
-        return self.app.state.registry
+    def registry(self) -> EndpointRegistry:
+        registry: EndpointRegistry = self.app.state.registry
+        return registry
 
     def start(self) -> EmulatorServer:
         self._thread.start()
-        deadline = time.monotonic() + self._startup_timeout_s
-        while not self._server.started:
+
+        def still_starting() -> None:
             if not self._thread.is_alive():
                 raise RuntimeError("the emulator failed to start; see the log above")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError("the emulator did not start in time")
-            time.sleep(0.02)
+
+        if not wait_until(lambda: self._server.started, self._startup_timeout_s,
+                          still_starting=still_starting, interval_s=0.02):
+            self.stop()
+            raise TimeoutError("the emulator did not start in time")
         return self
 
     def stop(self) -> None:

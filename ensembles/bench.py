@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import tempfile
 import threading
 import time
@@ -21,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from emulator.cloudwatch.statistics import percentile
 from ensembles import registry
 from ensembles.packaging import package, scheduling_block
 
@@ -57,11 +57,7 @@ class BenchResult:
         return self.calls / self.seconds * 60 if self.seconds else 0.0
 
     def percentile(self, q: float) -> float:
-        if not self.latencies_ms:
-            return float("nan")
-        if len(self.latencies_ms) == 1:
-            return self.latencies_ms[0]
-        return statistics.quantiles(self.latencies_ms, n=100, method="inclusive")[int(q) - 1]
+        return percentile(self.latencies_ms, q)
 
 
 def derive(base: Path, target: Path, config: BenchConfig) -> Path:

@@ -27,12 +27,21 @@ LAYOUTS = ("flat", "folder")
 
 
 def _entries(repo_dir: Path) -> list[Path]:
-    # Sorted so the same repository always gives the same archive (stable ETags, caching).
-    return sorted(repo_dir.rglob("*"), key=lambda p: p.relative_to(repo_dir).as_posix())
+    # Sorted so the same repository always gives the same archive (stable digests, caching);
+    # Python's byte-code caches are not part of a model.
+    return sorted((p for p in repo_dir.rglob("*")
+                   if "__pycache__" not in p.relative_to(repo_dir).parts and p.suffix != ".pyc"),
+                  key=lambda p: p.relative_to(repo_dir).as_posix())
 
 
 def package(repo_dir: Path, tarball: Path, layout: str = "flat") -> Path:
-    """Archive ``repo_dir`` into ``tarball`` (gzip) with the given layout; returns ``tarball``."""
+    """Archive ``repo_dir`` into ``tarball`` (gzip) with the given layout; returns ``tarball``.
+
+    The project's one packager (the ensembles, the harness's stores and deployer, the test
+    models). Deterministic: sorted entries, zero times and owners (in the gzip header too), so
+    a tarball's digest changes only when its content does. Written next to ``tarball`` and
+    renamed into place, so a failure leaves no half-written archive.
+    """
     repo_dir = Path(repo_dir)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, not {layout!r}")
@@ -44,27 +53,32 @@ def package(repo_dir: Path, tarball: Path, layout: str = "flat") -> Path:
     prefix = "." if layout == "flat" else repo_dir.name
     tarball = Path(tarball)
     tarball.parent.mkdir(parents=True, exist_ok=True)
-    with tarball.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0,
-                                                  filename="") as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        root = tarfile.TarInfo(prefix)
-        root.type = tarfile.DIRTYPE
-        root.mode = 0o755
-        tar.addfile(root)
-        for path in _entries(repo_dir):
-            # Symlinks are stored as the files they point to: extraction on the serving side
-            # refuses links, and the archive must be self-contained.
-            info = tarfile.TarInfo(f"{prefix}/{path.relative_to(repo_dir).as_posix()}")
-            info.mtime = 0  # archives do not depend on when, or by whom, they were built
-            if path.is_dir():
-                info.type = tarfile.DIRTYPE
-                info.mode = 0o755
-                tar.addfile(info)
-            elif path.is_file():
-                info.size = path.stat().st_size
-                info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
-                with path.open("rb") as handle:
-                    tar.addfile(info, handle)
+    partial = tarball.with_name(tarball.name + ".part")
+    try:
+        with partial.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0,
+                                                      filename="") as gz, \
+                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            root = tarfile.TarInfo(prefix)
+            root.type = tarfile.DIRTYPE
+            root.mode = 0o755
+            tar.addfile(root)
+            for path in _entries(repo_dir):
+                # Symlinks are stored as the files they point to: extraction on the serving side
+                # refuses links, and the archive must be self-contained.
+                info = tarfile.TarInfo(f"{prefix}/{path.relative_to(repo_dir).as_posix()}")
+                info.mtime = 0  # archives do not depend on when, or by whom, they were built
+                if path.is_dir():
+                    info.type = tarfile.DIRTYPE
+                    info.mode = 0o755
+                    tar.addfile(info)
+                elif path.is_file():
+                    info.size = path.stat().st_size
+                    info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
+                    with path.open("rb") as handle:
+                        tar.addfile(info, handle)
+        os.replace(partial, tarball)
+    finally:
+        partial.unlink(missing_ok=True)
     return tarball
 
 

@@ -218,7 +218,7 @@ def _out_dir(args: argparse.Namespace, command: str) -> Path:
 def run_loadtest(args: argparse.Namespace) -> int:
     from harness.loadtest.config import PlanError
     from harness.loadtest.report import summarize, to_markdown, write_report
-    from harness.store import StoreError, prepare_store, store_digests
+    from harness.model_store import StoreError, prepare_store, store_digests
 
     out = _out_dir(args, "loadtest")
     try:

@@ -27,7 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.store import file_digest, is_model_dir, is_repository, is_tarball, tarball_name
+from botocore import xform_name  # boto3's own operation -> method name
+
+from ensembles.packaging import package
+from harness.model_store import (
+    file_digest,
+    is_model_dir,
+    is_repository,
+    is_tarball,
+    tarball_name,
+)
 
 DEFAULT_TRITON_VERSION = "24.09"
 # Account of the SageMaker Triton image per region (sagemaker-python-sdk,
@@ -211,11 +220,11 @@ class Deployer:
         self._say(f"{'would call' if self._dry_run else 'call'} {service}.{operation} {shown}")
         if self._dry_run:
             return {}
-        return getattr(client, _snake(operation))(**params)
+        return getattr(client, xform_name(operation))(**params)
 
     def _read(self, client: Any, operation: str, **params: Any) -> Any:
         """A read: made even in a dry run, so the plan reflects what exists."""
-        return getattr(client, _snake(operation))(**params)
+        return getattr(client, xform_name(operation))(**params)
 
     # -- packaging and upload -----------------------------------------------------------------
 
@@ -226,10 +235,10 @@ class Deployer:
             if is_tarball(item):
                 path = item
             elif is_repository(item):
-                path = _package_repository(item, work_dir / tarball_name(item))
+                path = package(item, work_dir / tarball_name(item), layout="flat")
             elif is_model_dir(item):
                 # A lone model folder: a tarball with that one folder at its root.
-                path = _package_repository(item, work_dir / tarball_name(item), layout="folder")
+                path = package(item, work_dir / tarball_name(item), layout="folder")
             else:
                 raise DeployError(
                     f"{item} is neither a .tar.gz nor a Triton model repository "
@@ -483,7 +492,7 @@ class Deployer:
         base = _resource_base(endpoint_name)
         owned = re.compile(re.escape(base) + r"-[0-9a-f]{8}")
         field_name = "ModelName" if key == "Models" else "EndpointConfigName"
-        paginator = self.clients.sagemaker.get_paginator(_snake(operation))
+        paginator = self.clients.sagemaker.get_paginator(xform_name(operation))
         names = []
         for page in paginator.paginate(NameContains=base):
             names += [item[field_name] for item in page[key]]
@@ -590,19 +599,6 @@ class Deployer:
 # Helpers
 
 
-def _package_repository(repository: Path, destination: Path, layout: str = "flat") -> Path:
-    """Package with the project's deterministic packaging (same bytes for the same content)."""
-    try:
-        from ensembles.packaging import package
-    except ImportError:  # the deployer used outside this project
-        if layout != "flat":
-            raise DeployError(f"{repository}: package the model folder as a .tar.gz") from None
-        from harness.store import package_repository
-
-        return package_repository(repository, destination)
-    return package(repository, destination, layout=layout)
-
-
 class _progress_bar:  # noqa: N801 - used as a context manager, reads like a function
     def __init__(self, total: int, desc: str, enabled: bool):
         self._bar: Any = None
@@ -640,10 +636,6 @@ def _resource_base(endpoint_name: str) -> str:
 
 def _resource_name(endpoint_name: str, digest: str) -> str:
     return f"{_resource_base(endpoint_name)}-{digest[:8]}"
-
-
-def _snake(operation: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,12 +7,10 @@ package, stays cheap to import.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -20,28 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulator.processes import die_with_parent, free_port, wait_until
+
 LOCAL_REGION = "us-east-1"
 DEFAULT_ENDPOINT = "local"
 
 
 class EmulatorStartError(RuntimeError):
     """The emulator did not answer ``/ping`` in time; the message carries its log's tail."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """Runs in the child: SIGTERM it if pytest is killed, so no emulator (or Triton) lingers."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def ping(url: str, timeout_s: float = 2.0) -> bool:
@@ -97,25 +81,25 @@ class EmulatorProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,  # pytest killed: no emulator lingers
         )
-        deadline = time.monotonic() + self.startup_timeout_s
-        while not ping(self.url, timeout_s=1.0):
-            code = self._process.poll()
-            if code is not None:
-                self._close_log()
-                raise EmulatorStartError(
-                    f"the emulator exited with code {code} while starting; log "
-                    f"{self.log_path}:\n{_tail(self.log_path)}"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise EmulatorStartError(
-                    f"the emulator did not answer {self.url}/ping within "
-                    f"{self.startup_timeout_s:g}s; log {self.log_path}:\n{_tail(self.log_path)}"
-                )
-            time.sleep(0.05)
+        if not wait_until(lambda: ping(self.url, timeout_s=1.0), self.startup_timeout_s,
+                          still_starting=self._still_starting):
+            self.stop()
+            raise EmulatorStartError(
+                f"the emulator did not answer {self.url}/ping within "
+                f"{self.startup_timeout_s:g}s; log {self.log_path}:\n{_tail(self.log_path)}"
+            )
         return self
+
+    def _still_starting(self) -> None:
+        code = self._process.poll() if self._process is not None else None
+        if code is not None:
+            self._close_log()
+            raise EmulatorStartError(
+                f"the emulator exited with code {code} while starting; log "
+                f"{self.log_path}:\n{_tail(self.log_path)}"
+            )
 
     def stop(self, timeout_s: float = 60.0) -> int | None:
         """SIGTERM (uvicorn then stops every Triton in its lifespan), SIGKILL if it hangs."""

@@ -2,21 +2,19 @@
 
 A store can be given as a folder of tarballs, a list of tarballs, or Triton model repositories
 (folders whose sub-folders hold ``config.pbtxt``); repositories are packaged the way SageMaker
-expects (model folders at the archive root). Packaging is deterministic (sorted entries, zeroed
-times and owners) so a tarball's digest changes only when its content does: golden snapshots
-record that digest to tell a stale snapshot from a regression.
+expects (model folders at the archive root) by the project's one packager, which is
+deterministic, so a tarball's digest changes only when its content does: golden snapshots record
+that digest to tell a stale snapshot from a regression.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
-import os
 import shutil
-import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+
+from ensembles.packaging import package
 
 TARBALL_SUFFIXES = (".tar.gz", ".tgz")
 
@@ -38,45 +36,13 @@ def is_repository(path: Path) -> bool:
     return path.is_dir() and any(is_model_dir(child) for child in path.iterdir())
 
 
-def _reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.mtime = 0
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
-
 def package_repository(repository: Path, destination: Path) -> Path:
-    """Write ``repository``'s model folders at the root of the tarball ``destination``."""
+    """Write ``repository``'s model folders at the root of the tarball ``destination`` (the
+    ``flat`` layout of ``ensembles.packaging.package``, the project's one packager)."""
     repository = Path(repository)
     if not is_repository(repository):
         raise StoreError(f"{repository} is not a model repository (no <model>/config.pbtxt)")
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path in _walk(repository):
-            if path.name == "__pycache__" or path.suffix == ".pyc":
-                continue
-            tar.add(
-                path,
-                arcname=path.relative_to(repository).as_posix(),
-                recursive=False,
-                filter=_reset,
-            )
-    tmp = destination.with_name(destination.name + ".part")
-    # mtime=0 in the gzip header too: otherwise every packaging gets a new digest.
-    with open(tmp, "wb") as out, gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz:
-        gz.write(raw.getvalue())
-    os.replace(tmp, destination)
-    return destination
-
-
-def _walk(root: Path) -> Iterable[Path]:
-    for child in sorted(root.iterdir()):
-        if child.name == "__pycache__":
-            continue
-        yield child
-        if child.is_dir() and not child.is_symlink():
-            yield from _walk(child)
+    return package(repository, destination, layout="flat")
 
 
 def tarball_name(repository: Path) -> str:

@@ -34,7 +34,7 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from harness.fixtures import MmeEndpoint
+    from harness.live_endpoint import MmeEndpoint
 
 _LAST_TARGET_MODEL = pytest.StashKey[str]()
 
@@ -141,7 +141,7 @@ def mme_model_store(pytestconfig: pytest.Config) -> Any:
 def _mme_store_dir(mme_model_store: Any, tmp_path_factory: pytest.TempPathFactory) -> Path | None:
     if mme_model_store is None:
         return None
-    from harness.store import StoreError, prepare_store
+    from harness.model_store import StoreError, prepare_store
 
     try:
         return prepare_store(mme_model_store, tmp_path_factory.mktemp("mme-store"))
@@ -150,7 +150,7 @@ def _mme_store_dir(mme_model_store: Any, tmp_path_factory: pytest.TempPathFactor
 
 
 def _endpoint_name(config: pytest.Config) -> str:
-    from harness.fixtures import DEFAULT_ENDPOINT
+    from harness.live_endpoint import DEFAULT_ENDPOINT
 
     return str(config.getoption("mme_endpoint_name") or DEFAULT_ENDPOINT)
 
@@ -193,7 +193,7 @@ def mme_server(
     if pytestconfig.getoption("mme_inprocess"):
         yield from _inprocess_server(settings, name, _mme_store_dir)
         return
-    from harness.fixtures import EmulatorProcess, EmulatorStartError
+    from harness.live_endpoint import EmulatorProcess, EmulatorStartError
 
     log_path = tmp_path_factory.mktemp("mme-log") / "emulator.log"
     process = EmulatorProcess(settings, log_path)
@@ -223,8 +223,8 @@ def _inprocess_server(
 def mme_endpoint(
     pytestconfig: pytest.Config, _mme_store_dir: Path | None, request: pytest.FixtureRequest
 ) -> MmeEndpoint:
-    from harness.fixtures import LOCAL_REGION, MmeEndpoint, aws_client, local_client
-    from harness.store import store_digests
+    from harness.live_endpoint import LOCAL_REGION, MmeEndpoint, aws_client, local_client
+    from harness.model_store import store_digests
 
     digests = store_digests(_mme_store_dir) if _mme_store_dir is not None else {}
     if _target(pytestconfig) == "aws":

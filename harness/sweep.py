@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.store import is_model_dir, package_repository
+from harness.model_store import is_model_dir, package_repository
 
 
 class SweepError(ValueError):

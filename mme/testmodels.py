@@ -7,8 +7,10 @@ test suite can observe lifecycle behaviour through conditions rather than timing
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
+
+# Re-exported for the benchmarks and tests that package these models: the project's one packager.
+from ensembles.packaging import package as package
 
 SCALE_MODEL_PY = '''
 import json, os, time
@@ -68,11 +70,3 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 {param_text}
 ''')
     return folder
-
-
-def package(source: Path, tarball: Path, layout: str = "dot") -> Path:
-    """``dot``: like ``tar -C source .``; ``folder``: a top-level folder named like ``source``."""
-    tarball.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(tarball, "w:gz") as tar:
-        tar.add(source, arcname="." if layout == "dot" else source.name)
-    return tarball

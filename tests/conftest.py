@@ -1,20 +1,26 @@
-"""Shared fixtures: the emulator with a real embedded Triton, a real HTTP S3 server, boto3."""
+"""Fixtures and hooks only; helpers live in the ``tests/*_support.py`` modules.
+
+The emulator with a real embedded (or docker) Triton, a real HTTP S3 server, boto3.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from botocore.config import Config
 
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from emulator.triton.launcher import free_port
+
+# Re-exported for test modules written against the old layout (`from tests.conftest import`).
+from tests.client_support import DUMMY_CREDENTIALS, S3, runtime_client  # noqa: F401
+from tests.docker_support import docker_client, triton_cpu_image  # noqa: F401
+from tests.launcher_support import DOCKER, LAUNCHER_PARAMS, TritonLauncher
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -22,7 +28,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="skip the docker suites (refused with CI=true: CI runs them)")
 
 
+TESTS = Path(__file__).parent
+KINDS = ("unit", "integration")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # the folder says what a test is: -m unit / -m integration select it
+        folder = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
+        if folder in KINDS:
+            item.add_marker(folder)
     if not config.getoption("--no-docker"):
         return
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
@@ -33,19 +47,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing",
-                     "region_name": "us-east-1"}
-
-
-def runtime_client(url: str, **config: Any) -> Any:
-    """An unmodified boto3 sagemaker-runtime client; no retries so errors surface as sent."""
-    return boto3.client(
-        "sagemaker-runtime", endpoint_url=url, **DUMMY_CREDENTIALS,
-        config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=120,
-                      **config),
-    )
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     folder = tmp_path / "store"
@@ -53,31 +54,39 @@ def store(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module", params=LAUNCHER_PARAMS)
+def triton_launcher(request: pytest.FixtureRequest) -> TritonLauncher:
+    """Each launcher in turn (embedded, then docker): a module requesting it runs twice."""
+    if request.param == DOCKER:
+        image = request.getfixturevalue("triton_cpu_image")
+        return TritonLauncher(DOCKER, {"launcher": "docker", "image": image},
+                              request.getfixturevalue("docker_client"))
+    return TritonLauncher(request.param)
+
+
 @pytest.fixture
-def start_emulator(tmp_path: Path) -> Iterator[Callable[..., EmulatorServer]]:
-    """Start an emulator (own Triton, own cache dir); every one started is stopped at the end."""
+def start_emulator(tmp_path: Path,
+                   request: pytest.FixtureRequest) -> Iterator[Callable[..., EmulatorServer]]:
+    """Start an emulator (own Triton, own cache dir); every one started is stopped at the end.
+
+    On the embedded launcher, or on each launcher in turn when the test also requests
+    ``triton_launcher`` (tmp_path is then mounted into the container: gate files live there).
+    """
+    launcher = (request.getfixturevalue("triton_launcher")
+                if "triton_launcher" in request.fixturenames else TritonLauncher("embedded"))
     servers: list[EmulatorServer] = []
 
     def start(**overrides: Any) -> EmulatorServer:
         overrides.setdefault("cache_dir", tmp_path / f"cache{len(servers)}")
         overrides.setdefault("port", 0)
-        server = EmulatorServer(Settings.from_env(env={}, **overrides)).start()
+        settings = launcher.overrides(mounts=[tmp_path], **overrides)
+        server = EmulatorServer(Settings.from_env(env={}, **settings)).start()
         servers.append(server)
         return server
 
     yield start
     for server in servers:
         server.stop()
-
-
-@dataclass
-class S3:
-    endpoint_url: str
-    client: Any
-
-    def bucket(self, name: str) -> str:
-        self.client.create_bucket(Bucket=name)
-        return name
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from emulator.autoscaling.service import AutoScalingService, metric_query
 from emulator.autoscaling.state import ScalableTarget, ScalingActivity, ScalingPolicy
 from emulator.clock import Clock
 from emulator.cloudwatch import statistics
-from emulator.cloudwatch.store import MetricStore, SeriesKey
+from emulator.cloudwatch.series import MetricStore, SeriesKey
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,7 @@ from typing import Any
 from botocore.model import ServiceModel
 
 from emulator.contract.control_plane import format_errors, project, validate
+from emulator.contract.json_errors import JsonProtocolError
 
 TARGET_PREFIX = "AnyScaleFrontendService."
 JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
@@ -25,15 +26,10 @@ OPERATIONS = frozenset({
 })
 
 
-class ScalingError(Exception):
-    def __init__(self, message: str, code: str = "ValidationException", status: int = 400):
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.status = status
+class ScalingError(JsonProtocolError):
+    """Application Auto Scaling's error; its message member is ``Message``."""
 
-    def body(self) -> dict[str, str]:
-        return {"__type": self.code, "Message": self.message}
+    message_member = "Message"
 
 
 def not_found(message: str) -> ScalingError:

@@ -22,9 +22,20 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _internal(exc: Exception) -> CloudWatchError:
-    log.exception("cloudwatch request failed")
-    return CloudWatchError("InternalServiceError", f"internal failure: {exc}", status=500)
+async def _answer(call: Callable[[], Awaitable[bytes]],
+                  error_body: Callable[[CloudWatchError], tuple[bytes, dict[str, str]]],
+                  media_type: str, headers: dict[str, str]) -> Response:
+    """Run one request; any failure answers in the protocol's own error shape."""
+    try:
+        body, status = await call(), 200
+    except Exception as exc:  # noqa: BLE001 - every failure answers in the protocol's shape
+        error = exc if isinstance(exc, CloudWatchError) else None
+        if error is None:
+            log.exception("cloudwatch request failed")
+            error = CloudWatchError("InternalServiceError", f"internal failure: {exc}", status=500)
+        body, extra = error_body(error)
+        status, headers = error.status, {**headers, **extra}
+    return Response(body, status_code=status, media_type=media_type, headers=headers)
 
 
 def build_cloudwatch_router(service: CloudWatchService) -> APIRouter:
@@ -32,18 +43,13 @@ def build_cloudwatch_router(service: CloudWatchService) -> APIRouter:
 
     @router.post(wire.CBOR_PATH, include_in_schema=False)
     async def cbor_operation(operation: str, request: Request) -> Response:
-        request_id = str(uuid.uuid4())
-        headers = {"x-amzn-RequestId": request_id, "smithy-protocol": "rpc-v2-cbor"}
-        try:
+        async def call() -> bytes:
             params = wire.parse_cbor(operation, await request.body())
-            body = wire.cbor_body(operation, await service.handle(operation, params))
-            status = 200
-        except Exception as exc:  # noqa: BLE001 - every failure answers in the protocol's shape
-            error = exc if isinstance(exc, CloudWatchError) else _internal(exc)
-            body, status = wire.cbor_error(error), error.status
-            headers.update(wire.error_headers(error))
-        return Response(body, status_code=status, media_type=wire.CBOR_CONTENT_TYPE,
-                        headers=headers)
+            return wire.cbor_body(operation, await service.handle(operation, params))
+
+        return await _answer(call, lambda e: (wire.cbor_error(e), wire.error_headers(e)),
+                             wire.CBOR_CONTENT_TYPE, {"x-amzn-RequestId": str(uuid.uuid4()),
+                                                      "smithy-protocol": "rpc-v2-cbor"})
 
     return router
 
@@ -52,19 +58,13 @@ def json_handler(service: CloudWatchService) -> Handler:
     """``X-Amz-Target: GraniteServiceVersion20100801.<Op>`` (JSON 1.0)."""
 
     async def handle(request: Request) -> Response:
-        request_id = str(uuid.uuid4())
-        headers = {"x-amzn-RequestId": request_id}
-        try:
+        async def call() -> bytes:
             operation, params = wire.parse_json(request.headers.get("x-amz-target", ""),
                                                 await request.body())
-            body = wire.json_body(operation, await service.handle(operation, params))
-            status = 200
-        except Exception as exc:  # noqa: BLE001
-            error = exc if isinstance(exc, CloudWatchError) else _internal(exc)
-            body, status = wire.json_error(error), error.status
-            headers.update(wire.error_headers(error))
-        return Response(body, status_code=status, media_type=wire.JSON_CONTENT_TYPE,
-                        headers=headers)
+            return wire.json_body(operation, await service.handle(operation, params))
+
+        return await _answer(call, lambda e: (wire.json_error(e), wire.error_headers(e)),
+                             wire.JSON_CONTENT_TYPE, {"x-amzn-RequestId": str(uuid.uuid4())})
 
     return handle
 
@@ -74,14 +74,12 @@ def query_handler(service: CloudWatchService) -> Handler:
 
     async def handle(request: Request) -> Response:
         request_id = str(uuid.uuid4())
-        try:
+
+        async def call() -> bytes:
             operation, params = wire.parse_query(await request.body())
-            body = wire.xml_body(operation, await service.handle(operation, params), request_id)
-            status = 200
-        except Exception as exc:  # noqa: BLE001
-            error = exc if isinstance(exc, CloudWatchError) else _internal(exc)
-            body, status = wire.xml_error(error, request_id), error.status
-        return Response(body, status_code=status, media_type=wire.XML_CONTENT_TYPE,
-                        headers={"x-amzn-RequestId": request_id})
+            return wire.xml_body(operation, await service.handle(operation, params), request_id)
+
+        return await _answer(call, lambda e: (wire.xml_error(e, request_id), {}),
+                             wire.XML_CONTENT_TYPE, {"x-amzn-RequestId": request_id})
 
     return handle

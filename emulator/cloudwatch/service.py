@@ -19,7 +19,7 @@ import numpy as np
 from emulator.clock import Clock
 from emulator.cloudwatch import statistics
 from emulator.cloudwatch.errors import CloudWatchError, combination, invalid
-from emulator.cloudwatch.store import MetricStore, SeriesKey
+from emulator.cloudwatch.series import MetricStore, SeriesKey
 
 MAX_DATAPOINTS = 1440  # GetMetricStatistics' documented limit per call
 LIST_PAGE = 500  # ListMetrics returns up to 500 results per call

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
 STANDARD = ("SampleCount", "Average", "Sum", "Minimum", "Maximum")
 # p0 .. p100 with up to two decimals, as CloudWatch accepts them (p99, p99.9, p99.99).
 _PERCENTILE = re.compile(r"p(\d{1,2}(?:\.\d{1,2})?|100(?:\.0{1,2})?)")
+
+
+def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
+    """The project's one percentile: nearest rank, the smallest sample with at least ``q``%
+    of the samples at or below it (always a real sample; NaN for none). CloudWatch's pNN here,
+    and every latency figure the load tests and benchmarks print, use it.
+
+    [U] CloudWatch's own percentiles are estimates; nearest rank is the exact statistic they
+    estimate."""
+    ordered = sorted(float(v) for v in values)
+    if not ordered:
+        return math.nan
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
 
 
 def is_percentile(name: str) -> bool:
@@ -34,5 +50,4 @@ def compute(name: str, values: np.ndarray) -> float:
     match = _PERCENTILE.fullmatch(name)
     if match is None:
         raise ValueError(f"unsupported statistic {name!r}")
-    # [U] CloudWatch's percentiles are estimates; nearest rank (a real sample) is used here.
-    return float(np.percentile(values, float(match.group(1)), method="inverted_cdf"))
+    return percentile(values, float(match.group(1)))

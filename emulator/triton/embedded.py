@@ -29,21 +29,19 @@ import shutil
 import signal
 import sys
 import sysconfig
-from collections import deque
 from pathlib import Path
 
 from emulator.manager import stubs
+from emulator.processes import die_with_parent, free_port
 from emulator.triton.launcher import (
     LauncherError,
-    RestartCallback,
+    SupervisedLauncher,
     TritonOptions,
-    free_port,
+    stage_shims,
     wait_until_ready,
 )
 
-log = logging.getLogger("emulator.triton")
-
-SHIMS_DIR = Path(__file__).parent / "backends"
+log = logging.getLogger(__name__)
 # Triton's own grace period for in-flight work on stop, then ours before SIGKILL. Short: a model
 # stuck loading (its stub died at import) would otherwise hold every stop for Triton's 10-15 s.
 EXIT_TIMEOUT_S = 3
@@ -91,11 +89,7 @@ def assemble_backends(target: Path, stub_registry: Path | None = None) -> Path:
     shutil.copy2(stub, python_dir / "triton_python_backend_stub")
     if stub_registry is not None:
         stubs.install_wrapper(python_dir / "triton_python_backend_stub", stub_registry)
-    if SHIMS_DIR.is_dir():
-        for shim in sorted(SHIMS_DIR.iterdir()):
-            if (shim / "model.py").is_file():
-                shutil.copytree(shim, target / shim.name,
-                                ignore=shutil.ignore_patterns("__pycache__"))
+    stage_shims(target)
     return target
 
 
@@ -113,33 +107,19 @@ def child_environment(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it if the emulator dies, so no orphan remains."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-class EmbeddedLauncher:
+class EmbeddedLauncher(SupervisedLauncher):
     """Runs the wheel's tritonserver as a child process; restarts it if it dies."""
 
     def __init__(self, options: TritonOptions, work_dir: Path, tritonserver: str | None = None,
                  host: str = "127.0.0.1", name: str = "triton") -> None:
+        super().__init__(name)
         self.options = options
         self._work_dir = work_dir
         self._binary = find_tritonserver(tritonserver)
         self._host = host
-        self._name = name
         self._http_port = 0
         self._process: asyncio.subprocess.Process | None = None
-        self._watchdog: asyncio.Task[None] | None = None
         self._log_task: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._log_tail: deque[str] = deque(maxlen=60)
-        self.on_restart: RestartCallback | None = None
-        self.restarts = 0
 
     @property
     def http_url(self) -> str:
@@ -177,7 +157,6 @@ class EmbeddedLauncher:
         return stubs.registry_for(self.options.repository)
 
     async def start(self) -> None:
-        self._stopping = False
         self.options.repository.mkdir(parents=True, exist_ok=True)
         # A previous run's leftovers (this emulator may have been SIGKILLed mid-run).
         await asyncio.to_thread(stubs.clean_up, self.stub_registry)
@@ -187,7 +166,7 @@ class EmbeddedLauncher:
                         len(stale))
         await asyncio.to_thread(assemble_backends, self._work_dir / "backends", self.stub_registry)
         await self._spawn()
-        self._watchdog = asyncio.create_task(self._watch(), name=f"{self._name}-watchdog")
+        self._start_watchdog()
 
     async def _spawn(self) -> None:
         self._http_port = free_port(self._host)
@@ -200,7 +179,7 @@ class EmbeddedLauncher:
             env=child_environment(self.options.environment),
             cwd=str(self._work_dir),
             start_new_session=True,  # Ctrl-C reaches us, not Triton: we stop it in order
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         self._log_task = asyncio.create_task(self._pump_logs(self._process))
         await self._wait_ready()
@@ -231,25 +210,13 @@ class EmbeddedLauncher:
         await self._terminate()
         raise LauncherError(f"tritonserver was not ready within {self.options.startup_timeout_s}s")
 
-    async def _watch(self) -> None:
-        while not self._stopping:
-            process = self._process
-            if process is None:
-                return
-            code = await process.wait()
-            if self._stopping:
-                return
-            await self._clean_up_after(process)
-            self.restarts += 1
-            log.warning("%s died (exit code %s); restarting. Last lines:\n%s",
-                        self._name, code, "\n".join(list(self._log_tail)[-10:]))
-            try:
-                await self._spawn()
-            except LauncherError as exc:
-                log.error("%s could not be restarted: %s", self._name, exc)
-                return
-            if self.on_restart is not None:
-                await self.on_restart()
+    async def _wait_for_exit(self) -> str | None:
+        process = self._process
+        return None if process is None else str(await process.wait())
+
+    async def _after_exit(self) -> None:
+        if self._process is not None:
+            await self._clean_up_after(self._process)
 
     async def _clean_up_after(self, process: asyncio.subprocess.Process) -> None:
         """Triton has exited: end what is left of its process group, remove its shm regions."""
@@ -278,11 +245,7 @@ class EmbeddedLauncher:
         await self._clean_up_after(process)
 
     async def stop(self) -> None:
-        self._stopping = True
-        if self._watchdog:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
+        await self._stop_watchdog()
         await self._terminate()
         if self._log_task:
             with contextlib.suppress(Exception):

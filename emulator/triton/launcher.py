@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import shutil
-import socket
 import subprocess
+from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +25,15 @@ from typing import Protocol
 
 import aiohttp
 
+from emulator.processes import free_port as free_port  # re-exported: launchers' callers use it
+
+log = logging.getLogger(__name__)
+
 RestartCallback = Callable[[], Awaitable[None]]
+
+# The Python-based backend shims (``backends/<name>/model.py``); their shared module lives once in
+# ``backends/_shared/`` and each shim folder links to it.
+SHIMS_DIR = Path(__file__).parent / "backends"
 
 
 class LauncherError(RuntimeError):
@@ -66,11 +76,83 @@ class TritonLauncher(Protocol):
     def is_running(self) -> bool: ...
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that is free now (the OS picks it); good enough for child servers."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+class SupervisedLauncher(ABC):
+    """A launcher that starts its own Triton and restarts it when it dies (embedded, docker).
+
+    Subclasses say how to start one (``_spawn``), how to wait for it to end
+    (``_wait_for_exit``) and what to clean up after it (``_after_exit``); the watchdog, the
+    restart count, ``on_restart`` and the log tail quoted when it dies are here, once.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._stopping = False
+        self._watchdog: asyncio.Task[None] | None = None
+        self._log_tail: deque[str] = deque(maxlen=60)
+        self.on_restart: RestartCallback | None = None
+        self.restarts = 0
+
+    @abstractmethod
+    async def _spawn(self) -> None:
+        """Start Triton and return once it is ready; LauncherError if it is not."""
+
+    @abstractmethod
+    async def _wait_for_exit(self) -> str | None:
+        """Wait until the running Triton ends and describe its exit code; None if none runs."""
+
+    @abstractmethod
+    async def _after_exit(self) -> None:
+        """Clean up what the dead Triton left (processes, shared memory, a container)."""
+
+    def _describe(self) -> str:
+        """Names the running Triton in the log (e.g. with its container)."""
+        return self._name
+
+    def _start_watchdog(self) -> None:
+        self._stopping = False
+        self._watchdog = asyncio.create_task(self._watch(), name=f"{self._name}-watchdog")
+
+    async def _stop_watchdog(self) -> None:
+        self._stopping = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+            self._watchdog = None
+
+    async def _watch(self) -> None:
+        while not self._stopping:
+            described = self._describe()
+            code = await self._wait_for_exit()
+            if code is None or self._stopping:
+                return
+            await self._after_exit()
+            self.restarts += 1
+            log.warning("%s died (exit code %s); restarting. Last lines:\n%s", described, code,
+                        "\n".join(list(self._log_tail)[-10:]))
+            try:
+                await self._spawn()
+            except LauncherError as exc:
+                log.error("%s could not be restarted: %s", self._name, exc)
+                return
+            if self.on_restart is not None:
+                await self.on_restart()
+
+
+def stage_shims(target: Path, source: Path = SHIMS_DIR) -> list[Path]:
+    """Copy each shim folder of ``source`` into ``target`` (replacing what is there), links
+    dereferenced so a folder stands alone when mounted; done on every start, so an edited shim
+    is picked up. Returns the staged folders."""
+    staged = []
+    if source.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        for shim in sorted(source.iterdir()):
+            if (shim / "model.py").is_file():
+                shutil.rmtree(target / shim.name, ignore_errors=True)
+                shutil.copytree(shim, target / shim.name,
+                                ignore=shutil.ignore_patterns("__pycache__"))
+                staged.append(target / shim.name)
+    return staged
 
 
 async def wait_until_ready(url: str, timeout_s: float,

@@ -2,7 +2,7 @@
 OUTPUT1 = INPUT0 - INPUT1. Used by the harness's own tests and as a template.
 
 ``write_add_repository(path)`` writes a model repository (``path/add/config.pbtxt`` and
-``path/add/1/model.py``); package it with ``harness.store.package_repository``.
+``path/add/1/model.py``); package it with ``harness.model_store.package_repository``.
 """
 
 from __future__ import annotations

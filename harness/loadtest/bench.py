@@ -21,7 +21,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from harness.fixtures import free_port, ping
+from emulator.processes import free_port, wait_until
+from harness.live_endpoint import ping
 from harness.loadtest.config import LoadPlan, Phase
 from harness.loadtest.session import auto_request, emulator, invoke_once, run_http
 
@@ -49,11 +50,12 @@ def null_server() -> Iterator[str]:
     process = subprocess.Popen([sys.executable, "-c", NULL_SERVER, str(port)])
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while not ping(url, 0.5):
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("the null server did not start")
-            time.sleep(0.05)
+        def still_starting() -> None:
+            if process.poll() is not None:
+                raise RuntimeError(f"the null server exited with code {process.returncode}")
+
+        if not wait_until(lambda: ping(url, 0.5), 30, still_starting=still_starting):
+            raise RuntimeError("the null server did not answer /ping within 30s")
         yield url
     finally:
         process.terminate()

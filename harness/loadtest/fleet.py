@@ -15,8 +15,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from emulator.cloudwatch.statistics import percentile
 from harness.loadtest.runner import FleetPoll, LoadResult, Sample
-from harness.loadtest.stopping import percentile
 
 
 def _natural(key: str) -> list[Any]:

@@ -249,15 +249,14 @@ def find_endpoint_snapshot(data: Any, endpoint_name: str) -> dict[str, Any] | No
     return None
 
 
-class EmulatorMetrics:
-    """Reads the endpoint's CloudWatch-style counters from ``GET /_emulator/metrics``."""
+class _EmulatorJson:
+    """Polls one of the emulator's JSON pages; None when it does not answer 200 with JSON."""
 
-    def __init__(self, url: str, endpoint_name: str) -> None:
-        self._url = f"{url.rstrip('/')}/_emulator/metrics"
-        self._endpoint = endpoint_name
+    def __init__(self, url: str, path: str) -> None:
+        self._url = f"{url.rstrip('/')}{path}"
         self._session: Any = None
 
-    async def poll(self) -> dict[str, Any] | None:
+    async def _get(self) -> Any:
         import aiohttp
 
         if self._session is None:
@@ -266,16 +265,26 @@ class EmulatorMetrics:
             async with self._session.get(self._url) as resp:
                 if resp.status != 200:
                     return None
-                data = await resp.json(content_type=None)
+                return await resp.json(content_type=None)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             return None
-        snapshot = find_endpoint_snapshot(data, self._endpoint)
-        return snapshot.get("Metrics") if snapshot else None
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+class EmulatorMetrics(_EmulatorJson):
+    """Reads the endpoint's CloudWatch-style counters from ``GET /_emulator/metrics``."""
+
+    def __init__(self, url: str, endpoint_name: str) -> None:
+        super().__init__(url, "/_emulator/metrics")
+        self._endpoint = endpoint_name
+
+    async def poll(self) -> dict[str, Any] | None:
+        snapshot = find_endpoint_snapshot(await self._get(), self._endpoint)
+        return snapshot.get("Metrics") if snapshot else None
 
 
 class FleetSource(Protocol):
@@ -305,29 +314,13 @@ def fleet_snapshot(data: Any, endpoint_name: str) -> dict[str, dict[str, Any]] |
     return out
 
 
-class EmulatorFleet:
+class EmulatorFleet(_EmulatorJson):
     """Samples each instance's loaded models from ``GET /_emulator/models`` (emulator only)."""
 
     def __init__(self, url: str, endpoint_name: str) -> None:
-        self._url = f"{url.rstrip('/')}/_emulator/models"
+        super().__init__(url, "/_emulator/models")
         self._endpoint = endpoint_name
-        self._session: Any = None
 
     async def poll(self) -> dict[str, dict[str, Any]] | None:
-        import aiohttp
-
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
-        try:
-            async with self._session.get(self._url) as resp:
-                if resp.status != 200:
-                    return None
-                data = await resp.json(content_type=None)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
-            return None
-        return fleet_snapshot(data, self._endpoint)
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        data = await self._get()
+        return fleet_snapshot(data, self._endpoint) if data is not None else None

@@ -14,9 +14,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from emulator.cloudwatch.statistics import percentile
 from harness.loadtest.fleet import fleet_markdown, fleet_summary, plot_fleet
 from harness.loadtest.runner import LoadResult, MetricsPoll, Sample
-from harness.loadtest.stopping import percentile
 
 PERCENTILES = (50, 90, 95, 99)
 

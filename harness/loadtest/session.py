@@ -24,7 +24,7 @@ def emulator(
 ) -> Iterator[str]:
     """``mme serve`` for ``store`` in a child process (its own GIL: the generator's CPU time
     does not slow the endpoint's event loop); yields its URL."""
-    from harness.fixtures import EmulatorProcess
+    from harness.live_endpoint import EmulatorProcess
 
     env = {
         "MME_MODEL_DATA": str(store),

@@ -6,10 +6,10 @@ condition is met. Times come from the caller, so tests drive it with a fake cloc
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
 
+from emulator.cloudwatch.statistics import percentile as percentile  # the project's one
 from harness.loadtest.config import StoppingConditions
 
 
@@ -20,15 +20,6 @@ class StopReason:
 
     def __str__(self) -> str:
         return f"{self.condition}: {self.detail}"
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (the value below which q% of samples fall), as CloudWatch's pNN."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
 
 
 class StopMonitor:

@@ -18,7 +18,7 @@ import pytest
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from harness.loadtest.invokers import HttpInvoker
-from tests.conftest import DUMMY_CREDENTIALS
+from tests.client_support import DUMMY_CREDENTIALS
 from tests.support import package, scale_request, write_scale_model
 
 KEY = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/mme/variant/AllTraffic",

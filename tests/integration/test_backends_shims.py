@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ensemble_helpers import RunningTriton, gpu_available, triton_session
+
+from tests.ensemble_helpers import RunningTriton, gpu_available, triton_session
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from emulator.triton.launcher import free_port
-from tests.conftest import runtime_client
+from tests.client_support import runtime_client
 from tests.support import output_of, package, scale_request, write_scale_model
 
 

@@ -20,7 +20,7 @@ from botocore.serialize import create_serializer
 from emulator.clock import Clock
 from emulator.cloudwatch import CloudWatchService, MetricStore
 from emulator.cloudwatch.errors import CloudWatchError
-from emulator.cloudwatch.store import MAX_SAMPLES_PER_SERIES
+from emulator.cloudwatch.series import MAX_SAMPLES_PER_SERIES
 from tests.conftest import DUMMY_CREDENTIALS, runtime_client
 from tests.support import package, scale_request, write_scale_model
 
@@ -279,7 +279,7 @@ def test_every_protocol_gives_the_same_figures(served: Any, protocol: str) -> No
 
 
 def test_samples_older_than_the_retention_expire() -> None:
-    from emulator.cloudwatch.store import CHUNK, RETENTION_EMULATED_S
+    from emulator.cloudwatch.series import CHUNK, RETENTION_EMULATED_S
 
     _, store, fake = _service(scale=60)
     for _ in range(CHUNK):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.conftest import runtime_client
+from tests.client_support import runtime_client
 from tests.support import output_of, package, scale_request, write_scale_model
 
 pytestmark = pytest.mark.slow

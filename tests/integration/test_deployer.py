@@ -265,7 +265,7 @@ def test_a_model_that_cannot_load_fails_the_smoke_test_clearly(
 
 
 def test_auto_payload_targets_the_top_ensemble(repositories: list[Path], tmp_path: Path) -> None:
-    from harness.store import package_repository
+    from harness.model_store import package_repository
 
     tarball = package_repository(repositories[1], tmp_path / "chain.tar.gz")
     body, content_type = auto_payload(tarball)

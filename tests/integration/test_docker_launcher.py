@@ -31,7 +31,6 @@ from emulator.triton.docker_launcher import (
     remove_leftover_containers,
 )
 from emulator.triton.launcher import LauncherError, TritonOptions, free_port
-from tests.docker_support import docker_client, triton_cpu_image  # noqa: F401
 
 T = TypeVar("T")
 
@@ -183,7 +182,7 @@ def test_pull_progress_logs_every_tenth_without_a_terminal(
 
 @pytest.mark.docker
 def test_start_load_infer_through_a_symlinked_version_folder(
-        tmp_path: Path, docker_client: Any, triton_cpu_image: str,  # noqa: F811
+        tmp_path: Path, docker_client: Any, triton_cpu_image: str,
         caplog: pytest.LogCaptureFixture) -> None:
     cache = tmp_path / "cache"
     options = options_for(tmp_path, environment={"MME_TEST_MARKER": "42"})
@@ -225,7 +224,7 @@ def test_start_load_infer_through_a_symlinked_version_folder(
 
 @pytest.mark.docker
 def test_without_the_cache_mounted_the_symlinked_model_cannot_load(
-        tmp_path: Path, triton_cpu_image: str) -> None:  # noqa: F811
+        tmp_path: Path, triton_cpu_image: str) -> None:
     """The counter-test: only the repository mounted, so the symlinks dangle in the container."""
     cache = tmp_path / "cache"
     options = options_for(tmp_path)
@@ -245,8 +244,8 @@ def test_without_the_cache_mounted_the_symlinked_model_cannot_load(
 
 
 @pytest.mark.docker
-def test_stop_leaves_no_container(tmp_path: Path, docker_client: Any,  # noqa: F811
-                                  triton_cpu_image: str) -> None:  # noqa: F811
+def test_stop_leaves_no_container(tmp_path: Path, docker_client: Any,
+                                  triton_cpu_image: str) -> None:
     launcher = DockerLauncher(options_for(tmp_path), image=triton_cpu_image)
 
     async def scenario() -> str:
@@ -263,7 +262,7 @@ def test_stop_leaves_no_container(tmp_path: Path, docker_client: Any,  # noqa: F
 
 @pytest.mark.docker
 def test_a_killed_container_is_replaced_and_on_restart_called(
-        tmp_path: Path, docker_client: Any, triton_cpu_image: str) -> None:  # noqa: F811
+        tmp_path: Path, docker_client: Any, triton_cpu_image: str) -> None:
     cache = tmp_path / "cache"
     options = options_for(tmp_path)
     model = install_model(cache, options.repository, "add_one", "k1", model_py=add_model_py(1))
@@ -303,7 +302,7 @@ def test_a_killed_container_is_replaced_and_on_restart_called(
 
 @pytest.mark.docker
 def test_leftovers_of_dead_owners_are_removed_at_start(
-        tmp_path: Path, docker_client: Any, triton_cpu_image: str) -> None:  # noqa: F811
+        tmp_path: Path, docker_client: Any, triton_cpu_image: str) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
     hostname = socket.gethostname()
@@ -341,7 +340,7 @@ def test_leftovers_of_dead_owners_are_removed_at_start(
 
 @pytest.mark.docker
 def test_missing_image_without_pull_says_what_to_build(
-        tmp_path: Path, docker_client: Any) -> None:  # noqa: F811
+        tmp_path: Path, docker_client: Any) -> None:
     launcher = DockerLauncher(options_for(tmp_path), image="mme-no-such-image:never", pull=False)
     with pytest.raises(LauncherError, match="build-test-image.sh") as info:
         run(launcher.start)
@@ -350,7 +349,7 @@ def test_missing_image_without_pull_says_what_to_build(
 
 @pytest.mark.docker
 def test_missing_image_from_an_unreachable_registry_fails_clearly(
-        tmp_path: Path, docker_client: Any) -> None:  # noqa: F811
+        tmp_path: Path, docker_client: Any) -> None:
     image = f"127.0.0.1:{free_port()}/mme-no-such-image:never"
     launcher = DockerLauncher(options_for(tmp_path), image=image)
     with pytest.raises(LauncherError, match="pulling it failed|pulling .* failed") as info:
@@ -360,7 +359,7 @@ def test_missing_image_from_an_unreachable_registry_fails_clearly(
 
 @pytest.mark.docker
 def test_a_triton_that_cannot_start_reports_its_output(
-        tmp_path: Path, docker_client: Any, triton_cpu_image: str) -> None:  # noqa: F811
+        tmp_path: Path, docker_client: Any, triton_cpu_image: str) -> None:
     options = options_for(tmp_path, extra_args=["--no-such-flag=1"])
     launcher = DockerLauncher(options, image=triton_cpu_image)
     with pytest.raises(LauncherError, match="exited with code") as info:
@@ -373,7 +372,7 @@ def test_a_triton_that_cannot_start_reports_its_output(
 
 @pytest.mark.docker
 def test_shims_are_mounted_into_images_that_ask_for_them(
-        tmp_path: Path, triton_cpu_image: str) -> None:  # noqa: F811
+        tmp_path: Path, triton_cpu_image: str) -> None:
     """A Python-based backend from the shims folder serves a model whose config names it."""
     shims = tmp_path / "shims"
     (shims / "_shared").mkdir(parents=True)
@@ -405,7 +404,7 @@ def test_shims_are_mounted_into_images_that_ask_for_them(
 
 @pytest.mark.docker
 def test_sagemaker_environment_reaches_the_container_command(
-        tmp_path: Path, docker_client: Any, triton_cpu_image: str) -> None:  # noqa: F811
+        tmp_path: Path, docker_client: Any, triton_cpu_image: str) -> None:
     from emulator.triton.sagemaker_env import triton_args_from_environment
 
     env = {"SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE": "33554432",

@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 from emulator.triton.docker_launcher import HOST_LABEL, OWNER_LABEL, process_start_ticks
-from tests.conftest import runtime_client
-from tests.docker_support import docker_client, require_image, triton_cpu_image  # noqa: F401
+from tests.client_support import runtime_client
+from tests.docker_support import require_image
 from tests.support import output_of, package, scale_request, write_scale_model
 
-COMPOSE = Path(__file__).resolve().parents[1] / "docker" / "compose.yaml"
+COMPOSE = Path(__file__).resolve().parents[2] / "docker" / "compose.yaml"
 EMULATOR_IMAGE = os.environ.get("MME_EMULATOR_IMAGE", "sagemaker-mme-emulator:local")
 
 
@@ -53,12 +53,12 @@ def test_compose_shares_the_cache_at_the_same_path_and_uses_the_external_launche
 
 
 @pytest.fixture
-def emulator_image(docker_client: Any) -> str:  # noqa: F811
+def emulator_image(docker_client: Any) -> str:
     return require_image(docker_client, EMULATOR_IMAGE)
 
 
 @pytest.fixture
-def stack_resources(docker_client: Any) -> Iterator[dict[str, Any]]:  # noqa: F811
+def stack_resources(docker_client: Any) -> Iterator[dict[str, Any]]:
     """A network and a volume of our own; everything created on them is removed at the end."""
     suffix = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
     network = docker_client.networks.create(f"mme-stack-{suffix}")
@@ -102,7 +102,7 @@ def wait_for_ping(url: str, container: Any, triton: Any, timeout: float = 180) -
 
 @pytest.mark.docker
 def test_emulator_image_and_triton_container_serve_boto3(
-        tmp_path: Path, docker_client: Any, triton_cpu_image: str,  # noqa: F811
+        tmp_path: Path, docker_client: Any, triton_cpu_image: str,
         emulator_image: str, stack_resources: dict[str, Any]) -> None:
     store = tmp_path / "store"
     package(write_scale_model(tmp_path / "m", "scale", 3.0), store / "scale.tar.gz", "folder")

@@ -9,7 +9,7 @@ import boto3
 import pytest
 
 from emulator.settings import Settings
-from tests.conftest import DUMMY_CREDENTIALS
+from tests.client_support import DUMMY_CREDENTIALS
 from tests.support import package, write_scale_model
 
 FAST = {"Delay": 1, "MaxAttempts": 120}

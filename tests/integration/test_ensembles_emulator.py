@@ -2,6 +2,11 @@
 
 Also the seeds' headline scenario (both ensembles behind one endpoint, with room for both, then
 with a memory budget that fits only one) and a short run of ``mme bench ensemble``.
+
+Everything that goes through the emulator runs on each launcher in turn (``triton_launcher``):
+on docker, both seeds' ensembles run unmodified in the CPU Triton test image, whose Python
+packages come from docker/triton-cpu/requirements*.txt and whose onnxruntime/dali backends are
+the emulator's shims, mounted by the launcher; checked against the same references.
 """
 
 from __future__ import annotations
@@ -18,11 +23,17 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 from botocore.config import Config
-from ensemble_helpers import built_repository
-from test_ensembles_image import IMAGES, in_process_reference
-from test_ensembles_text import BATCH_16, SENTENCES, assert_same_embeddings, reference
 
 from ensembles.packaging import folder_size, package
+from tests.ensemble_helpers import built_repository
+from tests.integration.test_ensembles_image import IMAGES, in_process_reference
+from tests.integration.test_ensembles_text import (
+    BATCH_16,
+    SENTENCES,
+    assert_same_embeddings,
+    reference,
+)
+from tests.launcher_support import TritonLauncher
 
 pytest.importorskip("nvidia.dali")
 pytest.importorskip("sentence_transformers")
@@ -48,9 +59,12 @@ def model_data(tmp_path_factory: pytest.TempPathFactory, repos: dict[str, Path])
     return folder
 
 
-def start_emulator(model_data: Path, cache: Path, **settings: Any) -> Any:
-    return server_module.EmulatorServer(Settings(
-        model_data=str(model_data), port=0, cache_dir=cache, **settings)).start()
+def start_emulator(model_data: Path, cache: Path, launcher: TritonLauncher,
+                   **settings: Any) -> Any:
+    server = server_module.EmulatorServer(Settings(**launcher.overrides(
+        model_data=str(model_data), port=0, cache_dir=cache, **settings))).start()
+    launcher.of(server)
+    return server
 
 
 def runtime_client(url: str) -> Any:
@@ -61,8 +75,9 @@ def runtime_client(url: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def emulator(model_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    server = start_emulator(model_data, tmp_path_factory.mktemp("cache"))
+def emulator(model_data: Path, tmp_path_factory: pytest.TempPathFactory,
+             triton_launcher: TritonLauncher) -> Iterator[Any]:
+    server = start_emulator(model_data, tmp_path_factory.mktemp("cache"), triton_launcher)
     try:
         yield server
     finally:
@@ -160,13 +175,15 @@ def _alternate(client: Any, rounds: int, want_text: np.ndarray, want_image: np.n
 
 
 def test_headline_two_ensembles_one_endpoint(model_data: Path, repos: dict[str, Path],
+                                             triton_launcher: TritonLauncher,
                                              tmp_path: Path) -> None:
     want_text = reference(SENTENCES[:2])
     want_image = in_process_reference(repos["image"], IMAGES[:1])[0]
     sizes = sorted(folder_size(repo) for repo in repos.values())
 
     # Room for both: two misses, then only hits; nothing is unloaded.
-    roomy = start_emulator(model_data, tmp_path / "cache-roomy", memory_budget=sum(sizes) * 2)
+    roomy = start_emulator(model_data, tmp_path / "cache-roomy", triton_launcher,
+                           memory_budget=sum(sizes) * 2)
     try:
         _alternate(runtime_client(roomy.url), 3, want_text, want_image)
         metrics = endpoint_metrics(roomy.url)
@@ -178,7 +195,7 @@ def test_headline_two_ensembles_one_endpoint(model_data: Path, repos: dict[str, 
     assert metrics["ModelUnloadingTime"]["SampleCount"] == 0
 
     # Room for either one alone but not both: every switch evicts the other ensemble.
-    tight = start_emulator(model_data, tmp_path / "cache-tight",
+    tight = start_emulator(model_data, tmp_path / "cache-tight", triton_launcher,
                            memory_budget=sizes[1] + sizes[0] // 2)
     try:
         _alternate(runtime_client(tight.url), 2, want_text, want_image)

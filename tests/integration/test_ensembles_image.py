@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ensemble_helpers import RunningTriton, built_repository, triton_session
+
+from tests.ensemble_helpers import RunningTriton, built_repository, triton_session
 
 pytest.importorskip("nvidia.dali")
 ort = pytest.importorskip("onnxruntime")

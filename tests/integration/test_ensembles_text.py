@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ensemble_helpers import RunningTriton, built_repository, gpu_available, triton_session
+
+from tests.ensemble_helpers import RunningTriton, built_repository, gpu_available, triton_session
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("sentence_transformers")

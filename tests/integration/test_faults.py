@@ -30,7 +30,7 @@ from botocore.exceptions import ClientError
 
 from emulator.manager.stubs import process_state as stubs_state
 from emulator.triton.launcher import free_port
-from tests.conftest import DUMMY_CREDENTIALS, runtime_client
+from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.fault_support import (
     error_of,
     get_json,

@@ -19,7 +19,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from mme.cli import build_parser, settings_from_args
-from tests.conftest import runtime_client
+from tests.client_support import runtime_client
 from tests.support import output_of, package, scale_request, write_scale_model
 
 pytestmark = pytest.mark.slow

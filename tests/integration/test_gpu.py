@@ -36,7 +36,7 @@ def _serve(tmp_path: Path, tarballs: dict[str, Path]) -> Any:
 
 
 def _invoke(server: Any, target: str, body: dict[str, Any]) -> np.ndarray:
-    from tests.conftest import runtime_client
+    from tests.client_support import runtime_client
 
     resp = runtime_client(server.url).invoke_endpoint(
         EndpointName="local", TargetModel=target, ContentType="application/octet-stream",

@@ -81,7 +81,7 @@ def test_a_tarball_cannot_reach_another_tarballs_installed_model(  # type: ignor
     write_scale_model(thief, "decoy")
     # The victim's installed name is public knowledge: the model name and a hash of its key.
     _ensemble_over(thief, repository.namespaced("add_one", artifact_key("victim.tar.gz")))
-    package(thief, store / "thief.tar.gz", "dot")
+    package(thief, store / "thief.tar.gz", "flat")
     server = start_emulator(model_data=str(store))
     rt = runtime_client(server.url)
     np.testing.assert_allclose(invoke(rt, "victim.tar.gz"), [7, 14, 21, 28])

@@ -182,7 +182,7 @@ def test_same_named_models_in_two_tarballs_side_by_side(start_emulator, store: P
                                                         tmp_path: Path) -> None:
     write_scale_ensemble(tmp_path / "a", scale_a=2, scale_b=3)
     write_scale_ensemble(tmp_path / "b", scale_a=10, scale_b=10)
-    package(tmp_path / "a", store / "a.tar.gz", "dot")
+    package(tmp_path / "a", store / "a.tar.gz", "flat")
     package(tmp_path / "b", store / "b.tar.gz", "folder")
     server = start_emulator(model_data=str(store))
     rt = runtime_client(server.url)

@@ -21,7 +21,7 @@ from harness.loadtest.config import (
 from harness.loadtest.report import summarize, write_report
 from harness.loadtest.runner import PHASES_COMPLETE
 from harness.loadtest.session import auto_request, emulator, run_http
-from harness.store import package_repository
+from harness.model_store import package_repository
 
 pytestmark = pytest.mark.slow
 

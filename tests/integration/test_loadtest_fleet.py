@@ -177,7 +177,7 @@ def test_generator_samples_the_fleet_and_the_report_shows_it(tmp_path: Path) -> 
 def test_loadtest_against_two_instances(start_emulator, store: Path, tmp_path: Path) -> None:
     from harness.examples.add_model import write_add_repository
     from harness.loadtest.session import auto_request, run_http
-    from harness.store import package_repository
+    from harness.model_store import package_repository
 
     models = [f"m{i}.tar.gz" for i in range(2)]
     for name in models:

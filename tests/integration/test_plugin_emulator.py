@@ -20,7 +20,7 @@ from harness.examples.add_model import write_add_repository
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.slow
 
-EXAMPLE = Path(__file__).parent.parent / "harness" / "examples" / "test_example_endpoint.py"
+EXAMPLE = Path(__file__).parents[2] / "harness" / "examples" / "test_example_endpoint.py"
 
 
 @pytest.fixture(scope="session")

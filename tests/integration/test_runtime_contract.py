@@ -31,7 +31,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
     store = root / "store"
     package(write_scale_model(root / "m", "scale", 2.0), store / "scale.tar.gz", "folder")
     write_scale_ensemble(root / "e")
-    package(root / "e", store / "nested" / "dir" / "ensemble.tar.gz", "dot")
+    package(root / "e", store / "nested" / "dir" / "ensemble.tar.gz", "flat")
     package(write_scale_model(root / "bad", "broken", fail_load="weights are corrupt"),
             store / "broken.tar.gz", "folder")
     (store / "garbage.tar.gz").write_bytes(b"not a tarball")

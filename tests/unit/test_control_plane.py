@@ -8,9 +8,10 @@ test hold an endpoint in ``Creating`` or ``Updating`` and make a start fail on p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -122,12 +123,13 @@ class ServerThread:
 def build(tmp_path: Path, runtimes: FakeRuntimes) -> tuple[FastAPI, ControlPlaneService]:
     store = ControlStore(tmp_path / "control.sqlite3")
     service = ControlPlaneService(store=store, registry=runtimes, region=REGION)
-    app = FastAPI()
 
-    @app.on_event("startup")
-    async def _restore() -> None:
-        await service.restore()
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await service.restore()  # as the emulator's app does at startup
+        yield
 
+    app = FastAPI(lifespan=lifespan)
     app.include_router(build_control_router(service))
     return app, service
 

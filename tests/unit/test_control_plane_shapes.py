@@ -205,7 +205,7 @@ def test_a_crash_mid_write_keeps_the_last_committed_state(tmp_path: Path) -> Non
     db = tmp_path / "state.sqlite3"
     proc = subprocess.run(
         [sys.executable, "-c", _CRASH_MID_WRITE, str(db)],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         capture_output=True,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr

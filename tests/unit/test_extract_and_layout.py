@@ -71,7 +71,7 @@ def test_not_an_archive(tmp_path: Path) -> None:
         extract_archive(archive, tmp_path / "out", max_bytes=None)
 
 
-@pytest.mark.parametrize("layout", ["dot", "folder"])
+@pytest.mark.parametrize("layout", ["flat", "folder"])
 def test_both_tar_layouts_find_the_ensemble(tmp_path: Path, layout: str) -> None:
     repo = tmp_path / "repo"
     write_scale_ensemble(repo)
@@ -84,7 +84,7 @@ def test_both_tar_layouts_find_the_ensemble(tmp_path: Path, layout: str) -> None
 
 def test_single_model_at_the_archive_root(tmp_path: Path) -> None:
     folder = write_scale_model(tmp_path / "repo", "solo")
-    archive = package(folder, tmp_path / "solo.tar.gz", layout="dot")
+    archive = package(folder, tmp_path / "solo.tar.gz", layout="flat")
     extract_archive(archive, tmp_path / "x", max_bytes=None)
     assert repository.read_layout(tmp_path / "x").entry == "solo"
 

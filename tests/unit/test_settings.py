@@ -34,7 +34,7 @@ def test_the_readme_configuration_table_is_the_settings() -> None:
 
     from emulator.settings import configuration_table
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert configuration_table() in readme, (
         "README.md's configuration table differs from emulator/settings.py: paste the output of "
         "`python -m emulator.settings` over it")

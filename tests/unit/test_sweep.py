@@ -118,8 +118,8 @@ def test_variant_store_has_one_tarball_per_variant(tmp_path: Path) -> None:
     assert sorted(p.name for p in tarballs.values()) == ["base.tar.gz", "db.tar.gz", "x2.tar.gz"]
     with tarfile.open(tarballs["db"]) as tar:
         names = tar.getnames()
-        config = tar.extractfile("add/config.pbtxt").read().decode()  # type: ignore[union-attr]
-    assert "add/1/model.py" in names
+        config = tar.extractfile("./add/config.pbtxt").read().decode()  # type: ignore[union-attr]
+    assert "./add/1/model.py" in names
     assert list(parsed(config).dynamic_batching.preferred_batch_size) == [2, 4]
     assert (repo / "add" / "config.pbtxt").read_text() == config_pbtxt()  # source untouched
     with pytest.raises(SweepError, match="unique"):

@@ -1,0 +1,52 @@
+"""The SAGEMAKER_* -> tritonserver translation applied to a real tritonserver.
+
+The translation itself, variable by variable, is tests/unit/test_sagemaker_env.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+
+from emulator.triton.sagemaker_env import triton_args_from_environment
+
+
+def test_real_tritonserver_accepts_every_translated_flag(tmp_path: Path) -> None:
+    """Triton 2.51 (the embedded binary) starts with the flags of a fully populated environment."""
+    from emulator.triton.embedded import EmbeddedLauncher
+    from emulator.triton.launcher import TritonOptions, free_port
+
+    env = {
+        "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": "false",
+        "SAGEMAKER_TRITON_ALLOW_GRPC": "true",
+        "SAGEMAKER_TRITON_GRPC_PORT": str(free_port()),
+        "SAGEMAKER_TRITON_ALLOW_METRICS": "true",
+        "SAGEMAKER_TRITON_METRICS_PORT": str(free_port()),
+        "SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT": "2",
+        "SAGEMAKER_TRITON_LOG_VERBOSE": "0",
+        "SAGEMAKER_TRITON_LOG_INFO": "true",
+        "SAGEMAKER_TRITON_LOG_WARNING": "true",
+        "SAGEMAKER_TRITON_LOG_ERROR": "true",
+        "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE": "8388608",
+        "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE": "2097152",
+        "SAGEMAKER_TRITON_TENSORFLOW_VERSION": "2",
+        "SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--exit-timeout-secs=5",
+    }
+    translated = triton_args_from_environment(env)
+    options = TritonOptions(repository=tmp_path / "repo", extra_args=translated.args,
+                            environment=translated.passthrough_env, startup_timeout_s=60)
+
+    async def run() -> int:
+        launcher = EmbeddedLauncher(options, work_dir=tmp_path)
+        await launcher.start()
+        try:
+            metrics_url = f"http://127.0.0.1:{env['SAGEMAKER_TRITON_METRICS_PORT']}/metrics"
+            async with aiohttp.ClientSession() as session, session.get(metrics_url) as resp:
+                return resp.status
+        finally:
+            await launcher.stop()
+
+    # The metrics port answering proves the translated flags were applied, not just parsed.
+    assert asyncio.run(run()) == 200
