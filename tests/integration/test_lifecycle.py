@@ -2,13 +2,13 @@
 
 Slow steps are made observable with gate files (a model's load or execute blocks until the test
 creates the file), so every assertion waits on a condition, never on a timing.
+
+Every scenario runs on each launcher in turn (``triton_launcher``: embedded, then docker).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import time
 import urllib.request
@@ -21,8 +21,11 @@ import numpy as np
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.conftest import runtime_client
+from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.launcher_support import TritonLauncher
 from tests.support import output_of, package, scale_request, write_scale_ensemble, write_scale_model
+
+pytestmark = pytest.mark.usefixtures("triton_launcher")
 
 
 def get_json(url: str) -> Any:
@@ -259,30 +262,32 @@ def test_s3_store_new_objects_and_deleted_ones(start_emulator, s3_server, tmp_pa
     assert f"s3://{bucket}/prefix" in caught.value.response["Error"]["Message"]
 
 
-def test_triton_killed_mid_run_restarts_and_models_reload(start_emulator, store: Path,  # type: ignore[no-untyped-def]
-                                                          tmp_path: Path) -> None:
+def test_triton_killed_mid_run_restarts_and_models_reload(  # type: ignore[no-untyped-def]
+        start_emulator, triton_launcher: TritonLauncher, store: Path, tmp_path: Path) -> None:
     make_store(store, tmp_path, 1)
     server = start_emulator(model_data=str(store))
     rt = runtime_client(server.url)
     invoke(rt, "m0.tar.gz")
-    launcher = server.registry.get("local").instances[0].launcher
-    first_pid = launcher.pid
-    os.kill(first_pid, signal.SIGKILL)
+    launcher = triton_launcher.of(server)
+    first = triton_launcher.identity(launcher)
+    triton_launcher.kill(launcher)
     wait_until(lambda: launcher.restarts == 1 and launcher.is_running()
-               and not models_of(server)["m0.tar.gz"]["Loaded"], what="Triton to restart")
-    assert launcher.pid != first_pid
+               and not models_of(server)["m0.tar.gz"]["Loaded"],
+               timeout=180, what="Triton to be restarted")
+    assert triton_launcher.identity(launcher) != first
     np.testing.assert_allclose(invoke(rt, "m0.tar.gz"), [1, 2, 3, 4])
     assert metrics_of(server)["ModelLoadingTime"]["SampleCount"] == 2
 
 
-def test_stop_leaves_no_triton_behind(start_emulator, store: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_stop_leaves_no_triton_behind(start_emulator, triton_launcher: TritonLauncher,  # type: ignore[no-untyped-def]
+                                      store: Path, tmp_path: Path) -> None:
     make_store(store, tmp_path, 1)
     server = start_emulator(model_data=str(store))
     invoke(runtime_client(server.url), "m0.tar.gz")
-    pid = server.registry.get("local").instances[0].launcher.pid
+    triton = triton_launcher.identity(triton_launcher.of(server))
+    assert triton_launcher.exists(triton)
     server.stop()
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    assert not triton_launcher.exists(triton)
 
 
 def test_concurrent_traffic_over_many_models_stays_correct(start_emulator, store: Path,  # type: ignore[no-untyped-def]
@@ -316,8 +321,6 @@ def test_model_cache_disabled_unloads_and_deletes_after_each_invocation(  # type
         start_emulator, store: Path, tmp_path: Path) -> None:
     """MultiModelConfig.ModelCacheSetting=Disabled, set up through the control plane."""
     import boto3
-
-    from tests.conftest import DUMMY_CREDENTIALS
 
     make_store(store, tmp_path, 1)
     server = start_emulator()

@@ -1,4 +1,7 @@
-"""InvokeEndpoint through an unmodified boto3 client, against the emulator and a real Triton."""
+"""InvokeEndpoint through an unmodified boto3 client, against the emulator and a real Triton.
+
+Every test runs on each launcher in turn (``triton_launcher``: embedded, then docker).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ import pytest
 import tritonclient.http as httpclient
 from botocore.exceptions import ClientError
 
-from tests.conftest import runtime_client
+from tests.client_support import runtime_client
+from tests.launcher_support import TritonLauncher
 from tests.support import (
     output_of,
     package,
@@ -22,12 +26,13 @@ from tests.support import (
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def served(tmp_path_factory: pytest.TempPathFactory,  # type: ignore[no-untyped-def]
+           triton_launcher: TritonLauncher):
     """One emulator for the module: a store with a single model, an ensemble and broken ones."""
     from emulator.server import EmulatorServer
     from emulator.settings import Settings
 
-    root = tmp_path_factory.mktemp("contract")
+    root = tmp_path_factory.mktemp(f"contract-{triton_launcher.name}")
     store = root / "store"
     package(write_scale_model(root / "m", "scale", 2.0), store / "scale.tar.gz", "folder")
     write_scale_ensemble(root / "e")
@@ -35,8 +40,10 @@ def served(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
     package(write_scale_model(root / "bad", "broken", fail_load="weights are corrupt"),
             store / "broken.tar.gz", "folder")
     (store / "garbage.tar.gz").write_bytes(b"not a tarball")
-    settings = Settings.from_env(env={}, model_data=str(store), cache_dir=root / "cache", port=0)
+    settings = Settings.from_env(env={}, **triton_launcher.overrides(
+        model_data=str(store), cache_dir=root / "cache", port=0))
     with EmulatorServer(settings) as server:
+        triton_launcher.of(server)
         yield server, runtime_client(server.url)
 
 
