@@ -20,6 +20,7 @@ from emulator.control import ControlPlaneService, ControlStore, build_control_ro
 from emulator.hosting.factory import InstanceFactory
 from emulator.hosting.registry import EndpointRegistry
 from emulator.hosting.spec import single_variant
+from emulator.page import install_page
 from emulator.routes.introspection import build_introspection_router
 from emulator.routes.runtime import build_runtime_router
 from emulator.settings import Settings
@@ -69,4 +70,5 @@ def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> F
         autoscaling.ScalingEngine(scaling, metric_store, clock)))
     app.include_router(build_runtime_router(settings, registry))
     app.include_router(build_introspection_router(registry))
+    install_page(app, registry)  # the live page at /_emulator/
     return app

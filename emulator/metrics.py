@@ -5,11 +5,14 @@ per metric, dimensioned by EndpointName and VariantName as CloudWatch does. Inst
 (LoadedModelCount, CPU/Memory/Disk utilization) are samples taken per instance under the same
 dimensions, so their Sum adds instances up and their Average is the per-instance mean, as in
 CloudWatch. Every sample also goes to an optional ``sink`` (the CloudWatch API's store).
-Served as JSON at ``GET /_emulator/metrics`` and in the Prometheus text format at ``GET /metrics``.
+Durations (unit Microseconds) are also counted into fixed buckets, so that ``GET /metrics``
+(``emulator/prometheus.py``) can serve them as Prometheus histograms; the JSON at
+``GET /_emulator/metrics`` is CloudWatch's statistics.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from collections.abc import Callable
@@ -44,6 +47,12 @@ METRICS: dict[str, tuple[str, str]] = {
     "GPUUtilization": (INSTANCE_NAMESPACE, PERCENT),
     "GPUMemoryUtilization": (INSTANCE_NAMESPACE, PERCENT),
 }
+
+# Upper bounds (seconds) of the duration buckets: from a fast model's overhead (sub-millisecond)
+# to a cold load of a large model (minutes).
+DURATION_BUCKETS_S: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 # Where every sample also goes: (namespace, metric name, dimensions, value, unit).
 MetricSink = Callable[[str, str, dict[str, str], float, str], None]
@@ -88,6 +97,9 @@ class EndpointMetrics:
                  sink: MetricSink | None = None) -> None:
         self.dimensions = {"EndpointName": endpoint_name, "VariantName": variant_name}
         self._stats = {name: Statistic() for name in METRICS}
+        # Per duration metric: samples per bucket of DURATION_BUCKETS_S, the last one past them.
+        self._buckets = {name: [0] * (len(DURATION_BUCKETS_S) + 1)
+                         for name, (_ns, unit) in METRICS.items() if unit == MICROSECONDS}
         self._lock = threading.Lock()
         self._sink = sink
         self.instances: dict[str, InstanceMetrics] = {}
@@ -97,8 +109,11 @@ class EndpointMetrics:
         """``dimensions`` adds to the variant's (ContainerLatency's ContainerName)."""
         if name not in METRICS:
             raise KeyError(f"unknown metric {name}")
+        buckets = self._buckets.get(name)
         with self._lock:
             self._stats[name].add(value)
+            if buckets is not None:
+                buckets[bisect.bisect_left(DURATION_BUCKETS_S, value / 1e6)] += 1
         if self._sink is not None:
             namespace, unit = METRICS[name]
             self._sink(namespace, name, {**self.dimensions, **(dimensions or {})}, value, unit)
@@ -118,6 +133,11 @@ class EndpointMetrics:
         with self._lock:
             return {name: Statistic(s.sample_count, s.total, s.minimum, s.maximum)
                     for name, s in self._stats.items()}
+
+    def duration_buckets(self) -> dict[str, list[int]]:
+        """Per duration metric, samples per bucket (not cumulative; see DURATION_BUCKETS_S)."""
+        with self._lock:
+            return {name: list(counts) for name, counts in self._buckets.items()}
 
     def snapshot(self) -> dict[str, Any]:
         return snapshot_of(self.dimensions, self.statistics(), self.loaded_model_count)
@@ -170,23 +190,3 @@ def endpoint_snapshot(name: str, variants: list[EndpointMetrics]) -> dict[str, A
     snapshot["Variants"] = {v.dimensions["VariantName"]: v.snapshot() for v in variants}
     return snapshot
 
-
-def prometheus_text(endpoints: list[EndpointMetrics]) -> str:
-    """Summaries named ``sagemaker_<MetricName>_{count,sum,min,max}``, labelled by dimensions."""
-    lines: list[str] = []
-    snapshots = [e.snapshot() for e in endpoints]
-    for name, (namespace, unit) in METRICS.items():
-        metric = f"sagemaker_{name}"
-        lines.append(f"# HELP {metric} {namespace} {name} ({unit})")
-        lines.append(f"# TYPE {metric} summary")
-        for snap in snapshots:
-            dims = snap["Dimensions"]
-            labels = ",".join(f'{k}="{v}"' for k, v in dims.items()) + f',unit="{unit}"'
-            stat = snap["Metrics"][name]
-            lines.append(f"{metric}_count{{{labels}}} {stat['SampleCount']}")
-            lines.append(f"{metric}_sum{{{labels}}} {stat['Sum']}")
-            lines.append(f"{metric}_min{{{labels}}} {stat['Minimum']}")
-            lines.append(f"{metric}_max{{{labels}}} {stat['Maximum']}")
-            if name == "LoadedModelCount":
-                lines.append(f"{metric}_current{{{labels}}} {stat['Current']}")
-    return "\n".join(lines) + "\n"

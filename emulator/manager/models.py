@@ -234,7 +234,7 @@ class ModelManager:
             del self._loads[target]
         if not task.cancelled() and task.exception() is not None:
             log.info("model=%s step=load outcome=failed error=%r", target, task.exception())
-            self._emit("failed", target, error=str(task.exception()))
+            self._emit("failed", target, error=repr(task.exception()))
             record = self.records.get(target)
             if record is not None:
                 self._forget_if_unused(record)

@@ -1,7 +1,8 @@
 """What a person or a tool looks at: health, metrics, and the fleet with its models.
 
 - ``GET  /ping``               200 once the app is up
-- ``GET  /metrics``            CloudWatch metrics per variant, Prometheus text format
+- ``GET  /metrics``            Prometheus exposition (``emulator/prometheus.py``): histograms,
+                               counters per variant, gauges per instance
 - ``GET  /_emulator/metrics``  the same as JSON: per endpoint, all variants added up, then each
 - ``GET  /_emulator/models``   every endpoint -> variants -> instances -> models (state, size,
                                pins, LRU position), and each model's instance at the top level
@@ -11,11 +12,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse
 
+from emulator import prometheus
 from emulator.hosting.endpoint import Endpoint
 from emulator.hosting.registry import EndpointRegistry
-from emulator.metrics import endpoint_snapshot, prometheus_text
+from emulator.metrics import endpoint_snapshot
 
 
 def describe_endpoint(endpoint: Endpoint) -> dict[str, object]:
@@ -41,10 +43,8 @@ def build_introspection_router(registry: EndpointRegistry) -> APIRouter:
         return Response(status_code=200)
 
     @router.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        variants = [v.metrics for e in registry.all() for v in e.variants]
-        return PlainTextResponse(prometheus_text(variants),
-                                 media_type="text/plain; version=0.0.4")
+    async def metrics() -> Response:
+        return Response(prometheus.exposition(registry), media_type=prometheus.CONTENT_TYPE)
 
     @router.get("/_emulator/metrics")
     async def metrics_json() -> dict[str, object]:

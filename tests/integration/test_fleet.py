@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 
 from mme.cli import build_parser, settings_from_args
 from tests.client_support import runtime_client
+from tests.prometheus_support import scrape, value
 from tests.support import output_of, package, scale_request, write_scale_model
 
 pytestmark = pytest.mark.slow
@@ -104,9 +105,9 @@ def test_weights_target_variant_and_per_variant_metrics(start_emulator, store: P
     assert metrics["Variants"]["A"]["Metrics"]["Invocations"]["Sum"] == served["A"]
     assert metrics["Variants"]["B"]["Metrics"]["Invocations"]["Sum"] == served["B"] + 10
     assert metrics["Variants"]["B"]["Dimensions"] == {"EndpointName": "ab", "VariantName": "B"}
-    text = urllib.request.urlopen(f"{server.url}/metrics").read().decode()
-    assert f'sagemaker_Invocations_sum{{EndpointName="ab",VariantName="A",unit="None"}} ' \
-           f'{float(served["A"])}' in text
+    _types, samples = scrape(server.url)  # prometheus_client's parser
+    assert value(samples, "sagemaker_invocations_total", endpoint_name="ab",
+                 variant_name="A") == served["A"]
 
     with pytest.raises(ClientError) as excinfo:
         invoke(rt, "ab", target, TargetVariant="C")

@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from tests.client_support import runtime_client
 from tests.launcher_support import TritonLauncher
+from tests.prometheus_support import scrape, value
 from tests.support import (
     output_of,
     package,
@@ -205,10 +206,10 @@ def test_metrics_count_invocations_and_errors(served) -> None:  # type: ignore[n
     assert m1["OverheadLatency"]["Minimum"] >= 0
     assert after["Endpoints"]["local"]["Dimensions"] == {"EndpointName": "local",
                                                          "VariantName": "AllTraffic"}
-    text = urllib.request.urlopen(f"{server.url}/metrics").read().decode()
-    assert re.search(r'sagemaker_Invocations_sum\{EndpointName="local",VariantName="AllTraffic",'
-                     r'unit="None"\} \d', text)
-    assert "sagemaker_ModelLoadingTime_count" in text
+    types, samples = scrape(server.url)  # prometheus_client's parser
+    variant = {"endpoint_name": "local", "variant_name": "AllTraffic"}
+    assert value(samples, "sagemaker_invocations_total", **variant) == m1["Invocations"]["Sum"]
+    assert types["sagemaker_model_loading_seconds"] == "histogram"
 
 
 def test_ping(served) -> None:  # type: ignore[no-untyped-def]

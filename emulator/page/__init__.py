@@ -1,0 +1,24 @@
+"""The live page at ``/_emulator/``: the fleet, its models' states, a timeline, recent errors.
+
+``install_page(app, registry)`` mounts it: the routes, and the middleware that tells the feed of
+failed invocations. The assets (``static/``) ship inside the package.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from emulator.hosting.registry import EndpointRegistry
+from emulator.page.errors import InvocationErrors
+from emulator.page.feed import Feed
+from emulator.page.routes import build_page_router
+
+__all__ = ["Feed", "install_page"]
+
+
+def install_page(app: FastAPI, registry: EndpointRegistry) -> Feed:
+    feed = Feed(registry)
+    app.add_middleware(InvocationErrors, feed=feed)
+    app.include_router(build_page_router(registry, feed))
+    app.state.page_feed = feed
+    return feed

@@ -1,0 +1,62 @@
+"""Tells the page's feed of every failed invocation, with the SageMaker error the client got.
+
+It also has the feed watch any instance that appeared since the last request, before the
+request reaches it, so a new instance's first model events are not missed.
+
+A pure ASGI middleware, so the runtime route stays unaware of the page: it looks only at
+``/endpoints/{name}/...`` requests, and reads the answer only when its status is an error (the
+error body is small JSON; successful bodies pass through untouched and unbuffered).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from emulator.contract.runtime import H_TARGET_MODEL
+from emulator.page.feed import Feed
+
+ERROR_TYPE_HEADER = b"x-amzn-errortype"
+MAX_MESSAGE_CHARS = 500
+
+
+class InvocationErrors:
+    def __init__(self, app: ASGIApp, feed: Feed) -> None:
+        self.app = app
+        self.feed = feed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if not path.startswith("/endpoints/"):
+            await self.app(scope, receive, send)
+            return
+        endpoint = path.split("/")[2]
+        self.feed.watch()
+        failure: dict[str, Any] = {}
+        body: list[bytes] = []
+
+        async def watching_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                headers = dict(message.get("headers", []))
+                failure["status"] = message["status"]
+                failure["code"] = headers.get(ERROR_TYPE_HEADER, b"").decode() or "Unknown"
+            elif message["type"] == "http.response.body" and failure:
+                body.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    self._tell(scope, endpoint, failure, b"".join(body))
+            await send(message)
+
+        await self.app(scope, receive, watching_send)
+
+    def _tell(self, scope: Scope, endpoint: str, failure: dict[str, Any], body: bytes) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        try:
+            members = json.loads(body)
+            message = str(members.get("Message") or members.get("message") or "")
+        except (ValueError, AttributeError):
+            message = body[:MAX_MESSAGE_CHARS].decode(errors="replace")
+        self.feed.invocation_failed(endpoint, headers.get(H_TARGET_MODEL), failure["status"],
+                                    failure["code"], message[:MAX_MESSAGE_CHARS])

@@ -1,0 +1,142 @@
+"""What the live page shows beyond ``/_emulator/models``: what happened, and when.
+
+The ``Feed`` keeps, in bounded memory:
+
+- the last ``EVENT_LIMIT`` lifecycle steps of every model (downloading, loading, loaded,
+  evicted with its reason, ...), told by each instance's ModelManager through its observer hook;
+- loads, unloads and errors counted per ``BUCKET_S``-second bucket over the last
+  ``TIMELINE_S`` seconds (the page's timeline);
+- the last ``ERROR_LIMIT`` invocation errors, with the SageMaker error code the client got.
+
+It is told of new instances by ``watch`` (the page calls it at each update), so nothing in the
+hosting code needs to know about the page. Everything runs on the event loop: no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from emulator.hosting.registry import EndpointRegistry
+
+EVENT_LIMIT = 500
+ERROR_LIMIT = 50
+BUCKET_S = 10
+TIMELINE_S = 600
+
+# Steps counted on the timeline (the others are listed, not counted).
+LOAD_STEPS = frozenset({"loaded"})
+UNLOAD_STEPS = frozenset({"unloaded", "taken-out"})
+
+
+@dataclass(frozen=True)
+class ModelEvent:
+    time: float  # epoch seconds
+    endpoint: str
+    variant: str
+    instance: str
+    model: str
+    step: str  # see emulator.manager.models.ModelObserver
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def evicted(self) -> bool:
+        return self.step == "unloading" and self.details.get("reason") == "lru"
+
+
+@dataclass(frozen=True)
+class InvocationError:
+    time: float
+    endpoint: str
+    model: str | None
+    status: int
+    code: str  # the x-amzn-ErrorType the client read, e.g. ModelError
+    message: str
+
+
+@dataclass
+class Bucket:
+    start: float
+    loads: int = 0
+    unloads: int = 0
+    errors: int = 0
+
+
+class Feed:
+    def __init__(self, registry: EndpointRegistry) -> None:
+        self._registry = registry
+        self.events: deque[ModelEvent] = deque(maxlen=EVENT_LIMIT)
+        self.errors: deque[InvocationError] = deque(maxlen=ERROR_LIMIT)
+        self._buckets: deque[Bucket] = deque(maxlen=TIMELINE_S // BUCKET_S)
+        self._watched: weakref.WeakSet[Any] = weakref.WeakSet()  # managers observed already
+        self.version = 0
+        self._changed = asyncio.Event()
+
+    # --- being told --------------------------------------------------------------------------
+
+    def watch(self) -> None:
+        """Observe every instance's model manager that is not observed yet."""
+        for endpoint in self._registry.all():
+            for variant in endpoint.variants:
+                for instance in list(variant.instances):
+                    manager = instance.manager
+                    if manager in self._watched:
+                        continue
+                    self._watched.add(manager)
+                    manager.add_observer(self._observer(endpoint.name, variant.name,
+                                                        instance.id))
+
+    def _observer(self, endpoint: str, variant: str, instance: str):  # type: ignore[no-untyped-def]
+        def observe(step: str, target: str, details: dict[str, Any]) -> None:
+            event = ModelEvent(time.time(), endpoint, variant, instance, target, step,
+                               dict(details))
+            self.events.append(event)
+            bucket = self._bucket(event.time)
+            if step in LOAD_STEPS:
+                bucket.loads += 1
+            elif step in UNLOAD_STEPS:
+                bucket.unloads += 1
+            self._touch()
+        return observe
+
+    def invocation_failed(self, endpoint: str, model: str | None, status: int, code: str,
+                          message: str) -> None:
+        self.errors.append(InvocationError(time.time(), endpoint, model, status, code, message))
+        self._bucket(time.time()).errors += 1
+        self._touch()
+
+    def _bucket(self, now: float) -> Bucket:
+        start = now - now % BUCKET_S
+        if not self._buckets or self._buckets[-1].start < start:
+            self._buckets.append(Bucket(start))
+        return self._buckets[-1]
+
+    def _touch(self) -> None:
+        self.version += 1
+        told, self._changed = self._changed, asyncio.Event()
+        told.set()
+
+    def next_change(self) -> asyncio.Event:
+        """Set at the next thing told. Take it *before* reading the state, so nothing told
+        between the read and the wait is missed; each waiter holds its own."""
+        return self._changed
+
+    # --- telling ------------------------------------------------------------------------------
+
+    def timeline(self, now: float) -> dict[str, Any]:
+        """Every bucket of the last TIMELINE_S seconds, oldest first (empty ones included)."""
+        first = now - now % BUCKET_S - TIMELINE_S + BUCKET_S
+        by_start = {b.start: b for b in self._buckets}
+        buckets = [by_start.get(first + i * BUCKET_S, Bucket(first + i * BUCKET_S))
+                   for i in range(TIMELINE_S // BUCKET_S)]
+        return {"BucketSeconds": BUCKET_S, "Buckets": [asdict(b) for b in buckets]}
+
+    def recent_events(self, limit: int = 100) -> list[dict[str, Any]]:
+        return [{**asdict(e), "evicted": e.evicted} for e in list(self.events)[-limit:]][::-1]
+
+    def recent_errors(self) -> list[dict[str, Any]]:
+        return [asdict(e) for e in self.errors][::-1]

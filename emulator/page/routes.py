@@ -1,0 +1,99 @@
+"""The live page of the fleet, served by the emulator itself (no CDN, no build step).
+
+- ``GET /_emulator/``               the page (``static/index.html``; plain HTML, JS and CSS)
+- ``GET /_emulator/page/{asset}``   its script and style sheet
+- ``GET /_emulator/page/state``     everything the page shows, as JSON (one snapshot)
+- ``GET /_emulator/page/stream``    the same snapshot as server-sent events, sent again at
+                                    every model event, invocation error, or each second
+
+A stream ends after ``STREAM_S`` seconds and the browser's EventSource reconnects at once (the
+``retry`` field): uvicorn waits for open responses before it stops, so a page left open must
+never hold up a Ctrl-C or SIGTERM of ``mme serve`` for longer than that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from importlib import resources
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi.responses import RedirectResponse, StreamingResponse
+
+from emulator.hosting.registry import EndpointRegistry
+from emulator.metrics import endpoint_snapshot
+from emulator.page.feed import Feed
+from emulator.routes.introspection import describe_endpoint
+
+STREAM_S = 2.0
+RETRY_MS = 250
+HEARTBEAT_S = 1.0
+COALESCE_S = 0.05  # events of one step (unloading, loading, loaded) go out together
+ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+
+
+def page_state(registry: EndpointRegistry, feed: Feed) -> dict[str, Any]:
+    feed.watch()
+    now = time.time()
+    return {
+        "Time": now,
+        "Endpoints": {e.name: {**describe_endpoint(e), "MultiModel": e.is_multi_model,
+                               "Metrics": endpoint_snapshot(e.name, [v.metrics
+                                                                     for v in e.variants])}
+                      for e in registry.all()},
+        "Timeline": feed.timeline(now),
+        "Events": feed.recent_events(),
+        "Errors": feed.recent_errors(),
+    }
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("emulator.page").joinpath("static", name).read_bytes()
+
+
+def build_page_router(registry: EndpointRegistry, feed: Feed) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/_emulator", include_in_schema=False)
+    async def page_without_slash() -> RedirectResponse:
+        return RedirectResponse("/_emulator/")
+
+    @router.get("/_emulator/")
+    async def page() -> Response:
+        return Response(_asset("index.html"), media_type="text/html; charset=utf-8",
+                        headers={"Cache-Control": "no-cache"})
+
+    @router.get("/_emulator/page/state")
+    async def state() -> dict[str, Any]:
+        return page_state(registry, feed)
+
+    @router.get("/_emulator/page/stream")
+    async def stream(request: Request) -> StreamingResponse:
+        async def events() -> AsyncIterator[str]:
+            loop = asyncio.get_running_loop()
+            ends = loop.time() + STREAM_S
+            yield f"retry: {RETRY_MS}\n\n"
+            while loop.time() < ends and not await request.is_disconnected():
+                change = feed.next_change()
+                snapshot = json.dumps(page_state(registry, feed), default=str)
+                yield f"event: state\ndata: {snapshot}\n\n"
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(change.wait(),
+                                           max(min(HEARTBEAT_S, ends - loop.time()), 0.001))
+                    await asyncio.sleep(COALESCE_S)
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+    @router.get("/_emulator/page/{asset}")
+    async def asset(asset: str) -> Response:
+        if asset not in ASSETS:
+            raise HTTPException(404, f"no asset {asset}; the page has {', '.join(ASSETS)}")
+        return Response(_asset(asset), media_type=ASSETS[asset],
+                        headers={"Cache-Control": "no-cache"})
+
+    return router

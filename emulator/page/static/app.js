@@ -1,0 +1,262 @@
+// The live page: renders each snapshot the server pushes on /_emulator/page/stream.
+// Plain DOM (no framework, no build step). Every name from the server goes in as text, never
+// as HTML: TargetModel values are user input.
+"use strict";
+
+let state = null;
+let selected = null; // {endpoint, variant, instance, model} of the detail view
+
+const STATE_LABELS = {
+  new: "new", downloading: "downloading", on_disk: "on disk", loading: "loading",
+  loaded: "loaded", pinned: "pinned", unloading: "unloading",
+};
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null) continue;
+    if (key === "class") node.className = value;
+    else if (key === "onclick") node.addEventListener("click", value);
+    else if (key.startsWith("data-") || key === "title" || key === "style") node.setAttribute(key, value);
+    else node[key] = value;
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "∞";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i && n < 10 ? 1 : 0)} ${units[i]}`;
+}
+
+function clock(epoch) {
+  return new Date(epoch * 1000).toLocaleTimeString([], { hour12: false });
+}
+
+function ago(epoch) {
+  if (!epoch) return "never";
+  const s = Math.max(0, state.Time - epoch);
+  return s < 60 ? `${s.toFixed(0)} s ago` : `${(s / 60).toFixed(0)} min ago`;
+}
+
+function micros(us) { return us >= 1e6 ? `${(us / 1e6).toFixed(2)} s` : `${(us / 1e3).toFixed(1)} ms`; }
+
+function displayState(model) {
+  return model.State === "loaded" && model.Pinned ? "pinned" : model.State;
+}
+
+// The last lifecycle event of a model on an instance (events are newest first).
+function lastEvent(endpoint, variant, instance, target, step) {
+  return state.Events.find(e => e.endpoint === endpoint && e.variant === variant
+    && e.instance === instance && e.model === target && (!step || e.step === step));
+}
+
+function meter(label, used, capacity, unit) {
+  const fraction = capacity ? Math.min(used / capacity, 1) : 0;
+  const text = unit === "bytes" ? `${bytes(used)} / ${bytes(capacity)}`
+    : `${used} / ${capacity ?? "∞"}`;
+  return el("div", { class: "meter", title: `${label}: ${text}` },
+    el("span", { class: "meter-label" }, label),
+    el("span", { class: "meter-track" },
+      el("span", { class: `meter-fill${fraction > 0.9 ? " full" : ""}`, style: `width:${(fraction * 100).toFixed(1)}%` })),
+    el("span", { class: "meter-text" }, text));
+}
+
+function renderSummary() {
+  const cards = Object.entries(state.Endpoints).map(([name, ep]) => {
+    const m = ep.Metrics.Metrics;
+    const hits = m.ModelCacheHit;
+    const ratio = hits.SampleCount ? (hits.Sum / hits.SampleCount * 100).toFixed(1) + " %" : "–";
+    const errors = m.Invocation4XXErrors.Sum + m.Invocation5XXErrors.Sum;
+    const inFlight = Object.values(ep.Variants).flatMap(v => v.Instances)
+      .reduce((n, i) => n + i.InFlight, 0);
+    const figure = (label, value, id) => el("div", { class: "figure" },
+      el("span", { class: "value", "data-figure": id }, value), el("span", { class: "label" }, label));
+    return el("article", { class: "card", "data-endpoint": name },
+      el("h3", {}, name, el("small", {}, ep.MultiModel ? " multi-model" : " single model")),
+      el("div", { class: "figures" },
+        figure("invocations", m.Invocations.Sum, "invocations"),
+        figure("cache hit ratio", ratio, "hit-ratio"),
+        figure("loaded models", m.LoadedModelCount.Current, "loaded"),
+        figure("in flight", inFlight, "in-flight"),
+        figure("errors", errors, "errors"),
+        figure("model latency (avg)", m.ModelLatency.SampleCount ? micros(m.ModelLatency.Average) : "–", "latency"),
+        figure("load wait (avg)", m.ModelLoadingWaitTime.SampleCount ? micros(m.ModelLoadingWaitTime.Average) : "–", "wait")));
+  });
+  document.getElementById("summary").replaceChildren(
+    ...(cards.length ? cards : [el("p", { class: "empty" }, "No endpoint yet. Start one with mme serve --model-data …, or CreateEndpoint.")]));
+}
+
+function modelRow(endpoint, variant, instance, model) {
+  const shown = displayState(model);
+  const eviction = lastEvent(endpoint, variant, instance.InstanceId, model.TargetModel, "unloading");
+  const evictedFor = model.State !== "loaded" && eviction && eviction.evicted ? eviction.details.for : null;
+  const budget = instance.MemoryBudgetBytes;
+  const share = budget ? Math.min(model.SizeBytes / budget, 1) : null;
+  const isSelected = selected && selected.model === model.TargetModel && selected.instance === instance.InstanceId
+    && selected.endpoint === endpoint && selected.variant === variant;
+  return el("tr", {
+      class: `model${isSelected ? " selected" : ""}`, "data-model": model.TargetModel,
+      "data-endpoint": endpoint, "data-instance": `${variant}/${instance.InstanceId}`,
+      "data-state": shown, "data-evicted-for": evictedFor,
+      onclick: () => { selected = { endpoint, variant, instance: instance.InstanceId, model: model.TargetModel }; render(); },
+    },
+    el("td", { class: "lru" }, model.LruPosition ?? "–"),
+    el("td", { class: "name" }, model.TargetModel || "(the endpoint's model)"),
+    el("td", {}, el("span", { class: `badge state-${shown}` }, STATE_LABELS[shown] || shown),
+      evictedFor ? el("span", { class: "note" }, ` evicted for ${evictedFor}`) : null),
+    el("td", { class: "num" }, bytes(model.SizeBytes)),
+    el("td", {}, share === null ? el("span", { class: "muted" }, "no memory budget")
+      : el("span", { class: "meter-track small", title: `${(share * 100).toFixed(1)} % of the memory budget` },
+        el("span", { class: "meter-fill", style: `width:${(share * 100).toFixed(1)}%` }))),
+    el("td", { class: "num" }, model.InFlight),
+    el("td", {}, model.OnDisk ? "yes" : "no"),
+    el("td", {}, ago(model.LastUsed)));
+}
+
+function renderFleet() {
+  const blocks = [];
+  for (const [name, ep] of Object.entries(state.Endpoints)) {
+    const variants = Object.entries(ep.Variants).map(([vname, v]) => el("div", { class: "variant" },
+      el("h4", {}, `variant ${vname}`, el("small", {}, ` weight ${v.Weight} · ${v.CurrentInstanceCount} of ${v.DesiredInstanceCount} instances serving`)),
+      ...v.Instances.map(instance => {
+        const models = instance.Models;
+        return el("div", { class: `instance${instance.Draining ? " draining" : ""}`, "data-instance": `${vname}/${instance.InstanceId}` },
+          el("div", { class: "instance-head" },
+            el("strong", {}, instance.InstanceId), instance.Draining ? el("span", { class: "badge state-unloading" }, "draining") : null,
+            el("span", { class: "muted" }, ` ${instance.InFlight} in flight · Triton ${instance.TritonUrl || "-"}`),
+            meter("memory", instance.LoadedBytes, instance.MemoryBudgetBytes, "bytes"),
+            meter("loaded models", instance.LoadedModelCount, instance.MaxLoadedModels, "count"),
+            meter("disk", instance.DiskBytes, instance.DiskBudgetBytes, "bytes")),
+          models.length ? el("table", { class: "models" },
+            el("thead", {}, el("tr", {}, ...["LRU", "model", "state", "size", "of memory budget", "in flight", "on disk", "last used"].map(h => el("th", {}, h)))),
+            el("tbody", {}, ...models.map(m => modelRow(name, vname, instance, m))))
+            : el("p", { class: "empty" }, "No model yet: the first request for a TargetModel downloads and loads it."));
+      })));
+    blocks.push(el("div", { class: "endpoint", "data-endpoint": name }, el("h3", {}, `endpoint ${name}`), ...variants));
+  }
+  document.getElementById("fleet").replaceChildren(...blocks);
+}
+
+function renderTimeline() {
+  const svg = document.getElementById("timeline");
+  const buckets = state.Timeline.Buckets;
+  const width = 600, height = 140, mid = 70, gap = 1;
+  const peak = Math.max(1, ...buckets.map(b => Math.max(b.loads, b.unloads)));
+  const barWidth = width / buckets.length;
+  const ns = "http://www.w3.org/2000/svg";
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  const shapes = [];
+  const rect = (x, y, w, h, cls, title) => {
+    const r = document.createElementNS(ns, "rect");
+    for (const [k, v] of Object.entries({ x, y, width: w, height: h, class: cls })) r.setAttribute(k, v);
+    const t = document.createElementNS(ns, "title"); t.textContent = title; r.append(t);
+    return r;
+  };
+  buckets.forEach((b, i) => {
+    const x = i * barWidth + gap / 2, w = barWidth - gap;
+    const when = `${clock(b.start)}: ${b.loads} loads, ${b.unloads} unloads, ${b.errors} errors`;
+    if (b.loads) shapes.push(rect(x, mid - (mid - 8) * b.loads / peak, w, (mid - 8) * b.loads / peak, "load", when));
+    if (b.unloads) shapes.push(rect(x, mid, w, (mid - 8) * b.unloads / peak, "unload", when));
+    if (b.errors) shapes.push(rect(x, 0, w, 5, "error", when));
+  });
+  const axis = document.createElementNS(ns, "line");
+  for (const [k, v] of Object.entries({ x1: 0, x2: width, y1: mid, y2: mid, class: "axis" })) axis.setAttribute(k, v);
+  shapes.push(axis);
+  svg.replaceChildren(...shapes);
+  const total = buckets.reduce((a, b) => [a[0] + b.loads, a[1] + b.unloads], [0, 0]);
+  document.getElementById("timeline-caption").textContent =
+    `last ${buckets.length * state.Timeline.BucketSeconds / 60} minutes, ${state.Timeline.BucketSeconds} s bars: ${total[0]} loads, ${total[1]} unloads (peak ${peak} per bar)`;
+}
+
+function eventItem(e) {
+  const details = Object.entries(e.details)
+    .filter(([k]) => k !== "reason" && k !== "for")
+    .map(([k, v]) => k === "seconds" ? `${Number(v).toFixed(2)} s` : k === "size" ? bytes(v) : `${k} ${v}`);
+  const step = e.evicted ? "evicted" : e.step;
+  const why = e.evicted ? `least recently used, room for ${e.details.for}` : e.details.reason;
+  return el("li", { "data-step": e.step, "data-model": e.model, "data-evicted": e.evicted ? "true" : null },
+    el("time", {}, clock(e.time)), " ",
+    el("span", { class: `badge step-${step}` }, step), " ",
+    el("span", { class: "name" }, e.model || "(the endpoint's model)"),
+    el("span", { class: "muted" }, ` on ${e.endpoint}/${e.variant}/${e.instance}`),
+    why ? el("span", { class: "note" }, ` · ${why}`) : null,
+    details.length ? el("span", { class: "muted" }, ` · ${details.join(", ")}`) : null);
+}
+
+function renderEvents() {
+  const list = document.getElementById("events");
+  const items = state.Events.slice(0, 60).map(eventItem);
+  list.replaceChildren(...(items.length ? items : [el("li", { class: "empty" }, "Nothing yet.")]));
+}
+
+function renderErrors() {
+  const rows = state.Errors.map(e => el("tr", { "data-code": e.code },
+    el("td", {}, clock(e.time)), el("td", {}, e.endpoint), el("td", { class: "name" }, e.model ?? "–"),
+    el("td", { class: "num" }, e.status), el("td", {}, el("span", { class: "badge code" }, e.code)),
+    el("td", { class: "message" }, e.message)));
+  document.querySelector("#errors tbody").replaceChildren(
+    ...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 6, class: "empty" }, "No errors."))]));
+}
+
+function renderDetail() {
+  const panel = document.getElementById("detail");
+  if (!selected) { panel.hidden = true; return; }
+  const ep = state.Endpoints[selected.endpoint];
+  const instance = ep && ep.Variants[selected.variant]
+    && ep.Variants[selected.variant].Instances.find(i => i.InstanceId === selected.instance);
+  const model = instance && instance.Models.find(m => m.TargetModel === selected.model);
+  panel.hidden = false;
+  document.getElementById("detail-title").textContent = selected.model || "(the endpoint's model)";
+  const fields = model ? {
+    state: STATE_LABELS[displayState(model)], endpoint: selected.endpoint,
+    instance: `${selected.variant}/${selected.instance}`, size: bytes(model.SizeBytes),
+    "share of memory budget": instance.MemoryBudgetBytes ? `${(model.SizeBytes / instance.MemoryBudgetBytes * 100).toFixed(1)} %` : "no budget",
+    "LRU position": model.LruPosition ?? "not loaded", "in flight": model.InFlight,
+    "on disk": model.OnDisk ? "yes" : "no", "Triton model": model.TritonModel ?? "–", "last used": ago(model.LastUsed),
+  } : { state: "gone (deleted from this instance's disk)" };
+  document.getElementById("detail-fields").replaceChildren(
+    ...Object.entries(fields).flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+  const history = state.Events.filter(e => e.endpoint === selected.endpoint && e.variant === selected.variant
+    && e.instance === selected.instance && e.model === selected.model).map(eventItem);
+  document.getElementById("detail-events").replaceChildren(
+    ...(history.length ? history : [el("li", { class: "empty" }, "No event since the page's server started watching.")]));
+}
+
+function render() {
+  if (!state) return;
+  renderSummary();
+  renderFleet();
+  renderTimeline();
+  renderEvents();
+  renderErrors();
+  renderDetail();
+}
+
+function connect() {
+  const status = document.getElementById("connection");
+  const source = new EventSource("/_emulator/page/stream");
+  source.addEventListener("state", message => {
+    state = JSON.parse(message.data);
+    status.textContent = `live · ${clock(state.Time)}`;
+    status.dataset.connected = "true";
+    render();
+  });
+  // The server ends each stream after a few seconds; EventSource reconnects by itself.
+  source.onerror = () => {
+    if (source.readyState === EventSource.CLOSED) {
+      status.textContent = "disconnected: retrying…";
+      status.dataset.connected = "false";
+      setTimeout(connect, 1000);
+    }
+  };
+}
+
+document.getElementById("detail-close").addEventListener("click", () => { selected = null; render(); });
+connect();

@@ -1,0 +1,188 @@
+"""``GET /metrics``: the fleet's metrics in Prometheus' exposition format, by prometheus_client.
+
+Prometheus names and base units; each HELP names the CloudWatch metric it comes from, so a
+dashboard can be matched against CloudWatch's:
+
+- histograms (seconds) for every duration CloudWatch reports in microseconds: ``ModelLatency``,
+  ``OverheadLatency``, ``ModelLoadingWaitTime``, ``ModelDownloadingTime``, ``ModelLoadingTime``,
+  ``ModelUnloadingTime``, so ``histogram_quantile(0.99, ...)`` gives p99;
+- counters for invocations, errors, cache hits and lookups (the hit ratio is their rate's
+  ratio), downloads, loads and unloads, per endpoint and variant;
+- gauges per instance: loaded models, their bytes against the budgets, requests in flight,
+  utilization as a ratio (CloudWatch's percent / 100).
+
+Labels are ``endpoint_name``, ``variant_name`` and, per instance, ``instance_id`` (not
+``instance``, which Prometheus sets to the scraped target).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from emulator.hosting.registry import EndpointRegistry
+from emulator.metrics import DURATION_BUCKETS_S, METRICS, EndpointMetrics
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+VARIANT_LABELS = ["endpoint_name", "variant_name"]
+INSTANCE_LABELS = [*VARIANT_LABELS, "instance_id"]
+
+
+@dataclass(frozen=True)
+class Mapping:
+    name: str  # Prometheus name, without the _total / _bucket suffixes the library adds
+    cloudwatch: str  # the CloudWatch metric it comes from
+    statistic: str = "Sum"  # counters: which running statistic is the count
+    note: str = ""
+
+
+HISTOGRAMS = (
+    Mapping("sagemaker_model_latency_seconds", "ModelLatency"),
+    Mapping("sagemaker_overhead_latency_seconds", "OverheadLatency"),
+    Mapping("sagemaker_model_loading_wait_seconds", "ModelLoadingWaitTime",
+            note="requests that found their model not loaded"),
+    Mapping("sagemaker_model_downloading_seconds", "ModelDownloadingTime"),
+    Mapping("sagemaker_model_loading_seconds", "ModelLoadingTime"),
+    Mapping("sagemaker_model_unloading_seconds", "ModelUnloadingTime"),
+)
+
+COUNTERS = (
+    Mapping("sagemaker_invocations", "Invocations"),
+    Mapping("sagemaker_invocations_per_instance", "InvocationsPerInstance",
+            note="each invocation counts 1 / instances of its variant"),
+    Mapping("sagemaker_invocation_4xx_errors", "Invocation4XXErrors"),
+    Mapping("sagemaker_invocation_5xx_errors", "Invocation5XXErrors"),
+    Mapping("sagemaker_invocation_model_errors", "InvocationModelErrors"),
+    Mapping("sagemaker_model_cache_hits", "ModelCacheHit",
+            note="requests whose model was loaded already"),
+    Mapping("sagemaker_model_cache_lookups", "ModelCacheHit", statistic="SampleCount",
+            note="requests that looked for a loaded model; hit ratio = hits / lookups"),
+    Mapping("sagemaker_model_downloads", "ModelDownloadingTime", statistic="SampleCount",
+            note="models downloaded and extracted"),
+    Mapping("sagemaker_model_loads", "ModelLoadingTime", statistic="SampleCount",
+            note="models loaded"),
+    Mapping("sagemaker_model_unloads", "ModelUnloadingTime", statistic="SampleCount",
+            note="models unloaded"),
+)
+
+UTILIZATION = (
+    Mapping("sagemaker_cpu_utilization_ratio", "CPUUtilization"),
+    Mapping("sagemaker_memory_utilization_ratio", "MemoryUtilization"),
+    Mapping("sagemaker_disk_utilization_ratio", "DiskUtilization"),
+    Mapping("sagemaker_gpu_utilization_ratio", "GPUUtilization"),
+    Mapping("sagemaker_gpu_memory_utilization_ratio", "GPUMemoryUtilization"),
+)
+
+
+def _help(mapping: Mapping, unit_note: str = "") -> str:
+    namespace, unit = METRICS[mapping.cloudwatch]
+    text = f"CloudWatch {namespace} {mapping.cloudwatch} ({unit}"
+    if mapping.statistic != "Sum":
+        text += f", {mapping.statistic}"
+    text += ")"
+    if unit_note:
+        text += f"; {unit_note}"
+    if mapping.note:
+        text += f"; {mapping.note}"
+    return text
+
+
+def _cumulative(counts: list[int]) -> list[tuple[str, float]]:
+    """prometheus_client's buckets: cumulative counts per upper bound, +Inf last."""
+    buckets, running = [], 0
+    for bound, count in zip((*DURATION_BUCKETS_S, float("inf")), counts, strict=True):
+        running += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
+    return buckets
+
+
+class FleetCollector(Collector):
+    """Reads every endpoint's variant metrics and instances at each scrape."""
+
+    def __init__(self, registry: EndpointRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        variants: list[tuple[list[str], EndpointMetrics]] = [
+            ([e.name, v.name], v.metrics) for e in self._registry.all() for v in e.variants]
+        yield from self._histograms(variants)
+        yield from self._counters(variants)
+        yield from self._gauges()
+
+    @staticmethod
+    def _histograms(variants: list[tuple[list[str], EndpointMetrics]]) -> Iterator[Metric]:
+        families = {m.cloudwatch: HistogramMetricFamily(
+            m.name.removesuffix("_seconds"), _help(m, "here in seconds"), labels=VARIANT_LABELS,
+            unit="seconds") for m in HISTOGRAMS}
+        for labels, metrics in variants:
+            stats, buckets = metrics.statistics(), metrics.duration_buckets()
+            for name, family in families.items():
+                family.add_metric(labels, _cumulative(buckets[name]), stats[name].total / 1e6)
+        yield from families.values()
+
+    @staticmethod
+    def _counters(variants: list[tuple[list[str], EndpointMetrics]]) -> Iterator[Metric]:
+        for mapping in COUNTERS:
+            family = CounterMetricFamily(mapping.name, _help(mapping), labels=VARIANT_LABELS)
+            for labels, metrics in variants:
+                stat = metrics.statistics()[mapping.cloudwatch]
+                value = stat.total if mapping.statistic == "Sum" else stat.sample_count
+                family.add_metric(labels, float(value))
+            yield family
+
+    def _gauges(self) -> Iterator[Metric]:
+        def gauge(name: str, text: str, unit: str = "") -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, labels=INSTANCE_LABELS, unit=unit)
+
+        loaded = gauge("sagemaker_loaded_models", _help(Mapping("", "LoadedModelCount"),
+                                                        "now, per instance"))
+        loaded_bytes = gauge("mme_loaded_model_bytes",
+                             "Bytes of the loaded models (extracted files), per instance", "bytes")
+        memory_budget = gauge("mme_memory_budget_bytes",
+                              "--memory-budget of each instance (absent when unlimited)", "bytes")
+        max_models = gauge("mme_max_loaded_models",
+                           "--max-loaded-models of each instance (absent when unlimited)")
+        disk_bytes = gauge("mme_disk_model_bytes",
+                           "Bytes of the model artifacts on each instance's disk", "bytes")
+        disk_budget = gauge("mme_disk_budget_bytes",
+                            "--disk-budget of each instance (absent when unlimited)", "bytes")
+        in_flight = gauge("mme_in_flight_requests", "Requests each instance is serving now")
+        utilization = {m.cloudwatch: gauge(m.name.removesuffix("_ratio"),
+                                           _help(m, "last sample, percent / 100"), "ratio")
+                       for m in UTILIZATION}
+        for endpoint in self._registry.all():
+            for variant in endpoint.variants:
+                for instance in list(variant.instances):
+                    labels = [endpoint.name, variant.name, instance.id]
+                    memory, disk = instance.manager.memory, instance.manager.disk
+                    loaded.add_metric(labels, instance.metrics.loaded_model_count)
+                    loaded_bytes.add_metric(labels, memory.total_bytes)
+                    disk_bytes.add_metric(labels, disk.total_bytes)
+                    in_flight.add_metric(labels, instance.in_flight)
+                    if memory.capacity_bytes is not None:
+                        memory_budget.add_metric(labels, memory.capacity_bytes)
+                    if memory.capacity_count is not None:
+                        max_models.add_metric(labels, memory.capacity_count)
+                    if disk.capacity_bytes is not None:
+                        disk_budget.add_metric(labels, disk.capacity_bytes)
+                    for name, value in instance.metrics.latest.items():
+                        if name in utilization:
+                            utilization[name].add_metric(labels, value / 100)
+        yield from (loaded, loaded_bytes, memory_budget, max_models, disk_bytes, disk_budget,
+                    in_flight, *utilization.values())
+
+
+def exposition(registry: EndpointRegistry) -> bytes:
+    """The text format of every metric of the fleet, as a scrape gets it."""
+    collectors = CollectorRegistry(auto_describe=False)
+    collectors.register(FleetCollector(registry))
+    return generate_latest(collectors)

@@ -1,0 +1,177 @@
+"""The live page at ``/_emulator/``, driven in a real headless Chromium (Debian's ``chromium``)
+while boto3 traffic runs: a model appears as loading, then loaded, then evicted when another
+takes its place; errors show with their SageMaker code; a model's detail view has its history.
+
+Loads are held at a gate file (the test model waits for it), so each state is observed by
+condition, never by timing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.client_support import runtime_client
+from tests.prometheus_support import get_json, get_text
+from tests.support import package, scale_request, write_scale_model
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Flags that work on a CI runner as root without a display or a network beyond loopback.
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+WAIT_MS = 120_000  # a generous bound for slow CI machines; every wait ends on a condition
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture
+def browser_page(tmp_path: Path) -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        if _in_ci():  # CI installs it (tests/install-chromium.sh via make test): missing is a bug
+            pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium")
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium); "
+                    "`make test` installs it")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
+            args=FLAGS, viewport={"width": 1400, "height": 1000})
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+def _invoke(rt: Any, target: str) -> None:
+    rt.invoke_endpoint(EndpointName="local", TargetModel=target, Body=scale_request([1, 2, 3, 4]))
+
+
+def _row(target: str, state: str | None = None) -> str:
+    selector = f'tr.model[data-model="{target}"]'
+    return selector + (f'[data-state="{state}"]' if state else "")
+
+
+def test_page_shows_a_model_loading_then_loaded_then_evicted_while_traffic_runs(
+        start_emulator, store: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+        browser_page: Any) -> None:
+    gates = {name: tmp_path / f"gate-{name}" for name in ("a", "b")}
+    for name, gate in gates.items():
+        package(write_scale_model(tmp_path / name, name, 2.0, load_gate=str(gate)),
+                store / f"{name}.tar.gz", "folder")
+    server = start_emulator(model_data=str(store), max_loaded_models=1)
+    rt = runtime_client(server.url)
+    page = browser_page
+    page.goto(f"{server.url}/_emulator/")
+    page.wait_for_selector('#connection[data-connected="true"]', timeout=WAIT_MS)
+    assert page.inner_text('[data-endpoint="local"] h3').startswith("local")
+
+    # Traffic on a: its first request waits at the gate, so the page must show a loading.
+    stop_a = threading.Event()
+    sent_a: list[int] = []
+    failures: list[BaseException] = []
+
+    def traffic_on_a() -> None:
+        try:
+            while not stop_a.is_set():
+                _invoke(rt, "a.tar.gz")
+                sent_a.append(1)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            failures.append(exc)
+
+    sender = threading.Thread(target=traffic_on_a)
+    sender.start()
+    try:
+        page.wait_for_selector(_row("a.tar.gz", "loading"), timeout=WAIT_MS)
+        assert page.inner_text(_row("a.tar.gz") + " td.lru") == "0"  # reserved in the LRU
+        gates["a"].touch()
+        page.wait_for_selector(f'{_row("a.tar.gz", "loaded")}, {_row("a.tar.gz", "pinned")}',
+                               timeout=WAIT_MS)
+        # The summary follows the traffic that keeps running.
+        page.wait_for_function("""() => Number(
+            document.querySelector('[data-figure="invocations"]').textContent) >= 5""",
+                               timeout=WAIT_MS)
+        assert page.inner_text('[data-figure="hit-ratio"]').endswith("%")
+    finally:
+        stop_a.set()
+        sender.join(timeout=120)
+    assert not failures, failures
+    assert len(sent_a) >= 5
+
+    # b takes a's place (room for one model): a is evicted, b loads.
+    b_sender = threading.Thread(target=_invoke, args=(rt, "b.tar.gz"))
+    b_sender.start()
+    try:
+        page.wait_for_selector(_row("b.tar.gz", "loading"), timeout=WAIT_MS)
+        # a is evicted for b (its unload may still be under way while b loads).
+        evicted = page.wait_for_selector(
+            f'{_row("a.tar.gz")}[data-evicted-for="b.tar.gz"]', timeout=WAIT_MS)
+        assert evicted.get_attribute("data-state") in ("unloading", "on_disk")
+        assert "evicted for b.tar.gz" in evicted.inner_text()
+        page.wait_for_selector(
+            '#events li[data-step="unloading"][data-model="a.tar.gz"][data-evicted="true"]',
+            timeout=WAIT_MS)
+        gates["b"].touch()
+        page.wait_for_selector(_row("b.tar.gz", "loaded"), timeout=WAIT_MS)
+        page.wait_for_selector(f'{_row("a.tar.gz", "on_disk")}[data-evicted-for="b.tar.gz"]',
+                               timeout=WAIT_MS)
+    finally:
+        gates["b"].touch()
+        b_sender.join(timeout=120)
+
+    # The LRU order on the page is the manager's: b loaded (position 0), a only on disk.
+    assert page.inner_text(_row("b.tar.gz") + " td.lru") == "0"
+    assert page.inner_text(_row("a.tar.gz") + " td.lru") == "–"
+
+    # An error shows with the SageMaker code boto3 got.
+    with pytest.raises(ClientError) as excinfo:
+        _invoke(rt, "absent.tar.gz")
+    assert excinfo.value.response["Error"]["Code"] == "ValidationError"
+    error_row = page.wait_for_selector('#errors tr[data-code="ValidationError"]', timeout=WAIT_MS)
+    assert "absent.tar.gz" in error_row.inner_text()
+
+    # The timeline counts the two loads and the unload.
+    page.wait_for_function("""() => /2 loads, 1 unloads/.test(
+        document.getElementById('timeline-caption').textContent)""", timeout=WAIT_MS)
+
+    # The detail view of a: its state and its history, eviction included.
+    page.click(_row("a.tar.gz"))
+    page.wait_for_selector("#detail:not([hidden])", timeout=WAIT_MS)
+    assert page.inner_text("#detail-title") == "a.tar.gz"
+    history = page.inner_text("#detail-events")
+    assert "evicted" in history and "room for b.tar.gz" in history and "loaded" in history
+    assert "on disk" in page.inner_text("#detail-fields")
+
+    page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+    if os.environ.get("MME_PAGE_SCREENSHOT"):  # how docs/page.png is made
+        shutil.copy(tmp_path / "page.png", os.environ["MME_PAGE_SCREENSHOT"])
+
+
+def test_page_assets_are_served_by_the_emulator(start_emulator, store: Path,  # type: ignore[no-untyped-def]
+                                               tmp_path: Path) -> None:
+    """No CDN: every script and style the page loads comes from the emulator itself."""
+    package(write_scale_model(tmp_path / "a", "a", 2.0), store / "a.tar.gz", "folder")
+    server = start_emulator(model_data=str(store))
+    html = get_text(f"{server.url}/_emulator/")
+    assert "http://" not in html and "https://" not in html
+    for asset, kind in (("app.js", "text/javascript"), ("style.css", "text/css")):
+        with urllib.request.urlopen(f"{server.url}/_emulator/page/{asset}") as resp:
+            assert resp.headers["Content-Type"].startswith(kind)
+    state = get_json(f"{server.url}/_emulator/page/state")
+    assert set(state) == {"Time", "Endpoints", "Timeline", "Events", "Errors"}
+    assert state["Endpoints"]["local"]["Variants"]["AllTraffic"]["Instances"][0]["InstanceId"] \
+        == "i-1"
+    with pytest.raises(urllib.error.HTTPError) as excinfo:
+        urllib.request.urlopen(f"{server.url}/_emulator/page/secrets.txt")
+    assert excinfo.value.code == 404
+    excinfo.value.close()
