@@ -29,6 +29,7 @@ docker-prepare:
 
 test: $(STAMP)
 	$(BIN)/ruff check emulator ensembles harness tests docker mme
+	bash tests/install-chromium.sh
 ifeq ($(SKIP_DOCKER),1)
 	$(BIN)/python -m pytest --no-docker $(PYTEST_ARGS)
 else
