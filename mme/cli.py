@@ -18,6 +18,8 @@ from emulator.settings import InvalidSettings, Settings, add_flags, flag_fields
 SUBCOMMAND_MODULES = (
     "mme.demo",
     "mme.bench",
+    "mme.bench_scale",
+    "mme.bench_coldstart",
     "ensembles.cli",
     "harness.cli",
     "harness.deploy_cli",

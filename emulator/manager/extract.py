@@ -8,6 +8,12 @@ exactly that many bytes per member, so a gzip bomb is refused without being expa
 A full disk is ``DiskFull``, not an unreadable archive.
 Extraction goes to a temporary sibling folder that is renamed into place only when complete, so a
 failure never leaves a half-extracted model behind.
+
+``extract_stream`` reads the archive as it arrives (tarfile's stream mode), so a download can be
+extracted while it is still under way and never lands on disk as a ``.tar.gz``. It cannot see every
+member before writing the first, so it checks each member (and the running total of declared
+sizes) before writing that member: the cap still bounds what is written, and a refused archive
+still leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -16,7 +22,10 @@ import os
 import shutil
 import tarfile
 import tempfile
+import zlib
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from emulator.manager.failures import DiskFull, is_no_space
 
@@ -54,34 +63,75 @@ def _check_member(member: tarfile.TarInfo) -> None:
                 raise UnsafeArchive(f"link {name!r} -> {member.linkname!r} leads out of the folder")
 
 
+def _too_large(max_bytes: int) -> ArchiveTooLarge:
+    return ArchiveTooLarge(
+        f"archive expands to more than the {max_bytes}-byte cap "
+        "(raise --max-extracted-bytes if this model is really that large)", max_bytes)
+
+
+# The stdlib "data" filter enforces the same rules again (defence in depth).
+# (Python 3.10.12+/3.11.4+; older patch releases rely on the checks above.)
+_SAFE: dict[str, str] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+
+
 def extract_archive(archive: Path, destination: Path, max_bytes: int | None) -> int:
     """Extract ``archive`` into ``destination`` (created; must not exist). Returns bytes written."""
+    def unpack(staging: Path) -> int:
+        with tarfile.open(archive, "r:*") as tar:
+            members = tar.getmembers()
+            total = 0
+            for member in members:
+                _check_member(member)
+                total += max(member.size, 0)
+                if max_bytes is not None and total > max_bytes:
+                    raise _too_large(max_bytes)
+            tar.extractall(staging, members=members, **_SAFE)  # type: ignore[arg-type]
+            return total
+
+    return _staged(destination, destination.parent, ".extract-", unpack)
+
+
+def extract_stream(stream: IO[bytes], destination: Path, max_bytes: int | None,
+                   staging_parent: Path | None = None, staging_prefix: str = ".extract-") -> int:
+    """Extract a tar (any compression) read sequentially from ``stream`` into ``destination``.
+
+    The temporary folder is made in ``staging_parent`` (default: beside ``destination``), on the
+    same file system. Errors of the stream itself (e.g. the store going away) pass through as
+    raised; a stream that ends early is an unreadable archive.
+    """
+    def unpack(staging: Path) -> int:
+        total = 0
+        with tarfile.open(fileobj=stream, mode="r|*") as tar:
+            for member in tar:
+                _check_member(member)
+                total += max(member.size, 0)
+                if max_bytes is not None and total > max_bytes:
+                    raise _too_large(max_bytes)
+                # Directories keep default modes: a read-only one would refuse the files that
+                # follow it (extractall defers directory modes; stream mode cannot).
+                tar.extract(member, staging, set_attrs=not member.isdir(),
+                            **_SAFE)  # type: ignore[arg-type]
+        return total
+
+    return _staged(destination, staging_parent or destination.parent, staging_prefix, unpack)
+
+
+def _staged(destination: Path, staging_parent: Path, prefix: str,
+            unpack: Callable[[Path], int]) -> int:
+    """Run ``unpack`` into a fresh temporary folder, renamed to ``destination`` when it succeeds."""
     destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".extract-", dir=destination.parent))
+    staging_parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=staging_parent))
     try:
         try:
-            with tarfile.open(archive, "r:*") as tar:
-                members = tar.getmembers()
-                total = 0
-                for member in members:
-                    _check_member(member)
-                    total += max(member.size, 0)
-                    if max_bytes is not None and total > max_bytes:
-                        raise ArchiveTooLarge(
-                            f"archive expands to more than the {max_bytes}-byte cap "
-                            "(raise --max-extracted-bytes if this model is really that large)",
-                            max_bytes)
-                # The stdlib "data" filter enforces the same rules again (defence in depth).
-                # (Python 3.10.12+/3.11.4+; older patch releases rely on the checks above.)
-                safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-                tar.extractall(staging, members=members, **safe)  # type: ignore[arg-type]
+            total = unpack(staging)
         except getattr(tarfile, "FilterError", ()) as exc:
             raise UnsafeArchive(f"refused by the safe-extraction filter: {exc}") from exc
         except OSError as exc:
             if is_no_space(exc):
                 raise DiskFull(f"{exc.strerror} while extracting") from exc
             raise UnsafeArchive(f"not a readable .tar.gz archive: {exc}") from exc
-        except (tarfile.TarError, EOFError) as exc:
+        except (tarfile.TarError, EOFError, zlib.error) as exc:
             raise UnsafeArchive(f"not a readable .tar.gz archive: {exc}") from exc
         os.replace(staging, destination)
         return total

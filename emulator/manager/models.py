@@ -28,6 +28,7 @@ import contextlib
 import enum
 import hashlib
 import logging
+import secrets
 import shutil
 import time
 from collections.abc import AsyncIterator, Callable
@@ -36,7 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from emulator.manager import failures, repository, stubs
-from emulator.manager.extract import ArchiveTooLarge, extract_archive, tree_size
+from emulator.manager.extract import (
+    ArchiveTooLarge,
+    extract_archive,
+    extract_stream,
+    tree_size,
+)
 from emulator.manager.failures import DiskFull, StoreUnavailable
 from emulator.manager.lru import DoesNotFit, LruIndex
 from emulator.manager.store import ModelSource
@@ -126,6 +132,14 @@ def artifact_key(target: str) -> str:
 
 
 class ModelManager:
+    # Extract a download as it arrives (store.open + extract_stream). False: copy the archive to
+    # disk, then extract it (the behaviour before; ``mme bench coldstart`` measures both).
+    stream_downloads: bool = True
+    # Under a count budget alone, start the load once Triton has accepted the victim's unload
+    # (see _make_room). False: wait for the unload to complete (``mme bench scale`` measures
+    # both).
+    overlap_count_evictions: bool = True
+
     def __init__(
         self,
         *,
@@ -161,6 +175,8 @@ class ModelManager:
         self.records: dict[str, ModelRecord] = {}
         self._loads: dict[str, asyncio.Task[ModelRecord]] = {}
         self._unloads: dict[str, asyncio.Task[None]] = {}
+        # Set once Triton has accepted the unload of that target (it serves it no more).
+        self._unload_accepted: dict[str, asyncio.Future[None]] = {}
         self._memory_lock = asyncio.Lock()
         self._changed = asyncio.Condition()
         self.downloads = 0
@@ -423,13 +439,17 @@ class ModelManager:
         limit = self.max_extracted_bytes
         if room is not None and (limit is None or room < limit):
             limit = room
-        step = "downloading"
+        step = "downloading and extracting" if self.stream_downloads else "downloading"
         try:
-            await asyncio.to_thread(self.source.fetch, record.target or None, archive)
-            step = "extracting"
             if destination.exists():
                 await asyncio.to_thread(shutil.rmtree, destination)
-            await asyncio.to_thread(extract_archive, archive, destination / "model", limit)
+            if self.stream_downloads:
+                await asyncio.to_thread(self._stream_in, record.target or None,
+                                        destination / "model", limit)
+            else:
+                await asyncio.to_thread(self.source.fetch, record.target or None, archive)
+                step = "extracting"
+                await asyncio.to_thread(extract_archive, archive, destination / "model", limit)
         except BaseException as exc:
             record.state = ModelState.NEW
             await asyncio.to_thread(shutil.rmtree, destination, True)  # nothing half-written
@@ -443,9 +463,20 @@ class ModelManager:
         record.artifact_dir = destination
         record.size = await asyncio.to_thread(tree_size, destination)
         record.state = ModelState.ON_DISK
+        # The one line per model a download logs when no terminal shows a bar (store.py).
         log.info("model=%s step=download seconds=%.3f size=%d", record.target, elapsed, record.size)
         self._emit("downloaded", record.target, seconds=elapsed, size=record.size)
         await self._make_disk_room(record)
+
+    def _stream_in(self, target: str | None, destination: Path, limit: int | None) -> None:
+        """Extract the object while it downloads: no ``.tar.gz`` on disk, no wait between steps.
+
+        The temporary folder sits in the artifacts folder as ``.download-<key>-*`` until the
+        archive is complete, then becomes ``<key>/model``; on any failure it is deleted.
+        """
+        with self.source.open(target) as stream:
+            extract_stream(stream, destination, limit, staging_parent=self.artifacts_dir,
+                           staging_prefix=f".download-{destination.parent.name}-")
 
     def _raise_download_failure(self, record: ModelRecord, exc: BaseException, step: str,
                                 limit: int | None, room: int | None) -> None:
@@ -504,8 +535,25 @@ class ModelManager:
                                                'serving requests"}')
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), remaining)
-        if unloads:
+        if not unloads:
+            return
+        if self._load_may_overlap_unloads():
+            await asyncio.gather(*(self._unload_accepted[t] for t in victims))
+        else:
             await asyncio.gather(*unloads)
+
+    def _load_may_overlap_unloads(self) -> bool:
+        """May a load start before the unloads that make room for it have completed?
+
+        Triton's Python backend takes about a second to unload even a trivial model (its stub
+        polls for the finalize message once a second, then its health thread sleeps 300 ms before
+        it exits), so waiting for the unload doubles the cost of a miss under a full budget.
+        A count budget (--max-loaded-models) counts the models that serve or are loading: a
+        victim whose unload Triton has accepted serves no more, so the load may start then [U].
+        A byte budget (--memory-budget) stands for memory, which is free only once the unload
+        has completed: there the load waits for it, as before.
+        """
+        return self.overlap_count_evictions and self.memory.capacity_bytes is None
 
     # --- taking models out ------------------------------------------------------------------
 
@@ -515,19 +563,34 @@ class ModelManager:
         record.state = ModelState.UNLOADING
         self._emit("unloading", record.target, reason=reason, **(
             {"for": making_room_for} if making_room_for is not None else {}))
-        task = asyncio.create_task(self._unload(record))
+        accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._unload(record, accepted))
         self._unloads[record.target] = task
-        task.add_done_callback(lambda _t: self._unloads.pop(record.target, None))
+        self._unload_accepted[record.target] = accepted
+
+        def finished(_task: asyncio.Task[None]) -> None:
+            self._unloads.pop(record.target, None)
+            self._unload_accepted.pop(record.target, None)
+            if not accepted.done():  # cancelled before Triton answered
+                accepted.cancel()
+
+        task.add_done_callback(finished)
         return task
 
-    async def _unload(self, record: ModelRecord) -> None:
+    async def _unload(self, record: ModelRecord, accepted: asyncio.Future[None]) -> None:
+        def accept() -> None:
+            if not accepted.done():
+                accepted.set_result(None)
+
         started = time.monotonic()
         try:
             if record.entry:
                 await self.triton.unload(record.entry, dependents=True,
-                                         timeout=self.load_timeout_s)
+                                         timeout=self.load_timeout_s, on_accepted=accept)
         except (TritonError, TritonUnreachable, asyncio.TimeoutError) as exc:
             log.warning("model=%s step=unload outcome=failed error=%s", record.target, exc)
+        finally:
+            accept()  # refused or failed: nothing more to wait for before loading
         elapsed = time.monotonic() - started
         await asyncio.to_thread(repository.uninstall, record.installed, self.triton_repository)
         record.state = ModelState.ON_DISK
@@ -540,15 +603,23 @@ class ModelManager:
         await self._notify()
 
     async def _delete_from_disk(self, record: ModelRecord) -> None:
+        # The record forgets its folder before the (slow) delete, and the folder is renamed out
+        # of the way first: a request for the same model meanwhile downloads it afresh into
+        # ``<key>`` without the delete removing what it writes.
         self.disk.remove(record.target)
-        if record.artifact_dir is not None:
-            await asyncio.to_thread(shutil.rmtree, record.artifact_dir, True)
-        record.artifact_dir = None
+        folder, record.artifact_dir = record.artifact_dir, None
         record.state = ModelState.NEW
         log.info("model=%s step=disk-evict size=%d", record.target, record.size)
         self._emit("deleted", record.target, size=record.size)
         if not record.demand:
             self.records.pop(record.target, None)
+        if folder is not None:
+            doomed = folder.with_name(f".deleting-{folder.name}-{secrets.token_hex(4)}")
+            try:
+                folder.rename(doomed)
+            except OSError:
+                doomed = folder
+            await asyncio.to_thread(shutil.rmtree, doomed, True)
 
     async def _evict_completely(self, record: ModelRecord) -> None:
         async with self._memory_lock:

@@ -1,20 +1,25 @@
 """Where TargetModel objects come from: a local folder or an S3 (or S3-compatible) prefix.
 
-Both are read with blocking calls; the model manager runs them in threads. A download goes to a
-temporary file renamed into place, so a failed download leaves nothing behind. A full disk is
-``DiskFull``; a store that does not answer is ``StoreUnavailable`` (failures.py).
+Both are read with blocking calls; the model manager runs them in threads. ``open`` streams an
+object (the model manager extracts it as it arrives); ``fetch`` copies one to a temporary file
+renamed into place, so a failed download leaves nothing behind. A full disk is ``DiskFull``; a
+store that does not answer is ``StoreUnavailable`` (failures.py).
+
+Progress: on a terminal, a download that lasts more than half a second shows a tqdm bar; anywhere
+else nothing is logged here (the model manager logs one line per model when it is on disk).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import sys
 import tempfile
-import threading
-import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Any, Protocol
 from urllib.parse import urlparse
 
 from emulator.manager.failures import DiskFull, StoreUnavailable, is_no_space
@@ -31,6 +36,10 @@ class ModelSource(Protocol):
 
     def fetch(self, target: str | None, destination: Path) -> int:
         """Copy the object for ``target`` (None: the model data itself) to ``destination``."""
+        ...
+
+    def open(self, target: str | None) -> contextlib.AbstractContextManager[IO[bytes]]:
+        """The object for ``target`` as a stream read front to back (ObjectNotFound if none)."""
         ...
 
     def check(self, single_object: bool) -> None:
@@ -103,23 +112,57 @@ class FolderSource:
             raise ObjectNotFound(target or str(source))
         return _atomic_copy(lambda tmp: shutil.copyfile(source, tmp), destination)
 
+    @contextlib.contextmanager
+    def open(self, target: str | None) -> Iterator[IO[bytes]]:
+        source = self._path(target)
+        try:
+            file = source.open("rb")
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+            raise ObjectNotFound(target or str(source)) from exc
+        except OSError as exc:  # ENAMETOOLONG and the like: S3 would have no such key either
+            raise ObjectNotFound(target or str(source)) from exc
+        with file, progress_bar(target or source.name, os.fstat(file.fileno()).st_size) as tick:
+            yield _ProgressReader(file, tick)  # type: ignore[misc]
 
-class _Progress:
-    """Logs a long download every 10% (boto3 calls it from several threads)."""
 
-    def __init__(self, name: str, total: int) -> None:
-        self.name, self.total, self.done, self.next_mark = name, total, 0, 10
-        self.started = time.monotonic()
-        self._lock = threading.Lock()
+ProgressCallback = Callable[[int], None]
 
-    def __call__(self, chunk: int) -> None:
-        with self._lock:
-            self.done += chunk
-            percent = 100 * self.done // max(self.total, 1)
-            if percent >= self.next_mark and self.total > 64 * 1024**2:
-                log.info("downloading %s: %d%% of %.1f MiB", self.name, percent,
-                         self.total / 1024**2)
-                self.next_mark = percent // 10 * 10 + 10
+# Bars appear only for downloads that outlast this (tqdm's ``delay``): small models stay quiet.
+BAR_DELAY_S = 0.5
+
+
+@contextlib.contextmanager
+def progress_bar(name: str, total: int | None, stream: Any = None) -> Iterator[ProgressCallback]:
+    """A callback told each chunk's bytes: a tqdm bar on a terminal, otherwise nothing.
+
+    tqdm ships with the harness extra; without it a terminal gets no bar either.
+    """
+    out = stream if stream is not None else sys.stderr
+    bar = None
+    if getattr(out, "isatty", lambda: False)():
+        with contextlib.suppress(ImportError):
+            from tqdm import tqdm
+
+            bar = tqdm(total=total or None, desc=f"downloading {name}", unit="B",
+                       unit_scale=True, unit_divisor=1024, delay=BAR_DELAY_S, leave=False,
+                       file=out, dynamic_ncols=True)
+    try:
+        yield (bar.update if bar is not None else (lambda _n: None))
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+class _ProgressReader:
+    """A readable stream that reports the bytes read through it."""
+
+    def __init__(self, raw: IO[bytes], progress: ProgressCallback) -> None:
+        self._raw, self._progress = raw, progress
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._raw.read(size)
+        self._progress(len(chunk))
+        return chunk
 
 
 class S3Source:
@@ -150,28 +193,101 @@ class S3Source:
                 f"Could not access model data at {self.location}. Please ensure that the bucket "
                 f"and the object or prefix exist and can be read: {exc}") from exc
 
-    def fetch(self, target: str | None, destination: Path) -> int:
-        from boto3.exceptions import Boto3Error
-        from botocore.exceptions import BotoCoreError, ClientError
-        from s3transfer.exceptions import RetriesExceededError, S3DownloadFailedError
+    def _key(self, target: str | None) -> str:
+        return self.prefix if target is None else object_key(self.prefix, target)
 
-        key = self.prefix if target is None else object_key(self.prefix, target)
-        try:
+    def fetch(self, target: str | None, destination: Path) -> int:
+        key = self._key(target)
+        with _s3_errors(target or key):
             head = self._client.head_object(Bucket=self.bucket, Key=key)
-            progress = _Progress(key, int(head.get("ContentLength", 0)))
-            return _atomic_copy(
-                lambda tmp: self._client.download_file(self.bucket, key, tmp, Callback=progress),
-                destination,
-            )
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code"))
-            if code in ("404", "NoSuchKey", "NotFound", "403", "AccessDenied", "NoSuchBucket"):
-                raise ObjectNotFound(target or key) from exc  # SageMaker: "Failed to download"
-            raise StoreUnavailable(f"{code}: {exc}") from exc
-        except (BotoCoreError, Boto3Error, RetriesExceededError, S3DownloadFailedError,
-                ConnectionError) as exc:
-            # Connection refused or reset, a read that timed out, retries exhausted.
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+            with progress_bar(key, int(head.get("ContentLength", 0))) as tick:
+                return _atomic_copy(
+                    lambda tmp: self._client.download_file(self.bucket, key, tmp, Callback=tick),
+                    destination,
+                )
+
+    @contextlib.contextmanager
+    def open(self, target: str | None) -> Iterator[IO[bytes]]:
+        key = self._key(target)
+        with _s3_errors(target or key):
+            response = self._client.get_object(Bucket=self.bucket, Key=key)
+        stream = _ResumableBody(self._client, self.bucket, key, response)
+        try:
+            with progress_bar(key, stream.total) as tick:
+                yield _ProgressReader(stream, tick)  # type: ignore[misc]
+        finally:
+            stream.close()
+
+
+@contextlib.contextmanager
+def _s3_errors(name: str) -> Iterator[None]:
+    """botocore's and s3transfer's failures as ObjectNotFound or StoreUnavailable."""
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
+    from s3transfer.exceptions import RetriesExceededError, S3DownloadFailedError
+
+    try:
+        yield
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code"))
+        if code in ("404", "NoSuchKey", "NotFound", "403", "AccessDenied", "NoSuchBucket"):
+            raise ObjectNotFound(name) from exc  # SageMaker: "Failed to download"
+        raise StoreUnavailable(f"{code}: {exc}") from exc
+    except (BotoCoreError, Boto3Error, RetriesExceededError, S3DownloadFailedError,
+            ConnectionError) as exc:
+        # Connection refused or reset, a read that timed out, retries exhausted.
+        raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+class _ResumableBody:
+    """A GetObject body read front to back; a read that fails resumes where it stopped.
+
+    boto3's ``download_file`` retries a broken transfer; a stream read by hand must do the same:
+    a failed read asks again for the rest (``Range``), of the same version (``IfMatch`` on the
+    ETag), up to RESUMES times, then it is ``StoreUnavailable``.
+    """
+
+    RESUMES = 3
+
+    def __init__(self, client: Any, bucket: str, key: str, response: dict[str, Any]) -> None:
+        self._client, self._bucket, self._key = client, bucket, key
+        self._body = response["Body"]
+        self._etag = response.get("ETag")
+        self.total = int(response.get("ContentLength", 0))
+        self.offset = 0
+
+    def read(self, size: int = -1) -> bytes:
+        import urllib3.exceptions
+        from botocore.exceptions import BotoCoreError
+
+        failures = 0
+        while True:
+            try:
+                chunk = self._body.read(size if size >= 0 else None)
+                if chunk or self.offset >= self.total or size == 0:
+                    self.offset += len(chunk)
+                    return chunk
+                problem = f"the connection closed after {self.offset} of {self.total} bytes"
+            except (BotoCoreError, urllib3.exceptions.HTTPError, OSError) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            failures += 1
+            if failures > self.RESUMES:
+                raise StoreUnavailable(f"{problem} (resumed {self.RESUMES} times)")
+            log.info("download of %s broke at byte %d (%s); resuming", self._key, self.offset,
+                     problem)
+            self._resume()
+
+    def _resume(self) -> None:
+        self.close()
+        extra = {"IfMatch": self._etag} if self._etag else {}
+        with _s3_errors(self._key):
+            response = self._client.get_object(Bucket=self._bucket, Key=self._key,
+                                               Range=f"bytes={self.offset}-", **extra)
+        self._body = response["Body"]
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._body.close()
 
 
 def source_for(model_data: str, s3_endpoint_url: str | None = None,

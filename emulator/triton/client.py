@@ -108,10 +108,16 @@ class TritonClient:
     async def load(self, model: str, timeout: float | None = None) -> None:
         await self._json_call("POST", f"/v2/repository/models/{model}/load", timeout=timeout)
 
-    async def unload(self, model: str, dependents: bool = True, timeout: float = 360.0) -> None:
-        """Unload and wait until Triton reports the model gone (unload completes after the 200)."""
+    async def unload(self, model: str, dependents: bool = True, timeout: float = 360.0,
+                     on_accepted: Callable[[], None] | None = None) -> None:
+        """Unload and wait until Triton reports the model gone (unload completes after the 200).
+
+        ``on_accepted`` is called at the 200: Triton serves the model no more from then on.
+        """
         await self._json_call("POST", f"/v2/repository/models/{model}/unload",
                               {"parameters": {"unload_dependents": dependents}}, timeout=timeout)
+        if on_accepted is not None:
+            on_accepted()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:

@@ -1,0 +1,178 @@
+"""``mme bench coldstart``: the first invocation of a large model from a real HTTP S3 server.
+
+A model with ``--size-mib`` of incompressible weights is packaged as a ``.tar.gz`` and put on
+moto's S3 server (its own process). Measured in one run, on the same object:
+
+- download alone: boto3's ``download_file`` to a file (what the emulator did before);
+- extract alone: the emulator's extraction of that file;
+- load alone: the model unloaded, then invoked again (its files are on disk: only the load);
+- cold start now: a fresh emulator's first invocation (the download streamed into extraction);
+- cold start before: a fresh emulator copying the archive to disk, then extracting it.
+
+Prints the breakdown and cold start / (download + extract + load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from mme.bench_scale import BODY, Server, _bench_subparsers, serve
+
+TARGET = "big.tar.gz"
+BUCKET = "mme-coldstart"
+_SERVE_COPY_THEN_EXTRACT = ("import sys; from emulator.manager.models import ModelManager; "
+                            "ModelManager.stream_downloads = False; "
+                            "from mme.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def build_model(work: Path, size_mib: int) -> Path:
+    from mme.testmodels import write_scale_model
+
+    folder = write_scale_model(work / "repo", "big")
+    with (folder / "1" / "weights.bin").open("wb") as out:
+        for _ in range(size_mib):
+            out.write(os.urandom(1024 * 1024))
+    tarball = work / TARGET
+    # Level 1: random weights do not compress; a higher level only makes the bench slower.
+    with tarfile.open(tarball, "w:gz", compresslevel=1) as tar:
+        tar.add(folder, arcname="big")
+    shutil.rmtree(folder.parent)
+    return tarball
+
+
+class Moto:
+    """moto's S3 server as its own process (a dev dependency: ``pip install 'moto[server]'``)."""
+
+    def __init__(self, work: Path) -> None:
+        from emulator.triton.launcher import free_port
+
+        binary = Path(sys.executable).with_name("moto_server")
+        if not binary.exists():
+            raise SystemExit("mme bench coldstart needs moto's S3 server: "
+                             "pip install 'moto[server]' (make setup installs it)")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = (work / "moto.log").open("wb")
+        self.process = subprocess.Popen([str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
+                                        stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.client().list_buckets()
+                return
+            except Exception:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("moto's S3 server did not start") from None
+                time.sleep(0.2)
+
+    def client(self):  # type: ignore[no-untyped-def]
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.url, aws_access_key_id="testing",
+                            aws_secret_access_key="testing", region_name="us-east-1")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+
+
+def invoke_seconds(server: Server) -> float:
+    request = urllib.request.Request(
+        f"{server.url}/endpoints/local/invocations", data=BODY, method="POST",
+        headers={"X-Amzn-SageMaker-Target-Model": TARGET,
+                 "Content-Type": "application/octet-stream"})
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=600) as resp:
+        answer = json.loads(resp.read())
+    elapsed = time.perf_counter() - started
+    if answer["outputs"][0]["data"] != [2, 4, 6, 8]:
+        raise RuntimeError(f"wrong answer: {answer}")
+    return elapsed
+
+
+def unload(server: Server) -> None:
+    request = urllib.request.Request(
+        f"{server.url}/_emulator/endpoints/local/models/{TARGET}/unload", method="POST")
+    urllib.request.urlopen(request, timeout=120).read()
+
+
+def run(args: argparse.Namespace) -> int:
+    from emulator.manager.extract import extract_archive
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    with tempfile.TemporaryDirectory(prefix="mme-bench-coldstart-") as tmp:
+        work = Path(tmp)
+        tarball = build_model(work, args.size_mib)
+        size = tarball.stat().st_size
+        moto = Moto(work)
+        try:
+            s3 = moto.client()
+            s3.create_bucket(Bucket=BUCKET)
+            s3.upload_file(str(tarball), BUCKET, f"mme/{TARGET}")
+            tarball.unlink()
+            flags = ["--s3-endpoint-url", moto.url]
+            model_data = f"s3://{BUCKET}/mme/"
+            rows: dict[str, float] = {}
+            for repeat in range(args.repeat):
+                started = time.perf_counter()
+                s3.download_file(BUCKET, f"mme/{TARGET}", str(work / "alone.tar.gz"))
+                rows.setdefault("download alone", float("inf"))
+                rows["download alone"] = min(rows["download alone"],
+                                             time.perf_counter() - started)
+                started = time.perf_counter()
+                extract_archive(work / "alone.tar.gz", work / f"alone-{repeat}", None)
+                rows["extract alone"] = min(rows.get("extract alone", float("inf")),
+                                            time.perf_counter() - started)
+                (work / "alone.tar.gz").unlink()
+                shutil.rmtree(work / f"alone-{repeat}")
+                for k, (name, head) in enumerate((
+                        ("cold start now (streamed)", None),
+                        ("cold start before (copy, then extract)", _SERVE_COPY_THEN_EXTRACT))):
+                    code = ["-c", head] if head else None
+                    server = serve(work, f"{repeat}-{k}", ["--model-data", model_data, *flags],
+                                   code=code)
+                    try:
+                        rows[name] = min(rows.get(name, float("inf")), invoke_seconds(server))
+                        if head is None:
+                            unload(server)
+                            load = invoke_seconds(server)
+                            rows["load alone"] = min(rows.get("load alone", float("inf")), load)
+                    finally:
+                        server.stop()
+                        shutil.rmtree(work / f"cache-{repeat}-{k}", True)
+        finally:
+            moto.stop()
+    parts = rows["download alone"] + rows["extract alone"] + rows["load alone"]
+    print(f"cold start of a {size / 1024**2:.0f} MiB .tar.gz (incompressible weights) from moto's "
+          f"S3 server; best of {args.repeat}")
+    for name in ("download alone", "extract alone", "load alone"):
+        print(f"  {name:<40}{rows[name]:>8.2f} s")
+    print(f"  {'sum of the three':<40}{parts:>8.2f} s")
+    for name in ("cold start before (copy, then extract)", "cold start now (streamed)"):
+        print(f"  {name:<40}{rows[name]:>8.2f} s   x{rows[name] / parts:.2f} of the sum")
+    now = rows["cold start now (streamed)"]
+    print(f"  now / before: x{now / rows['cold start before (copy, then extract)']:.2f}; "
+          f"streamed download+extract took about {now - rows['load alone']:.2f} s")
+    return 0 if now <= 1.1 * parts else 1
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = _bench_subparsers(subparsers).add_parser(
+        "coldstart", help="first invocation of a large model from a real HTTP S3 server vs "
+                          "download + extract + load measured alone")
+    p.add_argument("--size-mib", type=int, default=100)
+    p.add_argument("--repeat", type=int, default=1, help="runs; the best of each is shown")
+    p.set_defaults(func=run)
