@@ -3,6 +3,10 @@
 Builds the bundled ensembles, packages them into a local model store, starts the emulator with
 room for one loaded model, invokes both ensembles alternately through boto3 by ``TargetModel``
 (so the MME cache evicts), prints the results and the MME metrics, and stops.
+
+While it runs, the live page at ``<url>/_emulator/`` shows the models load and evict. On a
+terminal the demo ends on that page: it waits for Enter before it stops the emulator. It never
+waits when standard input is not a terminal or ``CI`` is set (``make demo`` in CI).
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -81,6 +87,23 @@ def print_metrics(server: Any) -> None:
               f"{m['Average']:>14.2f}{m['Maximum']:>14.0f}")
 
 
+def waits_for_enter() -> bool:
+    """Only a person at a terminal is asked to press Enter; CI and pipes never wait."""
+    ci = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+    return sys.stdin is not None and sys.stdin.isatty() and not ci
+
+
+def end_on_the_page(page_url: str) -> None:
+    if not waits_for_enter():
+        return
+    print(f"\n   The emulator is still serving: open {page_url} to look around (the"
+          f"\n   models, their states and evictions, the timeline), or invoke it yourself.")
+    try:
+        input("   Press Enter to stop. ")
+    except (EOFError, KeyboardInterrupt):
+        print()
+
+
 def run(work_dir: Path) -> int:
     import boto3
     from botocore.config import Config
@@ -95,7 +118,9 @@ def run(work_dir: Path) -> int:
                                  max_loaded_models=1)
     started = time.perf_counter()
     with EmulatorServer(settings) as server:
+        page_url = f"{server.url}/_emulator/"
         print(f"   up in {time.perf_counter() - started:.1f}s at {server.url}")
+        print(f"   live page: {page_url} (models, states, LRU, loads and evictions as they happen)")
         rt = boto3.client("sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
                           aws_access_key_id="local", aws_secret_access_key="local",
                           config=Config(read_timeout=120, retries={"max_attempts": 1}))
@@ -122,6 +147,8 @@ def run(work_dir: Path) -> int:
               f"{probabilities[0].sum():.4f}; top classes {classes}")
         print("\n4. MME metrics (CloudWatch names and units)")
         print_metrics(server)
+        print(f"   the same, live: {page_url}; Prometheus: {server.url}/metrics")
+        end_on_the_page(page_url)
         print("\n5. Stopping the emulator and its Triton")
     print("   stopped cleanly.")
     return 0

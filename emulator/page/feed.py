@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from emulator.hosting.registry import EndpointRegistry
+from emulator.manager.models import ModelObserver
 
 EVENT_LIMIT = 500
 ERROR_LIMIT = 50
@@ -90,7 +91,7 @@ class Feed:
                     manager.add_observer(self._observer(endpoint.name, variant.name,
                                                         instance.id))
 
-    def _observer(self, endpoint: str, variant: str, instance: str):  # type: ignore[no-untyped-def]
+    def _observer(self, endpoint: str, variant: str, instance: str) -> ModelObserver:
         def observe(step: str, target: str, details: dict[str, Any]) -> None:
             event = ModelEvent(time.time(), endpoint, variant, instance, target, step,
                                dict(details))
