@@ -1,0 +1,99 @@
+"""The cost of a miss under a full budget, against a real Triton.
+
+Triton's Python backend takes about a second to unload even a trivial model. Under a count budget
+(--max-loaded-models) the load that needs the room starts once Triton has accepted the victim's
+unload; under a byte budget (--memory-budget) it waits until the unload has completed, since the
+victim's memory is free only then. A victim whose ``finalize`` blocks on a gate file makes the
+unload last as long as the test wants, so the order is observed, never timed.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tests.client_support import runtime_client
+from tests.fault_support import instance_of, invoke, models_of, wait_until
+from tests.support import package, write_scale_model
+
+FINALIZE_GATED = '''
+    def finalize(self):
+        # The test's unload lasts until it creates this file (or 120 s pass).
+        deadline = time.time() + 120
+        while not os.path.exists({gate!r}) and time.time() < deadline:
+            time.sleep(0.02)
+'''
+
+
+def _store(store: Path, work: Path, gate: Path, pad_bytes: int = 0) -> None:
+    """``slow.tar.gz`` (x2) unloads only once ``gate`` exists; ``next.tar.gz`` (x3) does not."""
+    for name, scale, extra in (("slow", 2, FINALIZE_GATED.format(gate=str(gate))),
+                               ("next", 3, "")):
+        folder = write_scale_model(work / name, name, scale=scale)
+        model_py = folder / "1" / "model.py"
+        model_py.write_text(model_py.read_text() + extra)
+        if pad_bytes:
+            (folder / "1" / "weights.bin").write_bytes(b"\0" * pad_bytes)
+        package(folder, store / f"{name}.tar.gz", "folder")
+
+
+def _observe(server: Any) -> list[tuple[str, str]]:
+    events: list[tuple[str, str]] = []
+    instance_of(server).manager.add_observer(
+        lambda step, target, _details: events.append((step, target)))
+    return events
+
+
+def test_a_count_budget_loads_once_the_victims_unload_is_accepted(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    gate = tmp_path / "finalize-gate"
+    _store(store, tmp_path / "w", gate)
+    server = start_emulator(model_data=str(store), max_loaded_models=1)
+    rt = runtime_client(server.url)
+    events = _observe(server)
+    np.testing.assert_allclose(invoke(rt, "slow.tar.gz"), [2, 4, 6, 8])
+    try:
+        # Served while the victim's unload cannot complete: the load did not wait for it.
+        np.testing.assert_allclose(invoke(rt, "next.tar.gz"), [3, 6, 9, 12])
+        models = models_of(server)
+        assert models["slow.tar.gz"]["State"] == "unloading"
+        assert models["next.tar.gz"]["Loaded"]
+        manager = instance_of(server).manager
+        assert manager.memory.keys_lru_first() == ["next.tar.gz"]  # the budget still holds
+        assert ("unloaded", "slow.tar.gz") not in events
+        assert events.index(("unloading", "slow.tar.gz")) < events.index(
+            ("loading", "next.tar.gz"))
+    finally:
+        gate.touch()
+    wait_until(lambda: ("unloaded", "slow.tar.gz") in events, what="the victim's unload")
+    assert models_of(server)["slow.tar.gz"]["State"] == "on_disk"
+    # And back: the victim loads again (its own unload is complete), evicting the other.
+    np.testing.assert_allclose(invoke(rt, "slow.tar.gz"), [2, 4, 6, 8])
+    assert instance_of(server).manager.memory.keys_lru_first() == ["slow.tar.gz"]
+
+
+def test_a_byte_budget_loads_only_once_the_victims_memory_is_free(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    gate = tmp_path / "finalize-gate"
+    _store(store, tmp_path / "w", gate, pad_bytes=600_000)
+    server = start_emulator(model_data=str(store), memory_budget="1MiB")  # room for one
+    rt = runtime_client(server.url)
+    events = _observe(server)
+    invoke(rt, "slow.tar.gz")
+    answers: list[Any] = []
+    caller = threading.Thread(target=lambda: answers.append(invoke(rt, "next.tar.gz")))
+    caller.start()
+    try:
+        wait_until(lambda: models_of(server).get("slow.tar.gz", {}).get("State") == "unloading",
+                   what="the victim's unload to start")
+        # The unload cannot complete before the gate exists, so neither may the load start.
+        assert ("loading", "next.tar.gz") not in events
+        assert models_of(server)["next.tar.gz"]["State"] == "on_disk"
+    finally:
+        gate.touch()
+        caller.join(timeout=120)
+    np.testing.assert_allclose(answers[0], [3, 6, 9, 12])
+    assert events.index(("unloaded", "slow.tar.gz")) < events.index(("loading", "next.tar.gz"))
