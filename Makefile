@@ -30,6 +30,7 @@ docker-prepare:
 test: $(STAMP)
 	$(BIN)/ruff check emulator ensembles harness tests docker mme
 	bash tests/install-chromium.sh
+	$(BIN)/mypy
 ifeq ($(SKIP_DOCKER),1)
 	$(BIN)/python -m pytest --no-docker $(PYTEST_ARGS)
 else
@@ -42,6 +43,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check emulator ensembles harness tests docker mme
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -203,7 +203,8 @@ class Settings(BaseSettings):
     """seconds before ModelNotReadyException (cold load) or a timeout ModelError"""
     model_load_timeout_s: Annotated[float, Flag(name="--model-load-timeout")] = 360.0
     """seconds a model load may take in Triton before it fails with a ModelError (loading continues past the invocation timeout until then)"""  # noqa: E501
-    max_payload_bytes: Annotated[Size, Flag(default_text="`6MiB`", env_only=True)] = 6 * 1024**2
+    max_payload_bytes: Annotated[int, BeforeValidator(parse_size),
+                                 Flag(default_text="`6MiB`", env_only=True)] = 6 * 1024**2
     """largest request body accepted, as SageMaker's 6 MB invocation limit"""
     max_extracted_bytes: Annotated[Size, Flag(default_text="`50GiB`")] = 50 * 1024**3
     """tarballs that expand to more are refused (a gzip-bomb guard; `--disk-budget` also caps it)"""  # noqa: E501

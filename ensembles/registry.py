@@ -36,7 +36,8 @@ class EnsembleInfo:
         return self.variants[0]
 
     def builder(self) -> Callable[..., Path]:
-        return importlib.import_module(self.module).build  # type: ignore[no-any-return]
+        build: Callable[..., Path] = importlib.import_module(self.module).build
+        return build
 
 
 ENSEMBLES: dict[str, EnsembleInfo] = {

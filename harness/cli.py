@@ -14,7 +14,7 @@ from typing import Any
 DEFAULT_PHASE = "1:0:60"
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_loadtest(subparsers)
     _add_sweep(subparsers)
 
@@ -65,7 +65,7 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-png", action="store_true", help="skip the PNG plot")
 
 
-def _add_loadtest(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_loadtest(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "loadtest",
         help="phased load against an endpoint, Inference Recommender style",
@@ -113,7 +113,7 @@ def _add_loadtest(subparsers: argparse._SubParsersAction) -> None:  # type: igno
     p.set_defaults(func=run_loadtest)
 
 
-def _add_sweep(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_sweep(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "sweep",
         help="the same load on variants of a model's config.pbtxt",

@@ -68,7 +68,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     deploy = subparsers.add_parser(
         "deploy",
         help="package, upload and deploy Triton models to a multi-model endpoint",

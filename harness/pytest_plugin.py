@@ -26,6 +26,7 @@ so it imports nothing heavy at module level.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -213,8 +214,7 @@ def _inprocess_server(
     from emulator.server import EmulatorServer
     from emulator.settings import Settings
 
-    values = {k[len("MME_") :].lower(): v for k, v in settings.items()}
-    server = EmulatorServer(Settings.from_env(**values, port=0))  # type: ignore[arg-type]
+    server = EmulatorServer(Settings.from_env(env={**os.environ, **settings}, port=0))
     with server:
         yield MmeServer(server.url, name, store, None)
 

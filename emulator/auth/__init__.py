@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AuthConfigError", "Principal", "SigV4Middleware", "install_auth", "is_loopback"]
 
-log = logging.getLogger("emulator.auth")
+log = logging.getLogger(__name__)
 
 AUTH_MODES = ("off", "sigv4")
 

@@ -14,10 +14,10 @@ from typing import Any
 from emulator.auth import errors
 from emulator.auth.credentials import Principal
 from emulator.auth.policy import Decision, evaluate, normalise_context
-from emulator.auth.requests import classify, decoded_path, global_keys
+from emulator.auth.requests import ApiCall, classify, decoded_path, global_keys
 from emulator.auth.sigv4 import verify
 
-log = logging.getLogger("emulator.auth")
+log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -89,7 +89,7 @@ class SigV4Middleware:
             return
         await self.app(scope, _replay(body, receive), send)
 
-    def _authorize(self, principal: Principal, call: Any, scope: Scope) -> None:
+    def _authorize(self, principal: Principal, call: ApiCall, scope: Scope) -> None:
         client = scope.get("client")
         keys: dict[str, Any] = dict(global_keys(_ip(client[0] if client else None),
                                                 self.region, self.clock()))

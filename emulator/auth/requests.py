@@ -49,7 +49,8 @@ class ApiCall:
     action: str  # e.g. sagemaker:InvokeEndpoint
     resource: str  # an ARN or *
     protocol: Protocol
-    keys: Mapping[str, str | list[str]] = field(default_factory=dict)
+    # Condition keys of the request; None: a key this call may carry but this request does not.
+    keys: Mapping[str, str | list[str] | None] = field(default_factory=dict)
 
 
 def sagemaker_arn(kind: str, name: str, region: str, account: str) -> str:
@@ -111,7 +112,8 @@ def _control_resource(operation: str, params: dict[str, Any], region: str, accou
     if operation.startswith("List"):
         return "*"
     if operation in ("AddTags", "DeleteTags") and isinstance(params.get("ResourceArn"), str):
-        return params["ResourceArn"]
+        arn: str = params["ResourceArn"]
+        return arn
     for param, kind in _RESOURCE_PARAMS:
         if isinstance(params.get(param), str):
             return sagemaker_arn(kind, params[param], region, account)

@@ -137,16 +137,16 @@ class ScalingEngine:
                                   query, rules.LOW_DATAPOINTS, now)
         value = policy.target_value
         out = scale_in = None
-        high = points[: rules.HIGH_DATAPOINTS]
-        if all(p is not None and p > value for p in high):
-            latest = float(high[0])  # type: ignore[arg-type]
+        high = [p for p in points[: rules.HIGH_DATAPOINTS] if p is not None and p > value]
+        if high and len(high) == len(points[: rules.HIGH_DATAPOINTS]):
+            latest = high[0]
             capacity = rules.scale_out_capacity(desired, latest, value, target.max_capacity)
             if capacity > desired:
                 out = Proposal(capacity, self._cause(policy, policy.high.name), False)
         low_threshold = value * rules.LOW_THRESHOLD_FACTOR
-        if (not policy.configuration.get("DisableScaleIn")
-                and all(p is not None and p < low_threshold for p in points)):
-            latest = float(points[0])  # type: ignore[arg-type]
+        low = [p for p in points if p is not None and p < low_threshold]
+        if not policy.configuration.get("DisableScaleIn") and low and len(low) == len(points):
+            latest = low[0]
             capacity = rules.scale_in_capacity(desired, latest, value, target.min_capacity)
             if capacity < desired:
                 scale_in = Proposal(capacity, self._cause(policy, policy.low.name), True)

@@ -11,7 +11,10 @@ import binascii
 import json
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+from botocore import xform_name  # boto3's own operation -> method name
 
 from emulator.autoscaling import rules
 from emulator.autoscaling.capacity import SageMakerVariants
@@ -43,7 +46,8 @@ class AutoScalingService:
         self.activities: dict[str, list[ScalingActivity]] = {}  # by ResourceId, oldest first
 
     async def handle(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
-        handler = getattr(self, "_" + re.sub(r"(?<!^)([A-Z])", r"_\1", operation).lower())
+        handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] = getattr(
+            self, "_" + xform_name(operation))
         return await handler(params)
 
     # -----------------------------------------------------------------------------------------
@@ -246,8 +250,8 @@ class AutoScalingService:
 
 def metric_query(config: dict[str, Any]) -> rules.MetricQuery:
     """The metric a target tracking configuration tracks; ValidationException if unusable."""
-    predefined = config.get("PredefinedMetricSpecification")
-    customized = config.get("CustomizedMetricSpecification")
+    predefined: dict[str, Any] = config.get("PredefinedMetricSpecification") or {}
+    customized: dict[str, Any] = config.get("CustomizedMetricSpecification") or {}
     if bool(predefined) == bool(customized):
         raise ScalingError("Exactly one of PredefinedMetricSpecification and "
                            "CustomizedMetricSpecification must be specified.")

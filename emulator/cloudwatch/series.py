@@ -17,8 +17,10 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from emulator.clock import Clock
 
@@ -45,8 +47,8 @@ class SeriesKey:
 
 @dataclass
 class _Chunk:
-    times: np.ndarray = field(default_factory=lambda: np.empty(CHUNK))
-    values: np.ndarray = field(default_factory=lambda: np.empty(CHUNK))
+    times: npt.NDArray[Any] = field(default_factory=lambda: np.empty(CHUNK))
+    values: npt.NDArray[Any] = field(default_factory=lambda: np.empty(CHUNK))
     size: int = 0
 
 
@@ -76,7 +78,7 @@ class _Series:
         while len(self.chunks) > 1 and self.chunks[0].times[: self.chunks[0].size].max() < before:
             del self.chunks[0]
 
-    def window(self, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+    def window(self, start: float, end: float) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         times = np.concatenate([c.times[: c.size] for c in self.chunks])
         values = np.concatenate([c.values[: c.size] for c in self.chunks])
         keep = (times >= start) & (times < end)
@@ -111,7 +113,7 @@ class MetricStore:
                 series.expire(now - self.clock.real_duration(RETENTION_EMULATED_S))
 
     def samples(self, key: SeriesKey, start: float, end: float,
-                unit: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+                unit: str | None = None) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """Times and values in the real interval [start, end); nothing if ``unit`` differs."""
         with self._lock:
             series = self._series.get(key)

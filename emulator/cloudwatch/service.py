@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from emulator.clock import Clock
 from emulator.cloudwatch import statistics
@@ -63,7 +64,7 @@ class CloudWatchService:
     # Bucketing: the one place emulated periods meet real sample times
 
     def _buckets(self, key: SeriesKey, start: float, end: float, period: int, now: float,
-                 unit: str | None) -> Iterator[tuple[float, np.ndarray]]:
+                 unit: str | None) -> Iterator[tuple[float, npt.NDArray[Any]]]:
         """(emulated period start, samples) for every period of [start, end) holding data."""
         real_start = self.clock.to_real(start, now)
         times, values = self.store.samples(key, real_start, self.clock.to_real(end, now), unit)

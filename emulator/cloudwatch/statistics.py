@@ -5,15 +5,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from typing import Any
 
-import numpy as np
+import numpy.typing as npt
 
 STANDARD = ("SampleCount", "Average", "Sum", "Minimum", "Maximum")
 # p0 .. p100 with up to two decimals, as CloudWatch accepts them (p99, p99.9, p99.99).
 _PERCENTILE = re.compile(r"p(\d{1,2}(?:\.\d{1,2})?|100(?:\.0{1,2})?)")
 
 
-def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
+def percentile(values: Sequence[float] | npt.NDArray[Any], q: float) -> float:
     """The project's one percentile: nearest rank, the smallest sample with at least ``q``%
     of the samples at or below it (always a real sample; NaN for none). CloudWatch's pNN here,
     and every latency figure the load tests and benchmarks print, use it.
@@ -35,7 +36,7 @@ def is_supported(name: str) -> bool:
     return name in STANDARD or is_percentile(name)
 
 
-def compute(name: str, values: np.ndarray) -> float:
+def compute(name: str, values: npt.NDArray[Any]) -> float:
     """One statistic of a non-empty sample array."""
     if name == "SampleCount":
         return float(values.size)

@@ -76,14 +76,14 @@ def _checked(operation: str, params: Any) -> dict[str, Any]:
     shape = _input_shape(operation)
     if not isinstance(params, dict):
         raise CloudWatchError("InvalidParameterValue", "The request body must be a structure.")
-    params = _normalize(shape, params)
+    normalized: dict[str, Any] = _normalize(shape, params)
     for name in shape.required_members:
-        if params.get(name) is None:
+        if normalized.get(name) is None:
             raise CloudWatchError("MissingParameter", f"The parameter {name} is required.")
-    errors = validate(shape, params)
+    errors = validate(shape, normalized)
     if errors:
         raise CloudWatchError("InvalidParameterValue", format_errors(errors))
-    return params
+    return normalized
 
 
 def parse_cbor(operation: str, body: bytes) -> dict[str, Any]:
@@ -230,7 +230,7 @@ def xml_body(operation: str, value: dict[str, Any], request_id: str) -> bytes:
     _xml(ElementTree.SubElement(root, f"{operation}Result"), shape, value)
     metadata = ElementTree.SubElement(root, "ResponseMetadata")
     ElementTree.SubElement(metadata, "RequestId").text = request_id
-    return ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
+    return _serialize(root)
 
 
 def xml_error(error: CloudWatchError, request_id: str) -> bytes:
@@ -241,4 +241,9 @@ def xml_error(error: CloudWatchError, request_id: str) -> bytes:
     ElementTree.SubElement(node, "Code").text = error.code
     ElementTree.SubElement(node, "Message").text = error.message
     ElementTree.SubElement(root, "RequestId").text = request_id
-    return ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
+    return _serialize(root)
+
+
+def _serialize(root: ElementTree.Element) -> bytes:
+    xml: bytes = ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
+    return xml

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
 DOCKER_HINT = (
@@ -159,15 +160,16 @@ def requested_outputs(request: Any) -> set[str] | None:
     return names or None  # none requested means all outputs
 
 
-def batch_size_of(feed: dict[str, np.ndarray]) -> int:
+def batch_size_of(feed: dict[str, npt.NDArray[Any]]) -> int:
     for array in feed.values():
         return int(array.shape[0]) if array.ndim else 1
     return 1
 
 
-def _array_of(tensor: Any) -> np.ndarray:
+def _array_of(tensor: Any) -> npt.NDArray[Any]:
     """A numpy view of a pb_utils.Tensor; BYTES tensors become object arrays of bytes."""
-    return tensor.as_numpy()
+    array: npt.NDArray[Any] = tensor.as_numpy()
+    return array
 
 
 class ShimModel:
@@ -180,19 +182,20 @@ class ShimModel:
     def load(self, config: ShimConfig) -> None:
         raise NotImplementedError
 
-    def run(self, feed: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
+    def run(self, feed: dict[str, npt.NDArray[Any]],
+            wanted: list[str]) -> dict[str, npt.NDArray[Any]]:
         """Run one batch (or one unbatched request) and return outputs by config name."""
         raise NotImplementedError
 
     def unload(self) -> None:
         """Drop every reference to the framework's model so its memory is freed."""
 
-    def group_key(self, feed: dict[str, np.ndarray]) -> Any:
+    def group_key(self, feed: dict[str, npt.NDArray[Any]]) -> Any:
         """Requests with equal keys are concatenated along the batch dimension."""
         return tuple((name, array.shape[1:], array.dtype.str) for name, array in feed.items())
 
-    def run_group(self, feeds: list[dict[str, np.ndarray]],
-                  wanted: list[str]) -> list[dict[str, np.ndarray]]:
+    def run_group(self, feeds: list[dict[str, npt.NDArray[Any]]],
+                  wanted: list[str]) -> list[dict[str, npt.NDArray[Any]]]:
         """Run requests as one batch: concatenate, run, split by each request's batch size."""
         if len(feeds) == 1:
             return [self.run(feeds[0], wanted)]
@@ -213,7 +216,7 @@ class ShimModel:
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
-        feeds: list[tuple[int, dict[str, np.ndarray], set[str] | None]] = []
+        feeds: list[tuple[int, dict[str, npt.NDArray[Any]], set[str] | None]] = []
         for index, request in enumerate(requests):
             try:
                 feeds.append((index, self.gather(request), requested_outputs(request)))
@@ -221,8 +224,9 @@ class ShimModel:
                 responses[index] = error_response(str(exc))
         for group in self.groups(feeds):
             wanted = self.wanted_outputs([entry[2] for entry in group])
+            results: list[dict[str, npt.NDArray[Any]] | None]
             try:
-                results = self.run_group([entry[1] for entry in group], wanted)
+                results = [*self.run_group([entry[1] for entry in group], wanted)]
             except Exception as exc:  # noqa: BLE001 - any failure becomes that request's error
                 if len(group) == 1:
                     responses[group[0][0]] = error_response(self.describe_failure(exc))
@@ -253,9 +257,9 @@ class ShimModel:
         text = str(exc).strip() or type(exc).__name__
         return f"{self.backend_name} model '{self.config.name}' failed: {text}"
 
-    def gather(self, request: Any) -> dict[str, np.ndarray]:
+    def gather(self, request: Any) -> dict[str, npt.NDArray[Any]]:
         config = self.config
-        feed: dict[str, np.ndarray] = {}
+        feed: dict[str, npt.NDArray[Any]] = {}
         for spec in config.inputs:
             tensor = pb_utils.get_input_tensor_by_name(request, spec.name)
             if tensor is None:
@@ -276,8 +280,8 @@ class ShimModel:
             feed[spec.name] = array
         return feed
 
-    def groups(self, feeds: list[tuple[int, dict[str, np.ndarray], set[str] | None]]
-               ) -> list[list[tuple[int, dict[str, np.ndarray], set[str] | None]]]:
+    def groups(self, feeds: list[tuple[int, dict[str, npt.NDArray[Any]], set[str] | None]]
+               ) -> list[list[tuple[int, dict[str, npt.NDArray[Any]], set[str] | None]]]:
         """Consecutive-by-key groups whose total batch stays within max_batch_size."""
         if not self.config.batched:
             return [[entry] for entry in feeds]
@@ -299,12 +303,14 @@ class ShimModel:
 
     def wanted_outputs(self, requested: list[set[str] | None]) -> list[str]:
         names = [spec.name for spec in self.config.outputs]
-        if any(r is None for r in requested):
-            return names
-        union = set().union(*requested)  # type: ignore[arg-type]
+        union: set[str] = set()
+        for names_requested in requested:
+            if names_requested is None:  # one request wants them all
+                return names
+            union |= names_requested
         return [name for name in names if name in union]
 
-    def respond(self, outputs: dict[str, np.ndarray], requested: set[str] | None,
+    def respond(self, outputs: dict[str, npt.NDArray[Any]], requested: set[str] | None,
                 batch: int) -> Any:
         config = self.config
         tensors = []

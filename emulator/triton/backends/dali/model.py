@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 # The stub loads this file by path; its sibling helper needs the folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,7 +30,8 @@ from _triton_shim import DOCKER_HINT, ShimConfig, ShimError, ShimModel  # noqa: 
 
 def _gpu_available() -> bool:
     try:
-        from nvidia.dali.backend import GetCUDADeviceCount
+        # DALI's stubs omit it: backend_impl (compiled) exports it through a star import.
+        from nvidia.dali.backend import GetCUDADeviceCount  # type: ignore[attr-defined]
 
         return int(GetCUDADeviceCount()) > 0
     except Exception:  # noqa: BLE001 - no driver, no device
@@ -57,11 +59,11 @@ class TritonPythonModel(ShimModel):
         self._build()
 
     def _build(self) -> None:
-        from nvidia import dali
+        from nvidia.dali.pipeline import Pipeline
 
         self.pipe = None
         try:
-            pipe = dali.Pipeline.deserialize(
+            pipe = Pipeline.deserialize(
                 filename=str(self.path), batch_size=self.batch_size,
                 num_threads=self.num_threads, device_id=self.device_id,
                 # Synchronous, one batch at a time: each execute feeds exactly one batch.
@@ -78,13 +80,13 @@ class TritonPythonModel(ShimModel):
                             f"{text.strip()}{hint}") from exc
         self.pipe = pipe
 
-    def group_key(self, feed: dict[str, np.ndarray]) -> Any:
+    def group_key(self, feed: dict[str, npt.NDArray[Any]]) -> Any:
         return None  # DALI batches are lists of samples: any shapes may share a batch
 
-    def run_group(self, feeds: list[dict[str, np.ndarray]],
-                  wanted: list[str]) -> list[dict[str, np.ndarray]]:
+    def run_group(self, feeds: list[dict[str, npt.NDArray[Any]]],
+                  wanted: list[str]) -> list[dict[str, npt.NDArray[Any]]]:
         config = self.config
-        samples: dict[str, list[np.ndarray]] = {spec.name: [] for spec in config.inputs}
+        samples: dict[str, list[npt.NDArray[Any]]] = {spec.name: [] for spec in config.inputs}
         sizes = []
         for feed in feeds:
             size = 0
@@ -109,7 +111,7 @@ class TritonPythonModel(ShimModel):
                 f"the DALI pipeline returns {len(outputs)} outputs but config.pbtxt declares "
                 f"{len(config.outputs)}"
             )
-        arrays: dict[str, np.ndarray] = {}
+        arrays: dict[str, npt.NDArray[Any]] = {}
         for spec, tensor_list in zip(config.outputs, outputs[:len(config.outputs)], strict=True):
             if hasattr(tensor_list, "as_cpu"):
                 tensor_list = tensor_list.as_cpu()
@@ -128,7 +130,8 @@ class TritonPythonModel(ShimModel):
             start += size
         return results
 
-    def run(self, feed: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
+    def run(self, feed: dict[str, npt.NDArray[Any]],
+            wanted: list[str]) -> dict[str, npt.NDArray[Any]]:
         return self.run_group([feed], wanted)[0]
 
     def unload(self) -> None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import numpy.typing as npt
 
 # The stub loads this file by path; its sibling helper needs the folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -105,7 +105,8 @@ class TritonPythonModel(ShimModel):
                 "does not declare"
             )
 
-    def run(self, feed: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
+    def run(self, feed: dict[str, npt.NDArray[Any]],
+            wanted: list[str]) -> dict[str, npt.NDArray[Any]]:
         values = self.session.run(wanted, feed)
         return dict(zip(wanted, values, strict=True))
 

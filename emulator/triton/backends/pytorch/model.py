@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 # The stub loads this file by path; its sibling helper needs the folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -67,7 +68,8 @@ class TritonPythonModel(ShimModel):
             return [a for a in arguments if a in names]
         return names
 
-    def run(self, feed: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
+    def run(self, feed: dict[str, npt.NDArray[Any]],
+            wanted: list[str]) -> dict[str, npt.NDArray[Any]]:
         torch = self.torch
         args = [torch.from_numpy(np.ascontiguousarray(feed[name])).to(self.device)
                 for name in self.input_order if name in feed]
@@ -75,11 +77,12 @@ class TritonPythonModel(ShimModel):
             result: Any = self.module(*args)
         return self._outputs(result)
 
-    def _outputs(self, result: Any) -> dict[str, np.ndarray]:
+    def _outputs(self, result: Any) -> dict[str, npt.NDArray[Any]]:
         specs = self.config.outputs
 
-        def to_numpy(value: Any) -> np.ndarray:
-            return value.detach().cpu().numpy()
+        def to_numpy(value: Any) -> npt.NDArray[Any]:
+            array: npt.NDArray[Any] = value.detach().cpu().numpy()
+            return array
 
         if isinstance(result, dict):
             return {spec.name: to_numpy(result[spec.name]) for spec in specs

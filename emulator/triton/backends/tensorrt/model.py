@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 # The stub loads this file by path; its sibling helper needs the folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -75,7 +76,8 @@ class TritonPythonModel(ShimModel):
                                     f"engine, whose {kind}s are {available}")
         self.stream = torch.cuda.Stream(self.device)
 
-    def run(self, feed: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
+    def run(self, feed: dict[str, npt.NDArray[Any]],
+            wanted: list[str]) -> dict[str, npt.NDArray[Any]]:
         torch, trt = self.torch, self.trt
         keep: list[Any] = []
         for name in self.engine_inputs:
