@@ -20,7 +20,7 @@ from emulator.triton.launcher import LauncherError
 if TYPE_CHECKING:
     from docker.client import DockerClient
 
-log = logging.getLogger("emulator.containers")
+log = logging.getLogger("emulator.triton.docker")  # beside the launchers in the log
 
 LABEL_PREFIX = "com.sagemaker-mme-emulator"
 OWNER_LABEL = f"{LABEL_PREFIX}.owner"

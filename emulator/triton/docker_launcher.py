@@ -27,7 +27,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,10 +49,12 @@ from emulator.containers.engine import (  # noqa: F401
 from emulator.containers.images import SHIMS_DIR_LABEL, PullProgress, ensure_image  # noqa: F401
 from emulator.containers.images import split_image as _split_image  # noqa: F401
 from emulator.triton.launcher import (
+    SHIMS_DIR,
     LauncherError,
-    RestartCallback,
+    SupervisedLauncher,
     TritonOptions,
     count_gpus,
+    stage_shims,
     wait_until_ready,
 )
 
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("emulator.triton")
 
-SHIMS_DIR = Path(__file__).parent / "backends"
 
 CPU_ONLY_NOISE = "CudaDriverHelper has not been initialized"
 TRITON_HTTP_PORT = 8000
@@ -87,8 +87,9 @@ def _mount_roots(paths: Iterable[Path]) -> list[Path]:
     return sorted(roots)
 
 
-class DockerLauncher:
-    """Runs Triton in a container from ``image``; restarts it (a new container) if it dies."""
+class DockerLauncher(SupervisedLauncher):
+    """Runs Triton in a container from ``image``; restarts it (a new container) if it dies
+    (the watchdog of ``SupervisedLauncher``)."""
 
     def __init__(
         self,
@@ -117,6 +118,7 @@ class DockerLauncher:
             )
         if gpus not in ("auto", "all", "none"):
             raise ValueError(f"gpus must be auto, all or none, not {gpus!r}")
+        super().__init__(name)
         self.options = options
         self.image = image
         self.mounts = [*([cache_dir] if cache_dir is not None else []), *mounts]
@@ -125,7 +127,6 @@ class DockerLauncher:
         self.gpu_device = gpu_device  # one GPU of several for this instance, or all of them
         self.pull = pull
         self._host = host
-        self._name = name
         self._client = client
         self._shims_dir = shims_dir
         self._work_dir = work_dir
@@ -134,11 +135,6 @@ class DockerLauncher:
         self._host_port = 0
         self._container: Container | None = None
         self._alive = False
-        self._stopping = False
-        self._watchdog: asyncio.Task[None] | None = None
-        self._log_tail: deque[str] = deque(maxlen=60)
-        self.on_restart: RestartCallback | None = None
-        self.restarts = 0
 
     # -- the TritonLauncher protocol --------------------------------------------------------
     @property
@@ -161,7 +157,6 @@ class DockerLauncher:
         return self._alive
 
     async def start(self) -> None:
-        self._stopping = False
         self.options.repository.mkdir(parents=True, exist_ok=True)
         self._client = await asyncio.to_thread(connect, self._client)
         await asyncio.to_thread(remove_leftover_containers, self._client)
@@ -169,16 +164,12 @@ class DockerLauncher:
         self._image_labels = dict(image.labels or {})
         if self._image_labels.get(SHIMS_DIR_LABEL):
             self._staged_shims = await asyncio.to_thread(self._stage_shims)
+        self._stopping = False
         await self._spawn()
-        self._watchdog = asyncio.create_task(self._watch(), name=f"{self._name}-docker-watchdog")
+        self._start_watchdog()
 
     async def stop(self) -> None:
-        self._stopping = True
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
-            self._watchdog = None
+        await self._stop_watchdog()
         await asyncio.to_thread(self._remove_container)
         if self._staged_shims is not None and self._work_dir is None:
             shutil.rmtree(self._staged_shims.parent, ignore_errors=True)
@@ -201,9 +192,7 @@ class DockerLauncher:
         ]
 
     def _stage_shims(self) -> Path | None:
-        """Copy the shims with symlinks dereferenced (they share code through relative links
-        that would dangle once a single folder is mounted); rebuilt on every start, so an edited
-        shim is picked up, as with the embedded launcher."""
+        """The shims, staged to stand alone once each folder is mounted (``stage_shims``)."""
         if self._shims_dir is None or not self._shims_dir.is_dir():
             return None
         if self._work_dir is not None:
@@ -211,11 +200,8 @@ class DockerLauncher:
             shutil.rmtree(staged, ignore_errors=True)
         else:
             staged = Path(tempfile.mkdtemp(prefix="mme-docker-shims-")) / "backends"
-        staged.mkdir(parents=True)
-        for shim in sorted(self._shims_dir.iterdir()):
-            if (shim / "model.py").is_file():
-                shutil.copytree(shim, staged / shim.name,
-                                ignore=shutil.ignore_patterns("__pycache__"))
+        stage_shims(staged, self._shims_dir)
+        staged.mkdir(parents=True, exist_ok=True)
         return staged
 
     def volumes(self) -> dict[str, dict[str, str]]:
@@ -337,30 +323,24 @@ class DockerLauncher:
             "last lines:\n" + "\n".join(self._log_tail)
         )
 
-    async def _watch(self) -> None:
-        while not self._stopping:
-            container = self._container
-            if container is None:
-                return
-            try:
-                result = await asyncio.to_thread(container.wait)
-                code = result.get("StatusCode")
-            except Exception as exc:  # removed under us, or the engine went away
-                code = f"unknown ({exc})"
-            self._alive = False
-            if self._stopping:
-                return
-            self.restarts += 1
-            log.warning("%s container %s died (exit code %s); starting a new one. Last lines:\n%s",
-                        self._name, container.name, code, "\n".join(list(self._log_tail)[-10:]))
-            await asyncio.to_thread(self._remove_container)
-            try:
-                await self._spawn()
-            except LauncherError as exc:
-                log.error("%s could not be restarted: %s", self._name, exc)
-                return
-            if self.on_restart is not None:
-                await self.on_restart()
+    # -- what the watchdog of SupervisedLauncher calls --------------------------------------
+    async def _wait_for_exit(self) -> str | None:
+        container = self._container
+        if container is None:
+            return None
+        try:
+            result = await asyncio.to_thread(container.wait)
+            code = str(result.get("StatusCode"))
+        except Exception as exc:  # removed under us, or the engine went away
+            code = f"unknown ({exc})"
+        self._alive = False
+        return code
+
+    async def _after_exit(self) -> None:
+        await asyncio.to_thread(self._remove_container)
+
+    def _describe(self) -> str:
+        return f"{self._name} (container {self.container_name})"
 
     def _remove_container(self) -> None:
         container, self._container = self._container, None
