@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ensembles import registry
 from ensembles.packaging import LAYOUTS, package
+from ensembles.quiet import exporter_output_hidden
 
 
 def _mib(size: int | None) -> str:
@@ -34,9 +35,13 @@ def run_build(args: argparse.Namespace) -> int:
         options["dynamic_batching"] = True
     if args.instance_count != 1:
         options["instance_count"] = args.instance_count
+    if not args.verbose:
+        print(f"building {args.ensemble} (the exporters' output is hidden; --verbose shows it)",
+              flush=True)
     try:
-        result = registry.build(args.ensemble, output, args.variant,
-                                None if args.no_tarball else tarball, args.layout, **options)
+        with exporter_output_hidden(not args.verbose):
+            result = registry.build(args.ensemble, output, args.variant,
+                                    None if args.no_tarball else tarball, args.layout, **options)
     except (KeyError, ValueError, RuntimeError) as exc:
         sys.stderr.write(f"mme build: {exc}\n")
         return 1
@@ -107,6 +112,9 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument("--dynamic-batching", action="store_true",
                    help="add `dynamic_batching {}` to the step models")
     p.add_argument("--instance-count", type=int, default=1, help="instances per step model")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="show the exporters' own output (torch.onnx, onnxscript, warnings); "
+                        "hidden by default, and shown anyway when the build fails")
     p.set_defaults(func=run_build)
 
     p = subparsers.add_parser(

@@ -34,6 +34,7 @@ SHOWN_METRICS = ("Invocations", "ModelCacheHit", "LoadedModelCount", "ModelDownl
 
 def build_store(work_dir: Path) -> Path:
     from ensembles import registry
+    from ensembles.quiet import exporter_output_hidden
 
     store = work_dir / "store"
     for name in ("text_embedding", "image_classification"):
@@ -42,7 +43,8 @@ def build_store(work_dir: Path) -> Path:
             print(f"  {name}: reusing {tarball}")
             continue
         print(f"  {name}: building (first run only; exports models to ONNX) ...", flush=True)
-        result = registry.build(name, work_dir / "repos" / name, tarball=tarball)
+        with exporter_output_hidden():  # the exporters' hundred-odd lines; shown on failure
+            result = registry.build(name, work_dir / "repos" / name, tarball=tarball)
         print(f"  {name}: {result.tarball_bytes / 1e6:.1f} MB tarball in {result.seconds:.0f}s")
     return store
 
