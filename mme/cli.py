@@ -63,7 +63,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"mme serve: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
-    logging.getLogger("emulator").info(
+    logging.getLogger(__name__).info(
         "serving endpoint %r from %s on http://%s:%d (launcher %s)", settings.endpoint_name,
         settings.model_data or "(no model data: use the control plane)", settings.host,
         settings.port, settings.launcher)

@@ -33,7 +33,7 @@ from emulator.triton.launcher import (
     wait_until_ready,
 )
 
-log = logging.getLogger("emulator.triton")
+log = logging.getLogger(__name__)
 
 
 class ExternalLauncher:

@@ -22,7 +22,7 @@ from harness.loadtest.scaling import ScalingWatch
 from harness.loadtest.schedule import position
 from harness.loadtest.stopping import StopMonitor, StopReason
 
-log = logging.getLogger("harness.loadtest")
+log = logging.getLogger(__name__)
 
 PHASES_COMPLETE = "phases complete"
 

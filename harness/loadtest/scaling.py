@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger("harness.loadtest")
+log = logging.getLogger(__name__)
 
 DIMENSION = "sagemaker:variant:DesiredInstanceCount"
 
