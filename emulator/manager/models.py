@@ -191,6 +191,11 @@ class ModelManager:
         if add_listener is not None:
             add_listener(self._infer_failed)
 
+    def name_of(self, target: str) -> str:
+        """The model as logs name it: its TargetModel, or on a single-model endpoint (no
+        TargetModel) the name of the endpoint's model data, e.g. ``model.tar.gz``."""
+        return target or self.source.location.rstrip("/").rsplit("/", 1)[-1]
+
     def add_observer(self, observer: ModelObserver) -> None:
         """Call ``observer`` at every lifecycle step of every model (see ModelObserver)."""
         self._observers.append(observer)
@@ -249,7 +254,8 @@ class ModelManager:
         if self._loads.get(target) is task:
             del self._loads[target]
         if not task.cancelled() and task.exception() is not None:
-            log.info("model=%s step=load outcome=failed error=%r", target, task.exception())
+            log.info("model=%s step=load outcome=failed error=%r", self.name_of(target),
+                     task.exception())
             self._emit("failed", target, error=repr(task.exception()))
             record = self.records.get(target)
             if record is not None:
@@ -320,8 +326,8 @@ class ModelManager:
         record.state = ModelState.LOADED
         self.loads += 1
         self.metrics.set_loaded_model_count(self.loaded_count())
-        log.info("model=%s step=load seconds=%.3f size=%d entry=%s", record.target, elapsed,
-                 record.size, record.entry)
+        log.info("model=%s step=load seconds=%.3f size=%d entry=%s", self.name_of(record.target),
+                 elapsed, record.size, record.entry)
         self._emit("loaded", record.target, seconds=elapsed, size=record.size)
         await self._notify()
         return record
@@ -369,7 +375,7 @@ class ModelManager:
         if entry:
             self._spawn(self._unload_quietly(entry), f"abandon:{entry}")
         log.warning("model=%s step=abandon triton_names=%s (its Python stub died)",
-                    record.target, ",".join(names))
+                    self.name_of(record.target), ",".join(names))
 
     async def _unload_quietly(self, entry: str) -> None:
         with contextlib.suppress(TritonError, TritonUnreachable, asyncio.TimeoutError):
@@ -408,7 +414,7 @@ class ModelManager:
         if record.state is not ModelState.LOADED:
             return False
         self.stub_failures += 1
-        log.warning("model=%s step=take-out reason=%r", record.target, answer[:200])
+        log.warning("model=%s step=take-out reason=%r", self.name_of(record.target), answer[:200])
         self._emit("taken-out", record.target, reason=answer[:200])
         self.memory.remove(record.target)
         self.disk.unpin(record.target)
@@ -464,7 +470,8 @@ class ModelManager:
         record.size = await asyncio.to_thread(tree_size, destination)
         record.state = ModelState.ON_DISK
         # The one line per model a download logs when no terminal shows a bar (store.py).
-        log.info("model=%s step=download seconds=%.3f size=%d", record.target, elapsed, record.size)
+        log.info("model=%s step=download seconds=%.3f size=%d", self.name_of(record.target),
+                 elapsed, record.size)
         self._emit("downloaded", record.target, seconds=elapsed, size=record.size)
         await self._make_disk_room(record)
 
@@ -501,7 +508,7 @@ class ModelManager:
             victims = None
         if victims is None:
             log.warning("model=%s step=disk-evict outcome=over-budget (everything else is in use)",
-                        record.target)
+                        self.name_of(record.target))
             victims = []
         for target in victims:
             await self._delete_from_disk(self.records[target])
@@ -588,7 +595,8 @@ class ModelManager:
                 await self.triton.unload(record.entry, dependents=True,
                                          timeout=self.load_timeout_s, on_accepted=accept)
         except (TritonError, TritonUnreachable, asyncio.TimeoutError) as exc:
-            log.warning("model=%s step=unload outcome=failed error=%s", record.target, exc)
+            log.warning("model=%s step=unload outcome=failed error=%s",
+                        self.name_of(record.target), exc)
         finally:
             accept()  # refused or failed: nothing more to wait for before loading
         elapsed = time.monotonic() - started
@@ -598,7 +606,7 @@ class ModelManager:
         self.unloads += 1
         self.metrics.record("ModelUnloadingTime", elapsed * 1e6)
         self.metrics.set_loaded_model_count(self.loaded_count())
-        log.info("model=%s step=unload seconds=%.3f", record.target, elapsed)
+        log.info("model=%s step=unload seconds=%.3f", self.name_of(record.target), elapsed)
         self._emit("unloaded", record.target, seconds=elapsed)
         await self._notify()
 
@@ -609,7 +617,7 @@ class ModelManager:
         self.disk.remove(record.target)
         folder, record.artifact_dir = record.artifact_dir, None
         record.state = ModelState.NEW
-        log.info("model=%s step=disk-evict size=%d", record.target, record.size)
+        log.info("model=%s step=disk-evict size=%d", self.name_of(record.target), record.size)
         self._emit("deleted", record.target, size=record.size)
         if not record.demand:
             self.records.pop(record.target, None)
