@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -154,7 +155,7 @@ class MultiContainerInstance:
         self._variant_metrics = variant_metrics
         self.work_dir = work_dir
         self._endpoint = endpoint_name
-        self.manager = None  # no model manager of its own: each Triton member has one
+        self.manager = NoModelManager()  # none of its own: each Triton member has one
         self.launcher = _FirstMemberUrl(members)
         self.in_flight = 0
         self.draining = False
@@ -265,6 +266,27 @@ class MultiContainerInstance:
 
 def multi_container_mode(variant: VariantSpec) -> str:
     return "Serial" if variant.is_multi_container else "Single"
+
+
+@dataclass(frozen=True)
+class _NoBudget:
+    total_bytes: int = 0
+    capacity_bytes: int | None = None
+    capacity_count: int | None = None
+
+
+class NoModelManager:
+    """What readers of ``instance.manager`` (introspection, utilization) see on an instance
+    that swaps no models: nothing loaded, no budget, nothing to unload."""
+
+    memory = _NoBudget()
+    disk = _NoBudget()
+
+    def describe(self) -> list[dict[str, object]]:
+        return []
+
+    async def unload(self, target: str) -> bool:
+        return False
 
 
 class _FirstMemberUrl:

@@ -4,6 +4,8 @@ failing step is named, ContainerLatency in CloudWatch. Clients are unmodified bo
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,11 @@ def test_direct_and_serial_with_one_triton_per_container(start_emulator, store: 
     instance = server.registry.get("direct").instances[0]
     urls = {m.label: m.instance.launcher.http_url for m in instance.members}
     assert len(set(urls.values())) == 2, "each container has its own Triton"
+    with urllib.request.urlopen(f"{server.url}/_emulator/models") as page:
+        fleet = json.loads(page.read())["Endpoints"]["direct"]
+    shown = fleet["Variants"]["AllTraffic"]["Instances"][0]
+    assert shown["ExecutionMode"] == "Direct"
+    assert [c["ContainerName"] for c in shown["Containers"]] == ["double", "triple"]
 
     def invoke(endpoint: str, **extra: object) -> list[float]:
         resp = rt.invoke_endpoint(EndpointName=endpoint, ContentType="application/json",
