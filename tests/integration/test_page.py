@@ -144,6 +144,10 @@ def test_page_shows_a_model_loading_then_loaded_then_evicted_while_traffic_runs(
     page.wait_for_function("""() => /2 loads, 1 unloads/.test(
         document.getElementById('timeline-caption').textContent)""", timeout=WAIT_MS)
 
+    page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+    if os.environ.get("MME_PAGE_SCREENSHOT"):  # how docs/page.png is made
+        shutil.copy(tmp_path / "page.png", os.environ["MME_PAGE_SCREENSHOT"])
+
     # The detail view of a: its state and its history, eviction included.
     page.click(_row("a.tar.gz"))
     page.wait_for_selector("#detail:not([hidden])", timeout=WAIT_MS)
@@ -152,9 +156,6 @@ def test_page_shows_a_model_loading_then_loaded_then_evicted_while_traffic_runs(
     assert "evicted" in history and "room for b.tar.gz" in history and "loaded" in history
     assert "on disk" in page.inner_text("#detail-fields")
 
-    page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
-    if os.environ.get("MME_PAGE_SCREENSHOT"):  # how docs/page.png is made
-        shutil.copy(tmp_path / "page.png", os.environ["MME_PAGE_SCREENSHOT"])
 
 
 def test_page_assets_are_served_by_the_emulator(start_emulator, store: Path,  # type: ignore[no-untyped-def]
