@@ -38,7 +38,7 @@ def emulator_children() -> list[str]:
             cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except (OSError, IndexError):
             continue
-        if int(fields[1]) == os.getpid() and "emulator serve" in cmdline:
+        if int(fields[1]) == os.getpid() and "mme serve" in cmdline:
             found.append(cmdline)
     return found
 
