@@ -121,9 +121,10 @@ class SageMakerContainer:
         image = await asyncio.to_thread(ensure_image, self._client, self.image)
         self.ports = PortPlan.for_member(self.member_index, dict(image.labels or {}))
         started = time.monotonic()
-        self._container = await asyncio.to_thread(self._run)
-        threading.Thread(target=self._pump_logs, args=(self._container,), daemon=True,
-                         name=f"{self._container.name}-logs").start()
+        container = await asyncio.to_thread(self._run)
+        self._container = container
+        threading.Thread(target=self._pump_logs, args=(container,), daemon=True,
+                         name=f"{container.name}-logs").start()
         self._session = aiohttp.ClientSession()
         try:
             await self._wait_healthy()

@@ -330,7 +330,8 @@ def _key_rule(shape: Shape) -> str:
     return "[" + ", ".join(rules) + "]"
 
 
-def _check_length(meta: dict[str, Any], length: int, path: str, value: Any, errors: list[str]):
+def _check_length(meta: dict[str, Any], length: int, path: str, value: Any,
+                  errors: list[str]) -> None:
     if "max" in meta and length > meta["max"]:
         errors.append(
             _fail(path, value, f"Member must have length less than or equal to {meta['max']}")
@@ -468,7 +469,8 @@ def output(operation: str, value: dict[str, Any]) -> dict[str, Any]:
     shape = operation_model(operation).output_shape
     if shape is None:
         return {}
-    return project(shape, value)
+    projected: dict[str, Any] = project(shape, value)
+    return projected
 
 
 def check_output(operation: str, value: Any) -> list[str]:
@@ -577,7 +579,7 @@ def list_page(
     contains = params.get("NameContains")
     if contains:
         selected = [i for i in selected if contains.lower() in name(i).lower()]
-    bounds = [
+    bounds: list[tuple[str, Callable[[T], float], Callable[[float, float], bool]]] = [
         ("CreationTimeBefore", created, lambda t, b: t < b),
         ("CreationTimeAfter", created, lambda t, b: t > b),
     ]

@@ -22,16 +22,19 @@ from pathlib import Path
 
 from emulator.contract import errors, runtime
 from emulator.hosting.instance import Instance
-from emulator.hosting.multi_container import check_container_hostname
+from emulator.hosting.multi_container import MultiContainerInstance, check_container_hostname
 from emulator.hosting.routing import Router
 from emulator.hosting.spec import EndpointSpec, VariantSpec
 from emulator.metrics import EndpointMetrics, MetricSink
 
 log = logging.getLogger(__name__)
 
+# One instance of a variant: a Triton behind the model manager, or several containers.
+HostedInstance = Instance | MultiContainerInstance
+
 # Builds and starts nothing: returns a ready-to-start instance (see ``hosting.factory``).
 InstanceBuilder = Callable[[EndpointSpec, VariantSpec, str, Path, EndpointMetrics],
-                           Awaitable[Instance]]
+                           Awaitable[HostedInstance]]
 
 # [U] How long a removed instance may take to finish the requests it has in flight.
 DRAIN_TIMEOUT_S = 120.0
@@ -48,7 +51,7 @@ class Variant:
         self.spec = spec
         self.metrics = metrics
         self.work_dir = work_dir
-        self.instances: list[Instance] = []
+        self.instances: list[HostedInstance] = []
         self._next_index = 1
 
     @property
@@ -59,7 +62,7 @@ class Variant:
     def weight(self) -> float:
         return self.spec.weight
 
-    def serving(self) -> list[Instance]:
+    def serving(self) -> list[HostedInstance]:
         return [i for i in self.instances if not i.draining]
 
     def new_instance_id(self) -> str:
@@ -91,7 +94,7 @@ class Endpoint:
         return self.spec.name
 
     @property
-    def instances(self) -> list[Instance]:
+    def instances(self) -> list[HostedInstance]:
         return [i for v in self.variants for i in v.instances]
 
     def variant(self, name: str) -> Variant | None:
@@ -113,7 +116,7 @@ class Endpoint:
             raise
 
     async def _add_instances(self, variant: Variant, count: int) -> None:
-        built: list[Instance] = []
+        built: list[HostedInstance] = []
 
         async def one() -> None:
             instance_id = variant.new_instance_id()
@@ -133,7 +136,7 @@ class Endpoint:
             log.info("endpoint=%s variant=%s instance=%s step=start triton=%s", self.name,
                      variant.name, instance.id, instance.launcher.http_url)
 
-    async def _remove(self, variant: Variant, instance: Instance, drain: bool = True) -> None:
+    async def _remove(self, variant: Variant, instance: HostedInstance, drain: bool = True) -> None:
         if drain:
             await instance.drain(DRAIN_TIMEOUT_S)
         if instance in variant.instances:
@@ -155,7 +158,7 @@ class Endpoint:
         """Apply new weights and instance counts: start what is added, then drain what goes."""
         async with self._resize_lock:
             by_name = {v.name: v for v in self.variants}
-            removals: list[tuple[Variant, Instance]] = []
+            removals: list[tuple[Variant, HostedInstance]] = []
             additions = []
             for new in spec.variants:
                 variant = by_name[new.name]

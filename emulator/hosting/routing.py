@@ -48,8 +48,11 @@ class Routable(Protocol):
 
 
 class WeightedChoice(Protocol):
-    name: str
-    weight: float
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def weight(self) -> float: ...
 
 
 V = TypeVar("V", bound=WeightedChoice)

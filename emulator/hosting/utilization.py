@@ -81,7 +81,7 @@ class UtilizationSampler:
 
 def gpu_utilization() -> dict[str, float]:
     try:
-        import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
+        import pynvml  # optional: nvidia-ml-py
     except ImportError:
         return {}
     try:
