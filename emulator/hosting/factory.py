@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import uuid
 from pathlib import Path
 
 from emulator.containers.images import ImageMap, is_triton_image, names_triton
@@ -34,7 +33,6 @@ from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
 from emulator.manager.extract import extract_archive
 from emulator.manager.models import ModelManager
 from emulator.manager.store import source_for
-from emulator.manager.stubs import SHM_PREFIX
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.settings import Settings
 from emulator.triton.client import TritonClient
@@ -145,12 +143,6 @@ class InstanceFactory:
         if settings.launcher == "embedded":
             if gpu is not None:
                 options.environment["CUDA_VISIBLE_DEVICES"] = gpu
-            # Tritons on one machine share /dev/shm: the Python backend names its regions
-            # <prefix><n>, so two Tritons loading Python models at once (the containers of a
-            # multi-container instance do) would use the same region. A prefix per Triton
-            # keeps them apart (it still starts with SHM_PREFIX, which the clean-up matches).
-            options.extra_args.append(
-                f"--backend-config=python,shm-region-prefix-name={SHM_PREFIX}_{uuid.uuid4().hex[:8]}_")
             return EmbeddedLauncher(options, work_dir, tritonserver=settings.tritonserver,
                                     name=f"triton[{name}]")
         if settings.launcher == "docker":

@@ -29,6 +29,7 @@ import shutil
 import signal
 import sys
 import sysconfig
+import uuid
 from pathlib import Path
 
 from emulator.manager import stubs
@@ -120,6 +121,7 @@ class EmbeddedLauncher(SupervisedLauncher):
         self._http_port = 0
         self._process: asyncio.subprocess.Process | None = None
         self._log_task: asyncio.Task[None] | None = None
+        self._shm_prefix = ""  # set for each Triton process in _spawn
 
     @property
     def http_url(self) -> str:
@@ -149,6 +151,7 @@ class EmbeddedLauncher(SupervisedLauncher):
             f"--metrics-port={free_port(self._host)}",
             "--exit-on-error=false",
             f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
+            f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
             *self.options.extra_args,
         ]
 
@@ -170,6 +173,11 @@ class EmbeddedLauncher(SupervisedLauncher):
 
     async def _spawn(self) -> None:
         self._http_port = free_port(self._host)
+        # Tritons on one machine share /dev/shm and the Python backend names its regions
+        # <prefix><n>: a prefix of each process's own keeps concurrent Tritons (and a restarted
+        # one and its predecessor) apart, and lets the clean-up after an exit remove every
+        # region that process made, even one whose stub was never recorded.
+        self._shm_prefix = f"{stubs.SHM_PREFIX}_{uuid.uuid4().hex[:8]}_"
         cmd = self.command()
         log.info("starting %s: %s", self._name, " ".join(cmd))
         self._process = await asyncio.create_subprocess_exec(
@@ -223,6 +231,8 @@ class EmbeddedLauncher(SupervisedLauncher):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)  # surviving stubs keep Triton's pgid
         removed = await asyncio.to_thread(stubs.clean_up, self.stub_registry)
+        if self._shm_prefix:
+            removed += await asyncio.to_thread(stubs.remove_regions, self._shm_prefix)
         if removed:
             log.info("%s: removed %d shared-memory region(s) left behind", self._name,
                      len(removed))
