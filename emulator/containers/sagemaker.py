@@ -10,6 +10,8 @@ The contract (SageMaker's "Use your own inference code with hosting services"):
     (SageMaker then also gives it ``SAGEMAKER_SAFE_PORT_RANGE`` for any second port).
 
 The container port is published on a free host port of 127.0.0.1; the emulator calls it there.
+A container that dies is replaced by a new one (the watchdog of ``SupervisedLauncher``, as for
+Triton); requests in flight, and those that arrive before the new one answers ``/ping``, fail.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import os
 import threading
 import time
 import uuid
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ import aiohttp
 
 from emulator.containers.engine import connect, owner_labels, remove_leftover_containers
 from emulator.containers.images import ensure_image
-from emulator.triton.launcher import LauncherError
+from emulator.triton.launcher import LauncherError, SupervisedLauncher
 
 if TYPE_CHECKING:
     from docker.client import DockerClient
@@ -77,26 +78,26 @@ class ContainerUnreachable(Exception):
     """The container did not answer (it died, or closed the connection)."""
 
 
-class SageMakerContainer:
-    """One running inference container: start (ping-healthy), invoke, stop."""
+class SageMakerContainer(SupervisedLauncher):
+    """One running inference container: start (ping-healthy), invoke, stop; restarted if it
+    dies."""
 
     def __init__(self, *, image: str, label: str, environment: dict[str, str],
                  model_dir: Path | None, member_index: int | None = None,
                  name: str = "container", ping_timeout_s: float = 120.0,
                  client: DockerClient | None = None, host: str = "127.0.0.1") -> None:
+        super().__init__(name)
         self.image = image
         self.label = label  # how messages name it: its ContainerHostname or container-N
         self.environment = dict(environment)
         self.model_dir = model_dir
         self.member_index = member_index  # its position on a multi-container endpoint
         self.ping_timeout_s = ping_timeout_s
-        self._name = name
         self._client = client
         self._host = host
         self._host_port = 0
         self._container: Container | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._log_tail: deque[str] = deque(maxlen=40)
         self.ports = PortPlan()
 
     @property
@@ -120,19 +121,47 @@ class SageMakerContainer:
         await asyncio.to_thread(remove_leftover_containers, self._client)
         image = await asyncio.to_thread(ensure_image, self._client, self.image)
         self.ports = PortPlan.for_member(self.member_index, dict(image.labels or {}))
+        self._session = aiohttp.ClientSession()
+        try:
+            await self._spawn()
+        except BaseException:
+            await self.stop()
+            raise
+        self._start_watchdog()
+
+    # -- what the watchdog of SupervisedLauncher calls ----------------------------------------
+
+    async def _spawn(self) -> None:
+        """A new container, returned once it answers ``GET /ping`` with 200."""
+        self._log_tail.clear()
         started = time.monotonic()
         container = await asyncio.to_thread(self._run)
         self._container = container
         threading.Thread(target=self._pump_logs, args=(container,), daemon=True,
                          name=f"{container.name}-logs").start()
-        self._session = aiohttp.ClientSession()
         try:
             await self._wait_healthy()
         except BaseException:
-            await self.stop()
+            await asyncio.to_thread(self._remove)
             raise
         log.info("%s (%s) healthy at %s in %.1fs", self.label, self.image, self.http_url,
                  time.monotonic() - started)
+
+    async def _wait_for_exit(self) -> str | None:
+        container = self._container
+        if container is None:
+            return None
+        try:
+            result = await asyncio.to_thread(container.wait)
+            return str(result.get("StatusCode"))
+        except Exception as exc:  # noqa: BLE001 - removed under us, or the engine went away
+            return f"unknown ({exc})"
+
+    async def _after_exit(self) -> None:
+        await asyncio.to_thread(self._remove)
+
+    def _describe(self) -> str:
+        return f"{self.label} (container {self.container_name})"
 
     def _run(self) -> Container:
         import docker.errors
@@ -195,6 +224,7 @@ class SageMakerContainer:
                             f"{self.ping_timeout_s:.0f}s; last lines:\n{self.log_tail()}")
 
     async def stop(self) -> None:
+        await self._stop_watchdog()
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -1,13 +1,15 @@
 """Different frameworks behind one endpoint, for real: the scikit-learn server image and the CPU
 Triton image on a Docker engine, in Serial (a featurizer in front of a Triton model) and Direct
 mode, through boto3 and through the SageMaker Python SDK v2's PipelineModel; and what goes
-wrong: an image nobody mapped, a container that never answers /ping, one that dies mid-pipeline.
+wrong: an image nobody mapped, a container that never answers /ping, one that dies mid-pipeline (and
+is replaced).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +114,20 @@ def test_serial_sklearn_into_triton_then_a_container_dies(emulator, models, dock
     assert excinfo.value.response["Error"]["Code"] == "ModelError"
     assert "from featurizer with message" in excinfo.value.response["Error"]["Message"]
     assert "unreachable" in excinfo.value.response["OriginalMessage"]
+    # ... and a new container replaces it, as a dead Triton is replaced.
+    dead = sklearn.container_name
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            resp = rt.invoke_endpoint(EndpointName="pipe", ContentType="text/csv",
+                                      Body=b"1,2,3,4")
+            break
+        except ClientError as exc:
+            assert exc.response["Error"]["Code"] == "ModelError"
+            assert time.monotonic() < deadline, "the featurizer was not replaced"
+            time.sleep(0.2)
+    assert output_of(resp["Body"].read()).tolist() == [2, 6, 10, 14]
+    assert sklearn.restarts == 1 and sklearn.container_name != dead
 
     sm.delete_endpoint(EndpointName="pipe")
     wait_for_status_gone(sm, "pipe")
@@ -119,8 +135,6 @@ def test_serial_sklearn_into_triton_then_a_container_dies(emulator, models, dock
 
 
 def wait_for_status_gone(sm: Any, name: str) -> None:
-    import time
-
     deadline = time.monotonic() + 120
     while any(e["EndpointName"] == name for e in sm.list_endpoints()["Endpoints"]):
         assert time.monotonic() < deadline, f"{name} was not deleted"
