@@ -62,9 +62,10 @@ class Moto:
                              "pip install 'moto[server]' (make setup installs it)")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = (work / "moto.log").open("wb")
-        self.process = subprocess.Popen([str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
-                                        stdout=self.log, stderr=subprocess.STDOUT)
+        with (work / "moto.log").open("wb") as out:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                [str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:
             try:

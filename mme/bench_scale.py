@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,12 +158,13 @@ def serve(work: Path, name: str, flags: Sequence[str], sequential: bool = False,
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     head = list(code) if code else ["-c", _SERVE_SEQUENTIAL] if sequential else ["-m", "mme"]
-    log = (work / f"serve-{name}.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, *head, "serve", "--model-data", str(work / "store"),
-         "--cache-dir", str(work / f"cache-{name}"), "--port", str(port),
-         "--log-level", "WARNING", *flags],
-        env={**os.environ}, stdout=log, stderr=subprocess.STDOUT)
+    log = work / f"serve-{name}.log"
+    with log.open("wb") as out:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, *head, "serve", "--model-data", str(work / "store"),
+             "--cache-dir", str(work / f"cache-{name}"), "--port", str(port),
+             "--log-level", "WARNING", *flags],
+            env={**os.environ}, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180
     while True:
         try:
@@ -172,7 +173,7 @@ def serve(work: Path, name: str, flags: Sequence[str], sequential: bool = False,
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
-                raise RuntimeError(f"mme serve did not start; see {log.name}") from None
+                raise RuntimeError(f"mme serve did not start; see {log}") from None
             time.sleep(0.1)
 
 
@@ -183,6 +184,9 @@ class Outcome:
     hit: bool
     ms: float
     detail: str = ""
+    # Sent while an earlier request for the same model was still waiting: a miss that joined a
+    # load under way (a sequential LRU replay counts it as a hit; SageMaker's ModelCacheHit not).
+    joined: bool = False
 
 
 @dataclass
@@ -190,8 +194,19 @@ class Driver:
     url: str
     concurrency: int
     outcomes: list[Outcome] = field(default_factory=list)
+    in_flight: Counter[str] = field(default_factory=Counter)
 
     async def _call(self, session: aiohttp.ClientSession, target: str) -> Outcome:
+        joined = self.in_flight[target] > 0
+        self.in_flight[target] += 1
+        try:
+            outcome = await self._send(session, target)
+        finally:
+            self.in_flight[target] -= 1
+        outcome.joined = joined and not outcome.hit
+        return outcome
+
+    async def _send(self, session: aiohttp.ClientSession, target: str) -> Outcome:
         headers = {"X-Amzn-SageMaker-Target-Model": target,
                    "Content-Type": "application/octet-stream"}
         started = time.perf_counter()
@@ -306,20 +321,23 @@ def run_scale(args: argparse.Namespace, work: Path) -> bool:
     measured = driver.outcomes[met:]
     errors = [o for o in driver.outcomes if not o.ok]
     hit_ratio = sum(o.hit for o in measured) / max(len(measured), 1)
+    joined = sum(o.joined for o in measured) / max(len(measured), 1)
     sim_ratio = sum(simulated) / max(len(simulated), 1)
     rss = [r[1] for r in rows[1:] if r[1] is not None]
     print(f"  Zipf phase: {len(measured)} calls in {seconds:.1f}s "
           f"({len(measured) / seconds:.1f}/s), hit p50 "
           f"{_pct([o.ms for o in measured if o.hit], 50):.1f} ms, miss p50 "
           f"{_pct([o.ms for o in measured if not o.hit], 50):.0f} ms")
-    print(f"  hit ratio: measured {hit_ratio:.3f}, LRU simulation {sim_ratio:.3f}, "
-          f"difference {100 * (hit_ratio - sim_ratio):+.1f} points; errors {len(errors)}")
+    print(f"  hit ratio: measured {hit_ratio:.3f} (+ {joined:.3f} of misses that joined a "
+          f"load under way = {hit_ratio + joined:.3f}), LRU simulation {sim_ratio:.3f}, "
+          f"difference {100 * (hit_ratio + joined - sim_ratio):+.1f} points; errors "
+          f"{len(errors)}")
     if rss:
         print(f"  emulator RSS from {args.models if args.models < 100 else 100} models met to "
               f"the end: {min(rss):.0f}-{max(rss):.0f} MiB (x{max(rss) / min(rss):.2f})")
     for o in errors[:5]:
         print(f"  error: {o.target}: {o.detail}")
-    return not errors and abs(hit_ratio - sim_ratio) <= 0.02
+    return not errors and abs(hit_ratio + joined - sim_ratio) <= 0.02
 
 
 @dataclass
