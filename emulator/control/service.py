@@ -520,6 +520,7 @@ class ControlPlaneService:
             instance_count=int(variant.get("InitialInstanceCount") or 1),
             weight=float(variant.get("InitialVariantWeight", 1.0)),
             instance_type=variant.get("InstanceType"),
+            startup_timeout_s=variant.get("ContainerStartupHealthCheckTimeoutInSeconds"),
         )
 
     def _container_spec(self, model_name: str, container: dict[str, Any],

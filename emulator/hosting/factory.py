@@ -43,8 +43,8 @@ from emulator.triton.launcher import LauncherError, TritonLauncher, TritonOption
 from emulator.triton.sagemaker_env import SageMakerEnvironmentError, triton_args_from_environment
 
 # [U] How long a SageMaker container may take to answer GET /ping with 200 before the endpoint
-# fails (SageMaker's own default is not published; ContainerStartupHealthCheckTimeoutInSeconds
-# sets it per variant, 60 to 3600). The setting container_startup_timeout_s overrides it.
+# fails, unless the variant's ContainerStartupHealthCheckTimeoutInSeconds (60 to 3600) or the
+# setting container_startup_timeout_s says otherwise (SageMaker's default is not published).
 DEFAULT_STARTUP_TIMEOUT_S = 600.0
 
 
@@ -219,7 +219,7 @@ class InstanceFactory:
         launcher = SageMakerContainer(
             image=image, label=label, environment=container.environment, model_dir=model_dir,
             member_index=index, name=name.replace("/", "-"),
-            ping_timeout_s=getattr(settings, "container_startup_timeout_s", None)
+            ping_timeout_s=variant.startup_timeout_s or settings.container_startup_timeout_s
             or DEFAULT_STARTUP_TIMEOUT_S)
         errors = ErrorContext(endpoint.name, settings.region, settings.account_id, label)
         return ServeMember(label, launcher, model_dir, errors)

@@ -48,6 +48,8 @@ class VariantSpec:
     instance_type: str | None = None
     more_containers: tuple[ContainerSpec, ...] = ()
     execution_mode: str | None = None
+    # ContainerStartupHealthCheckTimeoutInSeconds: how long a container may take to pass /ping.
+    startup_timeout_s: float | None = None
 
     @property
     def containers(self) -> tuple[ContainerSpec, ...]:
@@ -97,7 +99,8 @@ class EndpointSpec:
                 instance_count=int(v.get("instance_count", 1)),
                 weight=float(v.get("weight", 1.0)), instance_type=v.get("instance_type"),
                 more_containers=tuple(ContainerSpec(**c) for c in v.get("more_containers") or ()),
-                execution_mode=v.get("execution_mode"))
+                execution_mode=v.get("execution_mode"),
+                startup_timeout_s=v.get("startup_timeout_s"))
             for v in doc["variants"])
         return cls(doc["name"], variants)
 

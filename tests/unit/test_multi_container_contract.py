@@ -3,6 +3,7 @@ three ValidationErrors, the --image mappings, and the spec surviving the control
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -118,7 +119,8 @@ def test_a_malformed_hostname_header_is_a_validation_error() -> None:
 
 
 def test_a_multi_container_spec_survives_the_state_round_trip() -> None:
-    spec = EndpointSpec("mce", (variant(DIRECT, "englishModel", "germanModel"),))
+    spec = EndpointSpec("mce", (dataclasses.replace(variant(DIRECT, "englishModel", "germanModel"),
+                                                    startup_timeout_s=90.0),))
     again = EndpointSpec.from_doc(json.loads(json.dumps(spec.to_doc())))
     assert again == spec
     assert [c.hostname for c in again.variants[0].containers] == ["englishModel", "germanModel"]
