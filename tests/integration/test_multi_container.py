@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 
 from tests.client_support import runtime_client
 from tests.multi_container_support import (
+    FAST,
     ROLE,
     TRITON_IMAGE,
     cloudwatch_client,
@@ -20,6 +21,7 @@ from tests.multi_container_support import (
     deploy,
     sagemaker_client,
     triton_tarball,
+    wait_for_status,
 )
 from tests.support import output_of, scale_request
 
@@ -146,3 +148,37 @@ def test_bad_models_are_refused_with_nothing_created(start_emulator) -> None:
         code, message = error_of(excinfo)
         assert code == "ValidationException" and expected in message, (case, message)
     assert sm.list_models()["Models"] == []
+
+
+def test_a_multi_container_endpoint_survives_a_restart_and_an_update(start_emulator, store: Path,
+                                                                     tmp_path: Path) -> None:
+    cache = tmp_path / "state"
+    server = start_emulator(cache_dir=cache)
+    sm = sagemaker_client(server.url)
+    double, triple = triton(store, tmp_path, "double", 2), triton(store, tmp_path, "triple", 3)
+    deploy(sm, "mce", [double, triple], mode="Direct")
+    server.stop()
+
+    server = start_emulator(cache_dir=cache)  # the endpoint comes back from the state
+    sm, rt = sagemaker_client(server.url), runtime_client(server.url)
+    wait_for_status(sm, "mce", ("InService",))
+
+    def invoke(**extra: object) -> list[float]:
+        resp = rt.invoke_endpoint(EndpointName="mce", ContentType="application/json",
+                                  Body=scale_request([1, 2, 3, 4]), **extra)
+        return output_of(resp["Body"].read()).tolist()
+
+    assert invoke(TargetContainerHostname="triple") == [3, 6, 9, 12]
+
+    # UpdateEndpoint to a single-container config: the hostname header is refused from then on.
+    sm.create_model(ModelName="one", ExecutionRoleArn=ROLE, PrimaryContainer={
+        k: v for k, v in double.items() if k != "ContainerHostname"})
+    sm.create_endpoint_config(EndpointConfigName="one", ProductionVariants=[
+        {"VariantName": "AllTraffic", "ModelName": "one", "InitialInstanceCount": 1,
+         "InstanceType": "ml.m5.xlarge"}])
+    sm.update_endpoint(EndpointName="mce", EndpointConfigName="one")
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="mce", WaiterConfig=FAST)
+    assert invoke() == [2, 4, 6, 8]
+    with pytest.raises(ClientError) as excinfo:
+        invoke(TargetContainerHostname="double")
+    assert "not configured for direct invocation" in error_of(excinfo)[1]
