@@ -23,12 +23,13 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from emulator.containers.sagemaker import ContainerUnreachable, SageMakerContainer
 from emulator.contract import multi_container, runtime
 from emulator.hosting.instance import ContainerAnswer, ErrorContext, Instance, InstanceStartFailed
 from emulator.hosting.spec import VariantSpec
+from emulator.manager.models import ModelManager, ModelObserver
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.triton.launcher import LauncherError
 
@@ -155,7 +156,9 @@ class MultiContainerInstance:
         self._variant_metrics = variant_metrics
         self.work_dir = work_dir
         self._endpoint = endpoint_name
-        self.manager = NoModelManager()  # none of its own: each Triton member has one
+        # None of its own: a view over the Triton members' model managers.
+        self.manager = MembersModels({m.label: m.instance.manager for m in members
+                                      if isinstance(m, TritonMember)})
         self.launcher = _FirstMemberUrl(members)
         self.in_flight = 0
         self.draining = False
@@ -269,24 +272,39 @@ def multi_container_mode(variant: VariantSpec) -> str:
 
 
 @dataclass(frozen=True)
-class _NoBudget:
+class _Budget:
     total_bytes: int = 0
     capacity_bytes: int | None = None
     capacity_count: int | None = None
 
 
-class NoModelManager:
-    """What readers of ``instance.manager`` (introspection, utilization) see on an instance
-    that swaps no models: nothing loaded, no budget, nothing to unload."""
+class MembersModels:
+    """What readers of ``instance.manager`` (introspection, the live page, utilization) see on
+    a multi-container instance: the models of its Triton members, named by container; no
+    budget of its own."""
 
-    memory = _NoBudget()
-    disk = _NoBudget()
+    def __init__(self, managers: dict[str, ModelManager]) -> None:
+        self._managers = managers
 
-    def describe(self) -> list[dict[str, object]]:
-        return []
+    @property
+    def memory(self) -> _Budget:
+        return _Budget(sum(m.memory.total_bytes for m in self._managers.values()))
+
+    @property
+    def disk(self) -> _Budget:
+        return _Budget(sum(m.disk.total_bytes for m in self._managers.values()))
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{**model, "ContainerName": label} for label, manager in self._managers.items()
+                for model in manager.describe()]
+
+    def add_observer(self, observer: ModelObserver) -> None:
+        for manager in self._managers.values():
+            manager.add_observer(observer)
 
     async def unload(self, target: str) -> bool:
-        return False
+        done = [await m.unload(target) for m in self._managers.values()]
+        return any(done)
 
 
 class _FirstMemberUrl:

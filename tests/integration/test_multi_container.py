@@ -69,6 +69,9 @@ def test_direct_and_serial_with_one_triton_per_container(start_emulator, store: 
     assert invoke("direct", TargetContainerHostname="double") == [2, 4, 6, 8]
     assert invoke("direct", TargetContainerHostname="triple") == [3, 6, 9, 12]
     assert invoke("direct", TargetContainerHostname="triple") == [3, 6, 9, 12]
+    with urllib.request.urlopen(f"{server.url}/_emulator/models") as page:
+        loaded = json.loads(page.read())["Endpoints"]["direct"]["Models"]
+    assert sorted(m["ContainerName"] for m in loaded) == ["double", "triple"]
 
     # The three ValidationErrors SageMaker's documentation lists.
     with pytest.raises(ClientError) as excinfo:
