@@ -11,9 +11,22 @@ EXTRAS := ensembles,harness,docker,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-fast lint docker-prepare clean
+.PHONY: setup wrk demo test test-fast lint docker-prepare clean
 
-setup: $(STAMP)
+setup: $(STAMP) wrk
+
+# wrk (a C load generator) drives `mme bench overhead`; without it the benchmark falls back to a
+# Python client. Installed with apt-get where we can (root with apt, as on CI); never fails.
+wrk:
+	@command -v wrk >/dev/null && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get install -y -q wrk >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && \
+		 apt-get install -y -q wrk >/dev/null 2>&1)) && echo "installed wrk" || \
+		echo "could not install wrk with apt-get; mme bench overhead will use its Python client"; \
+	else \
+		echo "wrk is not installed: sudo apt-get install -y wrk (Debian/Ubuntu) or brew install wrk;" \
+		     "mme bench overhead uses its Python client until then"; \
+	fi
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +40,7 @@ demo: $(STAMP)
 docker-prepare:
 	bash docker/prepare-ci.sh
 
-test: $(STAMP)
+test: $(STAMP) wrk
 	$(BIN)/ruff check emulator ensembles harness tests docker mme
 	bash tests/install-chromium.sh
 	$(BIN)/mypy

@@ -22,7 +22,7 @@ from emulator.hosting.registry import EndpointRegistry
 from emulator.hosting.spec import single_variant
 from emulator.page import install_page
 from emulator.routes.introspection import build_introspection_router
-from emulator.routes.runtime import build_runtime_router
+from emulator.routes.runtime import build_runtime_router, install_invocations
 from emulator.settings import Settings
 
 
@@ -53,6 +53,8 @@ def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> F
 
     app = FastAPI(title="SageMaker MME emulator", lifespan=lifespan, docs_url="/_emulator/docs",
                   openapi_url="/_emulator/openapi.json", redoc_url=None)
+    # InvokeEndpoint's fast path first, so that the auth middleware added next wraps it.
+    install_invocations(app, settings, registry)
     install_auth(app, settings)  # --auth sigv4: SigV4 + IAM middleware; off: logs that it is off
     app.state.settings = settings
     app.state.registry = registry

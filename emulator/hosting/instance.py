@@ -171,6 +171,7 @@ class Instance:
                 try:
                     headers = runtime.triton_request_headers(request.content_type,
                                                              len(request.body))
+                    runtime.screen_body(request.body, runtime.binary_header_length(headers))
                 except runtime.ContainerRejected as exc:
                     raise self._errors.model_error(exc.status, exc.body) from None
                 remaining = max(timeout_s - (time.monotonic() - started), 0.001)
