@@ -176,3 +176,40 @@ def test_page_assets_are_served_by_the_emulator(start_emulator, store: Path,  # 
         urllib.request.urlopen(f"{server.url}/_emulator/page/secrets.txt")
     assert excinfo.value.code == 404
     excinfo.value.close()
+
+
+def test_page_shows_a_multi_container_endpoint_and_its_containers_models(
+        start_emulator, store: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+        browser_page: Any) -> None:
+    from tests.multi_container_support import (
+        TRITON_IMAGE,
+        deploy,
+        sagemaker_client,
+        triton_tarball,
+    )
+
+    server = start_emulator()
+    containers = [{"Image": TRITON_IMAGE, "ContainerHostname": name,
+                   "ModelDataUrl": f"file://{triton_tarball(tmp_path, store, name, scale)}",
+                   "Environment": {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": name}}
+                  for name, scale in (("double", 2), ("triple", 3))]
+    deploy(sagemaker_client(server.url), "direct", containers, mode="Direct")
+    rt = runtime_client(server.url)
+    resp = rt.invoke_endpoint(EndpointName="direct", TargetContainerHostname="triple",
+                              ContentType="application/json", Body=scale_request([1, 2, 3, 4]))
+    resp["Body"].read()
+
+    page = browser_page
+    page.goto(f"{server.url}/_emulator/")
+    page.wait_for_selector('#connection[data-connected="true"]', timeout=WAIT_MS)
+    instance = page.wait_for_selector('.endpoint[data-endpoint="direct"] .instance',
+                                      timeout=WAIT_MS)
+    head = instance.inner_text()
+    assert "double (triton)" in head and "triple (triton)" in head and "Direct" in head
+    # Each Triton container's model, named by its container, loaded (single-model containers
+    # load at start).
+    rows = '.endpoint[data-endpoint="direct"] tr.model[data-state="loaded"]'
+    page.wait_for_function(f"""() => document.querySelectorAll('{rows}').length === 2""",
+                           timeout=WAIT_MS)
+    shown = sorted(r.inner_text().split("\t")[1] for r in page.query_selector_all(rows))
+    assert shown == ["(the endpoint's model) in double", "(the endpoint's model) in triple"]

@@ -108,7 +108,8 @@ function modelRow(endpoint, variant, instance, model) {
       onclick: () => { selected = { endpoint, variant, instance: instance.InstanceId, model: model.TargetModel }; render(); },
     },
     el("td", { class: "lru" }, model.LruPosition ?? "–"),
-    el("td", { class: "name" }, model.TargetModel || "(the endpoint's model)"),
+    el("td", { class: "name" }, model.TargetModel || "(the endpoint's model)",
+      model.ContainerName ? el("span", { class: "muted" }, ` in ${model.ContainerName}`) : null),
     el("td", {}, el("span", { class: `badge state-${shown}` }, STATE_LABELS[shown] || shown),
       evictedFor ? el("span", { class: "note" }, ` evicted for ${evictedFor}`) : null),
     el("td", { class: "num" }, bytes(model.SizeBytes)),
@@ -126,14 +127,22 @@ function renderFleet() {
     const variants = Object.entries(ep.Variants).map(([vname, v]) => el("div", { class: "variant" },
       el("h4", {}, `variant ${vname}`, el("small", {}, ` weight ${v.Weight} · ${v.CurrentInstanceCount} of ${v.DesiredInstanceCount} instances serving`)),
       ...v.Instances.map(instance => {
-        const models = instance.Models;
+        // A multi-container instance (inference pipeline) lists its containers, each Triton
+        // container with its models; it has no budgets of its own.
+        const containers = instance.Containers || null;
+        const models = instance.Models ?? (containers || []).flatMap(
+          c => (c.Models || []).map(m => ({ ...m, ContainerName: c.ContainerName })));
+        const head = containers
+          ? [el("span", { class: "muted" }, ` ${instance.InFlight} in flight · ${instance.ExecutionMode || ""} containers: `),
+             ...containers.map(c => el("span", { class: "badge", title: c.Url || "" }, `${c.ContainerName} (${c.Kind})`))]
+          : [el("span", { class: "muted" }, ` ${instance.InFlight} in flight · Triton ${instance.TritonUrl || "-"}`),
+             meter("memory", instance.LoadedBytes, instance.MemoryBudgetBytes, "bytes"),
+             meter("loaded models", instance.LoadedModelCount, instance.MaxLoadedModels, "count"),
+             meter("disk", instance.DiskBytes, instance.DiskBudgetBytes, "bytes")];
         return el("div", { class: `instance${instance.Draining ? " draining" : ""}`, "data-instance": `${vname}/${instance.InstanceId}` },
           el("div", { class: "instance-head" },
             el("strong", {}, instance.InstanceId), instance.Draining ? el("span", { class: "badge state-unloading" }, "draining") : null,
-            el("span", { class: "muted" }, ` ${instance.InFlight} in flight · Triton ${instance.TritonUrl || "-"}`),
-            meter("memory", instance.LoadedBytes, instance.MemoryBudgetBytes, "bytes"),
-            meter("loaded models", instance.LoadedModelCount, instance.MaxLoadedModels, "count"),
-            meter("disk", instance.DiskBytes, instance.DiskBudgetBytes, "bytes")),
+            ...head),
           models.length ? el("table", { class: "models" },
             el("thead", {}, el("tr", {}, ...["LRU", "model", "state", "size", "of memory budget", "in flight", "on disk", "last used"].map(h => el("th", {}, h)))),
             el("tbody", {}, ...models.map(m => modelRow(name, vname, instance, m))))
@@ -211,7 +220,9 @@ function renderDetail() {
   const ep = state.Endpoints[selected.endpoint];
   const instance = ep && ep.Variants[selected.variant]
     && ep.Variants[selected.variant].Instances.find(i => i.InstanceId === selected.instance);
-  const model = instance && instance.Models.find(m => m.TargetModel === selected.model);
+  const model = instance && (instance.Models ?? (instance.Containers || []).flatMap(
+      c => (c.Models || []).map(m => ({ ...m, ContainerName: c.ContainerName }))))
+    .find(m => m.TargetModel === selected.model);
   panel.hidden = false;
   document.getElementById("detail-title").textContent = selected.model || "(the endpoint's model)";
   const fields = model ? {
