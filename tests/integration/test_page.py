@@ -20,7 +20,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.client_support import runtime_client
-from tests.prometheus_support import get_json, get_text
+from tests.prometheus_support import get_json, get_text, scrape, value
 from tests.support import package, scale_request, write_scale_model
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -213,3 +213,7 @@ def test_page_shows_a_multi_container_endpoint_and_its_containers_models(
                            timeout=WAIT_MS)
     shown = sorted(r.inner_text().split("\t")[1] for r in page.query_selector_all(rows))
     assert shown == ["(the endpoint's model) in double", "(the endpoint's model) in triple"]
+    # /metrics reads the same instances: it scrapes and counts the one invocation.
+    _types, samples = scrape(server.url)
+    assert value(samples, "sagemaker_invocations_total", endpoint_name="direct",
+                 variant_name="AllTraffic") == 1
