@@ -1,5 +1,7 @@
 """What a person or a tool looks at: health, metrics, and the fleet with its models.
 
+The live page (``/_emulator/``) is ``emulator/page``; it reads ``describe_endpoint``.
+
 - ``GET  /ping``               200 once the app is up
 - ``GET  /metrics``            Prometheus exposition (``emulator/prometheus.py``): histograms,
                                counters per variant, gauges per instance

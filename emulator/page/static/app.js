@@ -229,6 +229,7 @@ function renderDetail() {
     state: STATE_LABELS[displayState(model)], endpoint: selected.endpoint,
     instance: `${selected.variant}/${selected.instance}`, size: bytes(model.SizeBytes),
     "share of memory budget": instance.MemoryBudgetBytes ? `${(model.SizeBytes / instance.MemoryBudgetBytes * 100).toFixed(1)} %` : "no budget",
+    "share of disk budget": instance.DiskBudgetBytes ? `${(model.SizeBytes / instance.DiskBudgetBytes * 100).toFixed(1)} %` : "no budget",
     "LRU position": model.LruPosition ?? "not loaded", "in flight": model.InFlight,
     "on disk": model.OnDisk ? "yes" : "no", "Triton model": model.TritonModel ?? "–", "last used": ago(model.LastUsed),
   } : { state: "gone (deleted from this instance's disk)" };
