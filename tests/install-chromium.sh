@@ -20,5 +20,6 @@ fi
 echo "[install-chromium] installing Debian's chromium (about a minute)" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends chromium >/dev/null
+# A font of its own: text on the page (and in docs/page.png) must render without recommends.
+apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 chromium --version >&2
