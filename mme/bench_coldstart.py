@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -102,6 +103,17 @@ def invoke_seconds(server: Server) -> float:
     return elapsed
 
 
+def own_figures(log: Path) -> dict[str, float]:
+    """The seconds the emulator logged for ``step=download`` and ``step=load`` of TARGET."""
+    figures: dict[str, float] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        match = re.search(rf"model={re.escape(TARGET)} step=(download|load) seconds=([0-9.]+)",
+                          line)
+        if match:
+            figures[match.group(1)] = float(match.group(2))
+    return figures
+
+
 def unload(server: Server) -> None:
     request = urllib.request.Request(
         f"{server.url}/_emulator/endpoints/local/models/{TARGET}/unload", method="POST")
@@ -127,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
             flags = ["--s3-endpoint-url", moto.url]
             model_data = f"s3://{BUCKET}/mme/"
             rows: dict[str, float] = {}
+            steps: dict[str, dict[str, float]] = {}
             for repeat in range(args.repeat):
                 started = time.perf_counter()
                 s3.download_file(BUCKET, f"mme/{TARGET}", str(work / "alone.tar.gz"))
@@ -143,10 +156,13 @@ def run(args: argparse.Namespace) -> int:
                         ("cold start now (streamed)", None),
                         ("cold start before (copy, then extract)", _SERVE_COPY_THEN_EXTRACT))):
                     code = ["-c", head] if head else None
-                    server = serve(work, f"{repeat}-{k}", ["--model-data", model_data, *flags],
-                                   code=code)
+                    server = serve(work, f"{repeat}-{k}", ["--model-data", model_data, *flags,
+                                                           "--log-level", "INFO"], code=code)
                     try:
-                        rows[name] = min(rows.get(name, float("inf")), invoke_seconds(server))
+                        cold = invoke_seconds(server)
+                        if cold < rows.get(name, float("inf")):
+                            rows[name] = cold
+                            steps[name] = own_figures(work / f"serve-{repeat}-{k}.log")
                         if head is None:
                             unload(server)
                             load = invoke_seconds(server)
@@ -163,10 +179,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name:<40}{rows[name]:>8.2f} s")
     print(f"  {'sum of the three':<40}{parts:>8.2f} s")
     for name in ("cold start before (copy, then extract)", "cold start now (streamed)"):
-        print(f"  {name:<40}{rows[name]:>8.2f} s   x{rows[name] / parts:.2f} of the sum")
+        own = steps.get(name, {})
+        print(f"  {name:<40}{rows[name]:>8.2f} s   x{rows[name] / parts:.2f} of the sum; "
+              f"the emulator's own log: download+extract {own.get('download', float('nan')):.2f}"
+              f" s, load {own.get('load', float('nan')):.2f} s")
     now = rows["cold start now (streamed)"]
-    print(f"  now / before: x{now / rows['cold start before (copy, then extract)']:.2f}; "
-          f"streamed download+extract took about {now - rows['load alone']:.2f} s")
+    print(f"  now / before: x{now / rows['cold start before (copy, then extract)']:.2f}")
     return 0 if now <= 1.1 * parts else 1
 
 

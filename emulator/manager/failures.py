@@ -27,6 +27,10 @@ STUB_UNHEALTHY_MARKERS = ("Stub process", "is not healthy")
 
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
+# [U] SageMaker budgets memory, not a model count: --max-loaded-models counts the models that
+# serve or are loading, so a load may start once Triton has accepted its victim's unload; under
+# --memory-budget it waits for the unload to complete (ModelManager._load_may_overlap_unloads).
+
 
 class DiskFull(Exception):
     """The disk (or the quota) holding the cache has no room left."""
