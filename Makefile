@@ -1,7 +1,9 @@
 # Two commands do everything on a fresh machine with Python 3.11:
 #   make demo   set up .venv, serve the bundled ensembles on the embedded Triton, invoke, show metrics
 #   make test   set up .venv (and a Docker engine + CPU Triton image for the docker suite), run all tests
-# Locally, `make test-fast` skips the slow and docker suites; `make test SKIP_DOCKER=1` only docker.
+# Locally, `make test-unit` runs tests/unit (no Triton, seconds), `make test-fast` skips the slow
+# and docker suites; `make test SKIP_DOCKER=1` only docker. make test runs on PYTEST_WORKERS
+# pytest-xdist workers (a module's tests share one; see tests/conftest.py); 1 for no xdist.
 
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
@@ -10,6 +12,8 @@ BIN := $(VENV)/bin
 EXTRAS := ensembles,harness,docker,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 2
+XDIST := $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
 
 .PHONY: setup wrk demo test test-fast lint docker-prepare clean
 
@@ -45,14 +49,17 @@ test: $(STAMP) wrk
 	bash tests/install-chromium.sh
 	$(BIN)/mypy
 ifeq ($(SKIP_DOCKER),1)
-	$(BIN)/python -m pytest --no-docker $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --no-docker $(XDIST) $(PYTEST_ARGS)
 else
 	bash docker/prepare-ci.sh
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 endif
 
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" --no-docker $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" --no-docker $(XDIST) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check emulator ensembles harness tests docker mme

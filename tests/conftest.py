@@ -32,11 +32,36 @@ TESTS = Path(__file__).parent
 KINDS = ("unit", "integration")
 
 
+# Modules sharing the session's ensemble builds (built_repository: the text one takes ~20 s):
+# one worker builds them once.
+ENSEMBLE_MODULES = {"test_ensembles_text.py", "test_ensembles_image.py",
+                    "test_ensembles_emulator.py"}
+
+
+def xdist_group_of(item: pytest.Item) -> str:
+    """Which tests must share a worker under ``-n 2 --dist loadgroup`` (make test).
+
+    A module's tests stay together (its module-scoped emulator starts once); a module's docker
+    run is a group of its own (it shares nothing with the embedded run), so the two halves of
+    a module parametrised by ``triton_launcher`` can run side by side.
+    """
+    if item.path.name in ENSEMBLE_MODULES:
+        return "ensembles"
+    group = str(item.path.relative_to(TESTS)) if item.path.is_relative_to(TESTS) else item.nodeid
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("triton_launcher") == DOCKER:
+        group += "[docker]"
+    return group
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:  # the folder says what a test is: -m unit / -m integration select it
         folder = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
         if folder in KINDS:
             item.add_marker(folder)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
     if not config.getoption("--no-docker"):
         return
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
