@@ -98,6 +98,10 @@ class Measure:
     p50_ms: float
     p99_ms: float
     errors: int
+    # CPU seconds the emulator's process and its Triton used during the run (Linux /proc), or
+    # None: per call, these stay meaningful when other work slows the machine down.
+    emulator_cpu_s: float | None = None
+    triton_cpu_s: float | None = None
 
     @property
     def per_second(self) -> float:
@@ -208,6 +212,45 @@ def run_python(url: str, body: bytes, headers: dict[str, str], concurrency: int,
     return asyncio.run(drive())
 
 
+# --- CPU accounting -----------------------------------------------------------------------------
+
+def _cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU of a process so far (Linux), None where /proc cannot tell."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _triton_pid(server_pid: int) -> int | None:
+    """The embedded launcher's tritonserver, a child of ``mme serve`` (None for docker)."""
+    try:
+        children = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
+    except OSError:
+        return None
+    for child in children:
+        try:
+            if "tritonserver" in Path(f"/proc/{child}/cmdline").read_text():
+                return int(child)
+        except OSError:
+            continue
+    return None
+
+
+def _accounted(run: Callable[..., Measure], pids: tuple[int | None, int | None],
+               *args: object) -> Measure:
+    before = [_cpu_seconds(pid) for pid in pids]
+    measured = run(*args)
+    after = [_cpu_seconds(pid) for pid in pids]
+    used = [b - a if a is not None and b is not None else None
+            for a, b in zip(before, after, strict=True)]
+    return Measure(measured.requests, measured.seconds, measured.p50_ms, measured.p99_ms,
+                   measured.errors, used[0], used[1])
+
+
 # --- the benchmark ------------------------------------------------------------------------------
 
 def _serve(work: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
@@ -253,18 +296,29 @@ class Row:
     emulator: Measure
 
 
+def _sum(values: list[float | None]) -> float | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
 def _median(runs: list[Measure]) -> Measure:
     """Per-field medians of the rounds (a busy moment in one round does not decide the table)."""
     return Measure(
         requests=sum(r.requests for r in runs), seconds=sum(r.seconds for r in runs),
         p50_ms=statistics.median(r.p50_ms for r in runs),
         p99_ms=statistics.median(r.p99_ms for r in runs),
-        errors=sum(r.errors for r in runs))
+        errors=sum(r.errors for r in runs),
+        emulator_cpu_s=_sum([r.emulator_cpu_s for r in runs]),
+        triton_cpu_s=_sum([r.triton_cpu_s for r in runs]))
 
 
 def measure(workload: Workload, url: str, driver: str, concurrencies: list[int],
-            seconds: float, rounds: int, work: Path) -> list[Row]:
-    run = run_wrk if driver == "wrk" else run_python
+            seconds: float, rounds: int, work: Path, server_pid: int | None = None) -> list[Row]:
+    driven = run_wrk if driver == "wrk" else run_python
+    pids = (server_pid, _triton_pid(server_pid) if server_pid else None)
+
+    def run(*args: object) -> Measure:
+        return _accounted(driven, pids, *args)
+
     emulator_url = f"{url}/endpoints/{ENDPOINT}/invocations"
     emulator_headers = {**workload.emulator_headers,
                         "X-Amzn-SageMaker-Target-Model": workload.target}
@@ -287,18 +341,26 @@ def measure(workload: Workload, url: str, driver: str, concurrencies: list[int],
 def table(workload: Workload, driver: str, rows: list[Row], seconds: float,
           rounds: int) -> str:
     lines = [f"{workload.description}; driver {driver}, {rounds} interleaved rounds of "
-             f"{seconds:g} s per path (medians of the rounds' p50/p99)",
+             f"{seconds:g} s per path (medians of the rounds' p50/p99). CPU ms per call: the "
+             "emulator's process (on the direct path: only its Triton log reader) and Triton's.",
              f"{'conc':>4} {'path':<9}{'p50 ms':>9}{'p99 ms':>9}{'calls/s':>10}{'errors':>8}"
-             f"   emulator vs direct"]
+             f"{'emu CPU':>9}{'Triton CPU':>11}   emulator vs direct"]
     for row in rows:
         d, e = row.direct, row.emulator
         lines.append(f"{row.concurrency:>4} {'direct':<9}{d.p50_ms:>9.2f}{d.p99_ms:>9.2f}"
-                     f"{d.per_second:>10.0f}{d.errors:>8}")
+                     f"{d.per_second:>10.0f}{d.errors:>8}{_per_call(d)}")
         lines.append(
             f"{'':>4} {'emulator':<9}{e.p50_ms:>9.2f}{e.p99_ms:>9.2f}{e.per_second:>10.0f}"
-            f"{e.errors:>8}   p50 {e.p50_ms - d.p50_ms:+.2f} ms (x{e.p50_ms / d.p50_ms:.2f}), "
+            f"{e.errors:>8}{_per_call(e)}   p50 {e.p50_ms - d.p50_ms:+.2f} ms "
+            f"(x{e.p50_ms / d.p50_ms:.2f}), "
             f"throughput x{e.per_second / max(d.per_second, 1e-9):.2f}")
     return "\n".join(lines)
+
+
+def _per_call(m: Measure) -> str:
+    def ms(cpu: float | None) -> str:
+        return "-" if cpu is None or not m.requests else f"{cpu / m.requests * 1e3:.3f}"
+    return f"{ms(m.emulator_cpu_s):>9}{ms(m.triton_cpu_s):>11}"
 
 
 def run_overhead(args: argparse.Namespace) -> int:
@@ -321,7 +383,8 @@ def run_overhead(args: argparse.Namespace) -> int:
         server, url = _serve(work, args.serve_flag or [])
         try:
             _invoke_once(url, workload)  # load the model: cold start is not what is measured
-            rows = measure(workload, url, driver, concurrencies, args.seconds, args.rounds, work)
+            rows = measure(workload, url, driver, concurrencies, args.seconds, args.rounds, work,
+                           server.pid)
         finally:
             server.terminate()
             server.wait(60)
