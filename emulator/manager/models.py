@@ -357,7 +357,8 @@ class ModelManager:
         while True:
             await asyncio.sleep(STUB_POLL_S)
             now = loop.time()
-            dead = stubs.zombies(self._stub_registry, models)
+            # A thread: the registry holds a file per live stub, read on every poll.
+            dead = await asyncio.to_thread(stubs.zombies, self._stub_registry, models)
             for stub in dead:
                 first_seen.setdefault(stub.pid, now)
             lasting = [s.instance for s in dead if now - first_seen[s.pid] >= ZOMBIE_GRACE_S]
@@ -594,6 +595,10 @@ class ModelManager:
             if record.entry:
                 await self.triton.unload(record.entry, dependents=True,
                                          timeout=self.load_timeout_s, on_accepted=accept)
+            # Its stubs have exited: drop their records, or the registry (read on every stub
+            # poll) grows by two files per load as models come and go.
+            if self._stub_registry.is_dir():
+                await asyncio.to_thread(stubs.forget, self._stub_registry, record.installed)
         except (TritonError, TritonUnreachable, asyncio.TimeoutError) as exc:
             log.warning("model=%s step=unload outcome=failed error=%s",
                         self.name_of(record.target), exc)

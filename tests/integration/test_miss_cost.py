@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from emulator.manager import stubs
 from tests.client_support import runtime_client
 from tests.fault_support import instance_of, invoke, models_of, wait_until
 from tests.support import package, write_scale_model
@@ -72,7 +73,13 @@ def test_a_count_budget_loads_once_the_victims_unload_is_accepted(  # type: igno
     assert models_of(server)["slow.tar.gz"]["State"] == "on_disk"
     # And back: the victim loads again (its own unload is complete), evicting the other.
     np.testing.assert_allclose(invoke(rt, "slow.tar.gz"), [2, 4, 6, 8])
-    assert instance_of(server).manager.memory.keys_lru_first() == ["slow.tar.gz"]
+    manager = instance_of(server).manager
+    assert manager.memory.keys_lru_first() == ["slow.tar.gz"]
+    wait_until(lambda: ("unloaded", "next.tar.gz") in events, what="the other's unload")
+    # The stub records of unloaded models are gone: the registry (read while loads are pending)
+    # holds the loaded model's stubs only, however many models came and went.
+    loaded = set(manager.records["slow.tar.gz"].installed)
+    assert {s.model for s in stubs.read(manager._stub_registry)} == loaded
 
 
 def test_a_byte_budget_loads_only_once_the_victims_memory_is_free(  # type: ignore[no-untyped-def]
