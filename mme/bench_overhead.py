@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -278,8 +279,12 @@ def _invoke_once(url: str, workload: Workload) -> None:
     request = urllib.request.Request(
         f"{url}/endpoints/{ENDPOINT}/invocations", data=workload.body, method="POST",
         headers={**workload.emulator_headers, "X-Amzn-SageMaker-Target-Model": workload.target})
-    with urllib.request.urlopen(request, timeout=300) as resp:
-        resp.read()
+    try:
+        with urllib.request.urlopen(request, timeout=300) as resp:
+            resp.read()
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"the first call to {workload.target} failed ({exc.code}): "
+                           f"{exc.read().decode(errors='replace')}") from None
 
 
 def _direct_url(url: str, target: str) -> str:
