@@ -94,6 +94,7 @@ class SageMakerContainer(SupervisedLauncher):
         self.member_index = member_index  # its position on a multi-container endpoint
         self.ping_timeout_s = ping_timeout_s
         self._client = client
+        self._owns_client = client is None  # then it is closed at stop, reopened at start
         self._host = host
         self._host_port = 0
         self._container: Container | None = None
@@ -229,6 +230,9 @@ class SageMakerContainer(SupervisedLauncher):
             await self._session.close()
             self._session = None
         await asyncio.to_thread(self._remove)
+        if self._owns_client and self._client is not None:
+            client, self._client = self._client, None
+            await asyncio.to_thread(client.close)
 
     def _remove(self) -> None:
         container, self._container = self._container, None

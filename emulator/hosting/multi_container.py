@@ -261,14 +261,11 @@ class MultiContainerInstance:
             "InstanceId": self.id,
             "Draining": self.draining,
             "InFlight": self.in_flight,
-            "ExecutionMode": self.variant.execution_mode or multi_container_mode(self.variant),
+            # A single non-Triton container has no InferenceExecutionConfig: "Single" here.
+            "ExecutionMode": self.variant.execution_mode or "Single",
             "Containers": [m.describe() for m in self.members],
             "LoadedModelCount": self.metrics.loaded_model_count,
         }
-
-
-def multi_container_mode(variant: VariantSpec) -> str:
-    return "Serial" if variant.is_multi_container else "Single"
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,7 @@ class DockerLauncher(SupervisedLauncher):
         self.pull = pull
         self._host = host
         self._client = client
+        self._owns_client = client is None  # then it is closed at stop, reopened at start
         self._shims_dir = shims_dir
         self._work_dir = work_dir
         self._staged_shims: Path | None = None
@@ -171,6 +172,9 @@ class DockerLauncher(SupervisedLauncher):
     async def stop(self) -> None:
         await self._stop_watchdog()
         await asyncio.to_thread(self._remove_container)
+        if self._owns_client and self._client is not None:
+            client, self._client = self._client, None
+            await asyncio.to_thread(client.close)
         if self._staged_shims is not None and self._work_dir is None:
             shutil.rmtree(self._staged_shims.parent, ignore_errors=True)
         self._staged_shims = None
@@ -256,11 +260,13 @@ class DockerLauncher(SupervisedLauncher):
             raise LauncherError(f"docker could not start {self.image}: {exc}{hint}") from exc
         container.reload()
         bindings = container.attrs["NetworkSettings"]["Ports"].get(f"{TRITON_HTTP_PORT}/tcp")
-        if not bindings:
-            logs = container.logs(tail=30).decode(errors="replace")
+        if not bindings:  # it exited before its port was published (a bad flag, say)
+            code = container.attrs.get("State", {}).get("ExitCode")
+            logs = container.logs().decode(errors="replace")
             with contextlib.suppress(Exception):
                 container.remove(force=True)
-            raise LauncherError(f"{self.image} exited at once:\n{logs}")
+            raise LauncherError(f"tritonserver in {self.image} exited with code {code} at "
+                                "once:\n" + _excerpt(logs))
         self._host_port = int(bindings[0]["HostPort"])
         return container
 
