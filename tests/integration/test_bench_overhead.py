@@ -1,0 +1,40 @@
+"""``mme bench overhead``: both paths at each concurrency, driven by wrk or by Python."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROW = re.compile(r"^\s*(\d+)?\s+(direct|emulator)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+"
+                 r"([\d.]+|-)\s+([\d.]+|-)", re.MULTILINE)
+
+
+def _bench(*flags: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "mme", "bench", "overhead", "--seconds", "1",
+                           "--rounds", "1", "--concurrency", "1,4", *flags],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("driver", ["wrk", "python"])
+def test_both_paths_at_each_concurrency_without_errors(driver: str) -> None:
+    if driver == "wrk" and shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (make wrk)")
+    out = _bench("--driver", driver)
+    assert f"driver {driver}" in out
+    rows = ROW.findall(out)
+    assert [(r[0], r[1]) for r in rows] == [("1", "direct"), ("", "emulator"),
+                                            ("4", "direct"), ("", "emulator")]
+    for _conc, _path, p50, p99, calls, errors, emulator_cpu, triton_cpu in rows:
+        assert 0 < float(p50) <= float(p99)
+        assert int(calls) > 0 and int(errors) == 0
+        assert emulator_cpu != "-" and triton_cpu != "-"  # the embedded Triton is accounted
+    ratios = re.findall(r"throughput x([\d.]+)", out)
+    assert len(ratios) == 2 and all(float(r) > 0 for r in ratios)
