@@ -71,11 +71,20 @@ def zombies(registry: Path, models: Iterable[str]) -> list[Stub]:
 
 
 def forget(registry: Path, models: Iterable[str]) -> None:
-    """Drop the records of ``models`` (before loading them again: a pid may be reused)."""
+    """Drop the records of ``models`` (before loading them again, a pid may be reused; after
+    unloading them, their stubs are gone), and those of the argument-less stub runs that have
+    exited: the registry then holds about two files per loaded model, not two per load ever."""
     wanted = set(models)
     for stub in read(registry):
         if stub.model in wanted:
             (registry / str(stub.pid)).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        for file in registry.iterdir():
+            if not file.name.isdigit() or process_state(int(file.name)) not in (None, "Z"):
+                continue
+            with contextlib.suppress(OSError):
+                if len(file.read_text(errors="replace").splitlines()) < 3:
+                    file.unlink()
 
 
 def _is_stub(pid: int) -> bool:
