@@ -4,7 +4,9 @@ InvokeEndpoint is the one hot path, so it is answered by a plain ASGI middleware
 (``InvocationsFastPath``) ahead of FastAPI's routing, request objects and dependency solving:
 under load those layers cost the emulator more CPU than the call itself (``mme bench overhead``
 measures the difference). It sits inside the user middlewares, so ``--auth sigv4`` still checks
-every invocation first. The two refused operations stay ordinary FastAPI routes.
+every invocation first. The FastAPI route stays registered for what routing decides (405 to
+another method, the redirect of a trailing slash) and for the API docs; the two refused
+operations are ordinary FastAPI routes.
 """
 
 from __future__ import annotations
@@ -109,6 +111,13 @@ def install_invocations(app: FastAPI, settings: Settings, registry: EndpointRegi
 
 def build_runtime_router(settings: Settings, registry: EndpointRegistry) -> APIRouter:
     router = APIRouter()
+    invocations = Invocations(settings, registry)
+
+    @router.post("/endpoints/{endpoint_name}/invocations")
+    async def invoke_endpoint(endpoint_name: str, request: Request) -> Response:
+        """Answered by ``InvocationsFastPath`` before routing; the route stays for what routing
+        decides (405 to another method, the redirect of a trailing slash) and the API docs."""
+        return await invocations(endpoint_name, request.headers, request.receive)
 
     @router.post("/endpoints/{endpoint_name}/invocations-response-stream")
     @router.post("/endpoints/{endpoint_name}/async-invocations")
