@@ -55,6 +55,7 @@ class RunningTriton:
         self._call(self.launcher.stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        self._loop.close()
 
     def install(self, source: Path, name: str | None = None) -> str:
         """Copy a model folder into the served repository (Triton loads it on ``load``)."""

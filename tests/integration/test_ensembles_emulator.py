@@ -26,12 +26,13 @@ from botocore.config import Config
 
 from ensembles.packaging import folder_size, package
 from tests.ensemble_helpers import built_repository
-from tests.integration.test_ensembles_image import IMAGES, in_process_reference
-from tests.integration.test_ensembles_text import (
+from tests.ensemble_support import (
     BATCH_16,
     SENTENCES,
     assert_same_embeddings,
+    in_process_reference,
     reference,
+    seed_images,
 )
 from tests.launcher_support import TritonLauncher
 
@@ -41,6 +42,8 @@ server_module = pytest.importorskip("emulator.server")
 from emulator.settings import Settings  # noqa: E402
 
 pytestmark = pytest.mark.slow
+
+IMAGES = seed_images()
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json;json-header-size={}"
 

