@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -81,15 +82,41 @@ class Leftovers:
     regions: list[str]
 
 
-def stub_records(launcher: Any) -> list[stubs.Stub]:
-    return stubs.read(stubs.registry_for(launcher.repository))
+@dataclass(frozen=True)
+class RecordedStub:
+    """A stub as its record named it, with the inode its shm region had when recorded: a
+    restarted Triton numbers its regions afresh, so a same-named region may be a new one."""
+    pid: int
+    model: str
+    shm_region: str | None
+    region_inode: int | None
 
 
-def leftovers_of(records: list[stubs.Stub], triton_pids: list[int]) -> Leftovers:
+def stub_records(launcher: Any) -> list[RecordedStub]:
+    recorded = []
+    for stub in stubs.read(stubs.registry_for(launcher.repository)):
+        inode = None
+        if stub.shm_region:
+            with contextlib.suppress(FileNotFoundError):
+                inode = (SHM / stub.shm_region).stat().st_ino
+        recorded.append(RecordedStub(stub.pid, stub.model, stub.shm_region, inode))
+    return recorded
+
+
+def _same_region_exists(stub: RecordedStub) -> bool:
+    if not stub.shm_region:
+        return False
+    try:
+        return (SHM / stub.shm_region).stat().st_ino == stub.region_inode
+    except FileNotFoundError:
+        return False
+
+
+def leftovers_of(records: list[RecordedStub], triton_pids: list[int]) -> Leftovers:
     """Which of these stubs and Tritons still run, which of their shm regions still exist."""
     alive = [pid for pid in [*triton_pids, *(s.pid for s in records)]
              if stubs.process_state(pid) not in (None, "Z")]
-    regions = [s.shm_region for s in records if s.shm_region and (SHM / s.shm_region).exists()]
+    regions = [s.shm_region for s in records if s.shm_region and _same_region_exists(s)]
     return Leftovers(alive, regions)
 
 

@@ -113,17 +113,6 @@ def clean_up(registry: Path) -> list[str]:
     return removed
 
 
-def remove_regions(prefix: str) -> list[str]:
-    """Unlink every ``/dev/shm`` region whose name starts with ``prefix`` (a Triton's own, once
-    that Triton has exited). Returns the names removed."""
-    removed = []
-    for region in Path("/dev/shm").glob(f"{prefix}*"):
-        with contextlib.suppress(FileNotFoundError):
-            region.unlink()
-            removed.append(region.name)
-    return removed
-
-
 def sweep_stale(backends_dir: Path) -> list[int]:
     """Kill what a previous run with the same folders left (its Triton, its stubs); unlink the
     shm regions named on the stubs' command lines. Call before starting a Triton there.

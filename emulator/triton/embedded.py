@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import sysconfig
-import uuid
 from pathlib import Path
 
 from emulator.manager import stubs
@@ -47,6 +48,34 @@ log = logging.getLogger(__name__)
 # stuck loading (its stub died at import) would otherwise hold every stop for Triton's 10-15 s.
 EXIT_TIMEOUT_S = 3
 KILL_AFTER_S = 5.0
+
+
+@functools.cache
+def private_shm_wrapper() -> tuple[str, ...]:
+    """A command prefix that runs Triton with a /dev/shm of its own, or () where none can be made.
+
+    Triton's Python backend names its shared-memory regions triton_<backend>_backend_shm_region_<n>
+    with n counted from 1 in each Triton, so two Tritons on one machine (a fleet's instances, a
+    pipeline's containers) create the same names and break each other's stubs ("unexpected
+    response from Python backend stub"). Its shm-region-prefix-name option cannot separate them:
+    the Python-based backends (our shims) read the python backend's options and count on their
+    own, so the python and onnxruntime backends would then share names within one Triton. A
+    private tmpfs on /dev/shm (a mount namespace; a user namespace too when not root) isolates
+    each Triton completely, and its regions vanish with it, even when it is SIGKILLed.
+    """
+    userns = () if os.geteuid() == 0 else ("--user", "--map-root-user")
+    wrapper = ("unshare", "--mount", "--propagation", "private", *userns, "sh", "-c",
+               'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$@"', "triton-private-shm")
+    try:
+        probe = subprocess.run([*wrapper, "true"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        probe = None
+    if probe is None or probe.returncode != 0:
+        log.warning("cannot give each Triton a private /dev/shm (unshare: %s); two embedded "
+                    "Tritons loading Python models at the same time may clash",
+                    probe.stderr.decode(errors="replace").strip() if probe else "not found")
+        return ()
+    return wrapper
 
 
 def pytriton_root() -> Path:
@@ -121,7 +150,6 @@ class EmbeddedLauncher(SupervisedLauncher):
         self._http_port = 0
         self._process: asyncio.subprocess.Process | None = None
         self._log_task: asyncio.Task[None] | None = None
-        self._shm_prefix = ""  # set for each Triton process in _spawn
 
     @property
     def http_url(self) -> str:
@@ -151,7 +179,6 @@ class EmbeddedLauncher(SupervisedLauncher):
             f"--metrics-port={free_port(self._host)}",
             "--exit-on-error=false",
             f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
-            f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
             *self.options.extra_args,
         ]
 
@@ -173,12 +200,7 @@ class EmbeddedLauncher(SupervisedLauncher):
 
     async def _spawn(self) -> None:
         self._http_port = free_port(self._host)
-        # Tritons on one machine share /dev/shm and the Python backend names its regions
-        # <prefix><n>: a prefix of each process's own keeps concurrent Tritons (and a restarted
-        # one and its predecessor) apart, and lets the clean-up after an exit remove every
-        # region that process made, even one whose stub was never recorded.
-        self._shm_prefix = f"{stubs.SHM_PREFIX}_{uuid.uuid4().hex[:8]}_"
-        cmd = self.command()
+        cmd = [*await asyncio.to_thread(private_shm_wrapper), *self.command()]
         log.info("starting %s: %s", self._name, " ".join(cmd))
         self._process = await asyncio.create_subprocess_exec(
             *cmd,
@@ -231,8 +253,6 @@ class EmbeddedLauncher(SupervisedLauncher):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)  # surviving stubs keep Triton's pgid
         removed = await asyncio.to_thread(stubs.clean_up, self.stub_registry)
-        if self._shm_prefix:
-            removed += await asyncio.to_thread(stubs.remove_regions, self._shm_prefix)
         if removed:
             log.info("%s: removed %d shared-memory region(s) left behind", self._name,
                      len(removed))
