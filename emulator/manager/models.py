@@ -511,9 +511,12 @@ class ModelManager:
             log.warning("model=%s step=disk-evict outcome=over-budget (everything else is in use)",
                         self.name_of(record.target))
             victims = []
-        for target in victims:
-            await self._delete_from_disk(self.records[target])
+        # Every victim is forgotten before the first await: a victim list chosen here must not
+        # meet a victim that another request has pinned, or another deletion has taken, since.
+        doomed = [self._forget_artifact(self.records[target]) for target in victims]
         self.disk.add(record.target, record.size)
+        for folder in doomed:
+            await self._remove_folder(folder)
 
     async def _make_room(self, record: ModelRecord) -> None:
         """Reserve memory for ``record``, unloading LRU models that nobody is using."""
@@ -616,9 +619,14 @@ class ModelManager:
         await self._notify()
 
     async def _delete_from_disk(self, record: ModelRecord) -> None:
-        # The record forgets its folder before the (slow) delete, and the folder is renamed out
-        # of the way first: a request for the same model meanwhile downloads it afresh into
-        # ``<key>`` without the delete removing what it writes.
+        await self._remove_folder(self._forget_artifact(record))
+
+    def _forget_artifact(self, record: ModelRecord) -> Path | None:
+        """Take ``record`` off the disk at once (no await); returns the folder to remove.
+
+        The folder is renamed out of the way first: a request for the same model meanwhile
+        downloads it afresh into ``<key>`` without the removal deleting what it writes.
+        """
         self.disk.remove(record.target)
         folder, record.artifact_dir = record.artifact_dir, None
         record.state = ModelState.NEW
@@ -626,13 +634,18 @@ class ModelManager:
         self._emit("deleted", record.target, size=record.size)
         if not record.demand:
             self.records.pop(record.target, None)
+        if folder is None:
+            return None
+        doomed = folder.with_name(f".deleting-{folder.name}-{secrets.token_hex(4)}")
+        try:
+            folder.rename(doomed)
+        except OSError:
+            return folder
+        return doomed
+
+    async def _remove_folder(self, folder: Path | None) -> None:
         if folder is not None:
-            doomed = folder.with_name(f".deleting-{folder.name}-{secrets.token_hex(4)}")
-            try:
-                folder.rename(doomed)
-            except OSError:
-                doomed = folder
-            await asyncio.to_thread(shutil.rmtree, doomed, True)
+            await asyncio.to_thread(shutil.rmtree, folder, True)
 
     async def _evict_completely(self, record: ModelRecord) -> None:
         async with self._memory_lock:

@@ -72,6 +72,9 @@ def test_lru_eviction_by_count(start_emulator, store: Path, tmp_path: Path) -> N
     invoke(rt, "m1.tar.gz")
     invoke(rt, "m0.tar.gz")  # m1 is now the least recently used
     np.testing.assert_allclose(invoke(rt, "m2.tar.gz"), [3, 6, 9, 12])
+    # Under a count budget m2's load started once Triton accepted m1's unload, which may still
+    # be completing.
+    wait_until(lambda: models_of(server)["m1.tar.gz"]["State"] == "on_disk", what="m1's unload")
     models = models_of(server)
     assert {t for t, m in models.items() if m["Loaded"]} == {"m0.tar.gz", "m2.tar.gz"}
     assert models["m1.tar.gz"]["State"] == "on_disk" and models["m1.tar.gz"]["OnDisk"]
