@@ -32,7 +32,7 @@ from emulator.manager.models import artifact_key
 from emulator.settings import Settings
 from emulator.triton.launcher import free_port
 from mme.cli import build_parser, settings_from_args
-from tests.conftest import runtime_client
+from tests.client_support import runtime_client
 from tests.fault_support import (
     error_of,
     instance_of,
@@ -304,8 +304,9 @@ def test_concurrent_requests_during_a_take_out_all_get_sagemaker_answers(  # typ
     wait_until(lambda: len(outcomes) >= 8, what="traffic")
     with pytest.raises(ClientError):
         invoke(rt, "fragile.tar.gz", [666, 0, 0, 0])
+    # The reload under new names waits out Triton's stub timeout (30 s, twice) first.
     wait_until(lambda: outcomes[-4:] == ["ok"] * 4 and models_of(server)["fragile.tar.gz"]
-               ["Loaded"], what="recovery")
+               ["Loaded"], timeout=180, what="recovery")
     stop.set()
     for t in threads:
         t.join()
