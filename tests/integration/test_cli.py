@@ -76,15 +76,6 @@ def test_serve_then_stop_leaves_no_orphans(tmp_path: Path, store: Path, stop_sig
             server.kill()
 
 
-def test_bench_overhead_prints_the_ratio_against_direct_triton() -> None:
-    result = subprocess.run([sys.executable, "-m", "mme", "bench", "overhead",
-                             "--requests", "80", "--concurrency", "4"],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "direct Triton" in result.stdout
-    assert "emulator / direct: p50 x" in result.stdout
-
-
 def test_bad_settings_fail_with_a_message(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "mme", "serve", "--memory-budget", "lots",
                              "--cache-dir", str(tmp_path)], capture_output=True, text=True,
