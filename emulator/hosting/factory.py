@@ -236,7 +236,7 @@ class InstanceFactory:
             cache_dir=work_dir,
             triton=triton,
             triton_repository=launcher.repository,
-            metrics=metrics,  # type: ignore[arg-type]  # the instance's view of its variant's
+            metrics=metrics,
             memory_budget=settings.memory_budget,
             max_loaded_models=settings.max_loaded_models,
             disk_budget=settings.disk_budget,

@@ -46,7 +46,7 @@ from emulator.manager.extract import (
 from emulator.manager.failures import DiskFull, StoreUnavailable
 from emulator.manager.lru import DoesNotFit, LruIndex
 from emulator.manager.store import ModelSource
-from emulator.metrics import EndpointMetrics
+from emulator.metrics import InstanceMetrics
 from emulator.triton.client import TritonClient, TritonError, TritonUnreachable
 
 log = logging.getLogger("emulator.models")
@@ -147,7 +147,7 @@ class ModelManager:
         cache_dir: Path,
         triton: TritonClient,
         triton_repository: Path,
-        metrics: EndpointMetrics,
+        metrics: InstanceMetrics,
         memory_budget: int | None = None,
         max_loaded_models: int | None = None,
         disk_budget: int | None = None,
@@ -281,6 +281,7 @@ class ModelManager:
             await asyncio.shield(pending_unload)
         if record.artifact_dir is None or not record.artifact_dir.is_dir():
             await self._download(record)
+        assert record.artifact_dir is not None  # set by _download
         extracted = record.artifact_dir / "model"
         if self.single_model:
             layout = await asyncio.to_thread(repository.read_single_model_layout, extracted,

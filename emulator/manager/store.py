@@ -58,7 +58,7 @@ def object_key(prefix: str, target: str) -> str:
     return f"{prefix}/{target}"
 
 
-def _atomic_copy(write: callable, destination: Path) -> int:  # type: ignore[valid-type]
+def _atomic_copy(write: Callable[[str], object], destination: Path) -> int:
     destination.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".download-", dir=destination.parent)
     os.close(fd)
@@ -68,7 +68,7 @@ def _atomic_copy(write: callable, destination: Path) -> int:  # type: ignore[val
         return destination.stat().st_size
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        if is_no_space(exc):
+        if isinstance(exc, OSError) and is_no_space(exc):
             raise DiskFull(f"{exc.strerror} while copying the archive") from exc
         raise
 
@@ -214,7 +214,8 @@ class S3Source:
         stream = _ResumableBody(self._client, self.bucket, key, response)
         try:
             with progress_bar(key, stream.total) as tick:
-                yield _ProgressReader(stream, tick)  # type: ignore[misc]
+                # Both have the read() that tarfile streams from, not all of IO.
+                yield _ProgressReader(stream, tick)  # type: ignore[arg-type,misc]
         finally:
             stream.close()
 
@@ -263,7 +264,7 @@ class _ResumableBody:
         failures = 0
         while True:
             try:
-                chunk = self._body.read(size if size >= 0 else None)
+                chunk: bytes = self._body.read(size if size >= 0 else None)
                 if chunk or self.offset >= self.total or size == 0:
                     self.offset += len(chunk)
                     return chunk

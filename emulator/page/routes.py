@@ -52,7 +52,7 @@ def page_state(registry: EndpointRegistry, feed: Feed) -> dict[str, Any]:
 
 
 def _asset(name: str) -> bytes:
-    return resources.files("emulator.page").joinpath("static", name).read_bytes()
+    return resources.files("emulator.page").joinpath("static").joinpath(name).read_bytes()
 
 
 def build_page_router(registry: EndpointRegistry, feed: Feed) -> APIRouter:

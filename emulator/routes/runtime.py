@@ -105,7 +105,7 @@ class InvocationsFastPath:
 
 def install_invocations(app: FastAPI, settings: Settings, registry: EndpointRegistry) -> None:
     """Add the fast path; call it before any middleware that must see invocations first."""
-    app.add_middleware(InvocationsFastPath,  # type: ignore[arg-type]
+    app.add_middleware(InvocationsFastPath,
                        invocations=Invocations(settings, registry))
 
 
