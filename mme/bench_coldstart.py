@@ -31,7 +31,7 @@ from mme.bench_scale import BODY, Server, _bench_subparsers, serve
 
 TARGET = "big.tar.gz"
 BUCKET = "mme-coldstart"
-_SERVE_COPY_THEN_EXTRACT = ("import sys; from emulator.manager.models import ModelManager; "
+_SERVE_COPY_THEN_EXTRACT = ("import sys; from emulator.manager.model_manager import ModelManager; "
                             "ModelManager.stream_downloads = False; "
                             "from mme.cli import main; sys.exit(main(sys.argv[1:]))")
 

@@ -42,7 +42,7 @@ import aiohttp
 BODY = json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32",
                                "data": [1, 2, 3, 4]}]}).encode()
 # The server process, with the load waiting for every unload to complete (the old sequencing).
-_SERVE_SEQUENTIAL = ("import sys; from emulator.manager.models import ModelManager; "
+_SERVE_SEQUENTIAL = ("import sys; from emulator.manager.model_manager import ModelManager; "
                      "ModelManager.overlap_count_evictions = False; "
                      "from mme.cli import main; sys.exit(main(sys.argv[1:]))")
 

@@ -19,7 +19,7 @@ from emulator.triton.launcher import LauncherError
 if TYPE_CHECKING:
     from docker.client import DockerClient
 
-log = logging.getLogger("emulator.triton.docker")  # beside the launchers in the log
+log = logging.getLogger(__name__)
 
 
 class PullProgress:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from docker.client import DockerClient
     from docker.models.containers import Container
 
-log = logging.getLogger("emulator.containers")
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8080
 MODEL_DIR = "/opt/ml/model"

@@ -1,8 +1,8 @@
 """The sagemaker-runtime error table and every error message, in one place.
 
 Shapes, status codes and members follow botocore's service model for sagemaker-runtime
-(``tests/test_contract_errors.py`` checks this table against it). Messages marked [O] were observed
-from the real service; those marked [U] are our most plausible guess and easy to change here.
+(``tests/unit/test_contract_errors.py`` checks this table against it). Messages marked [O] were
+observed from the real service; those marked [U] are our most plausible guess, easy to change here.
 
 botocore reads the error code from the ``x-amzn-ErrorType`` header, the message from ``Message``,
 and re-parses the body with the error shape, so ModelError's ``OriginalStatusCode`` and

@@ -2,6 +2,6 @@
 
 from emulator.control.routes import build_control_router
 from emulator.control.service import ControlPlaneService, EndpointRuntimes
-from emulator.control.store import ControlStore
+from emulator.control.state_db import ControlStore
 
 __all__ = ["ControlPlaneService", "ControlStore", "EndpointRuntimes", "build_control_router"]

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from emulator.contract import control_plane as wire
 from emulator.contract.control_plane import KIND_CONFIG, KIND_ENDPOINT, KIND_MODEL
-from emulator.control.store import (
+from emulator.control.state_db import (
     CONFIGS,
     MODELS,
     AlreadyExists,

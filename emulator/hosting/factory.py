@@ -31,8 +31,8 @@ from emulator.hosting.multi_container import (
 )
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
 from emulator.manager.extract import extract_archive
-from emulator.manager.models import ModelManager
-from emulator.manager.store import source_for
+from emulator.manager.model_manager import ModelManager
+from emulator.manager.sources import source_for
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.settings import Settings
 from emulator.triton.client import TritonClient

@@ -15,9 +15,9 @@ from pathlib import Path
 from emulator.contract import errors, multi_container, runtime
 from emulator.hosting.spec import ContainerSpec
 from emulator.manager.extract import UnsafeArchive
-from emulator.manager.models import ModelLoadFailed, ModelManager, ModelNotReady, ModelState
+from emulator.manager.model_manager import ModelLoadFailed, ModelManager, ModelNotReady, ModelState
 from emulator.manager.repository import InvalidModelRepository
-from emulator.manager.store import ObjectNotFound
+from emulator.manager.sources import ObjectNotFound
 from emulator.metrics import InstanceMetrics
 from emulator.triton.client import TritonClient, TritonUnreachable
 from emulator.triton.launcher import TritonLauncher

@@ -29,7 +29,7 @@ from emulator.containers.sagemaker import ContainerUnreachable, SageMakerContain
 from emulator.contract import multi_container, runtime
 from emulator.hosting.instance import ContainerAnswer, ErrorContext, Instance, InstanceStartFailed
 from emulator.hosting.spec import VariantSpec
-from emulator.manager.models import ModelManager, ModelObserver
+from emulator.manager.model_manager import ModelManager, ModelObserver
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.triton.launcher import LauncherError
 

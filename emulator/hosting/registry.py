@@ -13,7 +13,7 @@ from emulator.hosting.endpoint import Endpoint, InstanceBuilder
 from emulator.hosting.routing import Router
 from emulator.hosting.spec import EndpointSpec
 from emulator.hosting.utilization import UtilizationSampler
-from emulator.manager.store import source_for
+from emulator.manager.sources import source_for
 from emulator.metrics import MetricSink
 from emulator.settings import Settings
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-log = logging.getLogger("emulator.repository")
+log = logging.getLogger(__name__)
 
 CONFIG = "config.pbtxt"
 SEPARATOR = "--"

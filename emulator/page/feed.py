@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from emulator.hosting.registry import EndpointRegistry
-from emulator.manager.models import ModelObserver
+from emulator.manager.model_manager import ModelObserver
 
 EVENT_LIMIT = 500
 ERROR_LIMIT = 50
@@ -41,7 +41,7 @@ class ModelEvent:
     variant: str
     instance: str
     model: str
-    step: str  # see emulator.manager.models.ModelObserver
+    step: str  # see emulator.manager.model_manager.ModelObserver
     details: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from docker.client import DockerClient
     from docker.models.containers import Container
 
-log = logging.getLogger("emulator.triton")
+log = logging.getLogger(__name__)
 
 
 CPU_ONLY_NOISE = "CudaDriverHelper has not been initialized"

@@ -1,9 +1,9 @@
 """``SAGEMAKER_TRITON_*`` environment -> tritonserver flags, as SageMaker's Triton ``serve`` does.
 
 On SageMaker, a model's ``Environment`` becomes the container's environment and the image's
-``serve`` script turns the ``SAGEMAKER_*`` variables into tritonserver flags (CONTRACT.md
-section 4). Every launcher applies the same translation, so a model that relies on, say,
-``SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE`` behaves the same here.
+``serve`` script turns the ``SAGEMAKER_*`` variables into tritonserver flags (docs/contract.md,
+the multi-model container contract). Every launcher applies the same translation, so a model
+that relies on, say, ``SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE`` behaves the same here.
 
 Faithful to ``serve`` in three details that matter:
 - defaults are applied even when nothing is set (``--model-namespacing=true``,

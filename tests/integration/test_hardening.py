@@ -28,7 +28,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from emulator.manager import repository
-from emulator.manager.models import artifact_key
+from emulator.manager.model_manager import artifact_key
 from emulator.settings import Settings
 from emulator.triton.launcher import free_port
 from mme.cli import build_parser, settings_from_args

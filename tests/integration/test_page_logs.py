@@ -28,14 +28,14 @@ def test_single_model_endpoint_logs_name_the_model(start_emulator, s3_server,  #
     sm.create_endpoint_config(EndpointConfigName="one", ProductionVariants=[{
         "VariantName": "AllTraffic", "ModelName": "one", "InstanceType": "ml.m5.xlarge",
         "InitialInstanceCount": 1}])
-    with caplog.at_level(logging.INFO, logger="emulator.models"):
+    with caplog.at_level(logging.INFO, logger="emulator.manager.model_manager"):
         sm.create_endpoint(EndpointName="one", EndpointConfigName="one")
         sm.get_waiter("endpoint_in_service").wait(
             EndpointName="one", WaiterConfig={"Delay": 1, "MaxAttempts": 120})
         resp = runtime_client(server.url).invoke_endpoint(EndpointName="one",
                                                           Body=scale_request([1, 2, 3, 4]))
         assert list(output_of(resp["Body"].read())) == [3, 6, 9, 12]
-    lines = [r.getMessage() for r in caplog.records if r.name == "emulator.models"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "emulator.manager.model_manager"]
     assert any(line.startswith("model=resnet.tar.gz step=download") for line in lines), lines
     assert any(line.startswith("model=resnet.tar.gz step=load") for line in lines), lines
     assert not any(line.startswith("model= ") for line in lines), lines

@@ -20,7 +20,7 @@ import pytest
 
 from emulator.contract import control_plane as wire
 from emulator.control import ControlPlaneService, ControlStore
-from emulator.control.store import MODELS, Resource
+from emulator.control.state_db import MODELS, Resource
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
 
@@ -192,7 +192,7 @@ def test_local_model_data_urls_are_accepted() -> None:
 
 _CRASH_MID_WRITE = """
 import os, signal, sys
-from emulator.control.store import ControlStore, Resource, MODELS
+from emulator.control.state_db import ControlStore, Resource, MODELS
 store = ControlStore(sys.argv[1])
 store.add(MODELS, Resource("committed", 1.0, {"ModelName": "committed"}))
 with store._tx() as cur:

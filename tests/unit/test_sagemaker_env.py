@@ -1,4 +1,4 @@
-"""The SAGEMAKER_* -> tritonserver translation against CONTRACT.md section 4, one by one."""
+"""The SAGEMAKER_* -> tritonserver translation, one by one, as SageMaker's Triton serve does it."""
 
 from __future__ import annotations
 

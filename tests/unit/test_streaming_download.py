@@ -12,7 +12,7 @@ import pytest
 
 from emulator.manager.extract import ArchiveTooLarge, UnsafeArchive, extract_stream
 from emulator.manager.failures import StoreUnavailable
-from emulator.manager.store import FolderSource, ObjectNotFound, S3Source, progress_bar
+from emulator.manager.sources import FolderSource, ObjectNotFound, S3Source, progress_bar
 from tests.support import tar_bytes
 
 
@@ -140,7 +140,7 @@ def test_progress_is_a_bar_on_a_terminal_and_silent_elsewhere(caplog) -> None:  
 
     terminal, pipe = Terminal(), io.StringIO()
     caplog.set_level(logging.DEBUG, logger="emulator")
-    import emulator.manager.store as store
+    import emulator.manager.sources as store
 
     store.BAR_DELAY_S, delay = 0.0, store.BAR_DELAY_S
     try:

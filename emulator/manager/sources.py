@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 
 from emulator.manager.failures import DiskFull, StoreUnavailable, is_no_space
 
-log = logging.getLogger("emulator.store")
+log = logging.getLogger(__name__)
 
 
 class ObjectNotFound(Exception):

@@ -45,11 +45,11 @@ from emulator.manager.extract import (
 )
 from emulator.manager.failures import DiskFull, StoreUnavailable
 from emulator.manager.lru import DoesNotFit, LruIndex
-from emulator.manager.store import ModelSource
+from emulator.manager.sources import ModelSource
 from emulator.metrics import InstanceMetrics
 from emulator.triton.client import TritonClient, TritonError, TritonUnreachable
 
-log = logging.getLogger("emulator.models")
+log = logging.getLogger(__name__)
 
 # Told each lifecycle step (the live page's feed): ``observer(step, target, details)``. Steps:
 # downloading, downloaded, loading, loaded, failed, unloading (details: reason, and ``for`` when
