@@ -66,7 +66,7 @@ ctx="$build_dir/emulator-context"
 wheels="$build_dir/emulator-wheels"
 rm -rf "$ctx"
 mkdir -p "$ctx/docker" "$wheels"
-(cd "$repo" && cp -r pyproject.toml emulator ensembles harness "$ctx/")
+(cd "$repo" && cp -r pyproject.toml emulator ensembles harness mme "$ctx/")
 [ -f "$repo/README.md" ] && cp "$repo/README.md" "$ctx/"
 find "$ctx" -name __pycache__ -type d -prune -exec rm -rf {} +
 cp "$here/Dockerfile" "$ctx/docker/"
