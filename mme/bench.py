@@ -15,6 +15,7 @@ from pathlib import Path
 
 import aiohttp
 
+from emulator.cloudwatch.statistics import percentile
 from mme import bench_overhead
 
 
@@ -55,8 +56,7 @@ class FleetRun:
     per_instance: dict[str, int]
 
     def percentile(self, q: float) -> float:
-        ordered = sorted(self.latencies_ms)
-        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+        return percentile(self.latencies_ms, q)
 
 
 async def _drive_sequence(name: str, url: str, sequence: list[str], concurrency: int) -> FleetRun:

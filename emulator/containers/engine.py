@@ -70,7 +70,7 @@ def connect(client: DockerClient | None = None) -> DockerClient:
             " (or pip install 'docker>=7')"
         ) from exc
     try:
-        client = client or docker.from_env(timeout=120)  # type: ignore[attr-defined]
+        client = client or docker.from_env(timeout=120)  # type: ignore[attr-defined]  # docker re-exports it untyped
         client.ping()
     except Exception as exc:  # DockerException, requests' ConnectionError, a missing socket...
         raise LauncherError(f"no Docker engine answers ({exc}): {ENGINE_HINT}") from exc

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from botocore.model import ListShape, MapShape, OperationModel, ServiceModel, Shape, StructureShape
 
 from emulator.contract import multi_container
+from emulator.contract.json_errors import JsonProtocolError
 
 DEFAULT_ACCOUNT = "123456789012"
 JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
@@ -64,17 +65,8 @@ _KIND_WORDS = {
 _PATTERN_OVERRIDES = {"Url": r"(https|s3)://([^/]+)/?(.*)|file://.*|/.*"}
 
 
-class ControlPlaneError(Exception):
-    """An error the control plane answers with (status, ``__type``, message)."""
-
-    def __init__(self, message: str, code: str = "ValidationException", status: int = 400):
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.status = status
-
-    def body(self) -> dict[str, str]:
-        return {"__type": self.code, "message": self.message}
+class ControlPlaneError(JsonProtocolError):
+    """An error the control plane answers with (status, ``__type``, ``message``)."""
 
 
 def validation_error(message: str) -> ControlPlaneError:

@@ -19,6 +19,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from botocore import xform_name
+
 from emulator.contract import control_plane as wire
 from emulator.contract.control_plane import KIND_CONFIG, KIND_ENDPOINT, KIND_MODEL
 from emulator.control.state_db import (
@@ -106,7 +108,7 @@ class ControlPlaneService:
         # Records of endpoints the control plane did not create (--model-data), never stored.
         self._volatile: dict[str, EndpointRecord] = {}
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
-            op: getattr(self, _snake(op)) for op in wire.OPERATIONS
+            op: getattr(self, xform_name(op)) for op in wire.OPERATIONS
         }
 
     # -- entry point -------------------------------------------------------------------------
@@ -628,12 +630,3 @@ def _with_token(body: dict[str, Any], token: str | None) -> dict[str, Any]:
     if token:
         body["NextToken"] = token
     return body
-
-
-def _snake(operation: str) -> str:
-    out = []
-    for index, char in enumerate(operation):
-        if char.isupper() and index:
-            out.append("_")
-        out.append(char.lower())
-    return "".join(out)

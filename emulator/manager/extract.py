@@ -85,7 +85,7 @@ def extract_archive(archive: Path, destination: Path, max_bytes: int | None) -> 
                 total += max(member.size, 0)
                 if max_bytes is not None and total > max_bytes:
                     raise _too_large(max_bytes)
-            tar.extractall(staging, members=members, **_SAFE)  # type: ignore[arg-type]
+            tar.extractall(staging, members=members, **_SAFE)  # type: ignore[arg-type]  # filter=: see above  # filter= is 3.12+ in the stubs
             return total
 
     return _staged(destination, destination.parent, ".extract-", unpack)

@@ -122,7 +122,7 @@ class FolderSource:
         except OSError as exc:  # ENAMETOOLONG and the like: S3 would have no such key either
             raise ObjectNotFound(target or str(source)) from exc
         with file, progress_bar(target or source.name, os.fstat(file.fileno()).st_size) as tick:
-            yield _ProgressReader(file, tick)  # type: ignore[misc]
+            yield _ProgressReader(file, tick)  # type: ignore[misc]  # read() is all tarfile uses
 
 
 ProgressCallback = Callable[[int], None]
