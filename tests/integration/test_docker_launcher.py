@@ -168,7 +168,7 @@ def test_pull_progress_logs_every_tenth_without_a_terminal(
             return False
 
     progress = PullProgress("img:1", stream=NotATerminal())
-    with caplog.at_level(logging.INFO, logger="emulator.triton"):
+    with caplog.at_level(logging.INFO, logger="emulator.containers"):
         for current in range(0, 101, 5):
             progress.update({"status": "Downloading", "id": "a",
                              "progressDetail": {"current": current, "total": 100}})
