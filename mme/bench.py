@@ -20,30 +20,9 @@ from mme import bench_overhead
 
 
 def _serve(work: Path, name: str, *flags: str) -> tuple[object, str]:
-    """``mme serve`` in its own process (client and server must not share a GIL)."""
-    import os
-    import subprocess
-    import sys
-    import urllib.request
-
-    from emulator.triton.launcher import free_port
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mme", "serve", "--model-data", str(work / "store"),
-         "--cache-dir", str(work / f"cache-{name}"), "--port", str(port),
-         "--log-level", "WARNING", *flags], env={**os.environ})
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/ping", timeout=1)
-            return server, url
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.terminate()
-                raise RuntimeError("mme serve did not start") from None
-            time.sleep(0.1)
+    return bench_overhead.start_serve(["--model-data", str(work / "store"),
+                                       "--cache-dir", str(work / f"cache-{name}"), *flags],
+                                      timeout_s=120)
 
 
 @dataclass

@@ -254,25 +254,36 @@ def _accounted(run: Callable[..., Measure], pids: tuple[int | None, int | None],
 
 # --- the benchmark ------------------------------------------------------------------------------
 
-def _serve(work: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    from emulator.triton.launcher import free_port
+def start_serve(args: list[str], timeout_s: float = 180) -> tuple[subprocess.Popen[bytes], str]:
+    """``mme serve ARGS`` in its own process on a free port (client and server must not share a
+    GIL); returns once it answers /ping."""
+    from emulator.processes import free_port, wait_until
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mme", "serve", "--model-data", str(work / "store"),
-         "--cache-dir", str(work / "cache"), "--port", str(port), "--log-level", "WARNING",
-         *extra])
-    deadline = time.monotonic() + 180
-    while True:
+    server = subprocess.Popen([sys.executable, "-m", "mme", "serve", "--port", str(port),
+                               "--log-level", "WARNING", *args])
+
+    def answers() -> bool:
         try:
-            urllib.request.urlopen(f"{url}/ping", timeout=1)
-            return server, url
+            with urllib.request.urlopen(f"{url}/ping", timeout=1):
+                return True
         except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.terminate()
-                raise RuntimeError("mme serve did not start") from None
-            time.sleep(0.1)
+            return False
+
+    def still_starting() -> None:
+        if server.poll() is not None:
+            raise RuntimeError(f"mme serve exited with code {server.returncode} while starting")
+
+    if not wait_until(answers, timeout_s, still_starting=still_starting, interval_s=0.1):
+        server.terminate()
+        raise RuntimeError(f"mme serve did not answer /ping within {timeout_s:.0f}s")
+    return server, url
+
+
+def _serve(work: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    return start_serve(["--model-data", str(work / "store"), "--cache-dir", str(work / "cache"),
+                        *extra])
 
 
 def _invoke_once(url: str, workload: Workload) -> None:
