@@ -81,7 +81,10 @@ def remove_leftover_containers(client: DockerClient) -> list[str]:
     """Remove this host's emulator containers whose owning process is gone; returns their names."""
     hostname = socket.gethostname()
     removed = []
-    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+    # Another emulator on this host (or docker's auto-remove) may remove a listed container
+    # before it is inspected: a container that is gone is not a leftover.
+    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL},
+                                            ignore_removed=True):
         labels = container.labels or {}
         if labels.get(HOST_LABEL) != hostname:
             continue  # another machine's (a shared engine): its pids mean nothing here
@@ -97,7 +100,6 @@ def remove_leftover_containers(client: DockerClient) -> list[str]:
             container.remove(force=True)
             removed.append(container.name)
     return removed
-
 
 
 def owner_labels(name: str) -> dict[str, str]:

@@ -339,6 +339,32 @@ def test_leftovers_of_dead_owners_are_removed_at_start(
 
 
 @pytest.mark.docker
+def test_a_container_removed_while_listing_leftovers_is_not_an_error(
+        docker_client: Any, triton_cpu_image: str) -> None:
+    """Two emulators starting on one host: the other one removes a container between our listing
+    and our inspection of it (a race CI met)."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    doomed = docker_client.containers.create(
+        triton_cpu_image, ["sleep", "600"], name=f"mme-vanishing-{os.getpid()}",
+        labels={OWNER_LABEL: str(dead.pid), HOST_LABEL: socket.gethostname()})
+    real_listing = docker_client.api.containers
+
+    def listing_then_the_other_emulator_removes(*args: Any, **kwargs: Any) -> Any:
+        listed = real_listing(*args, **kwargs)
+        doomed.remove(force=True)
+        return listed
+
+    docker_client.api.containers = listing_then_the_other_emulator_removes
+    try:
+        assert doomed.name not in remove_leftover_containers(docker_client)
+    finally:
+        del docker_client.api.containers
+        for leftover in containers_named(docker_client, doomed.name):
+            leftover.remove(force=True)
+
+
+@pytest.mark.docker
 def test_missing_image_without_pull_says_what_to_build(
         tmp_path: Path, docker_client: Any) -> None:
     launcher = DockerLauncher(options_for(tmp_path), image="mme-no-such-image:never", pull=False)
