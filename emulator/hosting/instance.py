@@ -8,6 +8,7 @@ into SageMaker's answer. It knows nothing of other instances or variants: the ro
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,7 +90,11 @@ class Instance:
         self.draining = False
         self._idle = asyncio.Event()
         self._idle.set()
+        # The requests waiting on Triton for each TargetModel, and why some were cut short.
+        self._calling: dict[str, set[asyncio.Task[object]]] = {}
+        self._cut_short: dict[asyncio.Task[object], str] = {}
         launcher.on_restart = self._triton_restarted
+        manager.add_observer(self._model_event)
 
     # --- what the router reads --------------------------------------------------------------
 
@@ -146,6 +151,21 @@ class Instance:
         await self.triton.close()
         await self.launcher.stop()
 
+    def _model_event(self, step: str, target: str, details: dict[str, object]) -> None:
+        """A model taken out (its Python stub died): answer the requests still waiting on it.
+
+        Triton never answers requests queued to an instance whose stub is dead; left alone they
+        would each wait for the invocation timeout. They get the error the request that met
+        the dead stub got [U] (docs/contract.md).
+        """
+        if step != "taken-out":
+            return
+        current = asyncio.current_task()  # the request that met the dead stub: already answered
+        for task in self._calling.get(target, ()):
+            if task is not current and task not in self._cut_short:
+                self._cut_short[task] = str(details.get("reason", ""))
+                task.cancel()
+
     async def _triton_restarted(self) -> None:
         self.triton.rebind(self.launcher.http_url)
         await self.manager.triton_restarted()
@@ -176,11 +196,26 @@ class Instance:
                     raise self._errors.model_error(exc.status, exc.body) from None
                 remaining = max(timeout_s - (time.monotonic() - started), 0.001)
                 infer_started = time.monotonic()
+                task = asyncio.current_task()
+                assert task is not None
+                calling = self._calling.setdefault(target, set())
+                calling.add(task)
                 try:
                     response = await self.triton.infer(model.entry, request.body, headers,
                                                        timeout=remaining)
                 except asyncio.TimeoutError:
                     raise self._errors.timed_out() from None
+                except asyncio.CancelledError:
+                    reason = self._cut_short.pop(task, None)
+                    if reason is None:
+                        raise  # cancelled for another reason (a client gone, a stop)
+                    if sys.version_info >= (3, 11):
+                        task.uncancel()  # answered: this task is not being cancelled
+                    raise self._errors.model_error(500, reason) from None
+                finally:
+                    calling.discard(task)
+                    if not calling:
+                        self._calling.pop(target, None)
                 model_latency = time.monotonic() - infer_started
         except ObjectNotFound:
             raise errors.target_model_not_found(target or self.container.model_data,
