@@ -6,6 +6,7 @@ The emulator with a real embedded (or docker) Triton, a real HTTP S3 server, bot
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,9 @@ import pytest
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from emulator.triton.launcher import free_port
+from tests.client_support import DUMMY_CREDENTIALS, S3
 
-# Re-exported for test modules written against the old layout (`from tests.conftest import`).
-from tests.client_support import DUMMY_CREDENTIALS, S3, runtime_client  # noqa: F401
+# Fixtures defined in a helper module, made visible to every test module.
 from tests.docker_support import docker_client, triton_cpu_image  # noqa: F401
 from tests.launcher_support import DOCKER, LAUNCHER_PARAMS, TritonLauncher
 
@@ -111,7 +112,25 @@ def start_emulator(tmp_path: Path,
 
     yield start
     for server in servers:
-        server.stop()
+        # Stopped while the next test runs: a Triton takes 2-3 s to unload its Python models
+        # and exit, time spent waiting, not computing. Every stop ends before the module does.
+        stopping = threading.Thread(target=server.stop, name=f"stop {server.url}")
+        stopping.start()
+        _STOPPING.append(stopping)
+
+
+# Emulators of finished tests still stopping (``start_emulator``).
+_STOPPING: list[threading.Thread] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def emulators_stopped_by_module_end() -> Iterator[None]:
+    """No emulator (nor its Triton or containers) outlives the module that started it."""
+    yield
+    while _STOPPING:
+        stopping = _STOPPING.pop()
+        stopping.join(timeout=120)
+        assert not stopping.is_alive(), f"{stopping.name} did not finish within 120 s"
 
 
 @pytest.fixture(scope="session")
