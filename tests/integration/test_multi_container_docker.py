@@ -38,13 +38,18 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 @pytest.fixture
 def emulator(start_emulator, docker_client, triton_cpu_image, tmp_path: Path,  # noqa: F811
-             s3_server) -> Any:
-    """An emulator on the docker launcher with each production image mapped to a local one."""
+             s3_server, request: pytest.FixtureRequest) -> Any:
+    """An emulator on the docker launcher with each production image mapped to a local one.
+
+    A container has 30 s to answer its first ``/ping``, unless the test is marked
+    ``startup_timeout(seconds)``.
+    """
     local_sklearn = sklearn_image(docker_client)
+    marker = request.node.get_closest_marker("startup_timeout")
     return start_emulator(
         launcher="docker", s3_endpoint_url=s3_server.endpoint_url,
         image=[f"{SKLEARN_IMAGE}={local_sklearn}", f"{TRITON_IMAGE}={triton_cpu_image}"],
-        container_startup_timeout_s=30, docker_mounts=[tmp_path])
+        container_startup_timeout_s=marker.args[0] if marker else 30, docker_mounts=[tmp_path])
 
 
 @pytest.fixture
@@ -164,6 +169,7 @@ def test_direct_english_and_german_models_behind_one_endpoint(emulator, models) 
     assert "(406) from englishModel" in excinfo.value.response["Error"]["Message"]
 
 
+@pytest.mark.startup_timeout(5)  # the deaf container is given up on after 5 s, not 30
 def test_bad_images_and_a_container_that_never_answers_ping(emulator, models,
                                                             docker_client) -> None:  # noqa: F811
     sm = sagemaker_client(emulator.url)
