@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
-
-import pytest
 
 # Writes to fd 2 from Python and below it (as native exporter code does), then succeeds or fails.
 CHATTY = """
@@ -43,19 +40,3 @@ def test_a_failed_build_shows_what_was_hidden() -> None:
 def test_verbose_shows_everything() -> None:
     result = _run(hidden=False, fail=False)
     assert "python chatter" in result.stderr and "native chatter" in result.stderr
-
-
-@pytest.mark.slow
-def test_mme_build_prints_its_own_lines_only_unless_verbose(tmp_path: Path) -> None:
-    def build(*flags: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "mme", "build", "image_classification",
-                               "-o", str(tmp_path / f"ic{len(flags)}"), *flags],
-                              capture_output=True, text=True, timeout=600)
-
-    quiet = build()
-    assert quiet.returncode == 0, quiet.stderr[-3000:]
-    assert quiet.stderr == ""
-    assert len(quiet.stdout.splitlines()) == 4 and "built image_classification" in quiet.stdout
-    verbose = build("--verbose")
-    assert verbose.returncode == 0
-    assert "torch/onnx" in verbose.stderr  # what the quiet build kept off the terminal
