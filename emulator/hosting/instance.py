@@ -201,8 +201,8 @@ class Instance:
                 calling = self._calling.setdefault(target, set())
                 calling.add(task)
                 try:
-                    response = await self.triton.infer(model.entry, request.body, headers,
-                                                       timeout=remaining)
+                    response = await self.manager.infer(model, request.body, headers,
+                                                        timeout=remaining)
                 except asyncio.TimeoutError:
                     raise self._errors.timed_out() from None
                 except asyncio.CancelledError:

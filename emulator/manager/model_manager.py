@@ -19,6 +19,9 @@
   name (``generation``) and the old one is abandoned.
 - Failures outside the model (no disk, the store down) are ModelErrors saying what to fix
   (``failures.py``, which holds every [U] decision of the manager).
+- Inferences go through ``infer(lease, ...)``, which resends the one answer that Triton gives
+  for a model it has loaded when a load or unload of any model meets the lookup of its name
+  (see LOOKUP_RACE_RETRIES).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import logging
 import secrets
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +50,12 @@ from emulator.manager.failures import DiskFull, StoreUnavailable
 from emulator.manager.lru import DoesNotFit, LruIndex
 from emulator.manager.sources import ModelSource
 from emulator.metrics import InstanceMetrics
-from emulator.triton.client import TritonClient, TritonError, TritonUnreachable
+from emulator.triton.client import (
+    TritonClient,
+    TritonError,
+    TritonResponse,
+    TritonUnreachable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +74,22 @@ OOM_MARKERS = ("CUDA out of memory", "out of memory", "OOM", "MemoryError",
 # at once; one that died at import stays a zombie for ever. Polled while a load is pending.
 STUB_POLL_S = 0.25
 ZOMBIE_GRACE_S = 1.5
+
+# Triton's lookup race. With --model-namespacing=true (the default of SageMaker's ``serve``),
+# Triton finds the model of an inference by its name in a map (``global_map_``) that every load
+# and every unload request, of any model, re-assigns, and the lookup does not take the lock that
+# guards it: an inference that meets such a request may be answered 400 "Request for unknown
+# model: '<name>' is not found" although the model is loaded. ``mme bench scale`` met it about
+# once per few hundred loads at 200 models, more often the more models Triton has met (the map
+# keeps one entry per name ever loaded). The answer comes from the lookup, before the model
+# runs, so sending the request again is safe; it is resent while the request's lease holds the
+# model loaded (pinned: the manager cannot have unloaded it), at most this many times.
+LOOKUP_RACE_RETRIES = 3
+# The answer's text (``ModelRepositoryManager::FindModelIdentifier``), for the model's name.
+LOOKUP_RACE_ANSWER = "Request for unknown model: '{name}' is not found"
+# Triton's repository index fails ("failed to stat file") when a model folder is removed while
+# it lists them; an unload whose wait for completion meets that asks again, at most this often.
+UNLOAD_WAIT_RETRIES = 3
 
 
 class ModelState(str, enum.Enum):
@@ -183,6 +207,7 @@ class ModelManager:
         self.loads = 0
         self.unloads = 0
         self.stub_failures = 0
+        self.lookup_retries = 0  # inferences resent after Triton's lookup race
         self._background: set[asyncio.Task[None]] = set()
         self._stub_registry = stubs.registry_for(triton_repository)
         self._observers: list[ModelObserver] = []
@@ -248,6 +273,37 @@ class ModelManager:
                 await self._evict_completely(record)
             async with self._changed:
                 self._changed.notify_all()
+
+    async def infer(self, lease: Lease, body: bytes, headers: Mapping[str, str],
+                    timeout: float) -> TritonResponse:
+        """Send one inference to the model ``lease`` holds; Triton's answer.
+
+        An answer of Triton's lookup race (LOOKUP_RACE_RETRIES) is not the model's: the request
+        is sent again, within ``timeout`` overall.
+        """
+        assert lease.entry is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        response = await self.triton.infer(lease.entry, body, headers, timeout=timeout)
+        for _ in range(LOOKUP_RACE_RETRIES):
+            if not self._lost_in_lookup(lease, response):
+                break
+            self.lookup_retries += 1
+            log.info("model=%s step=infer outcome=resent reason=%r (Triton's lookup raced a "
+                     "load or unload)", self.name_of(lease.record.target),
+                     response.body[:200].decode(errors="replace"))
+            response = await self.triton.infer(lease.entry, body, headers,
+                                               timeout=max(deadline - loop.time(), 0.001))
+        return response
+
+    def _lost_in_lookup(self, lease: Lease, response: TritonResponse) -> bool:
+        """Is ``response`` Triton's lookup race for a model that ``lease`` holds loaded?"""
+        record = lease.record
+        return (response.status == 400 and record.generation == lease.generation
+                and record.state is ModelState.LOADED
+                and self.records.get(record.target) is record
+                and self.memory.is_pinned(record.target)
+                and LOOKUP_RACE_ANSWER.format(name=lease.entry).encode() in response.body)
 
     def _load_finished(self, task: asyncio.Task[ModelRecord]) -> None:
         target = task.get_name().removeprefix("load:")
@@ -597,8 +653,7 @@ class ModelManager:
         started = time.monotonic()
         try:
             if record.entry:
-                await self.triton.unload(record.entry, dependents=True,
-                                         timeout=self.load_timeout_s, on_accepted=accept)
+                await self._unload_in_triton(record, accept)
             # Its stubs have exited: drop their records, or the registry (read on every stub
             # poll) grows by two files per load as models come and go.
             if self._stub_registry.is_dir():
@@ -618,6 +673,35 @@ class ModelManager:
         log.info("model=%s step=unload seconds=%.3f", self.name_of(record.target), elapsed)
         self._emit("unloaded", record.target, seconds=elapsed)
         await self._notify()
+
+    async def _unload_in_triton(self, record: ModelRecord, accept: Callable[[], None]) -> None:
+        """Unload ``record``'s Triton model and wait until Triton has completed it.
+
+        ``accept`` is called at Triton's 200 (it serves the model no more from then on).
+
+        The wait reads Triton's repository index, which fails ("failed to stat file") when a
+        model folder is removed while Triton lists them: such a failure after the 200 is not the
+        unload's, and the unload is asked for again (UNLOAD_WAIT_RETRIES; Triton accepts the
+        unload of a model it is already unloading, and the wait starts over).
+        """
+        assert record.entry is not None
+        for attempt in range(UNLOAD_WAIT_RETRIES + 1):
+            accepted = False
+
+            def on_accepted() -> None:
+                nonlocal accepted
+                accepted = True
+                accept()
+
+            try:
+                await self.triton.unload(record.entry, dependents=True,
+                                         timeout=self.load_timeout_s, on_accepted=on_accepted)
+                return
+            except TritonError as exc:
+                if not accepted or exc.status == 504 or attempt == UNLOAD_WAIT_RETRIES:
+                    raise
+                log.info("model=%s step=unload outcome=wait-again error=%s",
+                         self.name_of(record.target), exc)
 
     async def _delete_from_disk(self, record: ModelRecord) -> None:
         await self._remove_folder(self._forget_artifact(record))
