@@ -416,25 +416,25 @@ def test_headers_over_botocores_length_limit_are_refused(  # type: ignore[no-unt
 def test_mme_serve_exits_0_after_sigterm(tmp_path: Path, store: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MME_")}
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "mme"), "serve", "--model-data", str(store),
-         "--port", str(port), "--cache-dir", str(tmp_path / "cache")],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        def up() -> bool:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping") as resp:
-                    return bool(resp.status == 200)
-            except OSError:
-                return False
-        wait_until(up, timeout=180, what="mme serve up")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    log = tmp_path / "serve.log"  # a file, not a pipe: nobody reads the log while it runs
+    with log.open("wb") as log_file, subprocess.Popen(
+            [str(Path(sys.executable).parent / "mme"), "serve", "--model-data", str(store),
+             "--port", str(port), "--cache-dir", str(tmp_path / "cache")],
+            env=env, stdout=subprocess.DEVNULL, stderr=log_file) as proc:
+        try:
+            def up() -> bool:
+                assert proc.poll() is None, log.read_text()
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping") as resp:
+                        return bool(resp.status == 200)
+                except OSError:
+                    return False
+            wait_until(up, timeout=180, what="mme serve up")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=120) == 0, log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def test_a_delete_cancelled_by_shutdown_still_stops_the_endpoint(
