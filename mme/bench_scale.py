@@ -8,6 +8,16 @@ emulator's ``X-Mme-Model-Cache-Hit`` header) is compared with an LRU simulation 
 request sequence, run here. The emulator's resident memory and the time of
 ``GET /_emulator/models`` are printed at 100, 500, ... models met, and at the end.
 
+The comparison, made fair: the header is SageMaker's ``ModelCacheHit``, 1 only if the model was
+loaded when the request arrived. With several clients, a request may arrive while the load that
+an earlier request for the same model started is still under way: a miss for SageMaker, but a
+hit in the sequential replay, where the earlier request has brought the model in already. Those
+"misses that joined a load under way" (the client sent the request while one for the same model
+was unanswered) are added to the measured hits before the comparison, so both sides count one
+miss per load. An error counts as a miss (the benchmark wants none). What remains is the
+clients' own reordering (eight requests in flight do not reach the LRU in sequence order) and
+the models an eviction must spare (serving, or waited for): noise of about a point either way.
+
 Part 2, the cost of a miss: ``--miss-models`` models, room for ``--miss-room``, ``--miss-clients``
 clients calling random models for ``--miss-seconds``: once with the load waiting for the victim's
 unload to complete (the emulator's behaviour before), once with the load starting as soon as
@@ -294,8 +304,9 @@ def run_scale(args: argparse.Namespace, work: Path) -> bool:
           f"{args.max_loaded_models}, --disk-budget {disk_budget} (room for {args.disk_models}); "
           f"each model once, then {args.requests} Zipf({args.zipf}) calls, concurrency "
           f"{args.concurrency}, seed {args.seed}", flush=True)
+    # INFO: the model manager's one line per step, read back below for the races it met.
     server = serve(work, "scale", ["--max-loaded-models", str(args.max_loaded_models),
-                                   "--disk-budget", str(disk_budget)])
+                                   "--disk-budget", str(disk_budget), "--log-level", "INFO"])
     rows: list[tuple[str, float | None, float, int]] = []
 
     def sample(label: str) -> None:
@@ -332,6 +343,10 @@ def run_scale(args: argparse.Namespace, work: Path) -> bool:
           f"load under way = {hit_ratio + joined:.3f}), LRU simulation {sim_ratio:.3f}, "
           f"difference {100 * (hit_ratio + joined - sim_ratio):+.1f} points; errors "
           f"{len(errors)}")
+    log = (work / "serve-scale.log").read_text(errors="replace")
+    print(f"  Triton's lookup race met {log.count('step=infer outcome=resent')} times (each "
+          f"inference sent again); unload waits asked again after an index failure: "
+          f"{log.count('step=unload outcome=wait-again')}")
     if rss:
         print(f"  emulator RSS from {args.models if args.models < 100 else 100} models met to "
               f"the end: {min(rss):.0f}-{max(rss):.0f} MiB (x{max(rss) / min(rss):.2f})")

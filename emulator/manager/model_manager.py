@@ -6,8 +6,8 @@
 - Memory: a model's size is estimated as the bytes of its extracted files. Before a load, the
   least-recently-used models that are neither pinned (serving) nor wanted (a request is waiting
   for them) are unloaded until the new one fits ``memory_budget`` and ``max_loaded_models``.
-- Disk: artifacts that are not loaded are deleted least-recently-used first to stay under
-  ``disk_budget``.
+- Disk: artifacts that are not loaded, waited for or being brought in are deleted
+  least-recently-used first to stay under ``disk_budget``.
 - A waiting request gives up after the invocation timeout (ModelNotReadyException) while the load
   goes on in the background, as SageMaker does.
 - Only loaded, idle models are eviction victims: a model still loading is never one (its unload
@@ -485,12 +485,19 @@ class ModelManager:
         self._spawn(self._notify(), "notify")
         return True
 
+    def _wanted_on_disk(self, record: ModelRecord) -> frozenset[str]:
+        """Artifacts no disk eviction for ``record`` may take: those a request waits for, and
+        those being brought in (their waiters may have given up; the load goes on, reading the
+        files until Triton has loaded them, and then they are pinned)."""
+        return frozenset(t for t, r in self.records.items()
+                         if t != record.target and (r.demand or t in self._loads))
+
     def _disk_room(self, record: ModelRecord) -> int | None:
         """Bytes ``record`` may take on disk once every evictable artifact is deleted."""
         capacity = self.disk.capacity_bytes
         if capacity is None:
             return None
-        wanted = frozenset(t for t, r in self.records.items() if r.demand and t != record.target)
+        wanted = self._wanted_on_disk(record)
         return max(capacity - self.disk.unevictable_bytes(wanted | {record.target}), 0)
 
     async def _download(self, record: ModelRecord) -> None:
@@ -559,7 +566,7 @@ class ModelManager:
                 failures.store_unavailable(target, self.source.location, str(exc)))) from None
 
     async def _make_disk_room(self, record: ModelRecord) -> None:
-        wanted = frozenset(t for t, r in self.records.items() if r.demand and t != record.target)
+        wanted = self._wanted_on_disk(record)
         try:
             victims = self.disk.victims(record.size, exclude=wanted) or []
         except DoesNotFit:

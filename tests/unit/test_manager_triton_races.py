@@ -1,10 +1,11 @@
-"""The model manager's answers to two of Triton's races, against a scripted Triton client.
+"""The model manager's answers to races (two of them Triton's), against scripted Triton clients.
 
 - Triton's lookup race: an inference for a loaded model answered "Request for unknown model:
   '<name>' is not found" is sent again while the request's lease holds the model loaded, and only
   then (tests/integration/test_triton_lookup_race.py provokes the race in a real Triton).
 - The unload's wait: a repository index that fails after Triton accepted the unload (a model
   folder removed while Triton listed them) does not end the wait; a refused unload does.
+- A load whose waiters gave up goes on; its files are not a disk eviction's victim meanwhile.
 """
 
 from __future__ import annotations
@@ -126,3 +127,62 @@ def test_the_unload_waits_past_an_index_failure(tmp_path: Path, script: list[str
         asyncio.run(unload())
     assert triton.unload_calls == calls
     assert bool(accepted) == (script[0] != "refused")
+
+
+class GatedTriton:
+    """Loads and unloads at once; records what Triton would have been asked."""
+
+    def __init__(self) -> None:
+        self.loaded: set[str] = set()
+
+    async def load(self, model: str, timeout: float | None = None) -> None:
+        self.loaded.add(model)
+
+    async def unload(self, model: str, dependents: bool = True, timeout: float = 360.0,
+                     on_accepted: Callable[[], None] | None = None) -> None:
+        if on_accepted is not None:
+            on_accepted()
+        self.loaded.discard(model)
+
+
+def test_a_load_whose_waiters_gave_up_keeps_its_files(tmp_path: Path) -> None:
+    """A request gives up (ModelNotReady) while its model waits for room in memory; the load
+    goes on. A download of another model must not delete that model's files meanwhile (it did:
+    the load then failed with a KeyError, or Triton read a deleted folder)."""
+    from emulator.manager.extract import tree_size
+    from emulator.manager.model_manager import ModelLoadFailed, ModelNotReady
+    from emulator.manager.sources import FolderSource
+    from mme.testmodels import package, write_scale_model
+
+    store = tmp_path / "store"
+    store.mkdir()
+    size = 0
+    for k in range(3):
+        folder = write_scale_model(tmp_path / "repos", f"model{k}", scale=k + 1.0)
+        package(folder, store / f"m{k}.tar.gz", "folder")
+        size = max(size, tree_size(folder))
+    triton = GatedTriton()
+    (tmp_path / "repo").mkdir()
+    manager = ModelManager(source=FolderSource(store), cache_dir=tmp_path / "cache",
+                           triton=triton, triton_repository=tmp_path / "repo",  # type: ignore[arg-type]
+                           metrics=InstanceMetrics(EndpointMetrics("e", "v"), "i-1"),
+                           max_loaded_models=1, disk_budget=2 * size + size // 2)
+
+    async def scenario() -> None:
+        async with manager.acquire("m2.tar.gz", 30):  # serving: the one memory slot is taken
+            with pytest.raises(ModelNotReady):  # m0 waits for room; its request gives up
+                async with manager.acquire("m0.tar.gz", 0.2):
+                    pass
+            assert manager.records["m0.tar.gz"].state is ModelState.ON_DISK
+            assert "m0.tar.gz" in manager._loads
+            # m1's download needs disk room: m0, being brought in, is not a victim (the disk
+            # holds m2, serving, and m0; m1 is refused rather than m0's files deleted).
+            with pytest.raises(ModelLoadFailed, match="disk budget"):
+                async with manager.acquire("m1.tar.gz", 5):
+                    pass
+            assert manager.records["m0.tar.gz"].artifact_dir is not None
+        await asyncio.wait_for(asyncio.shield(manager._loads["m0.tar.gz"]), 10)
+        async with manager.acquire("m0.tar.gz", 5) as lease:
+            assert lease.entry in triton.loaded and lease.cache_hit
+
+    asyncio.run(scenario())
