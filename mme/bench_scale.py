@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -400,8 +401,13 @@ def run_miss_cost(args: argparse.Namespace, work: Path) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     ok = True
-    with tempfile.TemporaryDirectory(prefix="mme-bench-scale-") as tmp:
-        work = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        if args.work_dir is not None:
+            work = args.work_dir
+            work.mkdir(parents=True, exist_ok=True)
+        else:
+            work = Path(stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="mme-bench-scale-")))
         if not args.skip_scale:
             ok &= run_scale(args, work / "scale")
         if not args.skip_miss_cost:
@@ -441,4 +447,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument("--miss-seconds", type=float, default=30.0)
     p.add_argument("--skip-scale", action="store_true", help="only the miss-cost part")
     p.add_argument("--skip-miss-cost", action="store_true", help="only the scale part")
+    p.add_argument("--work-dir", type=Path, default=None,
+                   help="keep the store, caches and server logs (serve-*.log) in this folder "
+                        "(default: a temporary folder, removed at the end)")
     p.set_defaults(func=lambda args: run(args))
