@@ -12,6 +12,8 @@ import contextlib
 import logging
 import os
 import socket
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +21,7 @@ from emulator.triton.launcher import LauncherError
 
 if TYPE_CHECKING:
     from docker.client import DockerClient
+    from docker.models.containers import Container
 
 log = logging.getLogger(__name__)
 
@@ -111,3 +114,30 @@ def owner_labels(name: str) -> dict[str, str]:
         HOST_LABEL: socket.gethostname(),
         NAME_LABEL: name,
     }
+
+
+def follow_logs(container: Container, on_line: Callable[[str], None]) -> threading.Thread:
+    """A daemon thread handing each non-empty line of the container's output to ``on_line``,
+    until the container is gone."""
+
+    def follow() -> None:
+        pending = b""
+        try:
+            for chunk in container.logs(stream=True, follow=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for raw in lines:
+                    _hand_over(raw, on_line)
+        except Exception as exc:  # the container was removed under the stream
+            log.debug("log stream of %s ended: %s", container.name, exc)
+        _hand_over(pending, on_line)
+
+    thread = threading.Thread(target=follow, daemon=True, name=f"{container.name}-logs")
+    thread.start()
+    return thread
+
+
+def _hand_over(raw: bytes, on_line: Callable[[str], None]) -> None:
+    line = raw.decode(errors="replace").rstrip()
+    if line:
+        on_line(line)

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,7 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from emulator.containers.engine import connect, owner_labels, remove_leftover_containers
+from emulator.containers.engine import (
+    connect,
+    follow_logs,
+    owner_labels,
+    remove_leftover_containers,
+)
 from emulator.containers.images import ensure_image
 from emulator.triton.launcher import LauncherError, SupervisedLauncher
 
@@ -138,8 +142,7 @@ class SageMakerContainer(SupervisedLauncher):
         started = time.monotonic()
         container = await asyncio.to_thread(self._run)
         self._container = container
-        threading.Thread(target=self._pump_logs, args=(container,), daemon=True,
-                         name=f"{container.name}-logs").start()
+        follow_logs(container, self._log_line)
         try:
             await self._wait_healthy()
         except BaseException:
@@ -191,17 +194,9 @@ class SageMakerContainer(SupervisedLauncher):
         self._host_port = int(bindings[0]["HostPort"])
         return container
 
-    def _pump_logs(self, container: Container) -> None:
-        pending = b""
-        with contextlib.suppress(Exception):  # the container was removed under the stream
-            for chunk in container.logs(stream=True, follow=True):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for raw in lines:
-                    line = raw.decode(errors="replace").rstrip()
-                    if line:
-                        self._log_tail.append(line)
-                        log.debug("[%s] %s", self.label, line)
+    def _log_line(self, line: str) -> None:
+        self._log_tail.append(line)
+        log.debug("[%s] %s", self.label, line)
 
     async def _wait_healthy(self) -> None:
         """``GET /ping`` until 200; a container that exits or never answers fails the start."""

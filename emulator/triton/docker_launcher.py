@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -41,6 +41,7 @@ from emulator.containers.engine import (  # noqa: F401
     OWNER_LABEL,
     OWNER_START_LABEL,
     connect,
+    follow_logs,
     owner_alive,
     owner_labels,
     process_start_ticks,
@@ -270,25 +271,7 @@ class DockerLauncher(SupervisedLauncher):
         self._host_port = int(bindings[0]["HostPort"])
         return container
 
-    def _pump_logs(self, container: Container) -> None:
-        """Thread: container output -> the ``emulator.triton`` logger, one record per line."""
-        prefix = f"[{self._name} {container.name}]"
-        pending = b""
-        try:
-            for chunk in container.logs(stream=True, follow=True):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for raw in lines:
-                    self._log_line(prefix, raw)
-        except Exception as exc:  # the container was removed under the stream
-            log.debug("%s log stream ended: %s", prefix, exc)
-        if pending:
-            self._log_line(prefix, pending)
-
-    def _log_line(self, prefix: str, raw: bytes) -> None:
-        line = raw.decode(errors="replace").rstrip()
-        if not line:
-            return
+    def _log_line(self, prefix: str, line: str) -> None:
         self._log_tail.append(line)
         # Triton prefixes lines with their severity (E1121 12:00:00...); errors are worth seeing,
         # except the one every CPU-only start prints.
@@ -301,8 +284,8 @@ class DockerLauncher(SupervisedLauncher):
         started = time.monotonic()
         container = await asyncio.to_thread(self._run_container)
         self._container = container
-        threading.Thread(target=self._pump_logs, args=(container,), daemon=True,
-                         name=f"{container.name}-logs").start()
+        prefix = f"[{self._name} {container.name}]"
+        follow_logs(container, functools.partial(self._log_line, prefix))
         await self._wait_ready(container)
         self._alive = True
         log.info("%s ready at %s (container %s, %.1fs)", self._name, self.http_url,
