@@ -14,24 +14,10 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(dirname "$here")"
+# shellcheck source=docker/lib.sh
+source "$here/lib.sh"
 tag="${MME_EMULATOR_IMAGE:-sagemaker-mme-emulator:local}"
-build_dir="${MME_BUILD_DIR:-/var/tmp/mme-docker-build}"
-force="${FORCE:-0}"
-label_key="com.sagemaker-mme-emulator.inputs"
 started=$(date +%s)
-say() { echo "[build-emulator-image] $*" >&2; }
-
-# pip matches explicit --platform tags exactly: list every manylinux up to bookworm's glibc 2.36.
-platform_flags() {
-    local minor
-    for minor in $(seq 36 -1 17); do printf -- '--platform manylinux_2_%s_x86_64 ' "$minor"; done
-    printf -- '--platform manylinux2014_x86_64 --platform any'
-}
-
-if [ -n "${MME_PYTHON:-}" ]; then py="$MME_PYTHON"
-elif [ -x "$repo/.venv/bin/python" ]; then py="$repo/.venv/bin/python"
-else py="python3"; fi
 
 bash "$here/setup-engine.sh"
 
@@ -55,9 +41,7 @@ inputs_hash="$( {
     echo "$base $(docker image inspect --format '{{.Id}}' "$base")"
 } | sha256sum | cut -c1-16)"
 
-current="$(docker image inspect --format "{{ index .Config.Labels \"$label_key\" }}" "$tag" \
-    2>/dev/null || true)"
-if [ "$force" != 1 ] && [ "$current" = "$inputs_hash" ]; then
+if [ "$force" != 1 ] && [ "$(image_label "$tag" "$label_key")" = "$inputs_hash" ]; then
     say "$tag is up to date; nothing to do in $(( $(date +%s) - started ))s"
     exit 0
 fi
@@ -82,12 +66,8 @@ for requirement in project["build-system"]["requires"]:
     print(requirement)
 print("wheel")
 PY
-"$py" -m pip download --quiet --disable-pip-version-check --dest "$wheels" \
-    --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
-    $(platform_flags) \
-    -r "$wheels/requirements.txt" pip 2>&1 | { grep -v "^WARNING: Location '" || true; } >&2
-mkdir -p "$ctx/docker/wheels"
-cp -l "$wheels"/*.whl "$ctx/docker/wheels/" 2>/dev/null || cp "$wheels"/*.whl "$ctx/docker/wheels/"
+download_wheels "$wheels" "$wheels/requirements.txt"
+link_into "$ctx/docker/wheels" "$wheels"/*.whl
 
 say "docker build $tag (base $base)"
 docker build --rm --force-rm -f "$ctx/docker/Dockerfile" --build-arg "BASE_IMAGE=$base" \
@@ -95,4 +75,4 @@ docker build --rm --force-rm -f "$ctx/docker/Dockerfile" --build-arg "BASE_IMAGE
     >"$build_dir/emulator-build.log" 2>&1 \
     || { tail -n 40 "$build_dir/emulator-build.log" >&2; exit 1; }
 rm -rf "$ctx"
-say "built $tag in $(( $(date +%s) - started ))s: $(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}')"
+say "built $tag in $(( $(date +%s) - started ))s: $(image_size "$tag")"

@@ -16,25 +16,11 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(dirname "$here")"
+# shellcheck source=docker/lib.sh
+source "$here/lib.sh"
 tag="${MME_SKLEARN_IMAGE:-mme-sklearn-serve:test}"
 base="${MME_BASE_IMAGE:-mme-bookworm-python:base}"
-build_dir="${MME_BUILD_DIR:-/var/tmp/mme-docker-build}"
-force="${FORCE:-0}"
-label_key="com.sagemaker-mme-emulator.inputs"
-if [ -n "${MME_PYTHON:-}" ]; then
-    py="$MME_PYTHON"
-elif [ -x "$repo/.venv/bin/python" ]; then
-    py="$repo/.venv/bin/python"
-else
-    py="python3"
-fi
-say() { echo "[build-sklearn-image] $*" >&2; }
 started=$(date +%s)
-
-image_label() {
-    docker image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true
-}
 
 if [ -z "$(image_label "$base" "$label_key")" ]; then
     say "base image $base missing: building it with build-test-image.sh"
@@ -58,19 +44,13 @@ mkdir -p "$ctx/wheels" "$wheels"
 cp "$here/sklearn-serve/Dockerfile" "$here/sklearn-serve/serve" "$ctx/"
 { grep -v '^\s*#' "$here/sklearn-serve/requirements.txt" | grep -v '^\s*$' | grep -v '^scikit-learn$'
   echo "$sklearn_pin"; } >"$wheels/requirements.txt"
-platforms=""
-for minor in $(seq 36 -1 17); do platforms="$platforms --platform manylinux_2_${minor}_x86_64"; done
 say "pip download ($sklearn_pin) into $wheels"
-# shellcheck disable=SC2086
-"$py" -m pip download --quiet --disable-pip-version-check --dest "$wheels" \
-    --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
-    $platforms --platform manylinux2014_x86_64 --platform any \
-    -r "$wheels/requirements.txt" pip 2>&1 | { grep -v "^WARNING: Location '" || true; } >&2
-cp -l "$wheels"/* "$ctx/wheels/" 2>/dev/null || cp "$wheels"/* "$ctx/wheels/"
+download_wheels "$wheels" "$wheels/requirements.txt"
+link_into "$ctx/wheels" "$wheels"/*
 
 say "docker build $tag (base $base)"
 docker build --rm --force-rm --build-arg "BASE_IMAGE=$base" --label "$label_key=$inputs_hash" \
     -t "$tag" "$ctx" >"$build_dir/sklearn-build.log" 2>&1 \
     || { tail -n 40 "$build_dir/sklearn-build.log" >&2; exit 1; }
 rm -rf "$ctx"
-say "built $tag in $(( $(date +%s) - started ))s: $(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}')"
+say "built $tag in $(( $(date +%s) - started ))s: $(image_size "$tag")"

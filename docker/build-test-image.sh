@@ -23,31 +23,12 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(dirname "$here")"
+# shellcheck source=docker/lib.sh
+source "$here/lib.sh"
 tag="${MME_TEST_IMAGE:-mme-triton-cpu:test}"
 profile="${MME_TEST_IMAGE_PROFILE:-full}"
 base="${MME_BASE_IMAGE:-mme-bookworm-python:base}"
-build_dir="${MME_BUILD_DIR:-/var/tmp/mme-docker-build}"
 mirror="${MME_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-force="${FORCE:-0}"
-label_key="com.sagemaker-mme-emulator.inputs"
-
-if [ -n "${MME_PYTHON:-}" ]; then
-    py="$MME_PYTHON"
-elif [ -x "$repo/.venv/bin/python" ]; then
-    py="$repo/.venv/bin/python"
-else
-    py="python3"
-fi
-
-say() { echo "[build-test-image] $*" >&2; }
-
-# pip matches explicit --platform tags exactly: list every manylinux up to bookworm's glibc 2.36.
-platform_flags() {
-    local minor
-    for minor in $(seq 36 -1 17); do printf -- '--platform manylinux_2_%s_x86_64 ' "$minor"; done
-    printf -- '--platform manylinux2014_x86_64 --platform any'
-}
 started=$(date +%s)
 
 case "$profile" in
@@ -57,10 +38,6 @@ case "$profile" in
 esac
 
 bash "$here/setup-engine.sh"
-
-image_label() {  # image, label -> value ('' when the image or the label is missing)
-    docker image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true
-}
 
 # --- 1. the base image -------------------------------------------------------------------------
 base_inputs="bookworm minbase python3,libpython3.11,python3-numpy v1"
@@ -127,14 +104,8 @@ cp "$stub" "$ctx/tritonserver/backends/python/triton_python_backend_stub"
 
 say "pip download (profile $profile) into $wheels"
 cat "${requirements[@]}" | grep -v '^\s*#' | grep -v '^\s*$' >"$wheels/requirements.txt"
-# The image's interpreter is CPython 3.11 on glibc 2.36 (bookworm): only such binary wheels.
-"$py" -m pip download --quiet --disable-pip-version-check --dest "$wheels" \
-    --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
-    $(platform_flags) \
-    -r "$wheels/requirements.txt" pip 2>&1 | { grep -v "^WARNING: Location '" || true; } >&2
-mkdir -p "$ctx/wheels"
-# Hard links when possible: the context is read once by docker build, no need for copies.
-cp -l "$wheels"/* "$ctx/wheels/" 2>/dev/null || cp "$wheels"/* "$ctx/wheels/"
+download_wheels "$wheels" "$wheels/requirements.txt"
+link_into "$ctx/wheels" "$wheels"/*
 
 say "docker build $tag (base $base)"
 docker build --rm --force-rm --build-arg "BASE_IMAGE=$base" --label "$label_key=$inputs_hash" \
@@ -143,4 +114,4 @@ docker build --rm --force-rm --build-arg "BASE_IMAGE=$base" --label "$label_key=
     -t "$tag" "$ctx" >"$build_dir/docker-build.log" 2>&1 \
     || { tail -n 40 "$build_dir/docker-build.log" >&2; exit 1; }
 rm -rf "$ctx"
-say "built $tag in $(( $(date +%s) - started ))s: $(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}')"
+say "built $tag in $(( $(date +%s) - started ))s: $(image_size "$tag")"

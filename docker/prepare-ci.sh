@@ -14,16 +14,9 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(dirname "$here")"
+# shellcheck source=docker/lib.sh
+source "$here/lib.sh"
 started=$(date +%s)
-
-if [ -n "${MME_PYTHON:-}" ]; then
-    py="$MME_PYTHON"
-elif [ -x "$repo/.venv/bin/python" ]; then
-    py="$repo/.venv/bin/python"
-else
-    py="python3"
-fi
 
 bash "$here/setup-engine.sh"
 
