@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +117,33 @@ class EndpointMetrics:
         if self._sink is not None:
             namespace, unit = METRICS[name]
             self._sink(namespace, name, {**self.dimensions, **(dimensions or {})}, value, unit)
+
+    def record_many(self, samples: Iterable[tuple[str, float]]) -> None:
+        """Several samples under the variant's dimensions, as ``record`` one by one would (the
+        same statistics, buckets and sink calls, in order), for the price of one: an invocation
+        records six to eight of them."""
+        samples = tuple(samples)
+        for name, _value in samples:
+            if name not in METRICS:
+                raise KeyError(f"unknown metric {name}")
+        stats, all_buckets = self._stats, self._buckets
+        with self._lock:
+            for name, value in samples:
+                stat = stats[name]
+                stat.sample_count += 1
+                stat.total += value
+                if value < stat.minimum:
+                    stat.minimum = value
+                if value > stat.maximum:
+                    stat.maximum = value
+                buckets = all_buckets.get(name)
+                if buckets is not None:
+                    buckets[bisect.bisect_left(DURATION_BUCKETS_S, value / 1e6)] += 1
+        sink = self._sink
+        if sink is not None:
+            for name, value in samples:
+                namespace, unit = METRICS[name]
+                sink(namespace, name, dict(self.dimensions), value, unit)
 
     def for_instance(self, instance_id: str) -> InstanceMetrics:
         view = self.instances[instance_id] = InstanceMetrics(self, instance_id)

@@ -7,9 +7,10 @@ KServe's ``Inference-Header-Content-Length`` header.
 
 from __future__ import annotations
 
+import functools
 import json
+import random
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -59,7 +60,12 @@ class ContainerRejected(Exception):
 
 
 def new_request_id() -> str:
-    return str(uuid.uuid4())
+    """A random (version 4) UUID, as ``str(uuid.uuid4())`` spells it, at a third of its cost:
+    a request id needs uniqueness, not unpredictability (no os.urandom call per request)."""
+    bits = (random.getrandbits(128) & ~(0xF000 << 64) & ~(0xC000 << 48)
+            | 0x4000 << 64 | 0x8000 << 48)
+    h = f"{bits:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes,
@@ -158,8 +164,7 @@ def rename_model(body: bytes, header_length: int | None, triton_name: str,
     replacement suffices (no JSON parsing in the hot path); the header length grows or shrinks by
     the difference.
     """
-    old = b'"model_name":' + json.dumps(triton_name).encode()
-    new = b'"model_name":' + json.dumps(target_model).encode()
+    old, new = _model_name_fields(triton_name, target_model)
     head = body[: header_length if header_length is not None else 512]
     if old not in head:
         return body, header_length
@@ -167,6 +172,12 @@ def rename_model(body: bytes, header_length: int | None, triton_name: str,
     if header_length is not None:
         header_length += len(new) - len(old)
     return body, header_length
+
+
+@functools.lru_cache(maxsize=4096)
+def _model_name_fields(triton_name: str, target_model: str) -> tuple[bytes, bytes]:
+    return (b'"model_name":' + json.dumps(triton_name).encode(),
+            b'"model_name":' + json.dumps(target_model).encode())
 
 
 def response_headers(request_id: str, variant: str, content_type: str,

@@ -198,8 +198,8 @@ class Endpoint:
         started = time.monotonic()
         variant = self._choose_variant(request)
         metrics = variant.metrics
-        metrics.record("Invocations", 1)
-        metrics.record("InvocationsPerInstance", 1 / max(len(variant.instances), 1))
+        metrics.record_many((("Invocations", 1),
+                             ("InvocationsPerInstance", 1 / max(len(variant.instances), 1))))
         try:
             target = request.target_model
             multi_model = variant.spec.container.is_multi_model
@@ -215,17 +215,15 @@ class Endpoint:
             instance = self._router.instance(serving, target)
             answer = await instance.invoke(request, target, started, self._timeout_s)
         except errors.SageMakerError as exc:
-            metrics.record("Invocation4XXErrors", 1 if 400 <= exc.status < 500 else 0)
-            metrics.record("Invocation5XXErrors", 1 if exc.status >= 500 else 0)
-            metrics.record("InvocationModelErrors",
-                           1 if isinstance(exc, errors.ModelError) else 0)
+            metrics.record_many((
+                ("Invocation4XXErrors", 1 if 400 <= exc.status < 500 else 0),
+                ("Invocation5XXErrors", 1 if exc.status >= 500 else 0),
+                ("InvocationModelErrors", 1 if isinstance(exc, errors.ModelError) else 0)))
             raise
-        metrics.record("Invocation4XXErrors", 0)
-        metrics.record("Invocation5XXErrors", 0)
-        metrics.record("InvocationModelErrors", 0)
-        metrics.record("ModelLatency", answer.model_latency_s * 1e6)
-        metrics.record("OverheadLatency",
-                       (time.monotonic() - started - answer.model_latency_s) * 1e6)
+        metrics.record_many((
+            ("Invocation4XXErrors", 0), ("Invocation5XXErrors", 0), ("InvocationModelErrors", 0),
+            ("ModelLatency", answer.model_latency_s * 1e6),
+            ("OverheadLatency", (time.monotonic() - started - answer.model_latency_s) * 1e6)))
         for container, seconds in answer.container_latencies:
             metrics.record("ContainerLatency", seconds * 1e6, {"ContainerName": container})
         headers = runtime.response_headers(request.request_id, variant.name, answer.content_type,

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -54,6 +54,21 @@ async def read_bounded(receive: Receive, limit: int, request_id: str) -> bytes:
             return b"".join(chunks)  # one chunk: the same bytes object, not a copy
 
 
+# What InvokeEndpoint answers, ready for ASGI: status, raw headers, body.
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+def _raw(response: Response) -> Answer:
+    return response.status_code, response.raw_headers, bytes(response.body)
+
+
+def request_headers(scope: Scope) -> dict[str, str]:
+    """The request's headers by (lower-case) name, the first of repeated names winning as in
+    Starlette's ``Headers``; one dictionary instead of a scan of the list per lookup."""
+    return {name.decode("latin-1"): value.decode("latin-1")
+            for name, value in reversed(scope["headers"])}
+
+
 class Invocations:
     """InvokeEndpoint from the request's headers and body stream to the response."""
 
@@ -61,7 +76,15 @@ class Invocations:
         self.settings = settings
         self.registry = registry
 
-    async def __call__(self, endpoint_name: str, headers: Headers, receive: Receive) -> Response:
+    async def __call__(self, endpoint_name: str, headers: Mapping[str, str],
+                       receive: Receive) -> Response:
+        status, raw_headers, body = await self.answer(endpoint_name, headers, receive)
+        response = Response(content=body, status_code=status)
+        response.raw_headers = raw_headers
+        return response
+
+    async def answer(self, endpoint_name: str, headers: Mapping[str, str],
+                     receive: Receive) -> Answer:
         settings = self.settings
         request_id = runtime.new_request_id()
         try:
@@ -76,14 +99,19 @@ class Invocations:
                 raise errors.endpoint_not_found(endpoint_name, settings.account_id)
             result = await endpoint.invoke(parsed)
         except errors.SageMakerError as exc:
-            return error_response(exc, request_id)
+            return _raw(error_response(exc, request_id))
         except ClientDisconnect:  # the client left mid-body: not an error of ours, nobody to answer
             log.info("request=%s outcome=client-disconnected", request_id)
-            return Response(status_code=400)
+            return _raw(Response(status_code=400))
         except Exception as exc:  # a bug of ours: say so in SageMaker's shape, log the details
             log.exception("request=%s outcome=internal-failure", request_id)
-            return error_response(errors.InternalFailure(f"internal failure: {exc}"), request_id)
-        return Response(content=result.body, headers=result.headers)
+            return _raw(error_response(errors.InternalFailure(f"internal failure: {exc}"),
+                                       request_id))
+        # What Starlette's Response(content=body, headers=...) would send, built directly.
+        raw_headers = [(name.lower().encode("latin-1"), value.encode("latin-1"))
+                       for name, value in result.headers.items()]
+        raw_headers.append((b"content-length", str(len(result.body)).encode("latin-1")))
+        return 200, raw_headers, result.body
 
 
 class InvocationsFastPath:
@@ -97,8 +125,11 @@ class InvocationsFastPath:
         if scope["type"] == "http" and scope["method"] == "POST":
             match = INVOCATIONS_PATH.fullmatch(scope["path"])
             if match is not None:
-                response = await self.invocations(match.group(1), Headers(scope=scope), receive)
-                await response(scope, receive, send)
+                status, headers, body = await self.invocations.answer(
+                    match.group(1), request_headers(scope), receive)
+                await send({"type": "http.response.start", "status": status,
+                            "headers": headers})
+                await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
 

@@ -39,6 +39,8 @@ from emulator.triton.launcher import (
     LauncherError,
     SupervisedLauncher,
     TritonOptions,
+    output_pipe,
+    pump_output,
     stage_shims,
     wait_until_ready,
 )
@@ -202,25 +204,25 @@ class EmbeddedLauncher(SupervisedLauncher):
         self._http_port = free_port(self._host)
         cmd = [*await asyncio.to_thread(private_shm_wrapper), *self.command()]
         log.info("starting %s: %s", self._name, " ".join(cmd))
-        self._process = await asyncio.create_subprocess_exec(
-            *cmd,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=child_environment(self.options.environment),
-            cwd=str(self._work_dir),
-            start_new_session=True,  # Ctrl-C reaches us, not Triton: we stop it in order
-            preexec_fn=die_with_parent,
-        )
-        self._log_task = asyncio.create_task(self._pump_logs(self._process))
+        read_end, write_end = output_pipe()
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdout=write_end,
+                stderr=subprocess.STDOUT,
+                env=child_environment(self.options.environment),
+                cwd=str(self._work_dir),
+                start_new_session=True,  # Ctrl-C reaches us, not Triton: we stop it in order
+                preexec_fn=die_with_parent,
+            )
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)  # the child has its copy: end of file comes when it exits
+        self._log_task = asyncio.create_task(
+            pump_output(read_end, self._log_tail, logging.getLogger(f"emulator.{self._name}")))
         await self._wait_ready()
-
-    async def _pump_logs(self, process: asyncio.subprocess.Process) -> None:
-        assert process.stdout is not None
-        triton_log = logging.getLogger(f"emulator.{self._name}")
-        async for raw in process.stdout:
-            line = raw.decode(errors="replace").rstrip()
-            self._log_tail.append(line)
-            triton_log.debug("%s", line)
 
     async def _still_starting(self) -> None:
         if self.is_running():

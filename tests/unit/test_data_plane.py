@@ -1,0 +1,313 @@
+"""The hot path's cheaper pieces answer exactly what the plain ones did.
+
+The inference client is checked against a small HTTP server on a real socket: keep-alive reuse,
+chunked answers, headers in any case, a connection closed mid-answer, a timeout, a rebind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from emulator.contract import runtime
+from emulator.metrics import DURATION_BUCKETS_S, EndpointMetrics
+from emulator.triton.client import ResponseHeaders, TritonClient, TritonUnreachable
+
+# --- request ids, renaming, metrics -------------------------------------------------------------
+
+
+def test_request_ids_are_version_4_uuids_spelled_as_uuid4() -> None:
+    ids = {runtime.new_request_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    for request_id in ids:
+        parsed = uuid.UUID(request_id)
+        assert str(parsed) == request_id
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
+def test_rename_model_replaces_the_name_in_the_header_only() -> None:
+    body = b'{"model_name":"m--k1","outputs":[]}' + b'"model_name":"m--k1"'
+    renamed, length = runtime.rename_model(body, 36, "m--k1", "a/b.tar.gz")
+    assert renamed == b'{"model_name":"a/b.tar.gz","outputs":[]}' + b'"model_name":"m--k1"'
+    assert length == 36 + len("a/b.tar.gz") - len("m--k1")
+    assert runtime.rename_model(b'{"outputs":[]}', None, "x", "y") == (b'{"outputs":[]}', None)
+
+
+def test_record_many_is_record_one_by_one() -> None:
+    samples = [("Invocations", 1), ("InvocationsPerInstance", 0.5), ("Invocation4XXErrors", 0),
+               ("ModelLatency", 310.0), ("OverheadLatency", 2.0e6), ("ModelLatency", 50.0),
+               ("ModelLatency", float(DURATION_BUCKETS_S[-1] * 2e6))]
+    sunk: dict[str, list[tuple[object, ...]]] = {"one": [], "many": []}
+    one = EndpointMetrics("e", "v", lambda *sample: sunk["one"].append(sample))
+    many = EndpointMetrics("e", "v", lambda *sample: sunk["many"].append(sample))
+    for name, value in samples:
+        one.record(name, value)
+    many.record_many(samples[:3])
+    many.record_many(samples[3:])
+    assert many.statistics() == one.statistics()
+    assert many.duration_buckets() == one.duration_buckets()
+    assert many.snapshot() == one.snapshot()
+    assert sunk["many"] == sunk["one"]
+    with pytest.raises(KeyError):
+        many.record_many([("Invocations", 1), ("NoSuchMetric", 1)])
+    assert many.statistics()["Invocations"].sample_count == 1  # nothing of a refused batch
+
+
+def test_response_headers_are_found_in_any_case() -> None:
+    headers = ResponseHeaders({"inference-header-content-length": "12"})
+    assert headers["Inference-Header-Content-Length"] == "12"
+    assert headers.get("INFERENCE-header-content-length") == "12"
+    assert headers.get("absent") is None and "absent" not in headers
+    assert dict(headers) == {"inference-header-content-length": "12"}
+
+
+# --- the inference client -----------------------------------------------------------------------
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, dict[str, str], bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    request_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v for k, v in (x.split(": ", 1) for x in lines if x)}
+    body = await reader.readexactly(int(headers["content-length"]))
+    return request_line.encode(), headers, body
+
+
+class Server:
+    """A test server that closes every connection it accepted when it stops."""
+
+    def __init__(self, server: asyncio.Server, writers: set[asyncio.StreamWriter]) -> None:
+        self._server = server
+        self._writers = writers
+
+    def close(self) -> None:
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+
+    async def wait_closed(self) -> None:
+        await self._server.wait_closed()
+        for writer in self._writers:
+            await writer.wait_closed()
+
+
+async def serve(handler: Handler) -> tuple[Server, str]:
+    writers: set[asyncio.StreamWriter] = set()
+
+    async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.add(writer)
+        try:
+            await handler(reader, writer)
+        except ConnectionError:
+            pass  # the client went away first (a timed-out call)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(tracked, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return Server(server, writers), f"http://127.0.0.1:{port}"
+
+
+def test_infer_reuses_one_connection_and_passes_bytes_through() -> None:
+    connections = 0
+    seen: list[tuple[bytes, dict[str, str], bytes]] = []
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while not reader.at_eof():
+            try:
+                request = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                break
+            seen.append(request)
+            body = request[2][::-1]
+            if len(seen) == 2:  # chunked, in two parts
+                half = len(body) // 2
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                             b"INFERENCE-HEADER-CONTENT-LENGTH: 3\r\n\r\n"
+                             + b"%x\r\n" % half + body[:half] + b"\r\n"
+                             + b"%x\r\n" % (len(body) - half) + body[half:] + b"\r\n0\r\n\r\n")
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server, url = await serve(echo)
+        client = TritonClient(url)
+        try:
+            small = b'{"inputs":[]}'
+            large = bytes(range(256)) * 4096  # 1 MiB: written without joining
+            first = await client.infer("m--k", small, {"Content-Type": "application/json"}, 5)
+            second = await client.infer("m--k", large, {"Content-Type": "application/octet-stream",
+                                                        "Inference-Header-Content-Length": "3"},
+                                        5)
+            third = await client.infer("a b", small, {}, None)
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+        assert (first.status, first.body) == (200, small[::-1])
+        assert second.body == large[::-1]
+        assert runtime.binary_header_length(second.headers) == 3
+        assert third.body == small[::-1]
+        assert connections == 1
+        assert [r[0] for r in seen] == [b"POST /v2/models/m--k/infer HTTP/1.1"] * 2 + [
+            b"POST /v2/models/a%20b/infer HTTP/1.1"]
+        assert seen[0][1]["content-type"] == "application/json"
+        assert seen[1][1]["inference-header-content-length"] == "3"
+        assert seen[1][2] == large
+
+    asyncio.run(main())
+
+
+def test_an_error_status_reaches_the_listeners_and_the_caller() -> None:
+    heard: list[tuple[str, int, bytes]] = []
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b'HTTP/1.1 400 Bad Request\r\nContent-Length: 13\r\n\r\n{"error":"x"}')
+        await writer.drain()
+        writer.close()
+
+    async def main() -> int:
+        server, url = await serve(refuse)
+        client = TritonClient(url)
+        client.add_infer_listener(lambda *answer: heard.append(answer))
+        try:
+            return (await client.infer("m", b"{}", {}, 5)).status
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(main()) == 400
+    assert heard == [("m", 400, b'{"error":"x"}')]
+
+
+def test_a_connection_closed_mid_answer_or_refused_is_unreachable() -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+        await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server, url = await serve(hang_up)
+        client = TritonClient(url)
+        try:
+            with pytest.raises(TritonUnreachable, match="unreachable"):
+                await client.infer("m", b"{}", {}, 5)
+            server.close()
+            await server.wait_closed()
+            with pytest.raises(TritonUnreachable, match="unreachable"):
+                await client.infer("m", b"{}", {}, 5)  # nobody listens any more
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
+def test_a_slow_answer_times_out_and_the_connection_is_not_reused() -> None:
+    connections = 0
+    release = asyncio.Event()
+
+    async def slow_then_fast(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await read_request(reader)
+        if connections == 1:
+            await release.wait()  # never answers the first request in time
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    async def main() -> bytes:
+        server, url = await serve(slow_then_fast)
+        client = TritonClient(url)
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                await client.infer("m", b"{}", {}, 0.05)
+            release.set()
+            return (await client.infer("m", b"{}", {}, 5)).body
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(main()) == b"ok"
+    assert connections == 2
+
+
+def test_rebind_sends_the_next_call_to_the_new_address() -> None:
+    def answering(text: bytes) -> Handler:
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while True:
+                try:
+                    await read_request(reader)
+                except asyncio.IncompleteReadError:
+                    break
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(text) + text)
+                await writer.drain()
+            writer.close()
+        return handler
+
+    async def main() -> list[bytes]:
+        old, old_url = await serve(answering(b"old"))
+        new, new_url = await serve(answering(b"new"))
+        client = TritonClient(old_url)
+        try:
+            answers = [(await client.infer("m", b"{}", {}, 5)).body]
+            client.rebind(new_url)
+            answers.append((await client.infer("m", b"{}", {}, 5)).body)
+            return answers
+        finally:
+            await client.close()
+            for server in (old, new):
+                server.close()
+                await server.wait_closed()
+
+    assert asyncio.run(main()) == [b"old", b"new"]
+
+
+def test_calls_past_the_connection_limit_wait_for_a_slot_within_their_timeout() -> None:
+    connections = 0
+    received = asyncio.Event()
+    release = asyncio.Event()
+
+    async def held(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                break
+            received.set()
+            await release.wait()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+    async def main() -> list[bytes]:
+        server, url = await serve(held)
+        client = TritonClient(url, connections=1)
+        try:
+            first = asyncio.create_task(client.infer("m", b"{}", {}, 5))
+            await received.wait()  # the first call holds the one connection
+            with pytest.raises(asyncio.TimeoutError):  # no slot within its timeout
+                await client.infer("m", b"{}", {}, 0.05)
+            queued = asyncio.create_task(client.infer("m", b"{}", {}, 5))
+            release.set()
+            return [(await first).body, (await queued).body]
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(main()) == [b"ok", b"ok"]
+    assert connections == 1
