@@ -33,12 +33,6 @@ TESTS = Path(__file__).parent
 KINDS = ("unit", "integration")
 
 
-# Modules sharing the session's ensemble builds (built_repository: the text one takes ~20 s):
-# one worker builds them once.
-ENSEMBLE_MODULES = {"test_ensembles_text.py", "test_ensembles_image.py",
-                    "test_ensembles_emulator.py"}
-
-
 def xdist_group_of(item: pytest.Item) -> str:
     """Which tests must share a worker under ``-n 2 --dist loadgroup`` (make test).
 
@@ -46,8 +40,6 @@ def xdist_group_of(item: pytest.Item) -> str:
     run is a group of its own (it shares nothing with the embedded run), so the two halves of
     a module parametrised by ``triton_launcher`` can run side by side.
     """
-    if item.path.name in ENSEMBLE_MODULES:
-        return "ensembles"
     group = str(item.path.relative_to(TESTS)) if item.path.is_relative_to(TESTS) else item.nodeid
     callspec = getattr(item, "callspec", None)
     if callspec is not None and callspec.params.get("triton_launcher") == DOCKER:

@@ -7,7 +7,9 @@ synchronous tests (and tritonclient) can use it; one instance is shared per test
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+import os
 import shutil
 import threading
 from collections.abc import Iterator
@@ -112,18 +114,27 @@ def triton_session(work_dir: Path) -> Iterator[RunningTriton]:
 
 
 # --- artifacts built once per test session ---------------------------------------------------
-_BUILT: dict[tuple[str, str, str], Path] = {}
-
-
 def built_repository(tmp_path_factory: Any, ensemble: str, variant: str | None = None) -> Path:
-    """Build an ensemble once per session (the text one takes ~20 s) and reuse it."""
+    """Build an ensemble once per test run (the text one takes ~20 s) and reuse it.
+
+    Shared by the run's pytest-xdist workers: the first to ask builds under a file lock, the
+    others wait for it and reuse what it built.
+    """
     from ensembles import registry
 
-    key = (str(tmp_path_factory.getbasetemp()), ensemble, variant or "")
-    if key not in _BUILT:
-        target = tmp_path_factory.mktemp(f"{ensemble}-{variant or 'default'}") / "repo"
-        _BUILT[key] = registry.build(ensemble, target, variant).repository
-    return _BUILT[key]
+    run_dir = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        run_dir = run_dir.parent  # the workers' base folders are siblings in the run's folder
+    folder = run_dir / "built-ensembles" / f"{ensemble}-{variant or 'default'}"
+    folder.mkdir(parents=True, exist_ok=True)
+    built = folder / "repository-path"
+    with (folder / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not built.exists():
+            shutil.rmtree(folder / "build", ignore_errors=True)
+            repository = registry.build(ensemble, folder / "build", variant).repository
+            built.write_text(str(repository))
+    return Path(built.read_text())
 
 
 def gpu_available() -> bool:
