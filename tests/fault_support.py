@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,16 +22,6 @@ SHM = Path("/dev/shm")
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=30) as resp:
         return json.loads(resp.read())
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 60, what: str = "") -> float:
-    """Poll ``condition``; return the seconds it took. Fails after ``timeout`` seconds."""
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.02)
-    return time.monotonic() - started
 
 
 def instance_of(server: Any, endpoint: str = "local") -> Any:

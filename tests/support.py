@@ -8,10 +8,13 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from emulator import processes
 from mme.testmodels import SCALE_MODEL_PY, package, write_scale_model
 
 __all__ = ["SCALE_MODEL_PY", "package", "write_scale_model", "write_scale_ensemble",
@@ -59,3 +62,11 @@ def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
         for info, data in members:
             tar.addfile(info, io.BytesIO(data) if data is not None else None)
     return buffer.getvalue()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 60, what: str = "") -> float:
+    """Poll ``condition``; return the seconds it took. Fails the test after ``timeout`` s."""
+    started = time.monotonic()
+    if not processes.wait_until(condition, timeout, interval_s=0.02):
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}")
+    return time.monotonic() - started

@@ -42,9 +42,8 @@ from tests.fault_support import (
     process_group_members,
     scale_store,
     stub_records,
-    wait_until,
 )
-from tests.support import package, write_scale_model
+from tests.support import package, wait_until, write_scale_model
 
 pytestmark = pytest.mark.slow
 

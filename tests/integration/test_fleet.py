@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -21,7 +20,7 @@ from botocore.exceptions import ClientError
 from mme.cli import build_parser, settings_from_args
 from tests.client_support import runtime_client
 from tests.prometheus_support import scrape, value
-from tests.support import output_of, package, scale_request, write_scale_model
+from tests.support import output_of, package, scale_request, wait_until, write_scale_model
 
 pytestmark = pytest.mark.slow
 FAST = {"Delay": 1, "MaxAttempts": 120}
@@ -35,13 +34,6 @@ def sagemaker(url: str) -> Any:
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url) as resp:
         return json.loads(resp.read())
-
-
-def wait_until(condition: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def make_models(store: Path, work: Path, count: int) -> list[str]:
@@ -200,7 +192,8 @@ def test_scale_out_and_in_under_traffic_drops_nothing(start_emulator, store: Pat
             fleet = get_json(f"{server.url}/_emulator/models")["Endpoints"]["local"]
             assert len(fleet["Variants"]["AllTraffic"]["Instances"]) == count
             wanted = len(answered) + 20  # traffic keeps flowing on the new shape
-            wait_until(lambda n=wanted: len(answered) >= n or bool(failures), f"{wanted} calls")
+            wait_until(lambda n=wanted: len(answered) >= n or bool(failures),
+                       what=f"{wanted} calls")
             assert len(answered) > before
     finally:
         stop.set()

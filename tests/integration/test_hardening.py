@@ -41,10 +41,15 @@ from tests.fault_support import (
     models_of,
     pid_alive,
     stub_records,
-    wait_until,
     write_patched_model,
 )
-from tests.support import output_of, package, write_scale_ensemble, write_scale_model
+from tests.support import (
+    output_of,
+    package,
+    wait_until,
+    write_scale_ensemble,
+    write_scale_model,
+)
 
 
 def _ensemble_over(repo: Path, step_model: str) -> Path:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.request
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,14 @@ from botocore.exceptions import ClientError
 
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.launcher_support import TritonLauncher
-from tests.support import output_of, package, scale_request, write_scale_ensemble, write_scale_model
+from tests.support import (
+    output_of,
+    package,
+    scale_request,
+    wait_until,
+    write_scale_ensemble,
+    write_scale_model,
+)
 
 pytestmark = pytest.mark.usefixtures("triton_launcher")
 
@@ -40,14 +45,6 @@ def models_of(server: Any) -> dict[str, dict[str, Any]]:
 
 def metrics_of(server: Any) -> dict[str, Any]:
     return get_json(f"{server.url}/_emulator/metrics")["Endpoints"]["local"]["Metrics"]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 60, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.02)
 
 
 def invoke(rt: Any, target: str, values: list[float] | None = None) -> np.ndarray:

@@ -17,8 +17,8 @@ import numpy as np
 
 from emulator.manager import stubs
 from tests.client_support import runtime_client
-from tests.fault_support import instance_of, invoke, models_of, wait_until
-from tests.support import package, write_scale_model
+from tests.fault_support import instance_of, invoke, models_of
+from tests.support import package, wait_until, write_scale_model
 
 FINALIZE_GATED = '''
     def finalize(self):
