@@ -73,27 +73,15 @@ def run_bench_ensemble(args: argparse.Namespace) -> int:
     return 0 if all(r.errors == 0 for r in results) else 1
 
 
-def _add_bench_ensemble(bench_subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = bench_subparsers.add_parser(
+def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``mme bench ensemble``."""
+    p = commands.add_parser(
         "ensemble", help="the text ensemble through the emulator: dynamic batching and "
                          "instance count compared at a fixed concurrency")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--requests", type=int, default=200, help="measured calls per configuration")
     p.add_argument("--work-dir", help="where to build (a temporary folder by default)")
     p.set_defaults(func=run_bench_ensemble)
-
-
-def _bench_subparsers(subparsers: argparse._SubParsersAction  # type: ignore[type-arg]
-                      ) -> argparse._SubParsersAction:  # type: ignore[type-arg]
-    """``mme bench`` may already exist (mme.bench adds ``overhead``): extend it."""
-    existing = subparsers.choices.get("bench")
-    if existing is not None:
-        for action in existing._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                return action
-        raise RuntimeError("`mme bench` exists without subcommands; cannot add `ensemble`")
-    bench = subparsers.add_parser("bench", help="benchmarks that print a table and a ratio")
-    return bench.add_subparsers(dest="bench_command", required=True)
 
 
 def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -126,5 +114,3 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument("--output", "-o", required=True, help="the .tar.gz to write")
     p.add_argument("--layout", choices=LAYOUTS, default="flat")
     p.set_defaults(func=run_package)
-
-    _add_bench_ensemble(_bench_subparsers(subparsers))

@@ -120,9 +120,8 @@ def run_fleet(args: argparse.Namespace) -> int:
     return 0 if all(r.errors == 0 for r in runs) else 1
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    bench = subparsers.add_parser("bench", help="benchmarks that print a table and a ratio")
-    commands = bench.add_subparsers(dest="bench_command", required=True)
+def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``mme bench overhead`` and ``mme bench fleet``."""
     bench_overhead.add_parser(commands)
     f = commands.add_parser("fleet", help="a 3-instance endpoint vs 1 instance with the same "
                                           "total memory, on one Zipf workload")

@@ -27,7 +27,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from mme.bench_scale import BODY, Server, _bench_subparsers, serve
+from mme.bench_scale import BODY, Server, serve
 
 TARGET = "big.tar.gz"
 BUCKET = "mme-coldstart"
@@ -188,8 +188,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if now <= 1.1 * parts else 1
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = _bench_subparsers(subparsers).add_parser(
+def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``mme bench coldstart``."""
+    p = commands.add_parser(
         "coldstart", help="first invocation of a large model from a real HTTP S3 server vs "
                           "download + extract + load measured alone")
     p.add_argument("--size-mib", type=int, default=100)

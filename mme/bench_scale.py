@@ -415,21 +415,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _bench_subparsers(subparsers: argparse._SubParsersAction  # type: ignore[type-arg]
-                      ) -> argparse._SubParsersAction:  # type: ignore[type-arg]
-    """``mme bench`` may already exist (mme.bench adds it): extend it."""
-    existing = subparsers.choices.get("bench")
-    if existing is not None:
-        for action in existing._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                return action
-        raise RuntimeError("`mme bench` exists without subcommands; cannot add `scale`")
-    bench = subparsers.add_parser("bench", help="benchmarks that print a table and a ratio")
-    return bench.add_subparsers(dest="bench_command", required=True)
-
-
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = _bench_subparsers(subparsers).add_parser(
+def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``mme bench scale``."""
+    p = commands.add_parser(
         "scale", help="a thousand models under Zipf popularity (hit ratio vs an LRU "
                       "simulation, memory, introspection time) and the cost of a miss under a "
                       "full budget, before and now")

@@ -17,12 +17,16 @@ from emulator.settings import InvalidSettings, Settings, add_flags, flag_fields
 # Modules that add their own subcommands with ``add_subcommands(subparsers)``.
 SUBCOMMAND_MODULES = (
     "mme.demo",
+    "ensembles.cli",
+    "harness.cli",
+    "harness.deploy_cli",
+)
+# Modules that add benchmarks under ``mme bench`` with ``add_bench_subcommands(commands)``.
+BENCH_MODULES = (
     "mme.bench",
     "mme.bench_scale",
     "mme.bench_coldstart",
     "ensembles.cli",
-    "harness.cli",
-    "harness.deploy_cli",
 )
 
 
@@ -92,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve(subparsers)
     for module_name in SUBCOMMAND_MODULES:
         importlib.import_module(module_name).add_subcommands(subparsers)
+    bench = subparsers.add_parser("bench", help="benchmarks that print a table and a ratio")
+    commands = bench.add_subparsers(dest="bench_command", required=True)
+    for module_name in BENCH_MODULES:
+        importlib.import_module(module_name).add_bench_subcommands(commands)
     return parser
 
 
