@@ -82,16 +82,13 @@ def test_package_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "./step/1/model.py" in names(tmp_path / "out.tar.gz")
 
 
-def test_bench_extends_an_existing_bench_command() -> None:
-    import argparse
+def test_mme_bench_has_every_benchmark_once() -> None:
+    from mme.cli import build_parser
 
-    parser = argparse.ArgumentParser(prog="mme")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    other = subparsers.add_parser("bench").add_subparsers(dest="bench_command", required=True)
-    other.add_parser("overhead")
-    add_subcommands(subparsers)
+    parser = build_parser()
     assert parser.parse_args(["bench", "ensemble", "--concurrency", "4"]).concurrency == 4
-    assert parser.parse_args(["bench", "overhead"]).bench_command == "overhead"
+    for benchmark in ("overhead", "fleet", "scale", "coldstart"):
+        assert parser.parse_args(["bench", benchmark]).bench_command == benchmark
 
 
 def test_unknown_ensemble_and_variant(tmp_path: Path) -> None:
