@@ -81,6 +81,8 @@ class ResponseHeaders(Mapping[str, str]):
 # Up to this size the request line, headers and body are joined and written at once; a larger
 # body is written after its headers as it is (no copy), in one vectored write where the loop can.
 JOIN_BODY_BYTES = 256 * 1024
+# Encoded request heads kept per pool (model and headers); past it they are encoded afresh.
+HEADS_KEPT = 1024
 
 
 class InferConnection(asyncio.Protocol):
@@ -187,16 +189,14 @@ class InferPool:
         self._slot_waiters: deque[asyncio.Future[None]] = deque()
         self._idle: list[InferConnection] = []
         self._open: set[InferConnection] = set()
+        self._heads: dict[tuple[object, ...], bytes] = {}
 
     async def infer(self, model: str, body: bytes, headers: Mapping[str, str],
                     timeout: float | None) -> TritonResponse:
         """The answer; asyncio.TimeoutError past ``timeout``, OSError if the connection fails."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        head = b"".join((
-            b"POST ", _infer_path(model).encode("ascii"), b" HTTP/1.1\r\n", self.host_header,
-            *(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items()),
-            b"Content-Length: %d\r\n\r\n" % len(body)))
+        head = self._head(model, headers) + b"Content-Length: %d\r\n\r\n" % len(body)
         while self._busy >= self._limit:
             await self._wait_for_slot(loop, deadline)
         self._busy += 1
@@ -222,6 +222,20 @@ class InferPool:
             self._busy -= 1
             self._wake_one()
         return response
+
+    def _head(self, model: str, headers: Mapping[str, str]) -> bytes:
+        """The request line and headers but Content-Length: the same for every call of one model
+        with one content type, so they are encoded once (at most HEADS_KEPT kept)."""
+        key: tuple[object, ...] = (model, *headers.items())
+        head = self._heads.get(key)
+        if head is None:
+            if len(self._heads) >= HEADS_KEPT:
+                self._heads.clear()
+            head = self._heads[key] = b"".join((
+                b"POST ", _infer_path(model).encode("ascii"), b" HTTP/1.1\r\n",
+                self.host_header,
+                *(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items())))
+        return head
 
     def _wake_one(self) -> None:
         while self._slot_waiters:
