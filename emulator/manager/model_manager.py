@@ -21,7 +21,7 @@
   (``failures.py``, which holds every [U] decision of the manager).
 - Inferences go through ``infer(lease, ...)``, which resends the one answer that Triton gives
   for a model it has loaded when a load or unload of any model meets the lookup of its name
-  (see LOOKUP_RACE_RETRIES).
+  (see LOOKUP_RACE_DELAYS_S).
 """
 
 from __future__ import annotations
@@ -83,8 +83,11 @@ ZOMBIE_GRACE_S = 1.5
 # once per few hundred loads at 200 models, more often the more models Triton has met (the map
 # keeps one entry per name ever loaded). The answer comes from the lookup, before the model
 # runs, so sending the request again is safe; it is resent while the request's lease holds the
-# model loaded (pinned: the manager cannot have unloaded it), at most this many times.
-LOOKUP_RACE_RETRIES = 3
+# model loaded (pinned: the manager cannot have unloaded it), after each of these pauses in
+# turn. Not at once only: on a busy machine the thread re-assigning the map may be descheduled
+# half-way, and the map then stays torn for milliseconds (at 1,000 models, three resends in a
+# row met it).
+LOOKUP_RACE_DELAYS_S = (0.0, 0.01, 0.05, 0.2, 0.5, 1.0)
 # The answer's text (``ModelRepositoryManager::FindModelIdentifier``), for the model's name.
 LOOKUP_RACE_ANSWER = "Request for unknown model: '{name}' is not found"
 # Triton's repository index fails ("failed to stat file") when a model folder is removed while
@@ -278,20 +281,21 @@ class ModelManager:
                     timeout: float) -> TritonResponse:
         """Send one inference to the model ``lease`` holds; Triton's answer.
 
-        An answer of Triton's lookup race (LOOKUP_RACE_RETRIES) is not the model's: the request
+        An answer of Triton's lookup race (LOOKUP_RACE_DELAYS_S) is not the model's: the request
         is sent again, within ``timeout`` overall.
         """
         assert lease.entry is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         response = await self.triton.infer(lease.entry, body, headers, timeout=timeout)
-        for _ in range(LOOKUP_RACE_RETRIES):
-            if not self._lost_in_lookup(lease, response):
+        for pause in LOOKUP_RACE_DELAYS_S:
+            if not self._lost_in_lookup(lease, response) or loop.time() + pause >= deadline:
                 break
             self.lookup_retries += 1
-            log.info("model=%s step=infer outcome=resent reason=%r (Triton's lookup raced a "
-                     "load or unload)", self.name_of(lease.record.target),
+            log.info("model=%s step=infer outcome=resent pause=%.2f reason=%r (Triton's lookup "
+                     "raced a load or unload)", self.name_of(lease.record.target), pause,
                      response.body[:200].decode(errors="replace"))
+            await asyncio.sleep(pause)
             response = await self.triton.infer(lease.entry, body, headers,
                                                timeout=max(deadline - loop.time(), 0.001))
         return response

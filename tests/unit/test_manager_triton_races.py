@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 from emulator.manager.model_manager import (
-    LOOKUP_RACE_RETRIES,
+    LOOKUP_RACE_DELAYS_S,
     Lease,
     ModelManager,
     ModelRecord,
@@ -85,10 +86,20 @@ def test_a_lookup_race_answer_is_sent_again(tmp_path: Path) -> None:
 
 
 def test_the_resending_is_bounded(tmp_path: Path) -> None:
-    triton = ScriptedTriton([(400, RACE)] * (LOOKUP_RACE_RETRIES + 1))
+    triton = ScriptedTriton([(400, RACE)] * (len(LOOKUP_RACE_DELAYS_S) + 1))
     manager = manager_with(triton, tmp_path)
+    started = time.monotonic()
     response = asyncio.run(manager.infer(loaded_lease(manager), b"{}", {}, timeout=5))
-    assert response.status == 400 and triton.infers == LOOKUP_RACE_RETRIES + 1
+    assert response.status == 400 and triton.infers == len(LOOKUP_RACE_DELAYS_S) + 1
+    # Paced, not at once: a torn map may last while its writer is descheduled.
+    assert time.monotonic() - started >= sum(LOOKUP_RACE_DELAYS_S)
+
+
+def test_the_resending_stops_at_the_requests_deadline(tmp_path: Path) -> None:
+    triton = ScriptedTriton([(400, RACE)] * (len(LOOKUP_RACE_DELAYS_S) + 1))
+    manager = manager_with(triton, tmp_path)
+    response = asyncio.run(manager.infer(loaded_lease(manager), b"{}", {}, timeout=0.1))
+    assert response.status == 400 and triton.infers == 4  # sent after 0, 0.01 and 0.05 s
 
 
 @pytest.mark.parametrize("case", ["other error", "not pinned", "not loaded", "new generation"])
