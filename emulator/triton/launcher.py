@@ -36,12 +36,14 @@ RestartCallback = Callable[[], Awaitable[None]]
 # Lines of a Triton's output kept for the messages that say why it died.
 LOG_TAIL_LINES = 60
 # Triton runs with --log-verbose=true (SageMaker's default): a few lines per inference, about
-# 1.6 KB per call of the trivial model. Its output is read at most once per LOG_BATCH_S, in
-# chunks, not line by line as it is written: per-line wake-ups cost the emulator about 0.15 ms
-# of CPU per call under load (``mme bench overhead``, CPU per call on the direct path). The pipe
-# is enlarged (LOG_PIPE_BYTES, up to the system's pipe-max-size) so a batch's wait never blocks
-# Triton's writes: 1 MiB is several hundred milliseconds of output at thousands of calls/s.
-LOG_BATCH_S = 0.02
+# 1.6 KB per call of the trivial model, 10 KB of the text ensemble. Its output is read at most
+# once per LOG_BATCH_S, in chunks, not line by line as it is written: per-line wake-ups cost the
+# emulator about 0.15 ms of CPU per call under load (``mme bench overhead``, CPU per call on the
+# direct path). The pipe is enlarged (LOG_PIPE_BYTES, within the system's pipe-max-size) so that
+# a batch's wait does not block Triton's writes: 1 MiB is a few hundred milliseconds of output at
+# thousands of calls/s. Where the pipe stays small, or a batch filled a quarter of it, the next
+# batch is read without waiting.
+LOG_BATCH_S = 0.05
 LOG_PIPE_BYTES = 1 << 20
 # A "line" longer than this is cut (and kept) rather than buffered without limit.
 MAX_LOG_LINE_BYTES = 1 << 20
@@ -174,6 +176,11 @@ async def pump_output(fd: int, tail: deque[str], logger: logging.Logger,
     loop = asyncio.get_running_loop()
     pending = b""  # a line not yet ended
     try:
+        capacity = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    except OSError:
+        capacity = 1 << 16  # Linux's default pipe
+    wait_s = batch_s
+    try:
         while True:
             readable: asyncio.Future[None] = loop.create_future()
             loop.add_reader(fd, _resolve, readable)
@@ -181,7 +188,8 @@ async def pump_output(fd: int, tail: deque[str], logger: logging.Logger,
                 await readable
             finally:
                 loop.remove_reader(fd)
-            await asyncio.sleep(batch_s)
+            if wait_s:
+                await asyncio.sleep(wait_s)
             chunks = [pending]
             ended = False
             while True:
@@ -194,6 +202,7 @@ async def pump_output(fd: int, tail: deque[str], logger: logging.Logger,
                     break
                 chunks.append(data)
             data = b"".join(chunks)
+            wait_s = batch_s if len(data) - len(chunks[0]) < capacity // 4 else 0.0
             end = data.rfind(b"\n")
             if ended:  # an unended last line counts as a line
                 complete, pending = data[:-1] if end == len(data) - 1 else data, b""

@@ -62,3 +62,39 @@ def test_output_ending_with_a_newline_adds_no_empty_line() -> None:
         return list(tail)
 
     assert asyncio.run(main()) == ["a", "", "b"]
+
+
+def test_a_writer_faster_than_a_batch_is_read_without_loss() -> None:
+    """More output than the pipe holds, written as fast as it goes: every line is read."""
+    lines = 120_000  # 1.4 MB, more than the largest pipe (1 MiB)
+
+    async def main() -> tuple[deque[str], list[str]]:
+        read_end, write_end = output_pipe()
+        tail: deque[str] = deque(maxlen=2)
+        seen: list[str] = []
+
+        class Count(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                seen.append(record.getMessage())
+
+        logger = logging.getLogger("t.flood")
+        logger.addHandler(handler := Count())
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False  # pytest's capture would format every line
+        try:
+            def write() -> None:
+                os.write(write_end, b"".join(b"line %06d\n" % i for i in range(lines)))
+                os.close(write_end)
+
+            pump = asyncio.create_task(pump_output(read_end, tail, logger))
+            await asyncio.to_thread(write)
+            await asyncio.wait_for(pump, 30)
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(logging.NOTSET)
+            logger.propagate = True
+        return tail, seen
+
+    tail, seen = asyncio.run(main())
+    assert len(seen) == lines and seen[-1] == f"line {lines - 1:06d}"
+    assert list(tail) == seen[-2:]
