@@ -20,7 +20,7 @@ def test_lru_simulation() -> None:
 @pytest.mark.slow
 def test_bench_scale_hit_ratio_matches_the_lru_simulation(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     # One client: a request never joins a load under way, so the emulator is a plain LRU.
-    args = argparse.Namespace(models=10, max_loaded_models=3, disk_models=5, requests=40,
+    args = argparse.Namespace(models=6, max_loaded_models=2, disk_models=4, requests=24,
                               zipf=1.1, concurrency=1, seed=3)
     ok = run_scale(args, tmp_path)
     out = capsys.readouterr().out
