@@ -34,7 +34,7 @@ KINDS = ("unit", "integration")
 
 
 def xdist_group_of(item: pytest.Item) -> str:
-    """Which tests must share a worker under ``-n 2 --dist loadgroup`` (make test).
+    """Which tests must share a worker under ``--dist loadgroup`` (make test).
 
     A module's tests stay together (its module-scoped emulator starts once); a module's docker
     run is a group of its own (it shares nothing with the embedded run), so the two halves of
