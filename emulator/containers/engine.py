@@ -141,3 +141,14 @@ def _hand_over(raw: bytes, on_line: Callable[[str], None]) -> None:
     line = raw.decode(errors="replace").rstrip()
     if line:
         on_line(line)
+
+
+def remove_container(container: Container, grace_s: float) -> None:
+    """Stop (SIGTERM, then SIGKILL after ``grace_s``) and remove; a container already gone is
+    not an error."""
+    import docker.errors
+
+    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+        container.stop(timeout=grace_s)
+    with contextlib.suppress(docker.errors.NotFound):
+        container.remove(force=True)

@@ -32,6 +32,7 @@ from emulator.containers.engine import (
     connect,
     follow_logs,
     owner_labels,
+    remove_container,
     remove_leftover_containers,
 )
 from emulator.containers.images import ensure_image
@@ -231,14 +232,8 @@ class SageMakerContainer(SupervisedLauncher):
 
     def _remove(self) -> None:
         container, self._container = self._container, None
-        if container is None:
-            return
-        import docker.errors
-
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-            container.stop(timeout=5)
-        with contextlib.suppress(docker.errors.NotFound):
-            container.remove(force=True)
+        if container is not None:
+            remove_container(container, grace_s=5)
 
     # -- the request path ---------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from emulator.containers.engine import (  # noqa: F401
     owner_alive,
     owner_labels,
     process_start_ticks,
+    remove_container,
     remove_leftover_containers,
 )
 from emulator.containers.images import SHIMS_DIR_LABEL, PullProgress, ensure_image  # noqa: F401
@@ -334,11 +335,5 @@ class DockerLauncher(SupervisedLauncher):
     def _remove_container(self) -> None:
         container, self._container = self._container, None
         self._alive = False
-        if container is None:
-            return
-        import docker.errors
-
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-            container.stop(timeout=10)
-        with contextlib.suppress(docker.errors.NotFound):
-            container.remove(force=True)
+        if container is not None:
+            remove_container(container, grace_s=10)

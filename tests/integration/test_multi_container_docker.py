@@ -41,15 +41,15 @@ def emulator(start_emulator, docker_client, triton_cpu_image, tmp_path: Path,  #
              s3_server, request: pytest.FixtureRequest) -> Any:
     """An emulator on the docker launcher with each production image mapped to a local one.
 
-    A container has 30 s to answer its first ``/ping``, unless the test is marked
-    ``startup_timeout(seconds)``.
+    A container has 120 s to answer its first ``/ping`` (a scikit-learn server took over 30 s
+    to start on a loaded 2-core CI runner), unless the test is marked ``startup_timeout(s)``.
     """
     local_sklearn = sklearn_image(docker_client)
     marker = request.node.get_closest_marker("startup_timeout")
     return start_emulator(
         launcher="docker", s3_endpoint_url=s3_server.endpoint_url,
         image=[f"{SKLEARN_IMAGE}={local_sklearn}", f"{TRITON_IMAGE}={triton_cpu_image}"],
-        container_startup_timeout_s=marker.args[0] if marker else 30, docker_mounts=[tmp_path])
+        container_startup_timeout_s=marker.args[0] if marker else 120, docker_mounts=[tmp_path])
 
 
 @pytest.fixture
