@@ -4,19 +4,64 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import random
 import signal
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 
 
+_PORT_CHOICE = random.Random()  # its own generator: a test's random.seed() must not repeat ports
+_LOWEST_PORT = 10_000
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """Linux's range for the local ports of outgoing connections (and of ``bind`` to port 0)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32_768, 60_999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that is free now (the OS picks it); good enough for child servers."""
+    """A port that is free now, for a child server that must be told its port (Triton).
+
+    Picked below the ephemeral range when there is room: a port the OS hands out for port 0 is
+    also the local port of the next outgoing connections, and one of those (the suite makes
+    thousands) could take it before the child binds it. Where a server accepts a listening
+    socket, ``bound_socket`` leaves no such window at all.
+    """
+    low, _high = _ephemeral_ports()
+    for _ in range(50) if low - _LOWEST_PORT >= 1_000 else ():
+        port = _PORT_CHOICE.randrange(_LOWEST_PORT, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def bound_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A listening TCP socket on ``host`` (port 0: the OS picks one), to hand to a server: unlike
+    ``free_port`` no other process can take the port between the choice and the bind."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def die_with_parent() -> None:

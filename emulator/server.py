@@ -13,22 +13,24 @@ import uvicorn
 
 from emulator.app import build_app
 from emulator.hosting.registry import EndpointRegistry
-from emulator.processes import free_port, wait_until
+from emulator.processes import bound_socket, wait_until
 from emulator.settings import Settings
 
 
 class EmulatorServer:
     def __init__(self, settings: Settings, startup_timeout_s: float = 180.0) -> None:
-        if not settings.port:
-            settings.port = free_port(settings.host)
+        # Bound here, before the app is built: port 0 becomes a port no other server can take
+        # between its choice and the bind.
+        self._socket = bound_socket(settings.host, settings.port)
+        settings.port = self._socket.getsockname()[1]
         self.settings = settings
         self.app = build_app(settings)
         self._server = uvicorn.Server(uvicorn.Config(
             self.app, host=settings.host, port=settings.port, log_level="warning",
             lifespan="on", timeout_keep_alive=75,
         ))
-        self._thread = threading.Thread(target=self._server.run, name="mme-emulator",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._server.run, args=([self._socket],),
+                                        name="mme-emulator", daemon=True)
         self._startup_timeout_s = startup_timeout_s
 
     @property
@@ -55,7 +57,9 @@ class EmulatorServer:
 
     def stop(self) -> None:
         self._server.should_exit = True
-        self._thread.join(timeout=60)
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)
+        self._socket.close()
 
     def __enter__(self) -> EmulatorServer:
         return self.start()

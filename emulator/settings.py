@@ -163,6 +163,8 @@ class Settings(BaseSettings):
     """address the emulator listens on"""
     port: int = 8080
     """port the emulator listens on"""
+    listen_fd: Annotated[OptionalInt, Flag(default_text="none")] = None
+    """serve on this inherited, already listening socket instead of host and port (a parent that bound the port itself has no race with other servers for it)"""  # noqa: E501
     clock_scale: Annotated[float, Field(gt=0)] = 1.0
     """emulated seconds per real second for metric periods, alarms and cooldowns: 60 makes a minute pass per second"""  # noqa: E501
     memory_budget: Annotated[Size, Flag(default_text="unlimited")] = None

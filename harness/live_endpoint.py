@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator.processes import die_with_parent, free_port, wait_until
+from emulator.processes import bound_socket, die_with_parent, wait_until
 
 LOCAL_REGION = "us-east-1"
 DEFAULT_ENDPOINT = "local"
@@ -69,20 +69,31 @@ class EmulatorProcess:
         return [sys.executable, "-m", "mme", "serve"]
 
     def start(self) -> EmulatorProcess:
-        self.port = self.port or free_port(self.host)
         env = dict(os.environ)
         env.update(self.settings)
         env.update({"MME_HOST": self.host, "MME_PORT": str(self.port)})
+        # Without a port of its own choosing the emulator gets a socket this process bound and
+        # listens on: a port merely found free could be taken by another server before the
+        # child binds it, and that server would then answer our pings.
+        listening = None if self.port else bound_socket(self.host)
+        if listening is not None:
+            self.port = listening.getsockname()[1]
+            env.update({"MME_PORT": str(self.port), "MME_LISTEN_FD": str(listening.fileno())})
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self._process = subprocess.Popen(
-            self.command(),
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,  # pytest killed: no emulator lingers
-        )
+        try:
+            self._process = subprocess.Popen(
+                self.command(),
+                env=env,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                pass_fds=() if listening is None else (listening.fileno(),),
+                preexec_fn=die_with_parent,  # pytest killed: no emulator lingers
+            )
+        finally:
+            if listening is not None:
+                listening.close()  # the child has its copy
         if not wait_until(lambda: ping(self.url, timeout_s=1.0), self.startup_timeout_s,
                           still_starting=self._still_starting):
             self.stop()

@@ -9,6 +9,7 @@ import argparse
 import importlib
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -84,8 +85,11 @@ def run_serve(args: argparse.Namespace) -> int:
     # KeyboardInterrupt). No-op handlers make the re-raise harmless, so a clean stop exits 0.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: None)
-    uvicorn.run(app, host=settings.host, port=settings.port,
-                log_level="warning", timeout_keep_alive=75)
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
+                                          log_level="warning", timeout_keep_alive=75))
+    # An inherited listening socket (--listen-fd) is served as it is: family and type from the fd.
+    server.run(sockets=None if settings.listen_fd is None
+               else [socket.socket(fileno=settings.listen_fd)])
     return 0
 
 

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 # stuck loading (its stub died at import) would otherwise hold every stop for Triton's 10-15 s.
 EXIT_TIMEOUT_S = 3
 KILL_AFTER_S = 5.0
+PORT_ATTEMPTS = 3  # starts on fresh ports when the chosen one was taken meanwhile
 
 
 @functools.cache
@@ -201,6 +202,20 @@ class EmbeddedLauncher(SupervisedLauncher):
         self._start_watchdog()
 
     async def _spawn(self) -> None:
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                return await self._spawn_on_a_free_port()
+            except LauncherError as exc:
+                # Triton must be told its ports, so another process may take one between
+                # free_port and Triton's bind; Triton then exits at once, saying so.
+                if "already in use" not in str(exc) or attempt == PORT_ATTEMPTS:
+                    raise
+                log.warning("%s: a port chosen for it was taken before it started; trying "
+                            "others", self._name)
+                if self._process is not None:
+                    await self._clean_up_after(self._process)
+
+    async def _spawn_on_a_free_port(self) -> None:
         self._http_port = free_port(self._host)
         cmd = [*await asyncio.to_thread(private_shm_wrapper), *self.command()]
         log.info("starting %s: %s", self._name, " ".join(cmd))

@@ -50,3 +50,38 @@ def test_real_tritonserver_accepts_every_translated_flag(tmp_path: Path) -> None
 
     # The metrics port answering proves the translated flags were applied, not just parsed.
     assert asyncio.run(run()) == 200
+
+
+def test_a_port_taken_before_triton_binds_it_is_replaced(tmp_path: Path,
+                                                         monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """free_port's choice can be taken by another process before Triton binds it: Triton then
+    exits at once ("already in use"), and the launcher starts it again on other ports."""
+    import socket
+
+    from emulator.triton import embedded
+    from emulator.triton.launcher import TritonOptions
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    taken_port = taken.getsockname()[1]
+    ports = iter([taken_port])
+    real_free_port = embedded.free_port
+    monkeypatch.setattr(embedded, "free_port",
+                        lambda host="127.0.0.1": next(ports, None) or real_free_port(host))
+    options = TritonOptions(repository=tmp_path / "repo", startup_timeout_s=60)
+
+    async def run() -> tuple[str, int]:
+        launcher = embedded.EmbeddedLauncher(options, work_dir=tmp_path)
+        await launcher.start()
+        try:
+            async with aiohttp.ClientSession() as session, \
+                    session.get(f"{launcher.http_url}/v2/health/ready") as resp:
+                return launcher.http_url, resp.status
+        finally:
+            await launcher.stop()
+
+    with taken:
+        url, status = asyncio.run(run())
+    assert status == 200
+    assert not url.endswith(f":{taken_port}")
