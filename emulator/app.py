@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from emulator import autoscaling, cloudwatch
 from emulator.auth import install_auth
@@ -21,9 +22,32 @@ from emulator.hosting.factory import InstanceFactory
 from emulator.hosting.registry import EndpointRegistry
 from emulator.hosting.spec import single_variant
 from emulator.page import install_page
+from emulator.page.errors import InvocationErrors
 from emulator.routes.introspection import build_introspection_router
-from emulator.routes.runtime import build_runtime_router, install_invocations
+from emulator.routes.runtime import (
+    Invocations,
+    InvocationsApp,
+    build_runtime_router,
+    is_invocation,
+)
 from emulator.settings import Settings
+
+
+class EmulatorApp(FastAPI):
+    """The FastAPI app, with InvokeEndpoint answered ahead of it by ``invocations``.
+
+    The hot path skips FastAPI's middleware stack, telemetry and routing (most of the
+    emulator's CPU per call); ``invocations`` carries the same auth check and error feed as the
+    app's middlewares, so it is answered exactly as the route would answer it.
+    """
+
+    invocations: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.invocations is not None and is_invocation(scope):
+            await self.invocations(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> FastAPI:
@@ -51,11 +75,11 @@ def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> F
             await control.aclose()
             await registry.close()
 
-    app = FastAPI(title="SageMaker MME emulator", lifespan=lifespan, docs_url="/_emulator/docs",
-                  openapi_url="/_emulator/openapi.json", redoc_url=None)
-    # InvokeEndpoint's fast path first, so that the auth middleware added next wraps it.
-    install_invocations(app, settings, registry)
-    install_auth(app, settings)  # --auth sigv4: SigV4 + IAM middleware; off: logs that it is off
+    app = EmulatorApp(title="SageMaker MME emulator", lifespan=lifespan,
+                      docs_url="/_emulator/docs", openapi_url="/_emulator/openapi.json",
+                      redoc_url=None)
+    # --auth sigv4: SigV4 + IAM middleware; off: logs that it is off
+    with_auth = install_auth(app, settings)
     app.state.settings = settings
     app.state.registry = registry
     app.state.control_plane = control
@@ -72,5 +96,8 @@ def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> F
         autoscaling.ScalingEngine(scaling, metric_store, clock)))
     app.include_router(build_runtime_router(settings, registry))
     app.include_router(build_introspection_router(registry))
-    install_page(app, registry)  # the live page at /_emulator/
+    feed = install_page(app, registry)  # the live page at /_emulator/
+    # InvokeEndpoint, in the order of the app's middlewares: the error feed, auth, the call.
+    app.invocations = InvocationErrors(
+        with_auth(InvocationsApp(Invocations(settings, registry))), feed)
     return app

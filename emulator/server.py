@@ -10,11 +10,23 @@ import threading
 from types import TracebackType
 
 import uvicorn
+from fastapi import FastAPI
 
 from emulator.app import build_app
 from emulator.hosting.registry import EndpointRegistry
 from emulator.processes import bound_socket, wait_until
 from emulator.settings import Settings
+
+
+def uvicorn_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
+    """How uvicorn serves the emulator, in-process or as ``mme serve``."""
+    return uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level="warning", lifespan="on",
+        timeout_keep_alive=75,  # botocore keeps connections; SageMaker's front end does too
+        # The peer is the client: X-Forwarded-For from a local process must not become
+        # aws:SourceIp for IAM conditions (and the rewrite costs every request).
+        proxy_headers=False,
+    )
 
 
 class EmulatorServer:
@@ -25,10 +37,7 @@ class EmulatorServer:
         settings.port = self._socket.getsockname()[1]
         self.settings = settings
         self.app = build_app(settings)
-        self._server = uvicorn.Server(uvicorn.Config(
-            self.app, host=settings.host, port=settings.port, log_level="warning",
-            lifespan="on", timeout_keep_alive=75,
-        ))
+        self._server = uvicorn.Server(uvicorn_config(self.app, settings))
         self._thread = threading.Thread(target=self._server.run, args=([self._socket],),
                                         name="mme-emulator", daemon=True)
         self._startup_timeout_s = startup_timeout_s

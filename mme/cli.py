@@ -61,6 +61,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from emulator.app import build_app
+    from emulator.server import uvicorn_config
 
     try:
         settings = settings_from_args(args)
@@ -85,8 +86,7 @@ def run_serve(args: argparse.Namespace) -> int:
     # KeyboardInterrupt). No-op handlers make the re-raise harmless, so a clean stop exits 0.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: None)
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port,
-                                          log_level="warning", timeout_keep_alive=75))
+    server = uvicorn.Server(uvicorn_config(app, settings))
     # An inherited listening socket (--listen-fd) is served as it is: family and type from the fd.
     server.run(sockets=None if settings.listen_fd is None
                else [socket.socket(fileno=settings.listen_fd)])

@@ -3,20 +3,25 @@
 The composition root calls ``install_auth(app, settings)`` once, right after creating the app:
 with ``--auth off`` (the default) it only logs that auth is off (and warns when the host is not
 loopback); with ``--auth sigv4`` it loads and validates the credentials and policies, raising
-``AuthConfigError`` (file and reason) on anything wrong, and adds ``SigV4Middleware``.
+``AuthConfigError`` (file and reason) on anything wrong, and adds ``SigV4Middleware``. It returns
+the same check for an ASGI app that runs outside FastAPI's stack (InvokeEndpoint's fast path),
+so that no request escapes it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from emulator.auth.credentials import AuthConfigError, Principal, load_principals
 from emulator.auth.middleware import SigV4Middleware
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fastapi import FastAPI
+    from starlette.types import ASGIApp
 
     from emulator.settings import Settings
 
@@ -36,7 +41,7 @@ def is_loopback(host: str) -> bool:
         return False  # a hostname: assume it is reachable from elsewhere
 
 
-def install_auth(app: FastAPI, settings: Settings) -> None:
+def install_auth(app: FastAPI, settings: Settings) -> Callable[[ASGIApp], ASGIApp]:
     mode = getattr(settings, "auth", "off") or "off"
     if mode not in AUTH_MODES:
         raise AuthConfigError(None, f"--auth {mode!r}: expected off or sigv4")
@@ -49,7 +54,7 @@ def install_auth(app: FastAPI, settings: Settings) -> None:
                 "invoke every model, create and delete endpoints, and load model archives whose "
                 "Python backend code then runs on this machine. Use --auth sigv4 or bind to "
                 "127.0.0.1.", settings.host)
-        return
+        return lambda inner: inner
     credentials, policies = settings.credentials, settings.policies
     if credentials is None or policies is None:
         missing = " and ".join(n for n, v in (("--credentials", credentials),
@@ -60,7 +65,9 @@ def install_auth(app: FastAPI, settings: Settings) -> None:
         if not principal.policies:
             log.warning("principal %s has no policy in %s: every request it signs is denied",
                         principal.arn, policies)
-    app.add_middleware(SigV4Middleware, principals=principals, region=settings.region,
-                       account=settings.account_id, max_payload_bytes=settings.max_payload_bytes)
+    options: dict[str, Any] = {"principals": principals, "region": settings.region,
+               "account": settings.account_id, "max_payload_bytes": settings.max_payload_bytes}
+    app.add_middleware(SigV4Middleware, **options)
     log.info("auth is sigv4: %d principal(s) from %s, policies from %s", len(principals),
              credentials, policies)
+    return lambda inner: SigV4Middleware(inner, **options)

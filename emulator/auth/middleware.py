@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from emulator.auth import errors
 from emulator.auth.credentials import Principal
@@ -19,11 +21,6 @@ from emulator.auth.sigv4 import verify
 
 log = logging.getLogger(__name__)
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # The emulator's own read-only routes stay open: health checks and dashboards scrape them with
 # plain HTTP, and they are not AWS APIs (no IAM action exists for them). Everything else that is

@@ -1,10 +1,11 @@
 """sagemaker-runtime: ``POST /endpoints/{name}/invocations`` and the two it refuses on an MME.
 
-InvokeEndpoint is the one hot path, so it is answered by a plain ASGI middleware
-(``InvocationsFastPath``) ahead of FastAPI's routing, request objects and dependency solving:
-under load those layers cost the emulator more CPU than the call itself (``mme bench overhead``
-measures the difference). It sits inside the user middlewares, so ``--auth sigv4`` still checks
-every invocation first. The FastAPI route stays registered for what routing decides (405 to
+InvokeEndpoint is the one hot path, so it is answered by a plain ASGI app (``InvocationsApp``)
+that the application calls ahead of FastAPI (``emulator/app.py``): under load FastAPI's
+middlewares, telemetry, routing, request objects and dependency solving cost the emulator more
+CPU than the call itself (``mme bench overhead`` measures the difference). The composition root
+wraps it in the same auth check and error feed as every other route, so ``--auth sigv4`` still
+checks every invocation. The FastAPI route stays registered for what routing decides (405 to
 another method, the redirect of a trailing slash) and for the API docs; the two refused
 operations are ordinary FastAPI routes.
 """
@@ -15,10 +16,10 @@ import logging
 import re
 from collections.abc import Mapping
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from emulator.contract import errors, runtime
 from emulator.hosting.registry import EndpointRegistry
@@ -114,30 +115,25 @@ class Invocations:
         return 200, raw_headers, result.body
 
 
-class InvocationsFastPath:
-    """Plain ASGI: POST /endpoints/{name}/invocations goes to ``Invocations``, the rest on."""
+def is_invocation(scope: Scope) -> bool:
+    """Whether the request is InvokeEndpoint (what ``InvocationsApp`` answers)."""
+    return (scope["type"] == "http" and scope["method"] == "POST"
+            and INVOCATIONS_PATH.fullmatch(scope["path"]) is not None)
 
-    def __init__(self, app: ASGIApp, invocations: Invocations) -> None:
-        self.app = app
+
+class InvocationsApp:
+    """Plain ASGI: answers a request for which ``is_invocation`` holds."""
+
+    def __init__(self, invocations: Invocations) -> None:
         self.invocations = invocations
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            match = INVOCATIONS_PATH.fullmatch(scope["path"])
-            if match is not None:
-                status, headers, body = await self.invocations.answer(
-                    match.group(1), request_headers(scope), receive)
-                await send({"type": "http.response.start", "status": status,
-                            "headers": headers})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
-
-
-def install_invocations(app: FastAPI, settings: Settings, registry: EndpointRegistry) -> None:
-    """Add the fast path; call it before any middleware that must see invocations first."""
-    app.add_middleware(InvocationsFastPath,
-                       invocations=Invocations(settings, registry))
+        match = INVOCATIONS_PATH.fullmatch(scope["path"])
+        assert match is not None, "InvocationsApp called for another request"
+        status, headers, body = await self.invocations.answer(
+            match.group(1), request_headers(scope), receive)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 def build_runtime_router(settings: Settings, registry: EndpointRegistry) -> APIRouter:
@@ -146,7 +142,7 @@ def build_runtime_router(settings: Settings, registry: EndpointRegistry) -> APIR
 
     @router.post("/endpoints/{endpoint_name}/invocations")
     async def invoke_endpoint(endpoint_name: str, request: Request) -> Response:
-        """Answered by ``InvocationsFastPath`` before routing; the route stays for what routing
+        """Answered by ``InvocationsApp`` ahead of FastAPI; the route stays for what routing
         decides (405 to another method, the redirect of a trailing slash) and the API docs."""
         return await invocations(endpoint_name, request.headers, request.receive)
 
