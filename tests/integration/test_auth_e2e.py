@@ -24,7 +24,8 @@ ACCOUNT, REGION = "123456789012", "us-east-1"
 ENDPOINT_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:endpoint/mme"
 KEYS = {"team-a": ("AKIATEAMA00000000001", "secret-a"),
         "team-b": ("AKIATEAMB00000000002", "secret-b"),
-        "hosts": ("AKIAHOSTS00000000003", "secret-hosts")}
+        "hosts": ("AKIAHOSTS00000000003", "secret-hosts"),
+        "office": ("AKIAOFFICE0000000004", "secret-office")}
 
 
 def invoke_policy(condition: dict[str, Any], *extra: dict[str, Any]) -> dict[str, Any]:
@@ -46,6 +47,8 @@ POLICIES = {
     # The multi-container policy of AWS's documentation, on this endpoint.
     "hosts": invoke_policy({"StringLike": {"sagemaker:TargetContainerHostname":
                                            ["customIps*", "common*"]}}),
+    # Invocations from the office network only.
+    "office": invoke_policy({"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}}),
 }
 
 
@@ -120,6 +123,19 @@ def test_target_container_hostname_allow_and_deny(server: EmulatorServer) -> Non
         invoke(server, "hosts", "team-a/x.tar.gz", TargetContainerHostname="customIps1")
     except ClientError as exc:
         assert exc.response["Error"]["Code"] != "AccessDeniedException"
+
+
+def test_source_ip_is_the_peer_not_a_forwarded_header(server: EmulatorServer) -> None:
+    """aws:SourceIp is the address the request came from: an X-Forwarded-For header set by a
+    local caller must not let it pass a network condition."""
+    runtime = client(server, "sagemaker-runtime", "office")
+    runtime.meta.events.register(
+        "before-send.sagemaker-runtime.InvokeEndpoint",
+        lambda request, **_: request.headers.__setitem__("X-Forwarded-For", "10.1.2.3"))
+    response = error_of(runtime.invoke_endpoint, EndpointName="mme",
+                        TargetModel="team-a/x.tar.gz", ContentType="application/octet-stream",
+                        Body=scale_request([1, 2, 3, 4]))
+    assert response["Error"]["Code"] == "AccessDeniedException"
 
 
 def test_unsigned_unknown_key_and_late_requests(server: EmulatorServer,
