@@ -133,19 +133,15 @@ BAR_DELAY_S = 0.5
 
 @contextlib.contextmanager
 def progress_bar(name: str, total: int | None, stream: Any = None) -> Iterator[ProgressCallback]:
-    """A callback told each chunk's bytes: a tqdm bar on a terminal, otherwise nothing.
-
-    tqdm ships with the harness extra; without it a terminal gets no bar either.
-    """
+    """A callback told each chunk's bytes: a tqdm bar on a terminal, otherwise nothing."""
     out = stream if stream is not None else sys.stderr
     bar = None
     if getattr(out, "isatty", lambda: False)():
-        with contextlib.suppress(ImportError):
-            from tqdm import tqdm
+        from tqdm import tqdm  # imported only when a bar is drawn
 
-            bar = tqdm(total=total or None, desc=f"downloading {name}", unit="B",
-                       unit_scale=True, unit_divisor=1024, delay=BAR_DELAY_S, leave=False,
-                       file=out, dynamic_ncols=True)
+        bar = tqdm(total=total or None, desc=f"downloading {name}", unit="B",
+                   unit_scale=True, unit_divisor=1024, delay=BAR_DELAY_S, leave=False,
+                   file=out, dynamic_ncols=True)
     try:
         yield (bar.update if bar is not None else (lambda _n: None))
     finally:
