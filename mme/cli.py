@@ -68,6 +68,11 @@ def run_serve(args: argparse.Namespace) -> int:
     except InvalidSettings as exc:
         print(f"mme serve: {exc}", file=sys.stderr)
         return 2
+    try:
+        listening = None if settings.listen_fd is None else inherited_socket(settings.listen_fd)
+    except ValueError as exc:
+        print(f"mme serve: {exc}", file=sys.stderr)
+        return 2
     configure_logging(settings.log_level)
     logging.getLogger(__name__).info(
         "serving endpoint %r from %s on http://%s:%d (launcher %s)", settings.endpoint_name,
@@ -87,10 +92,22 @@ def run_serve(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: None)
     server = uvicorn.Server(uvicorn_config(app, settings))
-    # An inherited listening socket (--listen-fd) is served as it is: family and type from the fd.
-    server.run(sockets=None if settings.listen_fd is None
-               else [socket.socket(fileno=settings.listen_fd)])
+    server.run(sockets=None if listening is None else [listening])
     return 0
+
+
+def inherited_socket(fd: int) -> socket.socket:
+    """The listening socket ``--listen-fd`` names (family and type read from the descriptor);
+    ValueError saying what is wrong with it otherwise."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise ValueError(f"--listen-fd {fd}: not an open socket ({exc.strerror})") from None
+    if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        sock.detach()  # not ours to close
+        raise ValueError(f"--listen-fd {fd}: the socket is not listening (bind and listen "
+                         "before handing it over)")
+    return sock
 
 
 def build_parser() -> argparse.ArgumentParser:

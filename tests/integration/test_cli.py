@@ -82,3 +82,21 @@ def test_bad_settings_fail_with_a_message(tmp_path: Path) -> None:
                             timeout=60)
     assert result.returncode != 0
     assert "not a size: 'lots'" in result.stderr
+
+
+def test_listen_fd_must_be_a_listening_socket(tmp_path: Path) -> None:
+    import socket
+
+    def serve(fd: int, **kwargs) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+        return subprocess.run([sys.executable, "-m", "mme", "serve", "--listen-fd", str(fd),
+                               "--cache-dir", str(tmp_path)], capture_output=True, text=True,
+                              timeout=60, **kwargs)
+
+    closed = serve(99)
+    assert closed.returncode == 2
+    assert "--listen-fd 99: not an open socket" in closed.stderr
+    with socket.socket() as bound_only:
+        bound_only.bind(("127.0.0.1", 0))
+        not_listening = serve(bound_only.fileno(), pass_fds=(bound_only.fileno(),))
+    assert not_listening.returncode == 2
+    assert "the socket is not listening" in not_listening.stderr
