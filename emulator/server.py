@@ -36,7 +36,11 @@ class EmulatorServer:
         self._socket = bound_socket(settings.host, settings.port)
         settings.port = self._socket.getsockname()[1]
         self.settings = settings
-        self.app = build_app(settings)
+        try:
+            self.app = build_app(settings)
+        except BaseException:
+            self._socket.close()
+            raise
         self._server = uvicorn.Server(uvicorn_config(self.app, settings))
         self._thread = threading.Thread(target=self._server.run, args=([self._socket],),
                                         name="mme-emulator", daemon=True)
