@@ -64,8 +64,8 @@ def test_serve_then_stop_leaves_no_orphans(tmp_path: Path, store: Path, stop_sig
         assert tritons, "Triton runs as a child of mme serve"
         stubs = set().union(*(_children(t) for t in tritons))
         server.send_signal(stop_signal)
-        # uvicorn shuts down gracefully, then re-raises the signal so the exit status shows it.
-        assert server.wait(60) in (0, -stop_signal)
+        # A clean stop on SIGTERM or Ctrl-C exits 0 (uvicorn's re-raise of the signal is harmless).
+        assert server.wait(60) == 0
         for pid in tritons | stubs:
             deadline = time.monotonic() + 30
             while _alive(pid) and time.monotonic() < deadline:
