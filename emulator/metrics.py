@@ -15,9 +15,9 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 MICROSECONDS = "Microseconds"
 NONE = "None"
@@ -54,8 +54,16 @@ DURATION_BUCKETS_S: tuple[float, ...] = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
-# Where every sample also goes: (namespace, metric name, dimensions, value, unit).
-MetricSink = Callable[[str, str, dict[str, str], float, str], None]
+# One sample for a sink: (namespace, metric name, value, unit).
+SinkSample = tuple[str, str, float, str]
+
+
+class MetricSink(Protocol):
+    """Where every sample also goes (the CloudWatch API's store, ``emulator/cloudwatch``)."""
+
+    def record_many(self, dimensions: Mapping[str, str],
+                    samples: Sequence[SinkSample]) -> None:
+        """Samples under one set of dimensions, in order, stamped now."""
 
 
 @dataclass
@@ -116,7 +124,8 @@ class EndpointMetrics:
                 buckets[bisect.bisect_left(DURATION_BUCKETS_S, value / 1e6)] += 1
         if self._sink is not None:
             namespace, unit = METRICS[name]
-            self._sink(namespace, name, {**self.dimensions, **(dimensions or {})}, value, unit)
+            self._sink.record_many({**self.dimensions, **(dimensions or {})},
+                                   ((namespace, name, value, unit),))
 
     def record_many(self, samples: Iterable[tuple[str, float]]) -> None:
         """Several samples under the variant's dimensions, as ``record`` one by one would (the
@@ -139,11 +148,12 @@ class EndpointMetrics:
                 buckets = all_buckets.get(name)
                 if buckets is not None:
                     buckets[bisect.bisect_left(DURATION_BUCKETS_S, value / 1e6)] += 1
-        sink = self._sink
-        if sink is not None:
+        if self._sink is not None:  # one call for the batch: one clock reading, one lock
+            batch: list[SinkSample] = []
             for name, value in samples:
                 namespace, unit = METRICS[name]
-                sink(namespace, name, dict(self.dimensions), value, unit)
+                batch.append((namespace, name, value, unit))
+            self._sink.record_many(self.dimensions, batch)
 
     def for_instance(self, instance_id: str) -> InstanceMetrics:
         view = self.instances[instance_id] = InstanceMetrics(self, instance_id)

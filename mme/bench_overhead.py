@@ -1,9 +1,11 @@
 """``mme bench overhead``: what the emulator adds on top of Triton, measured in one run.
 
 One ``mme serve`` process hosts the model; the same warm Triton model is then called directly on
-Triton's KServe endpoint (the baseline) and through ``POST /endpoints/local/invocations`` (the
-emulator), alternating between the two paths at each concurrency so that whatever else runs on
-the machine weighs on both alike. The driver is ``wrk`` (a C load generator: the client must not
+Triton's KServe endpoint (the baseline), through a bare TCP relay to that endpoint
+(``mme/relay.py``: what one more process on the path costs before a proxy does anything, the
+floor under any proxy's figures) and through ``POST /endpoints/local/invocations`` (the
+emulator), alternating between the paths at each concurrency so that whatever else runs on the
+machine weighs on all alike. The driver is ``wrk`` (a C load generator: the client must not
 be the bottleneck it is measuring) when it is installed, else a Python aiohttp client in this
 process (which then competes with both servers for the CPU and hides part of the gap).
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -26,8 +29,9 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,9 +103,10 @@ class Measure:
     p50_ms: float
     p99_ms: float
     errors: int
-    # CPU seconds the emulator's process and its Triton used during the run (Linux /proc), or
-    # None: per call, these stay meaningful when other work slows the machine down.
-    emulator_cpu_s: float | None = None
+    # CPU seconds the process in front of Triton (mme serve, or the relay) and Triton used
+    # during the run (Linux /proc), or None: per call, these stay meaningful when other work
+    # slows the machine down.
+    proxy_cpu_s: float | None = None
     triton_cpu_s: float | None = None
 
     @property
@@ -305,10 +310,29 @@ def _direct_url(url: str, target: str) -> str:
     return f"{local['TritonUrl']}/v2/models/{entry}/infer"  # one instance: the top-level Triton
 
 
+@contextlib.contextmanager
+def relay_to(direct_url: str) -> Iterator[tuple[str, int]]:
+    """``direct_url`` through a bare relay (``mme/relay.py``) in its own process, and its pid."""
+    from emulator.processes import bound_socket
+
+    upstream = urllib.parse.urlsplit(direct_url)
+    with bound_socket() as listening:
+        relay = subprocess.Popen(
+            [sys.executable, "-m", "mme.relay", "--fd", str(listening.fileno()),
+             "--to", f"{upstream.hostname}:{upstream.port}"], pass_fds=(listening.fileno(),))
+        port = listening.getsockname()[1]
+    try:
+        yield upstream._replace(netloc=f"127.0.0.1:{port}").geturl(), relay.pid
+    finally:
+        relay.terminate()
+        relay.wait(30)
+
+
 @dataclass(frozen=True)
 class Row:
     concurrency: int
     direct: Measure
+    relay: Measure
     emulator: Measure
 
 
@@ -323,60 +347,64 @@ def _median(runs: list[Measure]) -> Measure:
         p50_ms=statistics.median(r.p50_ms for r in runs),
         p99_ms=statistics.median(r.p99_ms for r in runs),
         errors=sum(r.errors for r in runs),
-        emulator_cpu_s=_sum([r.emulator_cpu_s for r in runs]),
+        proxy_cpu_s=_sum([r.proxy_cpu_s for r in runs]),
         triton_cpu_s=_sum([r.triton_cpu_s for r in runs]))
 
 
 def measure(workload: Workload, url: str, driver: str, concurrencies: list[int],
             seconds: float, rounds: int, work: Path, server_pid: int | None = None) -> list[Row]:
     driven = run_wrk if driver == "wrk" else run_python
-    pids = (server_pid, _triton_pid(server_pid) if server_pid else None)
-
-    def run(*args: object) -> Measure:
-        return _accounted(driven, pids, *args)
-
+    triton_pid = _triton_pid(server_pid) if server_pid else None
     emulator_url = f"{url}/endpoints/{ENDPOINT}/invocations"
     emulator_headers = {**workload.emulator_headers,
                         "X-Amzn-SageMaker-Target-Model": workload.target}
     direct_url = _direct_url(url, workload.target)
     rows = []
-    for concurrency in concurrencies:
-        run(emulator_url, workload.body, emulator_headers, concurrency, 1, work)  # warm-up
-        run(direct_url, workload.body, workload.direct_headers, concurrency, 1, work)
-        direct: list[Measure] = []
-        emulated: list[Measure] = []
-        for _ in range(rounds):  # interleaved: both paths see the same machine
-            direct.append(run(direct_url, workload.body, workload.direct_headers, concurrency,
-                              seconds, work))
-            emulated.append(run(emulator_url, workload.body, emulator_headers, concurrency,
-                                seconds, work))
-        rows.append(Row(concurrency, _median(direct), _median(emulated)))
+    with relay_to(direct_url) as (relay_url, relay_pid):
+        # Each path's URL and headers, and the process between the client and Triton whose CPU
+        # is counted (on the direct path: mme serve, which then only reads Triton's log).
+        paths = ((direct_url, workload.direct_headers, server_pid),
+                 (relay_url, workload.direct_headers, relay_pid),
+                 (emulator_url, emulator_headers, server_pid))
+        for concurrency in concurrencies:
+            for path_url, headers, _pid in paths:  # warm-up
+                driven(path_url, workload.body, headers, concurrency, 1, work)
+            measured: list[list[Measure]] = [[] for _ in paths]
+            for _ in range(rounds):  # interleaved: every path sees the same machine
+                for runs, (path_url, headers, pid) in zip(measured, paths, strict=True):
+                    runs.append(_accounted(driven, (pid, triton_pid), path_url, workload.body,
+                                           headers, concurrency, seconds, work))
+            direct, relayed, emulated = (_median(runs) for runs in measured)
+            rows.append(Row(concurrency, direct, relayed, emulated))
     return rows
 
 
 def table(workload: Workload, driver: str, rows: list[Row], seconds: float,
           rounds: int) -> str:
     lines = [f"{workload.description}; driver {driver}, {rounds} interleaved rounds of "
-             f"{seconds:g} s per path (medians of the rounds' p50/p99). CPU ms per call: the "
-             "emulator's process (on the direct path: only its Triton log reader) and Triton's.",
+             f"{seconds:g} s per path (medians of the rounds' p50/p99). relay: Triton through a "
+             "bare byte relay in its own process, the floor under any proxy. CPU ms per call: "
+             "the process in front of Triton (the relay; mme serve, which on the direct path "
+             "only reads Triton's log) and Triton's.",
              f"{'conc':>4} {'path':<9}{'p50 ms':>9}{'p99 ms':>9}{'calls/s':>10}{'errors':>8}"
-             f"{'emu CPU':>9}{'Triton CPU':>11}   emulator vs direct"]
+             f"{'own CPU':>9}{'Triton CPU':>11}   vs direct"]
     for row in rows:
-        d, e = row.direct, row.emulator
+        d = row.direct
         lines.append(f"{row.concurrency:>4} {'direct':<9}{d.p50_ms:>9.2f}{d.p99_ms:>9.2f}"
                      f"{d.per_second:>10.0f}{d.errors:>8}{_per_call(d)}")
-        lines.append(
-            f"{'':>4} {'emulator':<9}{e.p50_ms:>9.2f}{e.p99_ms:>9.2f}{e.per_second:>10.0f}"
-            f"{e.errors:>8}{_per_call(e)}   p50 {e.p50_ms - d.p50_ms:+.2f} ms "
-            f"(x{e.p50_ms / d.p50_ms:.2f}), "
-            f"throughput x{e.per_second / max(d.per_second, 1e-9):.2f}")
+        for name, m in (("relay", row.relay), ("emulator", row.emulator)):
+            lines.append(
+                f"{'':>4} {name:<9}{m.p50_ms:>9.2f}{m.p99_ms:>9.2f}{m.per_second:>10.0f}"
+                f"{m.errors:>8}{_per_call(m)}   p50 {m.p50_ms - d.p50_ms:+.2f} ms "
+                f"(x{m.p50_ms / d.p50_ms:.2f}), "
+                f"throughput x{m.per_second / max(d.per_second, 1e-9):.2f}")
     return "\n".join(lines)
 
 
 def _per_call(m: Measure) -> str:
     def ms(cpu: float | None) -> str:
         return "-" if cpu is None or not m.requests else f"{cpu / m.requests * 1e3:.3f}"
-    return f"{ms(m.emulator_cpu_s):>9}{ms(m.triton_cpu_s):>11}"
+    return f"{ms(m.proxy_cpu_s):>9}{ms(m.triton_cpu_s):>11}"
 
 
 def run_overhead(args: argparse.Namespace) -> int:
@@ -405,7 +433,8 @@ def run_overhead(args: argparse.Namespace) -> int:
             server.terminate()
             server.wait(60)
     print(table(workload, driver, rows, args.seconds, args.rounds))
-    return 0 if all(r.direct.errors == r.emulator.errors == 0 for r in rows) else 1
+    return 0 if all(r.direct.errors == r.relay.errors == r.emulator.errors == 0
+                    for r in rows) else 1
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -1,9 +1,9 @@
 """The metric store behind the CloudWatch API: raw samples, bounded in memory.
 
-``MetricStore.record`` is the sink the fleet calls for every sample (the signature is the
-interface agreed with ``emulator/metrics.py``). Samples are kept raw (a real epoch second and a
-value, 16 bytes each, in numpy chunks) so that every statistic, including percentiles, is exact
-over any window and any period down to one emulated second.
+``MetricStore`` is the sink the fleet gives its samples to (``MetricSink`` in
+``emulator/metrics.py``). Samples are kept raw (a real epoch second and a value, 16 bytes each,
+in numpy chunks) so that every statistic, including percentiles, is exact over any window and
+any period down to one emulated second.
 
 Retention (the constants below, all [U]: CloudWatch keeps
 one-second data for 3 hours and one-minute data for 15 days, an emulator cannot): per series at
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -34,8 +34,7 @@ RETENTION_EMULATED_S = 24 * 3600.0  # [U]
 Dimensions = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True)
-class SeriesKey:
+class SeriesKey(NamedTuple):
     namespace: str
     metric_name: str
     dimensions: Dimensions  # sorted by name: CloudWatch treats each combination as one metric
@@ -45,42 +44,39 @@ class SeriesKey:
         return SeriesKey(namespace, metric_name, tuple(sorted(dimensions.items())))
 
 
-@dataclass
-class _Chunk:
-    times: npt.NDArray[Any] = field(default_factory=lambda: np.empty(CHUNK))
-    values: npt.NDArray[Any] = field(default_factory=lambda: np.empty(CHUNK))
-    size: int = 0
-
-
 class _Series:
+    """A series' samples in chunks of CHUNK (appended to at C speed: every invocation adds six
+    to eight samples); whole chunks expire."""
+
     def __init__(self, unit: str) -> None:
         self.unit = unit
-        self.chunks: list[_Chunk] = [_Chunk()]
+        self.chunks: list[tuple[array[float], array[float]]] = [(array("d"), array("d"))]
         self.last_time = 0.0
 
     def append(self, when: float, value: float) -> bool:
         """Add one sample; True when it started a new chunk (the moment to expire old ones)."""
-        chunk = self.chunks[-1]
-        started = chunk.size == CHUNK
+        times, values = self.chunks[-1]
+        started = len(times) == CHUNK
         if started:
-            chunk = _Chunk()
-            self.chunks.append(chunk)
+            times, values = array("d"), array("d")
+            self.chunks.append((times, values))
             if len(self.chunks) > MAX_SAMPLES_PER_SERIES // CHUNK:
                 del self.chunks[0]
-        chunk.times[chunk.size] = when
-        chunk.values[chunk.size] = value
-        chunk.size += 1
-        self.last_time = max(self.last_time, when)
+        times.append(when)
+        values.append(value)
+        if when > self.last_time:
+            self.last_time = when
         return started
 
     def expire(self, before: float) -> None:
         """Drop whole chunks older than ``before`` (a partly expired chunk stays until full)."""
-        while len(self.chunks) > 1 and self.chunks[0].times[: self.chunks[0].size].max() < before:
+        while len(self.chunks) > 1 and max(self.chunks[0][0]) < before:
             del self.chunks[0]
 
     def window(self, start: float, end: float) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        times = np.concatenate([c.times[: c.size] for c in self.chunks])
-        values = np.concatenate([c.values[: c.size] for c in self.chunks])
+        # Copies (the caller holds the store's lock): an array viewed by numpy cannot grow.
+        times = np.concatenate([np.frombuffer(t, dtype=np.float64) for t, _v in self.chunks])
+        values = np.concatenate([np.frombuffer(v, dtype=np.float64) for _t, v in self.chunks])
         keep = (times >= start) & (times < end)
         return times[keep], values[keep]
 
@@ -96,21 +92,30 @@ class MetricStore:
 
     def record(self, namespace: str, metric_name: str, dimensions: Mapping[str, str],
                value: float, unit: str) -> None:
-        """The fleet's metric sink: one sample, stamped now."""
-        key = SeriesKey.of(namespace, metric_name, dimensions)
+        """One sample, stamped now."""
+        self.record_many(dimensions, ((namespace, metric_name, value, unit),))
+
+    def record_many(self, dimensions: Mapping[str, str],
+                    samples: Sequence[tuple[str, str, float, str]]) -> None:
+        """The fleet's metric sink (``emulator.metrics.MetricSink``): samples (namespace, metric
+        name, value, unit) under one set of dimensions, stamped now. An invocation records
+        six to eight at once, so they share one clock reading and one lock."""
+        dims: Dimensions = tuple(sorted(dimensions.items()))
         now = self.clock.now()
         with self._lock:
-            series = self._series.get(key)
-            if series is None:
-                if len(self._series) >= MAX_SERIES:
-                    self._refused += 1
-                    if self._refused == 1:
-                        log.warning("metric store full (%d series): new series dropped",
-                                    MAX_SERIES)
-                    return
-                series = self._series[key] = _Series(unit)
-            if series.append(now, float(value)):
-                series.expire(now - self.clock.real_duration(RETENTION_EMULATED_S))
+            for namespace, metric_name, value, unit in samples:
+                key = SeriesKey(namespace, metric_name, dims)
+                series = self._series.get(key)
+                if series is None:
+                    if len(self._series) >= MAX_SERIES:
+                        self._refused += 1
+                        if self._refused == 1:
+                            log.warning("metric store full (%d series): new series dropped",
+                                        MAX_SERIES)
+                        continue
+                    series = self._series[key] = _Series(unit)
+                if series.append(now, float(value)):
+                    series.expire(now - self.clock.real_duration(RETENTION_EMULATED_S))
 
     def samples(self, key: SeriesKey, start: float, end: float,
                 unit: str | None = None) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:

@@ -1,4 +1,4 @@
-"""``mme bench overhead``: both paths at each concurrency, driven by wrk or by Python."""
+"""``mme bench overhead``: every path at each concurrency, driven by wrk or by Python."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ROW = re.compile(r"^\s*(\d+)?\s+(direct|emulator)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+"
+ROW = re.compile(r"^\s*(\d+)?\s+(direct|relay|emulator)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+"
                  r"([\d.]+|-)\s+([\d.]+|-)", re.MULTILINE)
 
 
@@ -24,17 +24,17 @@ def _bench(*flags: str) -> str:
 
 
 @pytest.mark.parametrize("driver", ["wrk", "python"])
-def test_both_paths_at_each_concurrency_without_errors(driver: str) -> None:
+def test_every_path_at_each_concurrency_without_errors(driver: str) -> None:
     if driver == "wrk" and shutil.which("wrk") is None:
         pytest.skip("wrk is not installed (make wrk)")
     out = _bench("--driver", driver)
     assert f"driver {driver}" in out
     rows = ROW.findall(out)
-    assert [(r[0], r[1]) for r in rows] == [("1", "direct"), ("", "emulator"),
-                                            ("4", "direct"), ("", "emulator")]
-    for _conc, _path, p50, p99, calls, errors, emulator_cpu, triton_cpu in rows:
+    assert [(r[0], r[1]) for r in rows] == [("1", "direct"), ("", "relay"), ("", "emulator"),
+                                            ("4", "direct"), ("", "relay"), ("", "emulator")]
+    for _conc, _path, p50, p99, calls, errors, own_cpu, triton_cpu in rows:
         assert 0 < float(p50) <= float(p99)
         assert int(calls) > 0 and int(errors) == 0
-        assert emulator_cpu != "-" and triton_cpu != "-"  # the embedded Triton is accounted
+        assert own_cpu != "-" and triton_cpu != "-"  # the relay and the embedded Triton too
     ratios = re.findall(r"throughput x([\d.]+)", out)
-    assert len(ratios) == 2 and all(float(r) > 0 for r in ratios)
+    assert len(ratios) == 4 and all(float(r) > 0 for r in ratios)

@@ -12,8 +12,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from emulator.cloudwatch.series import MetricStore, SeriesKey
 from emulator.contract import runtime
-from emulator.metrics import DURATION_BUCKETS_S, EndpointMetrics
+from emulator.metrics import DURATION_BUCKETS_S, METRICS, EndpointMetrics
 from emulator.triton.client import ResponseHeaders, TritonClient, TritonUnreachable
 
 # --- request ids, renaming, metrics -------------------------------------------------------------
@@ -40,9 +41,9 @@ def test_record_many_is_record_one_by_one() -> None:
     samples = [("Invocations", 1), ("InvocationsPerInstance", 0.5), ("Invocation4XXErrors", 0),
                ("ModelLatency", 310.0), ("OverheadLatency", 2.0e6), ("ModelLatency", 50.0),
                ("ModelLatency", float(DURATION_BUCKETS_S[-1] * 2e6))]
-    sunk: dict[str, list[tuple[object, ...]]] = {"one": [], "many": []}
-    one = EndpointMetrics("e", "v", lambda *sample: sunk["one"].append(sample))
-    many = EndpointMetrics("e", "v", lambda *sample: sunk["many"].append(sample))
+    one_store, many_store = MetricStore(), MetricStore()
+    one = EndpointMetrics("e", "v", one_store)
+    many = EndpointMetrics("e", "v", many_store)
     for name, value in samples:
         one.record(name, value)
     many.record_many(samples[:3])
@@ -50,7 +51,15 @@ def test_record_many_is_record_one_by_one() -> None:
     assert many.statistics() == one.statistics()
     assert many.duration_buckets() == one.duration_buckets()
     assert many.snapshot() == one.snapshot()
-    assert sunk["many"] == sunk["one"]
+    # The CloudWatch store got the same samples, in order, under the variant's dimensions.
+    assert set(many_store.keys()) == set(one_store.keys())
+    for name in {name for name, _value in samples}:
+        namespace, unit = METRICS[name]
+        key = SeriesKey.of(namespace, name, {"EndpointName": "e", "VariantName": "v"})
+        sent = [float(value) for sample, value in samples if sample == name]
+        for store in (one_store, many_store):
+            _times, values = store.samples(key, 0, float("inf"), unit)
+            assert values.tolist() == sent
     with pytest.raises(KeyError):
         many.record_many([("Invocations", 1), ("NoSuchMetric", 1)])
     assert many.statistics()["Invocations"].sample_count == 1  # nothing of a refused batch
