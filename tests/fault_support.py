@@ -32,8 +32,11 @@ def instance_of(server: Any, endpoint: str = "local") -> Any:
 
 
 def models_of(server: Any, endpoint: str = "local") -> dict[str, dict[str, Any]]:
-    rows = instance_of(server, endpoint).manager.describe()
-    return {row["TargetModel"]: row for row in rows}
+    """The first instance's models, read over HTTP as a user would: the manager's records
+    belong to the server's event loop and change while a test thread would iterate them."""
+    described = get_json(f"{server.url}/_emulator/models")["Endpoints"][endpoint]
+    first = instance_of(server, endpoint).id
+    return {row["TargetModel"]: row for row in described["Models"] if row["Instance"] == first}
 
 
 def invoke(rt: Any, target: str, values: list[float] | None = None,
