@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from emulator.app import build_app
 from emulator.hosting.registry import EndpointRegistry
+from emulator.http_protocol import EmulatorHttpProtocol
 from emulator.processes import bound_socket, wait_until
 from emulator.settings import Settings
 
@@ -26,6 +27,9 @@ def uvicorn_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
         # The peer is the client: X-Forwarded-For from a local process must not become
         # aws:SourceIp for IAM conditions (and the rewrite costs every request).
         proxy_headers=False,
+        # Never printed (uvicorn logs at warning), yet formatted for every request when on.
+        access_log=False,
+        http=EmulatorHttpProtocol,  # one send per response; bodies handed over whole
     )
 
 

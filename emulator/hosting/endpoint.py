@@ -198,8 +198,9 @@ class Endpoint:
         started = time.monotonic()
         variant = self._choose_variant(request)
         metrics = variant.metrics
-        metrics.record_many((("Invocations", 1),
-                             ("InvocationsPerInstance", 1 / max(len(variant.instances), 1))))
+        # Recorded at the end, in one batch: a call counts once it is answered (or cut short).
+        samples: list[tuple[str, float]] = [
+            ("Invocations", 1), ("InvocationsPerInstance", 1 / max(len(variant.instances), 1))]
         try:
             target = request.target_model
             multi_model = variant.spec.container.is_multi_model
@@ -215,15 +216,19 @@ class Endpoint:
             instance = self._router.instance(serving, target)
             answer = await instance.invoke(request, target, started, self._timeout_s)
         except errors.SageMakerError as exc:
-            metrics.record_many((
-                ("Invocation4XXErrors", 1 if 400 <= exc.status < 500 else 0),
-                ("Invocation5XXErrors", 1 if exc.status >= 500 else 0),
-                ("InvocationModelErrors", 1 if isinstance(exc, errors.ModelError) else 0)))
+            samples += (("Invocation4XXErrors", 1 if 400 <= exc.status < 500 else 0),
+                        ("Invocation5XXErrors", 1 if exc.status >= 500 else 0),
+                        ("InvocationModelErrors", 1 if isinstance(exc, errors.ModelError) else 0))
+            metrics.record_many(samples)
             raise
-        metrics.record_many((
+        except BaseException:  # cancelled (the client left, a stop): counted, not answered
+            metrics.record_many(samples)
+            raise
+        samples += (
             ("Invocation4XXErrors", 0), ("Invocation5XXErrors", 0), ("InvocationModelErrors", 0),
             ("ModelLatency", answer.model_latency_s * 1e6),
-            ("OverheadLatency", (time.monotonic() - started - answer.model_latency_s) * 1e6)))
+            ("OverheadLatency", (time.monotonic() - started - answer.model_latency_s) * 1e6))
+        metrics.record_many(samples)
         for container, seconds in answer.container_latencies:
             metrics.record("ContainerLatency", seconds * 1e6, {"ContainerName": container})
         headers = runtime.response_headers(request.request_id, variant.name, answer.content_type,

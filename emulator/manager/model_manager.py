@@ -34,7 +34,7 @@ import logging
 import secrets
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,6 +153,48 @@ class Lease:
     generation: int = 0
 
 
+class Change:
+    """A change that others may wait for: ``next()`` is a future set at the next ``notify()``.
+
+    A waiter takes it before it looks at the state, so a change made between its look and its
+    wait still wakes it; ``notify()`` costs one test when nobody waits (every invocation ends
+    with one).
+    """
+
+    def __init__(self) -> None:
+        self._next: asyncio.Future[None] | None = None
+
+    def next(self) -> asyncio.Future[None]:
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        return self._next
+
+    def notify(self) -> None:
+        waiting, self._next = self._next, None
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+
+
+class Holding:
+    """``ModelManager.acquire``: pins the model on entry, unpins it on exit."""
+
+    __slots__ = ("_manager", "_target", "_timeout_s", "_lease")
+
+    def __init__(self, manager: ModelManager, target: str, wait_timeout_s: float) -> None:
+        self._manager = manager
+        self._target = target
+        self._timeout_s = wait_timeout_s
+        self._lease: Lease | None = None
+
+    async def __aenter__(self) -> Lease:
+        self._lease = await self._manager._pin(self._target, self._timeout_s)
+        return self._lease
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._lease is not None:
+            await self._manager._release(self._lease)
+
+
 def artifact_key(target: str) -> str:
     """A short, stable, filesystem- and Triton-safe id for a TargetModel (SageMaker uses a hash)."""
     return hashlib.sha256(target.encode()).hexdigest()[:12]
@@ -205,7 +247,7 @@ class ModelManager:
         # Set once Triton has accepted the unload of that target (it serves it no more).
         self._unload_accepted: dict[str, asyncio.Future[None]] = {}
         self._memory_lock = asyncio.Lock()
-        self._changed = asyncio.Condition()
+        self._changed = Change()  # pins, loads, unloads: room may have been made
         self.downloads = 0
         self.loads = 0
         self.unloads = 0
@@ -237,9 +279,12 @@ class ModelManager:
 
     # --- the request path -------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def acquire(self, target: str, wait_timeout_s: float) -> AsyncIterator[Lease]:
-        """Yield the loaded model for ``target``, pinned so it cannot be unloaded meanwhile."""
+    def acquire(self, target: str, wait_timeout_s: float) -> Holding:
+        """``async with manager.acquire(target, timeout) as lease``: the loaded model for
+        ``target``, pinned so it cannot be unloaded meanwhile."""
+        return Holding(self, target, wait_timeout_s)
+
+    async def _pin(self, target: str, wait_timeout_s: float) -> Lease:
         started = time.monotonic()
         record = self._record(target)
         hit = record.state is ModelState.LOADED and target in self.memory
@@ -265,17 +310,16 @@ class ModelManager:
             self.metrics.record("ModelLoadingWaitTime", (time.monotonic() - started) * 1e6)
         record.last_used = time.time()
         self.disk.touch(target)
-        generation = record.generation
-        try:
-            yield Lease(record, hit, record.entry, generation)
-        finally:
-            if record.generation == generation:  # else its pin went with the abandoned copy
-                self.memory.unpin(target)
-            if not self.cache_enabled and not self.memory.is_pinned(target):
-                # ModelCacheSetting=Disabled: unload and delete right after each invocation.
-                await self._evict_completely(record)
-            async with self._changed:
-                self._changed.notify_all()
+        return Lease(record, hit, record.entry, record.generation)
+
+    async def _release(self, lease: Lease) -> None:
+        record, target = lease.record, lease.record.target
+        if record.generation == lease.generation:  # else its pin went with the abandoned copy
+            self.memory.unpin(target)
+        if not self.cache_enabled and not self.memory.is_pinned(target):
+            # ModelCacheSetting=Disabled: unload and delete right after each invocation.
+            await self._evict_completely(record)
+        self._changed.notify()
 
     async def infer(self, lease: Lease, body: bytes, headers: Mapping[str, str],
                     timeout: float) -> TritonResponse:
@@ -369,7 +413,7 @@ class ModelManager:
             if isinstance(exc, (asyncio.TimeoutError, _StubDied)):
                 self._abandon(record)  # Triton keeps these names LOADING: never reuse them
             await asyncio.to_thread(repository.uninstall, record.installed, self.triton_repository)
-            await self._notify()
+            self._changed.notify()
             if isinstance(exc, TritonError):
                 oom = any(marker in exc.body for marker in OOM_MARKERS)
                 raise ModelLoadFailed(507 if oom else 400, exc.body) from exc
@@ -390,7 +434,7 @@ class ModelManager:
         log.info("model=%s step=load seconds=%.3f size=%d entry=%s", self.name_of(record.target),
                  elapsed, record.size, record.entry)
         self._emit("loaded", record.target, seconds=elapsed, size=record.size)
-        await self._notify()
+        self._changed.notify()
         return record
 
     async def _load_in_triton(self, record: ModelRecord) -> None:
@@ -486,7 +530,7 @@ class ModelManager:
         self._spawn(asyncio.to_thread(repository.uninstall, names, self.triton_repository),
                     f"uninstall:{record.target}")
         self.metrics.set_loaded_model_count(self.loaded_count())
-        self._spawn(self._notify(), "notify")
+        self._changed.notify()
         return True
 
     def _wanted_on_disk(self, record: ModelRecord) -> frozenset[str]:
@@ -591,6 +635,7 @@ class ModelManager:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.load_timeout_s
         while True:
+            changed = self._changed.next()  # taken before looking: no change can be missed
             async with self._memory_lock:
                 # Never a victim: a model someone waits for, or one not (yet) loaded, whose
                 # unload would wait for its load to end (a stuck load would starve us).
@@ -607,13 +652,11 @@ class ModelManager:
                     self.memory.add(record.target, record.size)  # the reservation
                     self.disk.pin(record.target)
                     break
-            async with self._changed:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise ModelLoadFailed(507, '{"error":"out of memory: every loaded model is '
-                                               'serving requests"}')
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), remaining)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise ModelLoadFailed(507, '{"error":"out of memory: every loaded model is '
+                                           'serving requests"}')
+            await asyncio.wait((changed,), timeout=remaining)  # never cancels the shared future
         if not unloads:
             return
         if self._load_may_overlap_unloads():
@@ -683,7 +726,7 @@ class ModelManager:
         self.metrics.set_loaded_model_count(self.loaded_count())
         log.info("model=%s step=unload seconds=%.3f", self.name_of(record.target), elapsed)
         self._emit("unloaded", record.target, seconds=elapsed)
-        await self._notify()
+        self._changed.notify()
 
     async def _unload_in_triton(self, record: ModelRecord, accept: Callable[[], None]) -> None:
         """Unload ``record``'s Triton model and wait until Triton has completed it.
@@ -752,9 +795,6 @@ class ModelManager:
         if record.state is ModelState.ON_DISK and not record.demand:
             await self._delete_from_disk(record)
 
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
 
     async def unload(self, target: str) -> bool:
         """Unload one model on request (keeps it on disk). False if it was not loaded."""
@@ -776,7 +816,7 @@ class ModelManager:
             self.records[target].state = ModelState.ON_DISK
             self._emit("unloaded", target, reason="triton restarted")
         self.metrics.set_loaded_model_count(0)
-        await self._notify()
+        self._changed.notify()
 
     async def close(self) -> None:
         for task in (list(self._loads.values()) + list(self._unloads.values())

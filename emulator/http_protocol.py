@@ -1,0 +1,99 @@
+"""uvicorn's httptools protocol, with two changes for InvokeEndpoint's sake.
+
+A response's head and body leave in one write. uvicorn writes the status line and headers when
+the app sends ``http.response.start`` and the body when it sends ``http.response.body``: two
+sends on the socket per response. On loopback a send also does the receiving side's TCP work and
+wakes the client up once more. Here writes made during one step of the event loop are kept and
+sent together (one ``writev``) right after that step, by a callback queued on the first of them.
+Nothing waits longer than that step: a streamed response still goes out chunk by chunk and a
+``100 Continue`` is not held back.
+
+A request body of up to ``BODY_HANDOVER_BYTES`` is handed to the app whole. uvicorn hands it over
+every 64 KiB, pausing the socket until the app asks for more: a 5 MiB body took some twenty
+pauses, resumes (each an ``epoll_ctl``), task wake-ups and copies before the route joined the
+pieces. The app gets the same bytes in one message; past the mark uvicorn's own pacing applies.
+
+``mme bench overhead`` measures both (the emulator's CPU per call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class CoalescingTransport:
+    """A transport whose writes in one loop step reach the socket as one."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._pending is None:
+            self._pending = [data]
+            self._loop.call_soon(self._flush)
+        else:
+            self._pending.append(data)
+
+    def writelines(self, lines: Any) -> None:
+        for data in lines:
+            self.write(data)
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending and not self._transport.is_closing():
+            self._transport.writelines(pending)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(map(len, self._pending or ()))
+
+    def close(self) -> None:
+        self._flush()  # asyncio's close() sends what is buffered first; so does this one
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending = None
+        self._transport.abort()
+
+    # Called for every request by uvicorn: spelled out rather than found by __getattr__.
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+# Above SageMaker's 6 MB payload limit, so an invocation's body always comes in one message.
+BODY_HANDOVER_BYTES = 8 * 1024 * 1024
+
+
+class EmulatorHttpProtocol(HttpToolsProtocol):
+    """uvicorn's HttpToolsProtocol on a ``CoalescingTransport``, handing bodies over whole."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        coalescing = CoalescingTransport(transport, self.loop)
+        super().connection_made(coalescing)  # type: ignore[arg-type]
+
+    def on_body(self, body: bytes) -> None:
+        """uvicorn's ``on_body`` (httptools calls it per piece read) with a higher mark: the
+        app is woken when the body is complete (``on_message_complete``) or past the mark."""
+        cycle = self.cycle
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return
+        cycle.body += body
+        if len(cycle.body) > BODY_HANDOVER_BYTES:
+            self.flow.pause_reading()
+            cycle.message_event.set()

@@ -1,0 +1,183 @@
+"""A response's head and body leave in one write; nothing is held past its event loop step."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+
+from emulator.http_protocol import (
+    BODY_HANDOVER_BYTES,
+    CoalescingTransport,
+    EmulatorHttpProtocol,
+)
+from emulator.processes import bound_socket
+from tests.support import wait_until
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.sent: list[list[bytes]] = []
+        self.closed = False
+        self.aborted = False
+
+    def writelines(self, lines: list[bytes]) -> None:
+        self.sent.append(list(lines))
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+def test_writes_of_one_step_are_sent_together_and_later_ones_apart() -> None:
+    async def scenario() -> RecordingTransport:
+        raw = RecordingTransport()
+        transport = CoalescingTransport(raw, asyncio.get_running_loop())  # type: ignore[arg-type]
+        transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        transport.write(b"body")
+        assert raw.sent == []  # not before the step ends
+        assert transport.get_write_buffer_size() == len(b"HTTP/1.1 200 OK\r\n\r\n") + 4
+        await asyncio.sleep(0)
+        assert raw.sent == [[b"HTTP/1.1 200 OK\r\n\r\n", b"body"]]
+        transport.write(b"next")
+        await asyncio.sleep(0)
+        transport.write(b"last")
+        transport.close()  # sends what is kept first, as asyncio's close does
+        return raw
+
+    raw = asyncio.run(scenario())
+    assert raw.sent[1:] == [[b"next"], [b"last"]] and raw.closed
+
+
+def test_abort_drops_what_is_kept() -> None:
+    async def scenario() -> RecordingTransport:
+        raw = RecordingTransport()
+        transport = CoalescingTransport(raw, asyncio.get_running_loop())  # type: ignore[arg-type]
+        transport.write(b"never sent")
+        transport.abort()
+        await asyncio.sleep(0)
+        return raw
+
+    raw = asyncio.run(scenario())
+    assert raw.sent == [] and raw.aborted
+
+
+# --- on a real uvicorn --------------------------------------------------------------------------
+
+chunk_read = threading.Event()
+body_messages: list[int] = []  # per request: how many messages the body came in
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    body = b""
+    more = True
+    messages = 0
+    while more:
+        message = await receive()
+        messages += 1
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    body_messages.append(messages)
+    if scope["path"] == "/stream":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"first;", "more_body": True})
+        # The second chunk only once the client has read the first: a held chunk would hang.
+        await asyncio.get_running_loop().run_in_executor(None, chunk_read.wait, 30)
+        await send({"type": "http.response.body", "body": b"second"})
+        return
+    answer = b"echo:" + (body if len(body) < 100 else str(len(body)).encode())
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", str(len(answer)).encode())]})
+    await send({"type": "http.response.body", "body": answer})
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, int]]:
+    listening = bound_socket("127.0.0.1", 0)
+    config = uvicorn.Config(app, http=EmulatorHttpProtocol, log_level="warning",
+                            lifespan="off")
+    uv = uvicorn.Server(config)
+    thread = threading.Thread(target=uv.run, args=([listening],), daemon=True)
+    thread.start()
+    wait_until(lambda: uv.started, what="uvicorn to start")
+    try:
+        yield listening.getsockname()
+    finally:
+        uv.should_exit = True
+        thread.join(30)
+        listening.close()
+
+
+def _connect(address: tuple[str, int]) -> socket.socket:
+    client = socket.create_connection(address, timeout=30)
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return client
+
+
+def _read_until(client: socket.socket, marker: bytes) -> bytes:
+    data = b""
+    while marker not in data:
+        chunk = client.recv(65536)
+        assert chunk, f"connection closed before {marker!r}: {data!r}"
+        data += chunk
+    return data
+
+
+def test_answers_again_on_the_kept_alive_connection(server: tuple[str, int]) -> None:
+    with _connect(server) as client:
+        for body in (b"hi", b"there"):
+            client.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s"
+                           % (len(body), body))
+            answer = _read_until(client, b"echo:" + body)
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"echo:" + body)
+
+
+def test_100_continue_is_sent_before_the_body_comes(server: tuple[str, int]) -> None:
+    with _connect(server) as client:
+        client.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+                       b"Content-Length: 5\r\n\r\n")
+        assert _read_until(client, b"\r\n\r\n").startswith(b"HTTP/1.1 100 Continue\r\n")
+        client.sendall(b"hello")
+        assert _read_until(client, b"echo:hello").startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def test_a_streamed_chunk_is_not_held_until_the_response_ends(server: tuple[str, int]) -> None:
+    chunk_read.clear()
+    with _connect(server) as client:
+        client.sendall(b"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert b"first;" in _read_until(client, b"first;")
+        chunk_read.set()
+        assert b"second" in _read_until(client, b"0\r\n\r\n")
+
+
+def test_a_5_mib_body_reaches_the_app_in_one_message(server: tuple[str, int]) -> None:
+    body = bytes(range(256)) * (5 * 4096)
+    with _connect(server) as client:
+        client.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s"
+                       % (len(body), body))
+        assert _read_until(client, b"echo:%d" % len(body)).startswith(b"HTTP/1.1 200 OK\r\n")
+    assert body_messages[-1] == 1  # uvicorn alone: one per 64 KiB
+
+
+def test_past_the_mark_a_body_comes_in_pieces_and_whole(server: tuple[str, int]) -> None:
+    body = b"x" * (BODY_HANDOVER_BYTES + 3 * 65536)
+    with _connect(server) as client:
+        client.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s"
+                       % (len(body), body))
+        assert _read_until(client, b"echo:%d" % len(body)).startswith(b"HTTP/1.1 200 OK\r\n")
+    assert body_messages[-1] >= 2
