@@ -1,19 +1,13 @@
-"""uvicorn's httptools protocol, with two changes for InvokeEndpoint's sake.
+"""uvicorn's httptools protocol, sending a response's head and body in one write.
 
-A response's head and body leave in one write. uvicorn writes the status line and headers when
-the app sends ``http.response.start`` and the body when it sends ``http.response.body``: two
-sends on the socket per response. On loopback a send also does the receiving side's TCP work and
-wakes the client up once more. Here writes made during one step of the event loop are kept and
-sent together (one ``writev``) right after that step, by a callback queued on the first of them.
-Nothing waits longer than that step: a streamed response still goes out chunk by chunk and a
-``100 Continue`` is not held back.
+uvicorn writes the status line and headers when the app sends ``http.response.start`` and the
+body when it sends ``http.response.body``: two sends on the socket per response. On loopback a
+send also does the receiving side's TCP work and wakes the client up once more. Here writes made
+during one step of the event loop are kept and sent together (one ``writev``) right after that
+step, by a callback queued on the first of them. Nothing waits longer than that step: a streamed
+response still goes out chunk by chunk and a ``100 Continue`` is not held back.
 
-A request body of up to ``BODY_HANDOVER_BYTES`` is handed to the app whole. uvicorn hands it over
-every 64 KiB, pausing the socket until the app asks for more: a 5 MiB body took some twenty
-pauses, resumes (each an ``epoll_ctl``), task wake-ups and copies before the route joined the
-pieces. The app gets the same bytes in one message; past the mark uvicorn's own pacing applies.
-
-``mme bench overhead`` measures both (the emulator's CPU per call).
+``mme bench overhead`` measures it (the emulator's CPU per call).
 """
 
 from __future__ import annotations
@@ -76,24 +70,9 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
-# Above SageMaker's 6 MB payload limit, so an invocation's body always comes in one message.
-BODY_HANDOVER_BYTES = 8 * 1024 * 1024
-
-
 class EmulatorHttpProtocol(HttpToolsProtocol):
-    """uvicorn's HttpToolsProtocol on a ``CoalescingTransport``, handing bodies over whole."""
+    """uvicorn's HttpToolsProtocol on a ``CoalescingTransport``."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         coalescing = CoalescingTransport(transport, self.loop)
         super().connection_made(coalescing)  # type: ignore[arg-type]
-
-    def on_body(self, body: bytes) -> None:
-        """uvicorn's ``on_body`` (httptools calls it per piece read) with a higher mark: the
-        app is woken when the body is complete (``on_message_complete``) or past the mark."""
-        cycle = self.cycle
-        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
-            return
-        cycle.body += body
-        if len(cycle.body) > BODY_HANDOVER_BYTES:
-            self.flow.pause_reading()
-            cycle.message_event.set()

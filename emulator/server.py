@@ -29,7 +29,7 @@ def uvicorn_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
         proxy_headers=False,
         # Never printed (uvicorn logs at warning), yet formatted for every request when on.
         access_log=False,
-        http=EmulatorHttpProtocol,  # one send per response; bodies handed over whole
+        http=EmulatorHttpProtocol,  # a response in one send
     )
 
 

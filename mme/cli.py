@@ -91,6 +91,9 @@ def run_serve(args: argparse.Namespace) -> int:
     # KeyboardInterrupt). No-op handlers make the re-raise harmless, so a clean stop exits 0.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: None)
+    from emulator.malloc import keep_large_buffers
+
+    keep_large_buffers()  # this process is the server: request bodies of megabytes, reused
     server = uvicorn.Server(uvicorn_config(app, settings))
     server.run(sockets=None if listening is None else [listening])
     return 0
