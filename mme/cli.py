@@ -58,6 +58,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    from emulator.malloc import tune_malloc
+
+    tune_malloc()  # this process is the server: large bodies reused, one arena (before threads)
     import uvicorn
 
     from emulator.app import build_app
@@ -91,9 +94,6 @@ def run_serve(args: argparse.Namespace) -> int:
     # KeyboardInterrupt). No-op handlers make the re-raise harmless, so a clean stop exits 0.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: None)
-    from emulator.malloc import keep_large_buffers
-
-    keep_large_buffers()  # this process is the server: request bodies of megabytes, reused
     server = uvicorn.Server(uvicorn_config(app, settings))
     server.run(sockets=None if listening is None else [listening])
     return 0
