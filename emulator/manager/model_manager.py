@@ -795,7 +795,6 @@ class ModelManager:
         if record.state is ModelState.ON_DISK and not record.demand:
             await self._delete_from_disk(record)
 
-
     async def unload(self, target: str) -> bool:
         """Unload one model on request (keeps it on disk). False if it was not loaded."""
         record = self.records.get(target)
