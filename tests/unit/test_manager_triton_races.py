@@ -6,6 +6,8 @@
 - The unload's wait: a repository index that fails after Triton accepted the unload (a model
   folder removed while Triton listed them) does not end the wait; a refused unload does.
 - A load whose waiters gave up goes on; its files are not a disk eviction's victim meanwhile.
+- A load that waits for room (every loaded model serving) is woken when a request lets go of
+  its model, and is a 507 if that does not happen within the load timeout.
 """
 
 from __future__ import annotations
@@ -197,3 +199,45 @@ def test_a_load_whose_waiters_gave_up_keeps_its_files(tmp_path: Path) -> None:
             assert lease.entry in triton.loaded and lease.cache_hit
 
     asyncio.run(scenario())
+
+
+# --- waiting for room: a full budget whose every model is serving ---------------------------
+
+def full_manager(tmp_path: Path, load_timeout_s: float) -> tuple[ModelManager, Lease]:
+    """Room for one model, taken by a model a request holds."""
+    manager = ModelManager(source=None, cache_dir=tmp_path,  # type: ignore[arg-type]
+                           triton=ScriptedTriton(unloads=["done"]),  # type: ignore[arg-type]
+                           triton_repository=tmp_path / "repo", max_loaded_models=1,
+                           load_timeout_s=load_timeout_s,
+                           metrics=InstanceMetrics(EndpointMetrics("e", "v"), "i-1"))
+    return manager, loaded_lease(manager, pinned=True)
+
+
+def test_a_load_waiting_for_room_goes_on_when_the_request_lets_go(tmp_path: Path) -> None:
+    async def scenario() -> list[str]:
+        manager, lease = full_manager(tmp_path, load_timeout_s=60)
+        incoming = manager.records["n.tar.gz"] = ModelRecord("n.tar.gz", "fedcba987654", size=1)
+        manager.disk.add(incoming.target, 1)  # downloaded: what remains is room in memory
+        making_room = asyncio.create_task(manager._make_room(incoming))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not making_room.done()  # the only model is serving: nothing to evict
+        await manager._release(lease)  # the request ends: room can be made now
+        await asyncio.wait_for(making_room, 5)
+        return manager.memory.keys_lru_first()
+
+    assert asyncio.run(scenario()) == ["n.tar.gz"]  # the idle model made way
+
+
+def test_a_load_that_never_gets_room_is_a_507_at_the_load_timeout(tmp_path: Path) -> None:
+    from emulator.manager.model_manager import ModelLoadFailed
+
+    async def scenario() -> ModelLoadFailed:
+        manager, _held = full_manager(tmp_path, load_timeout_s=0.2)
+        incoming = manager.records["n.tar.gz"] = ModelRecord("n.tar.gz", "fedcba987654", size=1)
+        with pytest.raises(ModelLoadFailed) as failed:
+            await asyncio.wait_for(manager._make_room(incoming), 5)
+        return failed.value
+
+    failure = asyncio.run(scenario())
+    assert failure.status == 507 and "every loaded model is serving requests" in failure.body
