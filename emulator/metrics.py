@@ -12,6 +12,7 @@ Durations (unit Microseconds) are also counted into fixed buckets, so that ``GET
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import math
 import threading
@@ -155,6 +156,17 @@ class EndpointMetrics:
                 batch.append((namespace, name, value, unit))
             self._sink.record_many(self.dimensions, batch)
 
+    def record_soon(self, samples: Sequence[tuple[str, float]]) -> None:
+        """``record_many``, run by the event loop once the current step is done.
+
+        The request path records this way so that the bookkeeping is not between Triton's answer
+        and the client's: the response is written when the app sends its last body part
+        (``emulator/http_protocol.py``), within the step, so the samples follow it. Anything
+        the loop handles afterwards (the client's next request, a read of the metrics) sees
+        them: callbacks run in the order they were scheduled.
+        """
+        asyncio.get_running_loop().call_soon(self.record_many, samples)
+
     def for_instance(self, instance_id: str) -> InstanceMetrics:
         view = self.instances[instance_id] = InstanceMetrics(self, instance_id)
         return view
@@ -191,6 +203,12 @@ class InstanceMetrics:
 
     def record(self, name: str, value: float) -> None:
         self.variant.record(name, value)
+
+    def record_many(self, samples: Sequence[tuple[str, float]]) -> None:
+        self.variant.record_many(samples)
+
+    def record_soon(self, samples: Sequence[tuple[str, float]]) -> None:
+        self.variant.record_soon(samples)
 
     def set_loaded_model_count(self, count: int) -> None:
         """LoadedModelCount is sampled at every change, so its Maximum/Average mean something."""

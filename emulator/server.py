@@ -29,6 +29,8 @@ def uvicorn_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
         proxy_headers=False,
         # Never printed (uvicorn logs at warning), yet formatted for every request when on.
         access_log=False,
+        # SageMaker's answers carry no Server header; uvicorn's would be one more per response.
+        server_header=False,
         http=EmulatorHttpProtocol,  # a response in one send
     )
 

@@ -150,9 +150,11 @@ def _binary(store: Path) -> Workload:
 def _text(store: Path) -> Workload:
     from ensembles import registry
     from ensembles.packaging import package
+    from ensembles.quiet import exporter_output_hidden
 
     print("building the text ensemble (onnx)...", flush=True)
-    built = registry.build("text_embedding", store.parent / "text")
+    with exporter_output_hidden():  # the exporters' hundred-odd lines; shown on failure
+        built = registry.build("text_embedding", store.parent / "text")
     package(built.repository, store / "text.tar.gz")
     body = json.dumps({"inputs": [{
         "name": "INPUT0", "shape": [2, 1], "datatype": "BYTES",
@@ -280,9 +282,13 @@ def start_serve(args: list[str], timeout_s: float = 180) -> tuple[subprocess.Pop
         if server.poll() is not None:
             raise RuntimeError(f"mme serve exited with code {server.returncode} while starting")
 
-    if not wait_until(answers, timeout_s, still_starting=still_starting, interval_s=0.1):
+    try:
+        if not wait_until(answers, timeout_s, still_starting=still_starting, interval_s=0.1):
+            raise RuntimeError(f"mme serve did not answer /ping within {timeout_s:.0f}s")
+    except BaseException:  # also Ctrl-C or SIGTERM while it starts: it stops its Triton
         server.terminate()
-        raise RuntimeError(f"mme serve did not answer /ping within {timeout_s:.0f}s")
+        server.wait(60)
+        raise
     return server, url
 
 

@@ -127,10 +127,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "serve":
         configure_logging(getattr(args, "log_level", None) or "INFO")
+        # A SIGTERM (a CI timeout, ``kill``) unwinds like Ctrl-C: the commands' cleanup stops
+        # the servers, relays and Tritons they started. Python's default would just exit.
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
     return int(args.func(args) or 0)
 
 

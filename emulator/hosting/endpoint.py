@@ -199,6 +199,7 @@ class Endpoint:
         variant = self._choose_variant(request)
         metrics = variant.metrics
         # Recorded at the end, in one batch: a call counts once it is answered (or cut short).
+        # Answered calls are recorded after the answer is written (``record_soon``).
         samples: list[tuple[str, float]] = [
             ("Invocations", 1), ("InvocationsPerInstance", 1 / max(len(variant.instances), 1))]
         try:
@@ -219,7 +220,7 @@ class Endpoint:
             samples += (("Invocation4XXErrors", 1 if 400 <= exc.status < 500 else 0),
                         ("Invocation5XXErrors", 1 if exc.status >= 500 else 0),
                         ("InvocationModelErrors", 1 if isinstance(exc, errors.ModelError) else 0))
-            metrics.record_many(samples)
+            metrics.record_soon(samples)
             raise
         except BaseException:  # cancelled (the client left, a stop): counted, not answered
             metrics.record_many(samples)
@@ -228,7 +229,7 @@ class Endpoint:
             ("Invocation4XXErrors", 0), ("Invocation5XXErrors", 0), ("InvocationModelErrors", 0),
             ("ModelLatency", answer.model_latency_s * 1e6),
             ("OverheadLatency", (time.monotonic() - started - answer.model_latency_s) * 1e6))
-        metrics.record_many(samples)
+        metrics.record_soon(samples)  # after the answer is written (see record_soon)
         for container, seconds in answer.container_latencies:
             metrics.record("ContainerLatency", seconds * 1e6, {"ContainerName": container})
         headers = runtime.response_headers(request.request_id, variant.name, answer.content_type,

@@ -66,6 +66,8 @@ class Router:
 
     def variant(self, variants: Sequence[V]) -> V | None:
         """A weighted draw; None when every weight is 0."""
+        if len(variants) == 1:  # most endpoints: no draw needed
+            return variants[0] if variants[0].weight > 0 else None
         total = sum(v.weight for v in variants)
         if total <= 0:
             return None

@@ -305,9 +305,11 @@ class ModelManager:
         finally:
             record.demand -= 1
             self._forget_if_unused(record)
-        self.metrics.record("ModelCacheHit", 1 if hit else 0)
-        if not hit:
-            self.metrics.record("ModelLoadingWaitTime", (time.monotonic() - started) * 1e6)
+        if hit:  # the usual case, on the request's way to Triton: recorded off that way
+            self.metrics.record_soon((("ModelCacheHit", 1),))
+        else:
+            self.metrics.record_many((("ModelCacheHit", 0), (
+                "ModelLoadingWaitTime", (time.monotonic() - started) * 1e6)))
         record.last_used = time.time()
         self.disk.touch(target)
         return Lease(record, hit, record.entry, record.generation)

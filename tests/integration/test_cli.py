@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -74,6 +75,55 @@ def test_serve_then_stop_leaves_no_orphans(tmp_path: Path, store: Path, stop_sig
     finally:
         if server.poll() is None:
             server.kill()
+
+
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        children = _children(todo.pop())
+        found |= children
+        todo.extend(children)
+    return found
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
+
+
+def test_a_benchmark_stopped_by_sigterm_stops_what_it_started() -> None:
+    """A CI timeout or ``kill`` mid-benchmark: no server, relay, Triton or work folder left."""
+    bench = subprocess.Popen([sys.executable, "-m", "mme", "bench", "overhead", "--concurrency",
+                              "1", "--rounds", "100", "--seconds", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started: set[int] = set()
+    try:
+        def tritons_running() -> bool:
+            return any("tritonserver" in " ".join(_cmdline(p)) for p in _descendants(bench.pid))
+
+        deadline = time.monotonic() + 120
+        while not tritons_running():  # measuring, or about to
+            assert bench.poll() is None and time.monotonic() < deadline, "no Triton started"
+            time.sleep(0.05)
+        started = _descendants(bench.pid)
+        work = next(arg for p in started for arg in _cmdline(p)
+                    if "mme-bench-overhead-" in arg and arg.endswith("/cache"))
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(90) == 128 + signal.SIGTERM
+        for pid in started:
+            deadline = time.monotonic() + 30
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not _alive(pid), f"{' '.join(_cmdline(pid))} outlived the benchmark"
+        assert not Path(work).parent.exists(), "the benchmark's work folder was left behind"
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+        for pid in started:  # what a failed run left: not for the next tests to meet
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_bad_settings_fail_with_a_message(tmp_path: Path) -> None:

@@ -74,6 +74,7 @@ def test_abort_drops_what_is_kept() -> None:
 # --- on a real uvicorn --------------------------------------------------------------------------
 
 chunk_read = threading.Event()
+answer_read = threading.Event()
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -96,6 +97,9 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-length", str(len(answer)).encode())]})
     await send({"type": "http.response.body", "body": answer})
+    if scope["path"] == "/then-block":
+        # The loop is held here, so the answer must already have left with the last send.
+        assert answer_read.wait(30), "the complete response waited for the app's next step"
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +160,15 @@ def test_a_streamed_chunk_is_not_held_until_the_response_ends(server: tuple[str,
         chunk_read.set()
         assert b"second" in _read_until(client, b"0\r\n\r\n")
 
+
+
+def test_a_complete_response_leaves_before_the_app_goes_on(server: tuple[str, int]) -> None:
+    """The request path leaves its metrics to the loop's next callbacks: they must follow the
+    write, not precede it."""
+    answer_read.clear()
+    with _connect(server) as client:
+        client.sendall(b"POST /then-block HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi")
+        assert _read_until(client, b"echo:hi").startswith(b"HTTP/1.1 200 OK\r\n")
+        answer_read.set()
+        client.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nok")
+        assert _read_until(client, b"echo:ok").startswith(b"HTTP/1.1 200 OK\r\n")
