@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -18,10 +19,12 @@ from emulator import autoscaling, cloudwatch
 from emulator.auth import install_auth
 from emulator.clock import Clock
 from emulator.control import ControlPlaneService, ControlStore, build_control_router
+from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.factory import InstanceFactory
 from emulator.hosting.registry import EndpointRegistry
-from emulator.hosting.spec import single_variant
-from emulator.page import install_page
+from emulator.hosting.spec import EndpointSpec, VariantSpec, single_variant
+from emulator.metrics import EndpointMetrics
+from emulator.page import Feed, install_page
 from emulator.page.errors import InvocationErrors
 from emulator.routes.introspection import build_introspection_router
 from emulator.routes.runtime import (
@@ -50,13 +53,20 @@ class EmulatorApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> FastAPI:
+def build_app(settings: Settings) -> FastAPI:
     clock = Clock(settings.clock_scale)
     metric_store = cloudwatch.MetricStore(clock)  # every sample of the fleet, for CloudWatch
     factory = InstanceFactory(settings)
-    registry = registry or EndpointRegistry(settings, factory.build,
-                                            sink=metric_store,
-                                            sample_period_s=clock.real_duration(60))
+    feed = Feed()  # what the live page at /_emulator/ shows beyond the fleet's state
+
+    async def build_instance(endpoint: EndpointSpec, variant: VariantSpec, instance_id: str,
+                             work_dir: Path, metrics: EndpointMetrics) -> HostedInstance:
+        instance = await factory.build(endpoint, variant, instance_id, work_dir, metrics)
+        feed.watch(endpoint.name, variant.name, instance_id, instance.manager)  # before it starts
+        return instance
+
+    registry = EndpointRegistry(settings, build_instance, sink=metric_store,
+                                sample_period_s=clock.real_duration(60))
     control = ControlPlaneService(
         store=ControlStore(settings.cache_dir / "control-plane.sqlite3"),
         registry=registry, region=settings.region, account=settings.account_id,
@@ -96,7 +106,7 @@ def build_app(settings: Settings, registry: EndpointRegistry | None = None) -> F
         autoscaling.ScalingEngine(scaling, metric_store, clock)))
     app.include_router(build_runtime_router(settings, registry))
     app.include_router(build_introspection_router(registry))
-    feed = install_page(app, registry)  # the live page at /_emulator/
+    install_page(app, registry, feed)  # the live page at /_emulator/
     # InvokeEndpoint, in the order of the app's middlewares: the error feed, auth, the call.
     app.invocations = InvocationErrors(
         with_auth(InvocationsApp(Invocations(settings, registry))), feed)

@@ -1,7 +1,8 @@
 """The live page at ``/_emulator/``: the fleet, its models' states, a timeline, recent errors.
 
-``install_page(app, registry)`` mounts it: the routes, and the middleware that tells the feed of
-failed invocations. The assets (``static/``) ship inside the package.
+``install_page(app, registry, feed)`` mounts it: the routes, and the middleware that tells the
+feed of failed invocations. The composition root has the feed ``watch`` every instance built.
+The assets (``static/``) ship inside the package.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ from emulator.page.routes import build_page_router
 __all__ = ["Feed", "install_page"]
 
 
-def install_page(app: FastAPI, registry: EndpointRegistry) -> Feed:
-    feed = Feed(registry)
+def install_page(app: FastAPI, registry: EndpointRegistry, feed: Feed) -> None:
     app.add_middleware(InvocationErrors, feed=feed)
     app.include_router(build_page_router(registry, feed))
     app.state.page_feed = feed
-    return feed

@@ -1,8 +1,5 @@
 """Tells the page's feed of every failed invocation, with the SageMaker error the client got.
 
-It also has the feed watch any instance that appeared since the last request, before the
-request reaches it, so a new instance's first model events are not missed.
-
 A pure ASGI middleware, so the runtime route stays unaware of the page: it looks only at
 ``/endpoints/{name}/...`` requests, and reads the answer only when its status is an error (the
 error body is small JSON; successful bodies pass through untouched and unbuffered).
@@ -33,7 +30,6 @@ class InvocationErrors:
             await self.app(scope, receive, send)
             return
         endpoint = path.split("/")[2]
-        self.feed.watch()
         failure: dict[str, Any] = {}
         body: list[bytes] = []
 

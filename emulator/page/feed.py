@@ -8,20 +8,20 @@ The ``Feed`` keeps, in bounded memory:
   ``TIMELINE_S`` seconds (the page's timeline);
 - the last ``ERROR_LIMIT`` invocation errors, with the SageMaker error code the client got.
 
-It is told of new instances by ``watch`` (the page calls it at each update), so nothing in the
-hosting code needs to know about the page. Everything runs on the event loop: no locks.
+It is told of each instance as it is built (``watch``, called by the composition root around
+the instance builder), before the instance starts, so a SingleModel container's start-up load is
+on it too, and nothing in the hosting code needs to know about the page. Everything runs on the
+event loop: no locks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from emulator.hosting.registry import EndpointRegistry
 from emulator.manager.model_manager import ModelObserver
 
 EVENT_LIMIT = 500
@@ -32,6 +32,10 @@ TIMELINE_S = 600
 # Steps counted on the timeline (the others are listed, not counted).
 LOAD_STEPS = frozenset({"loaded"})
 UNLOAD_STEPS = frozenset({"unloaded", "taken-out"})
+
+
+class Watchable(Protocol):
+    def add_observer(self, observer: ModelObserver) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -68,28 +72,19 @@ class Bucket:
 
 
 class Feed:
-    def __init__(self, registry: EndpointRegistry) -> None:
-        self._registry = registry
+    def __init__(self) -> None:
         self.events: deque[ModelEvent] = deque(maxlen=EVENT_LIMIT)
         self.errors: deque[InvocationError] = deque(maxlen=ERROR_LIMIT)
         self._buckets: deque[Bucket] = deque(maxlen=TIMELINE_S // BUCKET_S)
-        self._watched: weakref.WeakSet[Any] = weakref.WeakSet()  # managers observed already
         self.version = 0
         self._changed = asyncio.Event()
 
     # --- being told --------------------------------------------------------------------------
 
-    def watch(self) -> None:
-        """Observe every instance's model manager that is not observed yet."""
-        for endpoint in self._registry.all():
-            for variant in endpoint.variants:
-                for instance in list(variant.instances):
-                    manager = instance.manager
-                    if manager in self._watched:
-                        continue
-                    self._watched.add(manager)
-                    manager.add_observer(self._observer(endpoint.name, variant.name,
-                                                        instance.id))
+    def watch(self, endpoint: str, variant: str, instance: str, models: Watchable) -> None:
+        """Be told of the model events of an instance (its model manager, or a multi-container
+        instance's view over its members' managers)."""
+        models.add_observer(self._observer(endpoint, variant, instance))
 
     def _observer(self, endpoint: str, variant: str, instance: str) -> ModelObserver:
         def observe(step: str, target: str, details: dict[str, Any]) -> None:

@@ -37,7 +37,6 @@ ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; ch
 
 
 def page_state(registry: EndpointRegistry, feed: Feed) -> dict[str, Any]:
-    feed.watch()
     now = time.time()
     return {
         "Time": now,

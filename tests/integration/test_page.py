@@ -217,3 +217,18 @@ def test_page_shows_a_multi_container_endpoint_and_its_containers_models(
     _types, samples = scrape(server.url)
     assert value(samples, "sagemaker_invocations_total", endpoint_name="direct",
                  variant_name="AllTraffic") == 1
+
+
+def test_a_single_model_endpoints_start_up_load_is_on_the_page_before_any_call(
+        start_emulator, store: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The feed watches an instance from the moment it is built, not from its first request."""
+    from tests.multi_container_support import TRITON_IMAGE, deploy, sagemaker_client
+
+    tarball = package(write_scale_model(tmp_path / "one", "one", scale=2.0),
+                      store / "one.tar.gz", "folder")
+    server = start_emulator()
+    deploy(sagemaker_client(server.url), "single", [
+        {"Image": TRITON_IMAGE, "Mode": "SingleModel", "ModelDataUrl": f"file://{tarball}"}])
+    events = get_json(f"{server.url}/_emulator/page/state")["Events"]
+    steps = [e["step"] for e in events if e["endpoint"] == "single"]
+    assert "loaded" in steps, f"no start-up load on the page: {events}"

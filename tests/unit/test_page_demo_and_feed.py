@@ -74,11 +74,7 @@ def test_in_ci_or_without_a_terminal_the_demo_never_waits(case: str) -> None:
 
 
 def test_feed_counts_loads_unloads_and_errors_per_bucket_and_flags_evictions() -> None:
-    class NoEndpoints:
-        def all(self) -> list[object]:
-            return []
-
-    feed = Feed(NoEndpoints())  # type: ignore[arg-type]
+    feed = Feed()
     observe = feed._observer("ep", "AllTraffic", "i-1")
     observe("loading", "a.tar.gz", {"size": 10})
     observe("loaded", "a.tar.gz", {"seconds": 1.0, "size": 10})
