@@ -340,6 +340,10 @@ class Row:
     direct: Measure
     relay: Measure
     emulator: Measure
+    # Lowest and highest throughput ratio to direct over the rounds, per path: how far one round
+    # can stray on this machine (the relay's spread is the noise under any comparison).
+    relay_spread: tuple[float, float] = (0.0, 0.0)
+    emulator_spread: tuple[float, float] = (0.0, 0.0)
 
 
 def _sum(values: list[float | None]) -> float | None:
@@ -355,6 +359,12 @@ def _median(runs: list[Measure]) -> Measure:
         errors=sum(r.errors for r in runs),
         proxy_cpu_s=_sum([r.proxy_cpu_s for r in runs]),
         triton_cpu_s=_sum([r.triton_cpu_s for r in runs]))
+
+
+def _spread(direct: list[Measure], path: list[Measure]) -> tuple[float, float]:
+    """The lowest and highest of the rounds' throughput ratios (path / direct, same round)."""
+    ratios = [p.per_second / max(d.per_second, 1e-9) for d, p in zip(direct, path, strict=True)]
+    return min(ratios), max(ratios)
 
 
 def measure(workload: Workload, url: str, driver: str, concurrencies: list[int],
@@ -381,14 +391,16 @@ def measure(workload: Workload, url: str, driver: str, concurrencies: list[int],
                     runs.append(_accounted(driven, (pid, triton_pid), path_url, workload.body,
                                            headers, concurrency, seconds, work))
             direct, relayed, emulated = (_median(runs) for runs in measured)
-            rows.append(Row(concurrency, direct, relayed, emulated))
+            rows.append(Row(concurrency, direct, relayed, emulated,
+                            _spread(measured[0], measured[1]), _spread(measured[0], measured[2])))
     return rows
 
 
 def table(workload: Workload, driver: str, rows: list[Row], seconds: float,
           rounds: int) -> str:
     lines = [f"{workload.description}; driver {driver}, {rounds} interleaved rounds of "
-             f"{seconds:g} s per path (medians of the rounds' p50/p99). relay: Triton through a "
+             f"{seconds:g} s per path (medians of the rounds' p50/p99; throughput over all "
+             "rounds, with the lowest and highest round). relay: Triton through a "
              "bare byte relay in its own process, the floor under any proxy. CPU ms per call: "
              "the process in front of Triton (the relay; mme serve, which on the direct path "
              "only reads Triton's log) and Triton's.",
@@ -398,12 +410,14 @@ def table(workload: Workload, driver: str, rows: list[Row], seconds: float,
         d = row.direct
         lines.append(f"{row.concurrency:>4} {'direct':<9}{d.p50_ms:>9.2f}{d.p99_ms:>9.2f}"
                      f"{d.per_second:>10.0f}{d.errors:>8}{_per_call(d)}")
-        for name, m in (("relay", row.relay), ("emulator", row.emulator)):
+        for name, m, (low, high) in (("relay", row.relay, row.relay_spread),
+                                     ("emulator", row.emulator, row.emulator_spread)):
+            spread = f" (rounds x{low:.2f} to x{high:.2f})" if rounds > 1 else ""
             lines.append(
                 f"{'':>4} {name:<9}{m.p50_ms:>9.2f}{m.p99_ms:>9.2f}{m.per_second:>10.0f}"
                 f"{m.errors:>8}{_per_call(m)}   p50 {m.p50_ms - d.p50_ms:+.2f} ms "
                 f"(x{m.p50_ms / d.p50_ms:.2f}), "
-                f"throughput x{m.per_second / max(d.per_second, 1e-9):.2f}")
+                f"throughput x{m.per_second / max(d.per_second, 1e-9):.2f}{spread}")
     return "\n".join(lines)
 
 
