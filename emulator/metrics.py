@@ -204,9 +204,6 @@ class InstanceMetrics:
     def record(self, name: str, value: float) -> None:
         self.variant.record(name, value)
 
-    def record_many(self, samples: Sequence[tuple[str, float]]) -> None:
-        self.variant.record_many(samples)
-
     def record_soon(self, samples: Sequence[tuple[str, float]]) -> None:
         self.variant.record_soon(samples)
 

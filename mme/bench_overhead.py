@@ -342,8 +342,8 @@ class Row:
     emulator: Measure
     # Lowest and highest throughput ratio to direct over the rounds, per path: how far one round
     # can stray on this machine (the relay's spread is the noise under any comparison).
-    relay_spread: tuple[float, float] = (0.0, 0.0)
-    emulator_spread: tuple[float, float] = (0.0, 0.0)
+    relay_spread: tuple[float, float]
+    emulator_spread: tuple[float, float]
 
 
 def _sum(values: list[float | None]) -> float | None:

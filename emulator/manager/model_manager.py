@@ -305,11 +305,10 @@ class ModelManager:
         finally:
             record.demand -= 1
             self._forget_if_unused(record)
-        if hit:  # the usual case, on the request's way to Triton: recorded off that way
-            self.metrics.record_soon((("ModelCacheHit", 1),))
-        else:
-            self.metrics.record_many((("ModelCacheHit", 0), (
-                "ModelLoadingWaitTime", (time.monotonic() - started) * 1e6)))
+        samples = [("ModelCacheHit", 1.0 if hit else 0.0)]
+        if not hit:
+            samples.append(("ModelLoadingWaitTime", (time.monotonic() - started) * 1e6))
+        self.metrics.record_soon(samples)  # once the request has gone on to Triton
         record.last_used = time.time()
         self.disk.touch(target)
         return Lease(record, hit, record.entry, record.generation)
