@@ -7,6 +7,7 @@ import ctypes
 import random
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -88,3 +89,13 @@ def wait_until(ready: Callable[[], bool], timeout_s: float, *,
             return False
         time.sleep(interval_s)
     return True
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    """SIGTERM (a server then stops what it started, its Triton), SIGKILL past ``timeout_s``."""
+    process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

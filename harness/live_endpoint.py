@@ -8,7 +8,6 @@ package, stays cheap to import.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import urllib.error
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator.processes import bound_socket, die_with_parent, wait_until
+from emulator.processes import bound_socket, die_with_parent, stop_process, wait_until
 
 LOCAL_REGION = "us-east-1"
 DEFAULT_ENDPOINT = "local"
@@ -118,12 +117,7 @@ class EmulatorProcess:
         if process is None:
             return None
         if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, timeout_s)
         self._close_log()
         return process.returncode
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import aiohttp
 
 from emulator.cloudwatch.statistics import percentile
+from emulator.processes import stop_process
 from mme import bench_overhead
 
 
@@ -100,8 +101,7 @@ def run_fleet(args: argparse.Namespace) -> int:
             try:
                 runs.append(asyncio.run(_drive_sequence(name, url, sequence, args.concurrency)))
             finally:
-                server.terminate()  # type: ignore[attr-defined]
-                server.wait(60)  # type: ignore[attr-defined]
+                stop_process(server)  # type: ignore[arg-type]
     print(f"{'endpoint':<28}{'hit ratio':>10}{'loads':>7}{'p50 ms':>9}{'p99 ms':>9}"
           f"{'calls/s':>9}{'errors':>8}")
     for r in runs:

@@ -27,6 +27,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from emulator.processes import stop_process
 from mme.bench_scale import BODY, Server, serve
 
 TARGET = "big.tar.gz"
@@ -68,15 +69,18 @@ class Moto:
                 [str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
                 stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                self.client().list_buckets()
-                return
-            except Exception:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError("moto's S3 server did not start") from None
-                time.sleep(0.2)
+        try:
+            while True:
+                try:
+                    self.client().list_buckets()
+                    return
+                except Exception:
+                    if self.process.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("moto's S3 server did not start") from None
+                    time.sleep(0.2)
+        except BaseException:  # also Ctrl-C or SIGTERM while it starts
+            self.stop()
+            raise
 
     def client(self):  # type: ignore[no-untyped-def]
         import boto3
@@ -85,8 +89,7 @@ class Moto:
                             aws_secret_access_key="testing", region_name="us-east-1")
 
     def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
+        stop_process(self.process, 30)
 
 
 def invoke_seconds(server: Server) -> float:

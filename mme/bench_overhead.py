@@ -37,6 +37,8 @@ from pathlib import Path
 
 import aiohttp
 
+from emulator.processes import stop_process
+
 ENDPOINT = "local"
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 
@@ -286,8 +288,7 @@ def start_serve(args: list[str], timeout_s: float = 180) -> tuple[subprocess.Pop
         if not wait_until(answers, timeout_s, still_starting=still_starting, interval_s=0.1):
             raise RuntimeError(f"mme serve did not answer /ping within {timeout_s:.0f}s")
     except BaseException:  # also Ctrl-C or SIGTERM while it starts: it stops its Triton
-        server.terminate()
-        server.wait(60)
+        stop_process(server)
         raise
     return server, url
 
@@ -330,8 +331,7 @@ def relay_to(direct_url: str) -> Iterator[tuple[str, int]]:
     try:
         yield upstream._replace(netloc=f"127.0.0.1:{port}").geturl(), relay.pid
     finally:
-        relay.terminate()
-        relay.wait(30)
+        stop_process(relay, 30)
 
 
 @dataclass(frozen=True)
@@ -450,8 +450,7 @@ def run_overhead(args: argparse.Namespace) -> int:
             rows = measure(workload, url, driver, concurrencies, args.seconds, args.rounds, work,
                            server.pid)
         finally:
-            server.terminate()
-            server.wait(60)
+            stop_process(server)
     print(table(workload, driver, rows, args.seconds, args.rounds))
     return 0 if all(r.direct.errors == r.relay.errors == r.emulator.errors == 0
                     for r in rows) else 1

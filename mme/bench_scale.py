@@ -50,6 +50,8 @@ from pathlib import Path
 
 import aiohttp
 
+from emulator.processes import stop_process
+
 BODY = json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32",
                                "data": [1, 2, 3, 4]}]}).encode()
 # The server process, with the load waiting for every unload to complete (the old sequencing).
@@ -110,12 +112,7 @@ class Server:
     url: str
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
 
     def rss_mib(self) -> float | None:
         """The emulator process's resident memory (Linux /proc; None elsewhere)."""
@@ -176,16 +173,20 @@ def serve(work: Path, name: str, flags: Sequence[str], sequential: bool = False,
              "--cache-dir", str(work / f"cache-{name}"), "--port", str(port),
              "--log-level", "WARNING", *flags],
             env={**os.environ}, stdout=out, stderr=subprocess.STDOUT)
+    server = Server(process, url)
     deadline = time.monotonic() + 180
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/ping", timeout=1)
-            return Server(process, url)
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"mme serve did not start; see {log}") from None
-            time.sleep(0.1)
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/ping", timeout=1)
+                return server
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"mme serve did not start; see {log}") from None
+                time.sleep(0.1)
+    except BaseException:  # also Ctrl-C or SIGTERM while it starts: it stops its Triton
+        server.stop()
+        raise
 
 
 @dataclass

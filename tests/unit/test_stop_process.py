@@ -1,0 +1,46 @@
+"""``stop_process``: SIGTERM first, so a server stops what it started; SIGKILL if it hangs."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+from emulator.processes import stop_process
+
+# Prints "ready" once its SIGTERM handler is in place, then waits for a signal.
+_CHILD = """
+import signal, sys, time
+def on_term(*_):
+    if sys.argv[1] == "ignore":
+        return
+    print("cleaned up", flush=True)
+    raise SystemExit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def _child(mode: str) -> subprocess.Popen[bytes]:
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, mode], stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+    return child
+
+
+def test_a_process_that_stops_on_sigterm_gets_to_clean_up() -> None:
+    child = _child("clean")
+    stop_process(child, timeout_s=30)
+    assert child.returncode == 0
+    assert child.stdout is not None
+    with child.stdout:
+        assert child.stdout.read() == b"cleaned up\n"
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_timeout() -> None:
+    child = _child("ignore")
+    stop_process(child, timeout_s=0.5)
+    assert child.returncode == -signal.SIGKILL
+    assert child.stdout is not None
+    child.stdout.close()
