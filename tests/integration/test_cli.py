@@ -93,10 +93,13 @@ def _cmdline(pid: int) -> list[str]:
         return []
 
 
-def test_a_benchmark_stopped_by_sigterm_stops_what_it_started() -> None:
+@pytest.mark.parametrize("command", [
+    ["overhead", "--concurrency", "1", "--rounds", "100", "--seconds", "1"],
+    ["scale", "--models", "50", "--skip-miss-cost"],
+], ids=["overhead", "scale"])
+def test_a_benchmark_stopped_by_sigterm_stops_what_it_started(command: list[str]) -> None:
     """A CI timeout or ``kill`` mid-benchmark: no server, relay, Triton or work folder left."""
-    bench = subprocess.Popen([sys.executable, "-m", "mme", "bench", "overhead", "--concurrency",
-                              "1", "--rounds", "100", "--seconds", "1"],
+    bench = subprocess.Popen([sys.executable, "-m", "mme", "bench", *command],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     started: set[int] = set()
     try:
@@ -108,8 +111,9 @@ def test_a_benchmark_stopped_by_sigterm_stops_what_it_started() -> None:
             assert bench.poll() is None and time.monotonic() < deadline, "no Triton started"
             time.sleep(0.05)
         started = _descendants(bench.pid)
-        work = next(arg for p in started for arg in _cmdline(p)
-                    if "mme-bench-overhead-" in arg and arg.endswith("/cache"))
+        serve = next(_cmdline(p) for p in started if "--cache-dir" in _cmdline(p))
+        work = next(folder for folder in Path(serve[serve.index("--cache-dir") + 1]).parents
+                    if folder.name.startswith(f"mme-bench-{command[0]}-"))
         bench.send_signal(signal.SIGTERM)
         assert bench.wait(90) == 128 + signal.SIGTERM
         for pid in started:
@@ -117,7 +121,7 @@ def test_a_benchmark_stopped_by_sigterm_stops_what_it_started() -> None:
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert not _alive(pid), f"{' '.join(_cmdline(pid))} outlived the benchmark"
-        assert not Path(work).parent.exists(), "the benchmark's work folder was left behind"
+        assert not work.exists(), "the benchmark's work folder was left behind"
     finally:
         if bench.poll() is None:
             bench.kill()
