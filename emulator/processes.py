@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
@@ -99,3 +99,14 @@ def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 60) -> Non
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+@contextlib.contextmanager
+def stopped_on_failure(process: subprocess.Popen[bytes], timeout_s: float = 60) -> Iterator[None]:
+    """While a child starts: if waiting for it fails or is interrupted (Ctrl-C, SIGTERM), stop it
+    (``stop_process``) before the error goes on, so nothing it started is left behind."""
+    try:
+        yield
+    except BaseException:
+        stop_process(process, timeout_s)
+        raise

@@ -27,7 +27,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from emulator.processes import stop_process
+from emulator.processes import stop_process, stopped_on_failure
 from mme.bench_scale import BODY, Server, serve
 
 TARGET = "big.tar.gz"
@@ -69,7 +69,7 @@ class Moto:
                 [str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
                 stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
-        try:
+        with stopped_on_failure(self.process, 30):  # also Ctrl-C or SIGTERM while it starts
             while True:
                 try:
                     self.client().list_buckets()
@@ -78,9 +78,6 @@ class Moto:
                     if self.process.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError("moto's S3 server did not start") from None
                     time.sleep(0.2)
-        except BaseException:  # also Ctrl-C or SIGTERM while it starts
-            self.stop()
-            raise
 
     def client(self):  # type: ignore[no-untyped-def]
         import boto3

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import aiohttp
 
-from emulator.processes import stop_process
+from emulator.processes import stop_process, stopped_on_failure
 
 ENDPOINT = "local"
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
@@ -284,12 +284,9 @@ def start_serve(args: list[str], timeout_s: float = 180) -> tuple[subprocess.Pop
         if server.poll() is not None:
             raise RuntimeError(f"mme serve exited with code {server.returncode} while starting")
 
-    try:
+    with stopped_on_failure(server):  # also Ctrl-C or SIGTERM while it starts
         if not wait_until(answers, timeout_s, still_starting=still_starting, interval_s=0.1):
             raise RuntimeError(f"mme serve did not answer /ping within {timeout_s:.0f}s")
-    except BaseException:  # also Ctrl-C or SIGTERM while it starts: it stops its Triton
-        stop_process(server)
-        raise
     return server, url
 
 

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import aiohttp
 
-from emulator.processes import stop_process
+from emulator.processes import stop_process, stopped_on_failure
 
 BODY = json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32",
                                "data": [1, 2, 3, 4]}]}).encode()
@@ -173,20 +173,16 @@ def serve(work: Path, name: str, flags: Sequence[str], sequential: bool = False,
              "--cache-dir", str(work / f"cache-{name}"), "--port", str(port),
              "--log-level", "WARNING", *flags],
             env={**os.environ}, stdout=out, stderr=subprocess.STDOUT)
-    server = Server(process, url)
     deadline = time.monotonic() + 180
-    try:
+    with stopped_on_failure(process):  # also Ctrl-C or SIGTERM while it starts
         while True:
             try:
                 urllib.request.urlopen(f"{url}/ping", timeout=1)
-                return server
+                return Server(process, url)
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"mme serve did not start; see {log}") from None
                 time.sleep(0.1)
-    except BaseException:  # also Ctrl-C or SIGTERM while it starts: it stops its Triton
-        server.stop()
-        raise
 
 
 @dataclass

@@ -6,7 +6,9 @@ import signal
 import subprocess
 import sys
 
-from emulator.processes import stop_process
+import pytest
+
+from emulator.processes import stop_process, stopped_on_failure
 
 # Prints "ready" once its SIGTERM handler is in place, then waits for a signal.
 _CHILD = """
@@ -42,5 +44,25 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_timeout() -> None:
     child = _child("ignore")
     stop_process(child, timeout_s=0.5)
     assert child.returncode == -signal.SIGKILL
+    assert child.stdout is not None
+    child.stdout.close()
+
+
+def test_a_child_whose_start_is_interrupted_is_stopped_and_the_error_goes_on() -> None:
+    child = _child("clean")
+    with pytest.raises(KeyboardInterrupt), stopped_on_failure(child, timeout_s=30):
+        raise KeyboardInterrupt  # Ctrl-C (or SIGTERM's SystemExit) while waiting for it
+    assert child.returncode == 0  # it got SIGTERM and cleaned up
+    assert child.stdout is not None
+    with child.stdout:
+        assert child.stdout.read() == b"cleaned up\n"
+
+
+def test_a_child_that_started_is_left_running() -> None:
+    child = _child("clean")
+    with stopped_on_failure(child):
+        pass
+    assert child.poll() is None
+    stop_process(child, timeout_s=30)
     assert child.stdout is not None
     child.stdout.close()
