@@ -28,6 +28,8 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from emulator.triton.shared_memory import MIN_BODY_BYTES as MIN_SHARED_BODY_BYTES
+
 ENV_PREFIX = "MME_"
 
 _UNITS = {
@@ -208,6 +210,8 @@ class Settings(BaseSettings):
     max_payload_bytes: Annotated[int, BeforeValidator(parse_size),
                                  Flag(default_text="`6MiB`", env_only=True)] = 6 * 1024**2
     """largest request body accepted, as SageMaker's 6 MB invocation limit"""
+    triton_shared_memory: Annotated[Size, Flag(default_text="`64MiB`")] = 64 * 1024**2
+    """embedded: shared memory through which binary request bodies of 256 KiB or more reach Triton without its socket (`0`: every body over HTTP)"""  # noqa: E501
     max_extracted_bytes: Annotated[Size, Flag(default_text="`50GiB`")] = 50 * 1024**3
     """tarballs that expand to more are refused (a gzip-bomb guard; `--disk-budget` also caps it)"""  # noqa: E501
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
@@ -224,6 +228,22 @@ class Settings(BaseSettings):
     def _at_least_one(cls, value: int) -> int:
         if value < 1:
             raise ValueError(f"--instances must be 1 or more, not {value}")
+        return value
+
+    @field_validator("triton_shared_memory", mode="before")
+    @classmethod
+    def _a_region_size(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "unlimited":
+            raise ValueError("--triton-shared-memory needs a size (`64MiB`), or `0` for none")
+        return value
+
+    @field_validator("triton_shared_memory")
+    @classmethod
+    def _room_for_a_body(cls, value: int | None) -> int | None:
+        if value is not None and value < MIN_SHARED_BODY_BYTES:
+            raise ValueError(f"--triton-shared-memory {value} is smaller than the smallest body "
+                             f"that goes through it ({MIN_SHARED_BODY_BYTES >> 10} KiB): give "
+                             "at least 256KiB, or `0` for none")
         return value
 
     @field_validator("log_level", mode="before")

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from emulator.contract import errors, multi_container, triton_guard
+from emulator.triton.shared_memory import KSERVE_HEADER_LENGTH
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
-KSERVE_HEADER_LENGTH = "Inference-Header-Content-Length"
 
 ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
 # botocore: TargetModel is 1-1024 chars, \A\S[\p{Print}]*\z

@@ -230,7 +230,8 @@ class InstanceFactory:
         settings = self.settings
         options = TritonOptions(repository=work_dir / "triton-repo")
         launcher = self.make_launcher(endpoint, variant, options, work_dir, name, container)
-        triton = TritonClient(launcher.http_url if launcher.is_running() else "http://0")
+        triton = TritonClient(launcher.http_url if launcher.is_running() else "http://0",
+                              shared_memory_bytes=settings.triton_shared_memory or 0)
         manager = ModelManager(
             source=source_for(container.model_data, settings.s3_endpoint_url, settings.region),
             cache_dir=work_dir,

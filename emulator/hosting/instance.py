@@ -126,7 +126,7 @@ class Instance:
 
     async def start(self) -> None:
         await self.launcher.start()
-        self.triton.rebind(self.launcher.http_url)
+        self.triton.rebind(self.launcher.http_url, self.launcher.shared_memory_dir)
         if not self.container.is_multi_model:
             # A SingleModel container loads its model at start-up; failing that, it never
             # becomes healthy and CreateEndpoint fails with the reason.
@@ -167,7 +167,7 @@ class Instance:
                 task.cancel()
 
     async def _triton_restarted(self) -> None:
-        self.triton.rebind(self.launcher.http_url)
+        self.triton.rebind(self.launcher.http_url, self.launcher.shared_memory_dir)
         await self.manager.triton_restarted()
 
     # --- the request path -------------------------------------------------------------------
@@ -247,6 +247,7 @@ class Instance:
         return {
             "InstanceId": self.id,
             "TritonUrl": self.launcher.http_url,
+            "SharedMemoryBodies": self.triton.shared_bodies,
             "Draining": self.draining,
             "InFlight": self.in_flight,
             "MemoryBudgetBytes": memory.capacity_bytes,

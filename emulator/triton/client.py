@@ -17,12 +17,15 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 import aiohttp
 import httptools
 import yarl
+
+from emulator.triton import shared_memory
 
 log = logging.getLogger(__name__)
 
@@ -283,23 +286,49 @@ class InferPool:
         self._idle.clear()
 
 
+@dataclass(frozen=True)
+class SharedBody:
+    """A request whose tensor bytes Triton reads from a piece of ``region`` at ``offset``."""
+
+    region: shared_memory.Region
+    offset: int
+    header: bytes  # the JSON Triton is sent instead of the body
+
+
 class TritonClient:
-    def __init__(self, base_url: str, connections: int = 256) -> None:
+    def __init__(self, base_url: str, connections: int = 256,
+                 shared_memory_bytes: int = 0) -> None:
+        """``shared_memory_bytes``: the size of the region through which large bodies reach
+        Triton when it can map our memory (``rebind``'s ``shm_dir``); 0 for none."""
         self.base_url = base_url.rstrip("/")
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
         self._pool: InferPool | None = None
         self._infer_listeners: list[InferListener] = []
+        self._shared_memory_bytes = shared_memory_bytes
+        self._shm_dir: Path | None = None
+        self._region: shared_memory.Region | None = None
+        self._region_tried = False
+        self.shared_bodies = 0  # requests whose tensors reached Triton through shared memory
 
     def add_infer_listener(self, listener: InferListener) -> None:
         self._infer_listeners.append(listener)
 
-    def rebind(self, base_url: str) -> None:
-        """Point at a restarted Triton (new port); keep-alive connections are dropped lazily."""
+    def rebind(self, base_url: str, shm_dir: Path | None = None) -> None:
+        """Point at a (re)started Triton; ``shm_dir`` is its /dev/shm as seen from here, where
+        Triton can map files we write (None: a Triton that cannot, e.g. in a container)."""
         self.base_url = base_url.rstrip("/")
         if self._pool is not None:
             self._pool.close()  # the old address's: that Triton is gone
             self._pool = None
+        self._drop_region()
+        self._shm_dir = shm_dir
+
+    def _drop_region(self) -> None:
+        if self._region is not None:
+            self._region.close()
+            self._region = None
+        self._region_tried = False
 
     def _infer_pool(self) -> InferPool:
         pool = self._pool
@@ -328,6 +357,7 @@ class TritonClient:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        self._drop_region()
         if self._session is not None:
             await self._session.close()
 
@@ -357,12 +387,25 @@ class TritonClient:
                     timeout: float | None) -> TritonResponse:
         """POST /v2/models/{model}/infer; raises asyncio.TimeoutError past ``timeout``."""
         pool = self._infer_pool()
+        shared = None
+        if (len(body) >= shared_memory.MIN_BODY_BYTES and self._shm_dir is not None
+                and shared_memory.KSERVE_HEADER_LENGTH in headers):
+            shared = await self._share(body, headers)
+        if shared is not None:
+            body, headers = shared.header, {"Content-Type": "application/json"}
         try:
             response = await pool.infer(model, body, headers, timeout)
-        except asyncio.TimeoutError:  # an OSError too, since Python 3.11: not unreachable
+        except BaseException as exc:
+            if shared is not None:
+                self._after_no_answer(shared, exc)
+            if isinstance(exc, asyncio.TimeoutError):  # an OSError too: not unreachable
+                raise
+            if isinstance(exc, OSError):  # refused, reset, closed mid-answer (ConnectionError)
+                raise TritonUnreachable(
+                    f"Triton at {self.base_url} is unreachable: {exc}") from exc
             raise
-        except OSError as exc:  # refused, reset, closed mid-answer (ConnectionError)
-            raise TritonUnreachable(f"Triton at {self.base_url} is unreachable: {exc}") from exc
+        if shared is not None:
+            shared.region.give_back(shared.offset)
         if response.status != 200:
             for listener in self._infer_listeners:
                 try:
@@ -370,6 +413,67 @@ class TritonClient:
                 except Exception:  # a listener's bug must not change the answer
                     log.exception("infer listener failed")
         return response
+
+    def _after_no_answer(self, shared: SharedBody, exc: BaseException) -> None:
+        if shared.region is not self._region:
+            return  # Triton was replaced (and the region with it) meanwhile
+        if isinstance(exc, ConnectionRefusedError):
+            shared.region.give_back(shared.offset)  # never sent
+        else:
+            shared.region.keep(shared.offset)  # Triton may have it and still read it
+
+    async def _share(self, body: bytes, headers: Mapping[str, str]) -> SharedBody | None:
+        """The body's tensors written to shared memory, or None to send it over HTTP: no
+        region, none free, or a body Triton might read differently (shared_memory)."""
+        region = self._region or await self._new_region()
+        if region is None:
+            return None
+        header_length = int(headers[shared_memory.KSERVE_HEADER_LENGTH])
+        tensors = memoryview(body)[header_length:]
+        offset = region.lend(len(tensors))
+        if offset is None:
+            return None
+        header = shared_memory.shared_header(body[:header_length], len(tensors), region.name,
+                                             offset)
+        if header is None:
+            region.give_back(offset)
+            return None
+        region.write(offset, tensors)
+        self.shared_bodies += 1
+        return SharedBody(region, offset, header)
+
+    async def _new_region(self) -> shared_memory.Region | None:
+        """Create and register this Triton's region, once (None if it cannot be had)."""
+        shm_dir = self._shm_dir
+        if self._region_tried or not self._shared_memory_bytes or shm_dir is None:
+            return None
+        self._region_tried = True
+        base_url = self.base_url
+        try:
+            region, path = shared_memory.Region.create(shm_dir, self._shared_memory_bytes)
+        except OSError as exc:
+            log.warning("large request bodies go to Triton over HTTP: no shared memory in %s "
+                        "(%s)", shm_dir, exc)
+            return None
+        try:
+            await self._json_call(
+                "POST", f"/v2/systemsharedmemory/region/{region.name}/register",
+                {"key": region.key, "offset": 0, "byte_size": region.size}, timeout=30)
+        except (TritonError, TritonUnreachable, asyncio.TimeoutError) as exc:
+            region.close()
+            log.warning("large request bodies go to Triton over HTTP: Triton did not take the "
+                        "shared-memory region (%s)", exc)
+            return None
+        finally:
+            path.unlink(missing_ok=True)  # both sides have mapped it: gone when both let go
+        if self.base_url != base_url or self._region_tried is False:
+            region.close()  # Triton was replaced meanwhile
+            return None
+        log.info("request bodies of %d KiB and more reach Triton at %s through %d MiB of "
+                 "shared memory", shared_memory.MIN_BODY_BYTES >> 10, base_url,
+                 region.size >> 20)
+        self._region = region
+        return region
 
     async def load(self, model: str, timeout: float | None = None) -> None:
         await self._json_call("POST", f"/v2/repository/models/{model}/load", timeout=timeout)

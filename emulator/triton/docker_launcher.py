@@ -149,6 +149,10 @@ class DockerLauncher(SupervisedLauncher):
         return self.options.repository
 
     @property
+    def shared_memory_dir(self) -> Path | None:
+        return None  # the container's /dev/shm is its own: bodies go over HTTP [U] (docs)
+
+    @property
     def container_name(self) -> str | None:
         return self._container.name if self._container is not None else None
 

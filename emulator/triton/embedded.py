@@ -163,6 +163,13 @@ class EmbeddedLauncher(SupervisedLauncher):
         return self.options.repository
 
     @property
+    def shared_memory_dir(self) -> Path | None:
+        # Triton's own mount namespace (its private /dev/shm, private_shm_wrapper) is reached
+        # through /proc; without the wrapper this is the machine's /dev/shm.
+        pid = self.pid
+        return Path(f"/proc/{pid}/root/dev/shm") if pid and self.is_running() else None
+
+    @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 

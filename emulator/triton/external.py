@@ -65,6 +65,10 @@ class ExternalLauncher:
     def repository(self) -> Path:
         return self._repository
 
+    @property
+    def shared_memory_dir(self) -> Path | None:
+        return None  # a Triton of the user's, perhaps on another machine: bodies go over HTTP
+
     def is_running(self) -> bool:
         return self._alive
 

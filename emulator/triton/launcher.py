@@ -80,6 +80,12 @@ class TritonLauncher(Protocol):
         """The model repository folder on this machine that Triton serves."""
         ...
 
+    @property
+    def shared_memory_dir(self) -> Path | None:
+        """Triton's ``/dev/shm`` as this process reaches it: files made there can be registered
+        with Triton as system shared memory. None where Triton cannot map our memory."""
+        ...
+
     on_restart: RestartCallback | None
 
     async def start(self) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from emulator.http_protocol import CoalescingTransport, EmulatorHttpProtocol
+from emulator.http_protocol import BODY_HIGH_WATER, CoalescingTransport, EmulatorHttpProtocol
 from emulator.processes import bound_socket
 from tests.support import wait_until
 
@@ -82,10 +84,19 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return
     body = b""
     more = True
+    messages = 0
     while more:
         message = await receive()
+        assert type(message.get("body", b"")) is bytes  # as ASGI says, whatever we keep
         body += message.get("body", b"")
         more = message.get("more_body", False)
+        messages += 1
+    if scope["path"] == "/count":
+        answer = b"%d messages, %s" % (messages, hashlib.sha256(body).hexdigest().encode())
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(answer)).encode())]})
+        await send({"type": "http.response.body", "body": answer})
+        return
     if scope["path"] == "/stream":
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"first;", "more_body": True})
@@ -172,3 +183,30 @@ def test_a_complete_response_leaves_before_the_app_goes_on(server: tuple[str, in
         answer_read.set()
         client.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nok")
         assert _read_until(client, b"echo:ok").startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def _count_messages(server: tuple[str, int], body: bytes) -> tuple[int, str]:
+    with _connect(server) as client:
+        client.sendall(b"POST /count HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n"
+                       % len(body))
+        for start in range(0, len(body), 65536):  # as a client's socket writes it
+            client.sendall(body[start:start + 65536])
+        answer = _read_until(client, b"\r\n\r\n")
+        answer += _read_until(client, b"messages, ") if b"messages, " not in answer else b""
+        while len(answer.rsplit(b"messages, ", 1)[1]) < 64:
+            answer += client.recv(65536)
+    count, digest = answer.rsplit(b"\r\n\r\n", 1)[1].split(b" messages, ")
+    return int(count), digest.decode()
+
+
+def test_a_body_in_many_pieces_reaches_the_app_whole_in_one_message(
+        server: tuple[str, int]) -> None:
+    body = os.urandom(5 * 1024 * 1024)  # uvicorn alone: a message per 64 KiB or so
+    assert _count_messages(server, body) == (1, hashlib.sha256(body).hexdigest())
+
+
+def test_a_body_past_the_high_water_mark_comes_in_parts_and_intact(
+        server: tuple[str, int]) -> None:
+    body = os.urandom(BODY_HIGH_WATER + 3 * 1024 * 1024)
+    count, digest = _count_messages(server, body)
+    assert count >= 2 and digest == hashlib.sha256(body).hexdigest()

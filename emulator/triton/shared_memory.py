@@ -1,0 +1,173 @@
+"""Large request bodies reach an embedded Triton through shared memory instead of its socket.
+
+A 5 MiB binary+json body costs the machine a copy into the socket to Triton, one out of it and
+Triton's HTTP frontend gathering the pieces; on two cores that made the emulator's path about
+x0.65 of direct Triton's throughput (``mme bench overhead --workload binary``). Triton's system
+shared memory API takes the tensor bytes from a region both processes map: the emulator copies
+the binary section of the body into the region once and sends Triton a few hundred bytes of
+JSON naming where each input lies.
+
+The answer must be the one Triton gives the body over HTTP, so only bodies whose every binary
+input Triton would take as sent go this way (``shared_header``): a fixed-size datatype and
+``binary_data_size`` equal to its shape's size (Triton does not check that size against the
+shape for shared memory), and binary sizes adding up to the body. Anything else, and BYTES
+tensors, goes over HTTP as it came, so Triton answers it with its own words.
+
+The region (``Region``) is a file in Triton's ``/dev/shm``, which for the embedded launcher is a
+private tmpfs reached through ``/proc/<pid>/root``. It is unlinked as soon as Triton has mapped
+it, so it vanishes with the last of the two mappings, whatever way either process ends. Pieces
+are lent per request and given back when Triton has answered; a piece whose call ended without
+an answer (a timeout, a lost connection) may still be read by Triton and is never lent again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import logging
+import math
+import mmap
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Bodies smaller than this go over HTTP: below it the JSON rewrite costs about what the socket
+# copies it saves.
+MIN_BODY_BYTES = 256 * 1024
+# Where each piece starts: a cache line, so tensors are as aligned as Triton's own buffers.
+ALIGNMENT = 64
+REGION_NAME = "mme-request-bodies"
+# KServe's header for the length of a binary body's JSON part.
+KSERVE_HEADER_LENGTH = "Inference-Header-Content-Length"
+
+# Bytes per element of KServe's fixed-size datatypes (BYTES tensors are length-prefixed).
+ELEMENT_BYTES = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2,
+                 "BF16": 2, "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8,
+                 "FP64": 8}
+
+_keys = itertools.count(1)
+
+
+def shared_header(header: bytes, binary_bytes: int, region: str, offset: int) -> bytes | None:
+    """The KServe JSON ``header`` with its binary inputs read from ``region`` at ``offset`` on,
+    in order, or None when Triton could read the body differently over HTTP.
+
+    ``binary_bytes`` is the length of the body after the header.
+    """
+    try:
+        request = json.loads(header)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+        return None
+    position = 0
+    for tensor in request["inputs"]:
+        if not isinstance(tensor, dict):
+            return None
+        parameters = tensor.get("parameters", {})
+        if not isinstance(parameters, dict) or any(key.startswith("shared_memory_")
+                                                   for key in parameters):
+            return None  # malformed, or the client's own region: Triton's to answer
+        if "binary_data_size" not in parameters:
+            continue  # a JSON input
+        size = _binary_size(tensor, parameters)
+        if size is None:
+            return None
+        rest = {key: value for key, value in parameters.items() if key != "binary_data_size"}
+        tensor["parameters"] = {**rest, "shared_memory_region": region,
+                                "shared_memory_byte_size": size,
+                                "shared_memory_offset": offset + position}
+        position += size
+    if position == 0 or position != binary_bytes:
+        return None
+    return json.dumps(request, separators=(",", ":")).encode()
+
+
+def _binary_size(tensor: dict[str, Any], parameters: dict[str, Any]) -> int | None:
+    """The input's ``binary_data_size`` if it is exactly what its datatype and shape take."""
+    size = parameters["binary_data_size"]
+    element = ELEMENT_BYTES.get(tensor.get("datatype"))  # type: ignore[arg-type]
+    shape = tensor.get("shape")
+    if element is None or "data" in tensor or not isinstance(shape, list):
+        return None
+    if not all(type(dim) is int and dim >= 0 for dim in shape):
+        return None
+    if type(size) is not int or size != math.prod(shape) * element:
+        return None
+    return size
+
+
+class Region:
+    """One shared-memory region registered with a Triton, lent out in pieces."""
+
+    def __init__(self, memory: mmap.mmap, key: str) -> None:
+        self.name = REGION_NAME
+        self.key = key  # Triton's name for the file (shm_open's), until it is unlinked
+        self.size = len(memory)
+        self._memory = memory
+        self._free: list[tuple[int, int]] = [(0, self.size)]  # (start, length), by start
+        self._lent: dict[int, int] = {}
+        self.lost_bytes = 0
+
+    @classmethod
+    def create(cls, shm_dir: Path, size: int) -> tuple[Region, Path]:
+        """A new region of ``size`` bytes in ``shm_dir`` (Triton's /dev/shm) and its file,
+        to be registered with Triton under ``region.key`` and then unlinked."""
+        name = f"mme-bodies-{os.getpid()}-{next(_keys)}"
+        path = shm_dir / name
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            memory = mmap.mmap(fd, size)
+        except BaseException:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+        return cls(memory, f"/{name}"), path
+
+    def lend(self, length: int) -> int | None:
+        """The offset of ``length`` free bytes now the caller's, or None if none are free."""
+        need = -(-length // ALIGNMENT) * ALIGNMENT or ALIGNMENT
+        for index, (start, free) in enumerate(self._free):
+            if free >= need:
+                if free == need:
+                    del self._free[index]
+                else:
+                    self._free[index] = (start + need, free - need)
+                self._lent[start] = need
+                return start
+        return None
+
+    def give_back(self, offset: int) -> None:
+        """Triton has answered the call that used the piece at ``offset``: lend it again."""
+        length = self._lent.pop(offset)
+        index = bisect.bisect(self._free, (offset, length))
+        if index < len(self._free) and self._free[index][0] == offset + length:
+            length += self._free.pop(index)[1]  # joins the free piece after it
+        if index and sum(self._free[index - 1]) == offset:
+            start, before = self._free[index - 1]
+            self._free[index - 1] = (start, before + length)  # joins the free piece before it
+        else:
+            self._free.insert(index, (offset, length))
+
+    def keep(self, offset: int) -> None:
+        """The call using ``offset`` ended without Triton's answer: Triton may still read it."""
+        length = self._lent.pop(offset)
+        self.lost_bytes += length
+        log.info("a %d-byte piece of Triton's request-body shared memory stays reserved: its "
+                 "call ended before Triton answered (%d bytes so reserved)",
+                 length, self.lost_bytes)
+
+    def write(self, offset: int, data: memoryview) -> None:
+        self._memory[offset:offset + len(data)] = data
+
+    @property
+    def free_bytes(self) -> int:
+        return sum(length for _start, length in self._free)
+
+    def close(self) -> None:
+        self._memory.close()

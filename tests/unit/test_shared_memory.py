@@ -1,0 +1,121 @@
+"""Which bodies go to Triton through shared memory, how their JSON is rewritten, and the region's
+lending of pieces (emulator.triton.shared_memory)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from emulator.triton.shared_memory import ALIGNMENT, REGION_NAME, Region, shared_header
+
+
+def header(*inputs: dict[str, object], **top: object) -> bytes:
+    return json.dumps({"inputs": list(inputs), **top}).encode()
+
+
+def binary(name: str, shape: list[int], datatype: str = "FP32", size: int | None = None,
+           **parameters: object) -> dict[str, object]:
+    element = {"FP32": 4, "FP16": 2, "INT64": 8, "UINT8": 1}.get(datatype, 4)
+    if size is None:
+        size = element * (shape[0] * shape[1] if len(shape) == 2 else shape[0])
+    return {"name": name, "shape": shape, "datatype": datatype,
+            "parameters": {"binary_data_size": size, **parameters}}
+
+
+def test_binary_inputs_are_read_from_the_region_one_after_the_other() -> None:
+    text = header(binary("A", [2, 3]), {"name": "B", "shape": [1], "datatype": "INT32",
+                                        "data": [7]},
+                  binary("C", [5], "FP16", tag="kept"),
+                  outputs=[{"name": "Y", "parameters": {"binary_data": True}}], id="r1")
+
+    rewritten = json.loads(shared_header(text, 24 + 10, REGION_NAME, 4096) or b"null")
+
+    a, b, c = rewritten["inputs"]
+    assert a["parameters"] == {"shared_memory_region": REGION_NAME,
+                               "shared_memory_byte_size": 24, "shared_memory_offset": 4096}
+    assert b == {"name": "B", "shape": [1], "datatype": "INT32", "data": [7]}
+    assert c["parameters"] == {"tag": "kept", "shared_memory_region": REGION_NAME,
+                               "shared_memory_byte_size": 10, "shared_memory_offset": 4120}
+    assert rewritten["outputs"] == [{"name": "Y", "parameters": {"binary_data": True}}]
+    assert rewritten["id"] == "r1"
+
+
+@pytest.mark.parametrize("text, binary_bytes", [
+    # Triton checks these over HTTP and not for shared memory, or answers them its own way:
+    pytest.param(header(binary("X", [10], size=36)), 36, id="size-not-the-shapes"),
+    pytest.param(header(binary("X", [10])), 44, id="bytes-left-over"),
+    pytest.param(header(binary("X", [10])), 36, id="bytes-missing"),
+    pytest.param(header(binary("S", [2], "BYTES", size=20)), 20, id="bytes-datatype"),
+    pytest.param(header(binary("X", [2], "FP31", size=8)), 8, id="unknown-datatype"),
+    pytest.param(header({**binary("X", [2]), "data": [1, 2]}), 8, id="data-and-binary"),
+    pytest.param(header({**binary("X", [2]), "shape": [2.0]}), 8, id="float-dimension"),
+    pytest.param(header({**binary("X", [2]), "shape": [-1, 2]}), 8, id="negative-dimension"),
+    pytest.param(header(binary("X", [2], shared_memory_region="theirs")), 8,
+                 id="client-region"),
+    pytest.param(header({"name": "X", "shape": [2], "datatype": "FP32", "parameters": [1]}), 0,
+                 id="parameters-not-an-object"),
+    pytest.param(header({"name": "X", "shape": [1], "datatype": "FP32", "data": [1]}), 0,
+                 id="no-binary-input"),
+    pytest.param(b'{"inputs": [', 8, id="not-json"),
+    pytest.param(b'\xff\xfe', 8, id="not-utf8"),
+    pytest.param(b'[1, 2]', 8, id="not-an-object"),
+])
+def test_a_body_triton_might_read_otherwise_goes_over_http(text: bytes,
+                                                           binary_bytes: int) -> None:
+    assert shared_header(text, binary_bytes, REGION_NAME, 0) is None
+
+
+@pytest.fixture
+def region(tmp_path: Path) -> Region:
+    made, path = Region.create(tmp_path, 16 * ALIGNMENT)
+    path.unlink()
+    return made
+
+
+def test_pieces_are_aligned_and_lent_once_until_given_back(region: Region) -> None:
+    first = region.lend(1)
+    second = region.lend(ALIGNMENT + 1)
+    assert (first, second) == (0, ALIGNMENT)
+    assert region.lend(14 * ALIGNMENT) is None  # 13 left
+    region.give_back(first)
+    assert region.lend(ALIGNMENT) == 0
+
+
+def test_given_back_pieces_join_their_free_neighbours(region: Region) -> None:
+    pieces = [region.lend(4 * ALIGNMENT) for _ in range(4)]
+    assert region.lend(1) is None
+    for index in (0, 2, 1, 3):  # freed out of order: the holes must merge into one
+        region.give_back(pieces[index])  # type: ignore[arg-type]
+    assert region.free_bytes == region.size
+    assert region.lend(16 * ALIGNMENT) == 0
+
+
+def test_a_piece_triton_may_still_read_is_never_lent_again(region: Region) -> None:
+    kept = region.lend(8 * ALIGNMENT)
+    region.keep(kept)  # type: ignore[arg-type]
+    assert region.lost_bytes == 8 * ALIGNMENT
+    assert region.lend(9 * ALIGNMENT) is None
+    assert region.lend(8 * ALIGNMENT) == 8 * ALIGNMENT
+
+
+def test_what_is_written_lands_where_the_piece_is(tmp_path: Path) -> None:
+    made, path = Region.create(tmp_path, 4096)
+    try:
+        offset = made.lend(5)
+        assert offset is not None
+        made.write(offset, memoryview(b"hello"))
+        with open(path, "rb") as other_mapping:  # what Triton maps
+            other_mapping.seek(offset)
+            assert other_mapping.read(5) == b"hello"
+    finally:
+        path.unlink()
+        made.close()
+
+
+def test_a_region_that_cannot_be_made_leaves_no_file(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        Region.create(tmp_path, -1)
+    assert os.listdir(tmp_path) == []
