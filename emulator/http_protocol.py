@@ -14,7 +14,8 @@ Bodies: uvicorn appends each piece httptools hands it to a bytearray, stops read
 until the app asks for the body, and gives the app ``bytes(bytearray)``: a 5 MiB InvokeEndpoint
 body took some eighty pauses and wake-ups and three copies before our code saw it. Here pieces
 are kept as they come (``GatheredBody``) up to ``BODY_HIGH_WATER``, more than SageMaker's 6 MB
-payload, and the app is woken once, with the body joined, when it is complete.
+payload, and the app is woken once, with the body joined, when it is complete (a chunked body,
+whose length nobody declared, still wakes it for each piece).
 
 ``mme bench overhead`` measures it (the emulator's CPU per call).
 """
@@ -91,11 +92,12 @@ class GatheredBody:
     one (a bytearray, which ``on_body`` replaces with one of these).
     """
 
-    __slots__ = ("_pieces", "_size")
+    __slots__ = ("_pieces", "_size", "sized")
 
-    def __init__(self) -> None:
+    def __init__(self, sized: bool) -> None:
         self._pieces: list[bytes] = []
         self._size = 0
+        self.sized = sized  # the request declared its length (else: chunked)
 
     def append(self, piece: bytes) -> None:
         self._pieces.append(piece)
@@ -124,7 +126,7 @@ class EmulatorHttpProtocol(HttpToolsProtocol):
             return
         gathered = cycle.body
         if type(gathered) is not GatheredBody:
-            gathered = GatheredBody()
+            gathered = GatheredBody(any(name == b"content-length" for name, _ in self.headers))
             if cycle.body:
                 gathered.append(bytes(cycle.body))
             cycle.body = gathered  # type: ignore[assignment]
@@ -132,8 +134,13 @@ class EmulatorHttpProtocol(HttpToolsProtocol):
         if len(gathered) > BODY_HIGH_WATER:
             self.flow.pause_reading()
             cycle.message_event.set()
+        elif not gathered.sized:
+            # A chunked body may never end: the app sees each piece, so that it can refuse
+            # one that grows past its limit.
+            cycle.message_event.set()
         # Else the app is woken when the body is complete (on_message_complete): it gets the
-        # body in one piece, not a piece per read from the socket.
+        # body in one piece, not a piece per read from the socket. (A declared length over
+        # the app's limit is refused before the body is read.)
 
     def on_response_complete(self) -> None:
         self._coalescing.flush()  # nothing more to join it with

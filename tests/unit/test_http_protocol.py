@@ -82,6 +82,13 @@ answer_read = threading.Event()
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
+    if scope["path"] == "/first-piece":  # answers without waiting for the rest of the body
+        first = await receive()
+        answer = b"first piece: %d" % len(first["body"])
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(answer)).encode())]})
+        await send({"type": "http.response.body", "body": answer})
+        return
     body = b""
     more = True
     messages = 0
@@ -210,3 +217,11 @@ def test_a_body_past_the_high_water_mark_comes_in_parts_and_intact(
     body = os.urandom(BODY_HIGH_WATER + 3 * 1024 * 1024)
     count, digest = _count_messages(server, body)
     assert count >= 2 and digest == hashlib.sha256(body).hexdigest()
+
+
+def test_a_chunked_body_wakes_the_app_before_it_ends(server: tuple[str, int]) -> None:
+    """Nobody declared its length, so it may never end: the app must see what has come."""
+    with _connect(server) as client:
+        client.sendall(b"POST /first-piece HTTP/1.1\r\nHost: t\r\n"
+                       b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        assert _read_until(client, b"first piece: 5").startswith(b"HTTP/1.1 200 OK\r\n")
