@@ -124,8 +124,10 @@ class EmulatorHttpProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
             return
-        gathered = cycle.body
-        if type(gathered) is not GatheredBody:
+        kept: object = cycle.body  # uvicorn's fresh bytearray, or what we put there
+        if isinstance(kept, GatheredBody):
+            gathered = kept
+        else:
             gathered = GatheredBody(any(name == b"content-length" for name, _ in self.headers))
             if cycle.body:
                 gathered.append(bytes(cycle.body))
