@@ -418,6 +418,14 @@ def table(workload: Workload, driver: str, rows: list[Row], seconds: float,
     return "\n".join(lines)
 
 
+def _shared_memory_bodies(url: str) -> int:
+    """How many calls' bodies went to Triton through shared memory (``mme serve``'s count)."""
+    with urllib.request.urlopen(f"{url}/_emulator/models", timeout=30) as resp:
+        endpoint = json.loads(resp.read())["Endpoints"][ENDPOINT]
+    return sum(int(instance.get("SharedMemoryBodies", 0))
+               for variant in endpoint["Variants"].values() for instance in variant["Instances"])
+
+
 def _per_call(m: Measure) -> str:
     def ms(cpu: float | None) -> str:
         return "-" if cpu is None or not m.requests else f"{cpu / m.requests * 1e3:.3f}"
@@ -446,9 +454,12 @@ def run_overhead(args: argparse.Namespace) -> int:
             _invoke_once(url, workload)  # load the model: cold start is not what is measured
             rows = measure(workload, url, driver, concurrencies, args.seconds, args.rounds, work,
                            server.pid)
+            shared = _shared_memory_bodies(url)
         finally:
             stop_process(server)
     print(table(workload, driver, rows, args.seconds, args.rounds))
+    print(f"emulator calls whose tensors reached Triton through shared memory: {shared}"
+          + ("" if shared else " (all over HTTP)"))
     return 0 if all(r.direct.errors == r.relay.errors == r.emulator.errors == 0
                     for r in rows) else 1
 

@@ -38,3 +38,13 @@ def test_every_path_at_each_concurrency_without_errors(driver: str) -> None:
         assert own_cpu != "-" and triton_cpu != "-"  # the relay and the embedded Triton too
     ratios = re.findall(r"throughput x([\d.]+)", out)
     assert len(ratios) == 4 and all(float(r) > 0 for r in ratios)
+    assert "through shared memory: 0 (all over HTTP)" in out  # a small JSON body
+
+
+def test_a_large_binary_body_is_measured_through_shared_memory() -> None:
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (make wrk)")
+    out = _bench("--workload", "binary", "--concurrency", "1")
+    assert [r[1] for r in ROW.findall(out)] == ["direct", "relay", "emulator"]
+    shared = re.search(r"through shared memory: (\d+)", out)
+    assert shared is not None and int(shared.group(1)) > 0, out
