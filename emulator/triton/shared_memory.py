@@ -23,6 +23,7 @@ an answer (a timeout, a lost connection) may still be read by Triton and is neve
 from __future__ import annotations
 
 import bisect
+import errno
 import itertools
 import json
 import logging
@@ -115,12 +116,20 @@ class Region:
     @classmethod
     def create(cls, shm_dir: Path, size: int) -> tuple[Region, Path]:
         """A new region of ``size`` bytes in ``shm_dir`` (Triton's /dev/shm) and its file,
-        to be registered with Triton under ``region.key`` and then unlinked."""
+        to be registered with Triton under ``region.key`` and then unlinked.
+
+        The pages are allocated now: a write to a page a full tmpfs cannot give is a SIGBUS,
+        which would end the emulator. Where the tmpfs has less than twice ``size`` free (a
+        container's 64 MiB /dev/shm), no region is made: Triton's Python backend needs room there.
+        """
+        free = os.statvfs(shm_dir)
+        if free.f_bavail * free.f_frsize < 2 * size:
+            raise OSError(errno.ENOSPC, f"less than {2 * size >> 20} MiB free in {shm_dir}")
         name = f"mme-bodies-{os.getpid()}-{next(_keys)}"
         path = shm_dir / name
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.ftruncate(fd, size)
+            os.posix_fallocate(fd, 0, size)
             memory = mmap.mmap(fd, size)
         except BaseException:
             os.unlink(path)

@@ -115,7 +115,24 @@ def test_what_is_written_lands_where_the_piece_is(tmp_path: Path) -> None:
         made.close()
 
 
+def test_a_regions_pages_are_allocated_when_it_is_made(tmp_path: Path) -> None:
+    """Else a write to a page a full tmpfs cannot give would be a SIGBUS."""
+    made, path = Region.create(tmp_path, 1 << 20)
+    try:
+        assert path.stat().st_blocks * 512 >= 1 << 20
+    finally:
+        path.unlink()
+        made.close()
+
+
+def test_no_region_where_the_folder_has_not_twice_its_room(tmp_path: Path) -> None:
+    room = os.statvfs(tmp_path)
+    with pytest.raises(OSError, match="MiB free"):
+        Region.create(tmp_path, room.f_bavail * room.f_frsize // 2 + 4096)
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_region_that_cannot_be_made_leaves_no_file(tmp_path: Path) -> None:
     with pytest.raises(OSError):
-        Region.create(tmp_path, -1)
+        Region.create(tmp_path, 0)
     assert os.listdir(tmp_path) == []
