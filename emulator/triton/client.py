@@ -395,17 +395,13 @@ class TritonClient:
             body, headers = shared.header, {"Content-Type": "application/json"}
         try:
             response = await pool.infer(model, body, headers, timeout)
-        except BaseException as exc:
-            if shared is not None:
-                self._after_no_answer(shared, exc)
-            if isinstance(exc, asyncio.TimeoutError):  # an OSError too: not unreachable
-                raise
-            if isinstance(exc, OSError):  # refused, reset, closed mid-answer (ConnectionError)
-                raise TritonUnreachable(
-                    f"Triton at {self.base_url} is unreachable: {exc}") from exc
+        except asyncio.TimeoutError:  # an OSError too, since Python 3.11: not unreachable
             raise
-        if shared is not None:
-            shared.region.give_back(shared.offset)
+        except OSError as exc:  # refused, reset, closed mid-answer (ConnectionError)
+            raise TritonUnreachable(f"Triton at {self.base_url} is unreachable: {exc}") from exc
+        finally:
+            if shared is not None:
+                shared.region.give_back(shared.offset)
         if response.status != 200:
             for listener in self._infer_listeners:
                 try:
@@ -413,14 +409,6 @@ class TritonClient:
                 except Exception:  # a listener's bug must not change the answer
                     log.exception("infer listener failed")
         return response
-
-    def _after_no_answer(self, shared: SharedBody, exc: BaseException) -> None:
-        if shared.region is not self._region:
-            return  # Triton was replaced (and the region with it) meanwhile
-        if isinstance(exc, ConnectionRefusedError):
-            shared.region.give_back(shared.offset)  # never sent
-        else:
-            shared.region.keep(shared.offset)  # Triton may have it and still read it
 
     async def _share(self, body: bytes, headers: Mapping[str, str]) -> SharedBody | None:
         """The body's tensors written to shared memory, or None to send it over HTTP: no

@@ -16,8 +16,10 @@ tensors, goes over HTTP as it came, so Triton answers it with its own words.
 The region (``Region``) is a file in Triton's ``/dev/shm``, which for the embedded launcher is a
 private tmpfs reached through ``/proc/<pid>/root``. It is unlinked as soon as Triton has mapped
 it, so it vanishes with the last of the two mappings, whatever way either process ends. Pieces
-are lent per request and given back when Triton has answered; a piece whose call ended without
-an answer (a timeout, a lost connection) may still be read by Triton and is never lent again.
+are lent per request and given back when the call ends, answered or not: after a timeout Triton
+may still read a piece that is by then another request's, but Triton only reads inputs, so the
+other request's bytes stay intact and only the abandoned call, whose answer nobody receives,
+computes on them.
 """
 
 from __future__ import annotations
@@ -111,7 +113,6 @@ class Region:
         self._memory = memory
         self._free: list[tuple[int, int]] = [(0, self.size)]  # (start, length), by start
         self._lent: dict[int, int] = {}
-        self.lost_bytes = 0
 
     @classmethod
     def create(cls, shm_dir: Path, size: int) -> tuple[Region, Path]:
@@ -152,7 +153,7 @@ class Region:
         return None
 
     def give_back(self, offset: int) -> None:
-        """Triton has answered the call that used the piece at ``offset``: lend it again."""
+        """The call that used the piece at ``offset`` has ended: lend it again."""
         length = self._lent.pop(offset)
         index = bisect.bisect(self._free, (offset, length))
         if index < len(self._free) and self._free[index][0] == offset + length:
@@ -162,14 +163,6 @@ class Region:
             self._free[index - 1] = (start, before + length)  # joins the free piece before it
         else:
             self._free.insert(index, (offset, length))
-
-    def keep(self, offset: int) -> None:
-        """The call using ``offset`` ended without Triton's answer: Triton may still read it."""
-        length = self._lent.pop(offset)
-        self.lost_bytes += length
-        log.info("a %d-byte piece of Triton's request-body shared memory stays reserved: its "
-                 "call ended before Triton answered (%d bytes so reserved)",
-                 length, self.lost_bytes)
 
     def write(self, offset: int, data: memoryview) -> None:
         self._memory[offset:offset + len(data)] = data

@@ -7,8 +7,11 @@ chunked answers, headers in any case, a connection closed mid-answer, a timeout,
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -320,3 +323,50 @@ def test_calls_past_the_connection_limit_wait_for_a_slot_within_their_timeout() 
 
     assert asyncio.run(main()) == [b"ok", b"ok"]
     assert connections == 1
+
+
+def test_a_large_body_goes_as_a_header_and_its_piece_is_lent_again_after_a_timeout(
+        tmp_path: Path) -> None:
+    """After a timeout Triton may still read the piece, but only reads: the next request may
+    have it (and must, in a region that holds one body)."""
+    infers: list[dict[str, Any]] = []
+    release = asyncio.Event()
+
+    async def triton(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                request_line, _headers, body = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            if b"/infer" in request_line:
+                infers.append(json.loads(body))
+                if len(infers) == 1:
+                    await release.wait()  # the first call is not answered in time
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+
+    header = json.dumps({"inputs": [{"name": "X", "shape": [100_000], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": 400_000}}]}).encode()
+    body = header + bytes(400_000)
+    headers = {"Content-Type": "application/octet-stream",
+               "Inference-Header-Content-Length": str(len(header))}
+
+    async def main() -> None:
+        server, url = await serve(triton)
+        client = TritonClient(url, shared_memory_bytes=512 * 1024)
+        client.rebind(url, tmp_path)
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                await client.infer("m", body, headers, 0.2)
+            release.set()
+            assert (await client.infer("m", body, headers, 5)).status == 200
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
+    pieces = [call["inputs"][0]["parameters"] for call in infers]
+    assert pieces == [{"shared_memory_region": "mme-request-bodies",
+                       "shared_memory_byte_size": 400_000, "shared_memory_offset": 0}] * 2
+    assert list(tmp_path.iterdir()) == []  # the region's file, unlinked once registered

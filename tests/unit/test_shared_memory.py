@@ -93,14 +93,6 @@ def test_given_back_pieces_join_their_free_neighbours(region: Region) -> None:
     assert region.lend(16 * ALIGNMENT) == 0
 
 
-def test_a_piece_triton_may_still_read_is_never_lent_again(region: Region) -> None:
-    kept = region.lend(8 * ALIGNMENT)
-    region.keep(kept)  # type: ignore[arg-type]
-    assert region.lost_bytes == 8 * ALIGNMENT
-    assert region.lend(9 * ALIGNMENT) is None
-    assert region.lend(8 * ALIGNMENT) == 8 * ALIGNMENT
-
-
 def test_what_is_written_lands_where_the_piece_is(tmp_path: Path) -> None:
     made, path = Region.create(tmp_path, 4096)
     try:
