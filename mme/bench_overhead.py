@@ -11,7 +11,8 @@ process (which then competes with both servers for the CPU and hides part of the
 
 Workloads (``--workload``):
   trivial   the trivial Python model, a 1x4 FP32 JSON body (the emulator's overhead alone)
-  binary    5 MiB of FP32 in a binary+json body to a model that sums it (the cost of the bytes)
+  binary    5 MiB of FP32 in a binary+json body to a model that sums it (the cost of the bytes;
+            the emulator passes them to Triton through shared memory, the other paths cannot)
   text      the bundled text ensemble, 2 sentences in, 2x384 FP32 out as JSON (built first)
 """
 

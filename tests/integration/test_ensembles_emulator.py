@@ -169,6 +169,36 @@ def test_image_seeds_json_and_binary_match_in_process(emulator: Any,
         assert np.abs(invoke_image_binary(client, image)[0] - expected).max() <= 1e-4
 
 
+def _photo(width: int, height: int) -> bytes:
+    """A JPEG the size of a camera's (noise does not compress): hundreds of KB."""
+    import io
+
+    from PIL import Image
+
+    pixels = np.random.default_rng(7).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=95)
+    return buffer.getvalue()
+
+
+def test_a_photo_sized_image_is_classified_as_in_process(emulator: Any, repos: dict[str, Path],
+                                                         triton_launcher: TritonLauncher) -> None:
+    """Over 256 KiB: on the embedded launcher its bytes reach the ensemble through shared
+    memory (DALI reads them from there); on the docker launcher over HTTP."""
+    photo = _photo(1200, 900)
+    assert len(photo) > 256 * 1024
+    described = requests.get(f"{emulator.url}/_emulator/models", timeout=30).json()
+    instance = described["Endpoints"]["local"]["Variants"]["AllTraffic"]["Instances"][0]
+    before = instance["SharedMemoryBodies"]
+
+    got = invoke_image_binary(runtime_client(emulator.url), photo)
+
+    assert np.abs(got[0] - in_process_reference(repos["image"], [photo])[0]).max() <= 1e-4
+    described = requests.get(f"{emulator.url}/_emulator/models", timeout=30).json()
+    instance = described["Endpoints"]["local"]["Variants"]["AllTraffic"]["Instances"][0]
+    assert instance["SharedMemoryBodies"] == before + (triton_launcher.name == "embedded")
+
+
 # --- the seeds' headline scenario -------------------------------------------------------------
 
 def _alternate(client: Any, rounds: int, want_text: np.ndarray, want_image: np.ndarray) -> None:
