@@ -136,6 +136,7 @@ class DockerLauncher(SupervisedLauncher):
         self._staged_shims: Path | None = None
         self._image_labels: dict[str, str] = {}
         self._host_port = 0
+        self._container_pid: int | None = None  # on this machine, as the engine reports it
         self._container: Container | None = None
         self._alive = False
 
@@ -150,7 +151,16 @@ class DockerLauncher(SupervisedLauncher):
 
     @property
     def shared_memory_dir(self) -> Path | None:
-        return None  # the container's /dev/shm is its own: bodies go over HTTP [U] (docs)
+        # The container's own /dev/shm, reached through its process on this machine: only
+        # where the engine runs here (its socket) and this process may look into the
+        # container (root, for a rootful engine's containers). Else bodies go over HTTP.
+        pid = self._container_pid
+        if not pid or not self._alive or self._client is None:
+            return None
+        if not str(self._client.api.base_url).startswith("http+docker://"):
+            return None  # an engine over TCP: its process ids are another machine's
+        folder = Path(f"/proc/{pid}/root/dev/shm")
+        return folder if os.access(folder, os.W_OK) else None
 
     @property
     def container_name(self) -> str | None:
@@ -274,6 +284,7 @@ class DockerLauncher(SupervisedLauncher):
             raise LauncherError(f"tritonserver in {self.image} exited with code {code} at "
                                 "once:\n" + _excerpt(logs))
         self._host_port = int(bindings[0]["HostPort"])
+        self._container_pid = container.attrs.get("State", {}).get("Pid") or None
         return container
 
     def _log_line(self, prefix: str, line: str) -> None:

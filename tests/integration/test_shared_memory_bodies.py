@@ -24,6 +24,7 @@ from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from tests.client_support import runtime_client
 from tests.fault_support import SHM, get_json, instance_of
+from tests.launcher_support import TritonLauncher
 from tests.support import package, wait_until
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
@@ -166,6 +167,22 @@ def test_a_large_binary_body_goes_through_shared_memory_with_the_answer_triton_g
     status, regions = direct(server, "/v2/systemsharedmemory/status")
     assert status == 200 and [r["name"] for r in json.loads(regions)] == ["mme-request-bodies"]
     assert region_files(server) == []  # unlinked once Triton mapped it: nothing to leave behind
+
+
+def test_on_each_launcher_a_large_body_reaches_triton_through_its_shared_memory(
+        start_emulator: Any, triton_launcher: TritonLauncher, tmp_path: Path) -> None:
+    """Docker: the container's own /dev/shm, reached as root through its process."""
+    server = start_emulator(model_data=str(_store(tmp_path)))
+    rt = runtime_client(server.url)
+    body, content_type, expected = stats_request(*LARGE, 4)
+
+    assert invoke(rt, body, content_type) == expected
+
+    through = triton_launcher.name == "embedded" or os.geteuid() == 0
+    assert shared_bodies(server) == int(through)
+    status, regions = direct(server, "/v2/systemsharedmemory/status")
+    assert [r["name"] for r in json.loads(regions)] == (["mme-request-bodies"] if through else [])
+    assert region_files(server) == []
 
 
 @pytest.mark.parametrize("a_datatype, a_shape, through_shared_memory", [
