@@ -438,7 +438,9 @@ class TritonClient:
         self._region_tried = True
         base_url = self.base_url
         try:
-            region, path = shared_memory.Region.create(shm_dir, self._shared_memory_bytes)
+            # In a thread: allocating the pages takes some milliseconds, other calls go on.
+            region, path = await asyncio.to_thread(shared_memory.Region.create, shm_dir,
+                                                   self._shared_memory_bytes)
         except OSError as exc:
             log.warning("large request bodies go to Triton over HTTP: no shared memory in %s "
                         "(%s)", shm_dir, exc)
