@@ -1,4 +1,4 @@
-"""Large request bodies reach an embedded Triton through shared memory instead of its socket.
+"""Large request bodies reach Triton through shared memory instead of its socket.
 
 A 5 MiB binary+json body costs the machine a copy into the socket to Triton, one out of it and
 Triton's HTTP frontend gathering the pieces; on two cores that made the emulator's path about
@@ -13,8 +13,9 @@ input Triton would take as sent go this way (``shared_header``): a fixed-size da
 shape for shared memory), and binary sizes adding up to the body. Anything else, and BYTES
 tensors, goes over HTTP as it came, so Triton answers it with its own words.
 
-The region (``Region``) is a file in Triton's ``/dev/shm``, which for the embedded launcher is a
-private tmpfs reached through ``/proc/<pid>/root``. It is unlinked as soon as Triton has mapped
+The region (``Region``) is a file in Triton's ``/dev/shm``, reached through ``/proc/<pid>/root``:
+the embedded launcher's private tmpfs, or a local container's own (the launchers' property
+``shared_memory_dir``). It is unlinked as soon as Triton has mapped
 it, so it vanishes with the last of the two mappings, whatever way either process ends. Pieces
 are lent per request and given back when the call ends, answered or not: after a timeout Triton
 may still read a piece that is by then another request's, but Triton only reads inputs, so the
@@ -37,8 +38,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# Bodies smaller than this go over HTTP: below it the JSON rewrite costs about what the socket
-# copies it saves.
+# Bodies smaller than this go over HTTP: the JSON rewrite and the lending cost some tens of
+# microseconds, more than a small body's copies through the socket (not measured at the edge).
 MIN_BODY_BYTES = 256 * 1024
 # Where each piece starts: a cache line, so tensors are as aligned as Triton's own buffers.
 ALIGNMENT = 64
