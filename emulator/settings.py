@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -246,6 +253,15 @@ class Settings(BaseSettings):
                              "at least 256KiB, or `0` for none")
         return value
 
+    @model_validator(mode="after")
+    def _shared_memory_needs_a_triton_here(self) -> Settings:
+        if (self.launcher == "external" and self.triton_shared_memory
+                and "triton_shared_memory" in self.model_fields_set):
+            raise ValueError("--triton-shared-memory: an external Triton cannot map the "
+                             "emulator's memory (it may run on another machine); leave the flag "
+                             "out or give `0`")
+        return self
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: Any) -> Any:
@@ -284,7 +300,7 @@ class InvalidSettings(ValueError):
             if item["type"] != "value_error":
                 message += f" (got {item['input']!r})"
             flag = flag_name(name) if name in Settings.model_fields else None
-            problems.append(message if flag and message.startswith(flag) else
+            problems.append(message if not where or (flag and message.startswith(flag)) else
                             f"{where}: {message}")
         super().__init__("; ".join(problems))
 

@@ -60,3 +60,24 @@ def test_a_bad_value_names_its_flag_and_variable() -> None:
         Settings.from_env(env={"MME_LAUNCHER": "podman"})
     with pytest.raises(InvalidSettings, match="--clock-scale / MME_CLOCK_SCALE: .*greater than 0"):
         Settings.from_env(env={}, clock_scale=0)
+
+
+@pytest.mark.parametrize("given, refused", [
+    ({"triton_shared_memory": "100KiB"}, "smaller than the smallest body"),
+    ({"triton_shared_memory": "unlimited"}, "needs a size"),
+    ({"launcher": "external", "triton_url": "http://h:8000", "triton_shared_memory": "64MiB"},
+     "an external Triton cannot map"),
+])
+def test_a_shared_memory_size_the_emulator_cannot_honour_is_refused(
+        given: dict[str, str], refused: str) -> None:
+    from emulator.settings import InvalidSettings
+
+    with pytest.raises(InvalidSettings, match=refused):
+        Settings.from_env(env={}, **given)
+
+
+def test_shared_memory_defaults_on_and_turns_off_with_zero() -> None:
+    assert Settings.from_env(env={}).triton_shared_memory == 64 * 1024**2
+    assert Settings.from_env(env={"MME_TRITON_SHARED_MEMORY": "0"}).triton_shared_memory is None
+    external = Settings.from_env(env={}, launcher="external", triton_url="http://h:8000")
+    assert external.triton_shared_memory  # the default is not the user's: nothing to refuse
