@@ -218,7 +218,7 @@ class Settings(BaseSettings):
                                  Flag(default_text="`6MiB`", env_only=True)] = 6 * 1024**2
     """largest request body accepted, as SageMaker's 6 MB invocation limit"""
     triton_shared_memory: Annotated[Size, Flag(default_text="`64MiB`")] = 64 * 1024**2
-    """shared memory through which binary request bodies of 256 KiB or more reach Triton without its socket (embedded; docker when run as root; `0`: every body over HTTP)"""  # noqa: E501
+    """shared memory through which binary request bodies of 64 KiB or more reach Triton without its socket (embedded; docker when run as root; `0`: every body over HTTP)"""  # noqa: E501
     max_extracted_bytes: Annotated[Size, Flag(default_text="`50GiB`")] = 50 * 1024**3
     """tarballs that expand to more are refused (a gzip-bomb guard; `--disk-budget` also caps it)"""  # noqa: E501
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
@@ -250,7 +250,7 @@ class Settings(BaseSettings):
         if value is not None and value < MIN_SHARED_BODY_BYTES:
             raise ValueError(f"--triton-shared-memory {value} is smaller than the smallest body "
                              f"that goes through it ({MIN_SHARED_BODY_BYTES >> 10} KiB): give "
-                             "at least 256KiB, or `0` for none")
+                             f"at least {MIN_SHARED_BODY_BYTES >> 10}KiB, or `0` for none")
         return value
 
     @model_validator(mode="after")

@@ -11,8 +11,9 @@ process (which then competes with both servers for the CPU and hides part of the
 
 Workloads (``--workload``):
   trivial   the trivial Python model, a 1x4 FP32 JSON body (the emulator's overhead alone)
-  binary    5 MiB of FP32 in a binary+json body to a model that sums it (the cost of the bytes;
-            the emulator passes them to Triton through shared memory, the other paths cannot)
+  binary    5 MiB of FP32 (--binary-size) in a binary+json body to a model that sums it (the cost
+            of the bytes; the emulator passes them to Triton through shared memory, the other
+            paths cannot)
   text      the bundled text ensemble, 2 sentences in, 2x384 FP32 out as JSON (built first)
 """
 
@@ -39,6 +40,7 @@ from pathlib import Path
 import aiohttp
 
 from emulator.processes import stop_process, stopped_on_failure
+from emulator.settings import parse_size
 
 ENDPOINT = "local"
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
@@ -128,7 +130,10 @@ def _trivial(store: Path) -> Workload:
                     {"Content-Type": "application/json"})
 
 
-def _binary(store: Path) -> Workload:
+BINARY_BYTES = 5 * 2**20
+
+
+def _binary(store: Path, size: int = BINARY_BYTES) -> Workload:
     from mme.testmodels import package
 
     folder = store.parent / "repo" / "sum"
@@ -136,14 +141,15 @@ def _binary(store: Path) -> Workload:
     (folder / "1" / "model.py").write_text(SUM_MODEL_PY)
     (folder / "config.pbtxt").write_text(SUM_MODEL_CONFIG)
     package(folder, store / "sum.tar.gz", "folder")
-    count = 5 * 2**20 // 4
+    count = size // 4
     header = json.dumps({
         "inputs": [{"name": "X", "shape": [count], "datatype": "FP32",
                     "parameters": {"binary_data_size": count * 4}}],
         "outputs": [{"name": "Y", "parameters": {"binary_data": False}}],
     }).encode()
     body = header + bytes(count * 4)
-    return Workload("binary", "5 MiB FP32 binary+json body, summed by a Python model",
+    shown = f"{size / 2**20:g} MiB" if size >= 2**20 else f"{size / 2**10:g} KiB"
+    return Workload("binary", f"{shown} FP32 binary+json body, summed by a Python model",
                     "sum.tar.gz", body,
                     {"Content-Type": f"{BINARY_JSON};json-header-size={len(header)}"},
                     {"Content-Type": "application/octet-stream",
@@ -449,7 +455,8 @@ def run_overhead(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="mme-bench-overhead-") as tmp:
         work = Path(tmp)
         (work / "store").mkdir()
-        workload = WORKLOADS[args.workload](work / "store")
+        workload = (_binary(work / "store", args.binary_size) if args.workload == "binary"
+                    else WORKLOADS[args.workload](work / "store"))
         server, url = _serve(work, args.serve_flag or [])
         try:
             _invoke_once(url, workload)  # load the model: cold start is not what is measured
@@ -465,12 +472,21 @@ def run_overhead(args: argparse.Namespace) -> int:
                     for r in rows) else 1
 
 
+def _size(text: str) -> int:
+    size = parse_size(text)
+    if size is None or size < 4:
+        raise argparse.ArgumentTypeError(f"not a body size: {text!r} (e.g. 256KiB, 5MiB)")
+    return size
+
+
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = commands.add_parser("overhead", help="emulator vs direct Triton on one warm model, "
                                              "driven by wrk")
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="trivial")
     p.add_argument("--concurrency", default="1,8,32",
                    help="comma-separated concurrencies (default 1,8,32)")
+    p.add_argument("--binary-size", type=_size, default=BINARY_BYTES, metavar="SIZE",
+                   help="the binary workload's tensor bytes (default 5MiB; e.g. 256KiB)")
     p.add_argument("--seconds", type=float, default=3.0, help="per path and round")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per concurrency")
     p.add_argument("--driver", choices=("auto", "wrk", "python"), default="auto",

@@ -183,7 +183,7 @@ def _photo(width: int, height: int) -> bytes:
 
 def test_a_photo_sized_image_is_classified_as_in_process(emulator: Any, repos: dict[str, Path],
                                                          triton_launcher: TritonLauncher) -> None:
-    """Over 256 KiB: its bytes reach the ensemble through shared memory (DALI reads them from
+    """Hundreds of KB: its bytes reach the ensemble through shared memory (DALI reads them from
     there); on the docker launcher only as root, which may reach into the container."""
     photo = _photo(1200, 900)
     assert len(photo) > 256 * 1024

@@ -77,7 +77,7 @@ def stats_request(a_count: int, b_count: int, c: int, a_shape: int | None = None
             expected)
 
 
-LARGE = (80_000, 10_000)  # 320 KB + 80 KB of tensors: over the 256 KiB the region takes
+LARGE = (80_000, 10_000)  # 320 KB + 80 KB of tensors: over the 64 KiB the region takes
 
 
 def y_of(body: bytes) -> list[float]:

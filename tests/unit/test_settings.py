@@ -63,7 +63,7 @@ def test_a_bad_value_names_its_flag_and_variable() -> None:
 
 
 @pytest.mark.parametrize("given, refused", [
-    ({"triton_shared_memory": "100KiB"}, "smaller than the smallest body"),
+    ({"triton_shared_memory": "32KiB"}, "smaller than the smallest body"),
     ({"triton_shared_memory": "unlimited"}, "needs a size"),
     ({"launcher": "external", "triton_url": "http://h:8000", "triton_shared_memory": "64MiB"},
      "an external Triton cannot map"),
