@@ -44,7 +44,8 @@ def test_every_path_at_each_concurrency_without_errors(driver: str) -> None:
 def test_a_large_binary_body_is_measured_through_shared_memory() -> None:
     if shutil.which("wrk") is None:
         pytest.skip("wrk is not installed (make wrk)")
-    out = _bench("--workload", "binary", "--concurrency", "1")
+    out = _bench("--workload", "binary", "--binary-size", "1MiB", "--concurrency", "1")
+    assert "1 MiB FP32 binary+json body" in out
     assert [r[1] for r in ROW.findall(out)] == ["direct", "relay", "emulator"]
     shared = re.search(r"through shared memory: (\d+)", out)
     assert shared is not None and int(shared.group(1)) > 0, out
