@@ -370,3 +370,50 @@ def test_a_large_body_goes_as_a_header_and_its_piece_is_lent_again_after_a_timeo
     assert pieces == [{"shared_memory_region": "mme-request-bodies",
                        "shared_memory_byte_size": 400_000, "shared_memory_offset": 0}] * 2
     assert list(tmp_path.iterdir()) == []  # the region's file, unlinked once registered
+
+
+def test_a_region_triton_refuses_sends_large_bodies_over_http_as_they_came(
+        tmp_path: Path) -> None:
+    seen: list[tuple[bytes, dict[str, str], bytes]] = []
+
+    async def refusing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                request_line, headers, body = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            seen.append((request_line, headers, body))
+            if b"/register" in request_line:
+                error = b'{"error":"Unable to open shared memory region"}'
+                writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(error), error))
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+
+    header = json.dumps({"inputs": [{"name": "X", "shape": [100_000], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": 400_000}}]}).encode()
+    body = header + bytes(400_000)
+    headers = {"Content-Type": "application/octet-stream",
+               "Inference-Header-Content-Length": str(len(header))}
+
+    async def main() -> int:
+        server, url = await serve(refusing)
+        client = TritonClient(url, shared_memory_bytes=1 << 20)
+        client.rebind(url, tmp_path)
+        try:
+            for _ in range(2):
+                assert (await client.infer("m", body, headers, 5)).status == 200
+            return client.shared_bodies
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(main()) == 0
+    assert [line.split()[1] for line, _, _ in seen] == [
+        b"/v2/systemsharedmemory/region/mme-request-bodies/register",  # asked once only
+        b"/v2/models/m/infer", b"/v2/models/m/infer"]
+    assert all(sent == body and sent_headers["inference-header-content-length"] == str(len(header))
+               for line, sent_headers, sent in seen[1:])
+    assert list(tmp_path.iterdir()) == []  # the refused region's file is gone too
