@@ -325,6 +325,45 @@ def test_calls_past_the_connection_limit_wait_for_a_slot_within_their_timeout() 
     assert connections == 1
 
 
+# A large binary body (400 KB of tensor bytes) as the contract layer hands it to the client.
+LARGE_HEADER = json.dumps({"inputs": [{"name": "X", "shape": [100_000], "datatype": "FP32",
+                                       "parameters": {"binary_data_size": 400_000}}]}).encode()
+LARGE_BODY = LARGE_HEADER + bytes(400_000)
+LARGE_HEADERS = {"Content-Type": "application/octet-stream",
+                 "Inference-Header-Content-Length": str(len(LARGE_HEADER))}
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+
+Answer = Callable[[bytes, dict[str, str], bytes], Awaitable[bytes]]
+
+
+def keep_alive(answer: Answer) -> Handler:
+    """A fake Triton answering each request of a kept-alive connection with ``answer``."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                request_line, headers, body = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            writer.write(await answer(request_line, headers, body))
+            await writer.drain()
+    return handler
+
+
+async def with_shared_memory(handler: Handler, region_bytes: int, shm_dir: Path,
+                             calls: Callable[[TritonClient], Awaitable[None]]) -> int:
+    """Run ``calls`` on a client of a fake Triton that may map ``shm_dir``; its shared count."""
+    server, url = await serve(handler)
+    client = TritonClient(url, shared_memory_bytes=region_bytes)
+    client.rebind(url, shm_dir)
+    try:
+        await calls(client)
+        return client.shared_bodies
+    finally:
+        await client.close()
+        server.close()
+        await server.wait_closed()
+
+
 def test_a_large_body_goes_as_a_header_and_its_piece_is_lent_again_after_a_timeout(
         tmp_path: Path) -> None:
     """After a timeout Triton may still read the piece, but only reads: the next request may
@@ -332,40 +371,20 @@ def test_a_large_body_goes_as_a_header_and_its_piece_is_lent_again_after_a_timeo
     infers: list[dict[str, Any]] = []
     release = asyncio.Event()
 
-    async def triton(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                request_line, _headers, body = await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            if b"/infer" in request_line:
-                infers.append(json.loads(body))
-                if len(infers) == 1:
-                    await release.wait()  # the first call is not answered in time
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-            await writer.drain()
+    async def triton(request_line: bytes, _headers: dict[str, str], body: bytes) -> bytes:
+        if b"/infer" in request_line:
+            infers.append(json.loads(body))
+            if len(infers) == 1:
+                await release.wait()  # the first call is not answered in time
+        return OK
 
-    header = json.dumps({"inputs": [{"name": "X", "shape": [100_000], "datatype": "FP32",
-                                     "parameters": {"binary_data_size": 400_000}}]}).encode()
-    body = header + bytes(400_000)
-    headers = {"Content-Type": "application/octet-stream",
-               "Inference-Header-Content-Length": str(len(header))}
+    async def calls(client: TritonClient) -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await client.infer("m", LARGE_BODY, LARGE_HEADERS, 0.2)
+        release.set()
+        assert (await client.infer("m", LARGE_BODY, LARGE_HEADERS, 5)).status == 200
 
-    async def main() -> None:
-        server, url = await serve(triton)
-        client = TritonClient(url, shared_memory_bytes=512 * 1024)
-        client.rebind(url, tmp_path)
-        try:
-            with pytest.raises(asyncio.TimeoutError):
-                await client.infer("m", body, headers, 0.2)
-            release.set()
-            assert (await client.infer("m", body, headers, 5)).status == 200
-        finally:
-            await client.close()
-            server.close()
-            await server.wait_closed()
-
-    asyncio.run(main())
+    asyncio.run(with_shared_memory(keep_alive(triton), 512 * 1024, tmp_path, calls))
     pieces = [call["inputs"][0]["parameters"] for call in infers]
     assert pieces == [{"shared_memory_region": "mme-request-bodies",
                        "shared_memory_byte_size": 400_000, "shared_memory_offset": 0}] * 2
@@ -376,44 +395,23 @@ def test_a_region_triton_refuses_sends_large_bodies_over_http_as_they_came(
         tmp_path: Path) -> None:
     seen: list[tuple[bytes, dict[str, str], bytes]] = []
 
-    async def refusing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                request_line, headers, body = await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            seen.append((request_line, headers, body))
-            if b"/register" in request_line:
-                error = b'{"error":"Unable to open shared memory region"}'
-                writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n%s"
-                             % (len(error), error))
-            else:
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-            await writer.drain()
+    async def refusing(request_line: bytes, headers: dict[str, str], body: bytes) -> bytes:
+        seen.append((request_line, headers, body))
+        if b"/register" in request_line:
+            error = b'{"error":"Unable to open shared memory region"}'
+            return b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n%s" % (
+                len(error), error)
+        return OK
 
-    header = json.dumps({"inputs": [{"name": "X", "shape": [100_000], "datatype": "FP32",
-                                     "parameters": {"binary_data_size": 400_000}}]}).encode()
-    body = header + bytes(400_000)
-    headers = {"Content-Type": "application/octet-stream",
-               "Inference-Header-Content-Length": str(len(header))}
+    async def calls(client: TritonClient) -> None:
+        for _ in range(2):
+            assert (await client.infer("m", LARGE_BODY, LARGE_HEADERS, 5)).status == 200
 
-    async def main() -> int:
-        server, url = await serve(refusing)
-        client = TritonClient(url, shared_memory_bytes=1 << 20)
-        client.rebind(url, tmp_path)
-        try:
-            for _ in range(2):
-                assert (await client.infer("m", body, headers, 5)).status == 200
-            return client.shared_bodies
-        finally:
-            await client.close()
-            server.close()
-            await server.wait_closed()
-
-    assert asyncio.run(main()) == 0
+    assert asyncio.run(with_shared_memory(keep_alive(refusing), 1 << 20, tmp_path, calls)) == 0
     assert [line.split()[1] for line, _, _ in seen] == [
         b"/v2/systemsharedmemory/region/mme-request-bodies/register",  # asked once only
         b"/v2/models/m/infer", b"/v2/models/m/infer"]
-    assert all(sent == body and sent_headers["inference-header-content-length"] == str(len(header))
-               for line, sent_headers, sent in seen[1:])
+    assert all(sent == LARGE_BODY
+               and sent_headers["inference-header-content-length"] == str(len(LARGE_HEADER))
+               for _line, sent_headers, sent in seen[1:])
     assert list(tmp_path.iterdir()) == []  # the refused region's file is gone too
