@@ -23,6 +23,7 @@ from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.factory import InstanceFactory
 from emulator.hosting.registry import EndpointRegistry
 from emulator.hosting.spec import EndpointSpec, VariantSpec, single_variant
+from emulator.http_protocol import Answer, DirectAnswer
 from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
 from emulator.page.errors import InvocationErrors
@@ -45,6 +46,15 @@ class EmulatorApp(FastAPI):
     """
 
     invocations: ASGIApp | None = None
+    # InvokeEndpoint answered without ASGI by a server that writes the answer itself
+    # (``emulator/http_protocol.py``); None while auth is on (SigV4 is an ASGI middleware).
+    direct_invocations: DirectAnswer | None = None
+
+    def direct_answer(self, scope: Scope) -> DirectAnswer | None:
+        """How to answer this request without ASGI, or None to call the app."""
+        if self.direct_invocations is not None and is_invocation(scope):
+            return self.direct_invocations
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.invocations is not None and is_invocation(scope):
@@ -108,6 +118,14 @@ def build_app(settings: Settings) -> FastAPI:
     app.include_router(build_introspection_router(registry))
     install_page(app, registry, feed)  # the live page at /_emulator/
     # InvokeEndpoint, in the order of the app's middlewares: the error feed, auth, the call.
-    app.invocations = InvocationErrors(
-        with_auth(InvocationsApp(Invocations(settings, registry))), feed)
+    invocations = InvocationsApp(Invocations(settings, registry))
+    errors_feed = InvocationErrors(with_auth(invocations), feed)
+    app.invocations = errors_feed
+    if settings.auth == "off":
+        async def answer_directly(scope: Scope, receive: Receive) -> Answer:
+            answer = await invocations.answer(scope, receive)
+            errors_feed.answered(scope, *answer)
+            return answer
+
+        app.direct_invocations = answer_directly
     return app

@@ -8,6 +8,7 @@ error body is small JSON; successful bodies pass through untouched and unbuffere
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,22 +30,29 @@ class InvocationErrors:
         if not path.startswith("/endpoints/"):
             await self.app(scope, receive, send)
             return
-        endpoint = path.split("/")[2]
         failure: dict[str, Any] = {}
         body: list[bytes] = []
 
         async def watching_send(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] >= 400:
-                headers = dict(message.get("headers", []))
                 failure["status"] = message["status"]
-                failure["code"] = headers.get(ERROR_TYPE_HEADER, b"").decode() or "Unknown"
+                failure["headers"] = message.get("headers", [])
             elif message["type"] == "http.response.body" and failure:
                 body.append(message.get("body", b""))
                 if not message.get("more_body"):
-                    self._tell(scope, endpoint, failure, b"".join(body))
+                    self.answered(scope, failure["status"], failure["headers"], b"".join(body))
             await send(message)
 
         await self.app(scope, receive, watching_send)
+
+    def answered(self, scope: Scope, status: int, headers: Iterable[tuple[bytes, bytes]],
+                 body: bytes) -> None:
+        """What a request to ``/endpoints/...`` was answered, whole (a server that writes the
+        answer itself, bypassing this middleware, tells it here)."""
+        if status < 400:
+            return
+        code = dict(headers).get(ERROR_TYPE_HEADER, b"").decode() or "Unknown"
+        self._tell(scope, scope["path"].split("/")[2], {"status": status, "code": code}, body)
 
     def _tell(self, scope: Scope, endpoint: str, failure: dict[str, Any], body: bytes) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")

@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from emulator.contract import errors, runtime
 from emulator.hosting.registry import EndpointRegistry
+from emulator.http_protocol import Answer
 from emulator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,6 @@ async def read_bounded(receive: Receive, limit: int, request_id: str) -> bytes:
         if not message.get("more_body", False):
             return b"".join(chunks)  # one chunk: the same bytes object, not a copy
 
-
-# What InvokeEndpoint answers, ready for ASGI: status, raw headers, body.
-Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
 def _raw(response: Response) -> Answer:
@@ -128,12 +126,15 @@ class InvocationsApp:
         self.invocations = invocations
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = INVOCATIONS_PATH.fullmatch(scope["path"])
-        assert match is not None, "InvocationsApp called for another request"
-        status, headers, body = await self.invocations.answer(
-            match.group(1), request_headers(scope), receive)
+        status, headers, body = await self.answer(scope, receive)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+    async def answer(self, scope: Scope, receive: Receive) -> Answer:
+        """The answer, for a server that writes it itself (``emulator/http_protocol.py``)."""
+        match = INVOCATIONS_PATH.fullmatch(scope["path"])
+        assert match is not None, "InvocationsApp called for another request"
+        return await self.invocations.answer(match.group(1), request_headers(scope), receive)
 
 
 def build_runtime_router(settings: Settings, registry: EndpointRegistry) -> APIRouter:

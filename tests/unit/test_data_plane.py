@@ -68,6 +68,25 @@ def test_record_many_is_record_one_by_one() -> None:
     assert many.statistics()["Invocations"].sample_count == 1  # nothing of a refused batch
 
 
+def test_samples_recorded_soon_are_recorded_in_order_after_the_step() -> None:
+    store = MetricStore()
+    metrics = EndpointMetrics("e", "v", store)
+    key = SeriesKey.of("AWS/SageMaker", "ModelLatency", {"EndpointName": "e", "VariantName": "v"})
+
+    async def calls() -> tuple[int, int]:
+        metrics.record_soon([("Invocations", 1), ("ModelLatency", 30.0)])
+        metrics.record_soon([("Invocations", 1), ("ModelLatency", 10.0)])
+        during = metrics.statistics()["Invocations"].sample_count
+        await asyncio.sleep(0)  # the loop's next step: what was recorded soon is recorded
+        metrics.record_soon([("ModelLatency", 20.0)])  # a later step's call: its own batch
+        await asyncio.sleep(0)
+        return during, metrics.statistics()["Invocations"].sample_count
+
+    assert asyncio.run(calls()) == (0, 2)
+    assert metrics.statistics()["ModelLatency"].sample_count == 3
+    assert store.samples(key, 0, float("inf"))[1].tolist() == [30.0, 10.0, 20.0]
+
+
 def test_response_headers_are_found_in_any_case() -> None:
     headers = ResponseHeaders({"inference-header-content-length": "12"})
     assert headers["Inference-Header-Content-Length"] == "12"
