@@ -44,3 +44,81 @@ def test_routing_still_decides_other_methods_and_paths(client: TestClient) -> No
     assert redirect.status_code == 307
     assert redirect.headers["location"].endswith("/endpoints/absent/invocations")
     assert client.post("/endpoints/a/b/invocations", content=b"{}").status_code == 404
+
+
+# --- on the real server: the protocol writes the answer itself -----------------------------------
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    from emulator.server import EmulatorServer
+
+    with EmulatorServer(Settings(cache_dir=tmp_path, host="127.0.0.1", port=0)) as server:
+        yield server.settings.host, server.settings.port
+
+
+def _exchange(address: tuple[str, int], raw: bytes, answers: int) -> list[bytes]:
+    """Send ``raw`` in one write; the ``answers`` responses read back (each with its body)."""
+    import socket
+
+    with socket.create_connection(address, timeout=30) as sock:
+        sock.sendall(raw)
+        data, found = b"", []
+        while len(found) < answers:
+            head_end = data.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = data[:head_end].decode("latin-1").lower()
+                length = int(head.split("content-length: ")[1].split("\r\n")[0])
+                if len(data) >= head_end + 4 + length:
+                    found.append(data[:head_end + 4 + length])
+                    data = data[head_end + 4 + length:]
+                    continue
+            chunk = sock.recv(65536)
+            assert chunk, f"the connection closed after {len(found)} answers: {data!r}"
+            data += chunk
+        if b"connection: close" in found[-1].lower():
+            assert sock.recv(1) == b""  # and the server closed it
+    return found
+
+
+def _invocation(endpoint: str, extra: bytes = b"") -> bytes:
+    return (b"POST /endpoints/%s/invocations HTTP/1.1\r\nHost: t\r\nContent-Type: "
+            b"application/json\r\nContent-Length: 2\r\n%s\r\n{}" % (endpoint.encode(), extra))
+
+
+def _headers(answer: bytes) -> dict[str, str]:
+    lines = answer.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")[1:]
+    return {k.lower(): v for k, v in (line.split(": ", 1) for line in lines)}
+
+
+def test_the_server_answers_as_the_app_does(served: tuple[str, int],
+                                            client: TestClient) -> None:
+    [answer] = _exchange(served, _invocation("absent"), 1)
+    expected = client.post("/endpoints/absent/invocations", content=b"{}")
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert answer.split(b"\r\n\r\n", 1)[1] == expected.content
+    headers = _headers(answer)
+    assert headers["x-amzn-errortype"] == expected.headers["x-amzn-errortype"]
+    assert headers["content-type"] == expected.headers["content-type"]
+    assert "date" in headers and headers["x-amzn-requestid"]
+
+
+def test_pipelined_invocations_are_answered_in_order(served: tuple[str, int]) -> None:
+    answers = _exchange(served, _invocation("first") + _invocation("second"), 2)
+    assert [b"Endpoint first " in answers[0], b"Endpoint second " in answers[1]] == [True, True]
+
+
+def test_connection_close_is_honoured(served: tuple[str, int]) -> None:
+    [answer] = _exchange(served, _invocation("absent", b"Connection: close\r\n"), 1)
+    assert _headers(answer)["connection"] == "close"
+
+
+def test_a_failed_invocation_reaches_the_page(served: tuple[str, int]) -> None:
+    import json
+    import urllib.request
+
+    _exchange(served, _invocation("gone"), 1)
+    host, port = served
+    with urllib.request.urlopen(f"http://{host}:{port}/_emulator/page/state") as resp:
+        errors = json.loads(resp.read())["Errors"]
+    assert [(e["endpoint"], e["status"], e["code"]) for e in errors][:1] == [
+        ("gone", 400, "ValidationError")]
