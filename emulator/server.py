@@ -10,7 +10,7 @@ import threading
 from types import TracebackType
 
 import uvicorn
-from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from emulator.app import build_app
 from emulator.hosting.registry import EndpointRegistry
@@ -19,7 +19,7 @@ from emulator.processes import bound_socket, wait_until
 from emulator.settings import Settings
 
 
-def uvicorn_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
+def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
     """How uvicorn serves the emulator, in-process or as ``mme serve``."""
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level="warning", lifespan="on",

@@ -3,11 +3,13 @@
 One ``mme serve`` process hosts the model; the same warm Triton model is then called directly on
 Triton's KServe endpoint (the baseline), through a bare TCP relay to that endpoint
 (``mme/relay.py``: what one more process on the path costs before a proxy does anything, the
-floor under any proxy's figures) and through ``POST /endpoints/local/invocations`` (the
-emulator), alternating between the paths at each concurrency so that whatever else runs on the
-machine weighs on all alike. The driver is ``wrk`` (a C load generator: the client must not
-be the bottleneck it is measuring) when it is installed, else a Python aiohttp client in this
-process (which then competes with both servers for the CPU and hides part of the gap).
+floor under any proxy's figures), through the emulator's HTTP server and Triton client with none
+of its SageMaker behaviour (``mme/server_floor.py``: the floor under the emulator's figures) and
+through ``POST /endpoints/local/invocations`` (the emulator), alternating between the paths at
+each concurrency so that whatever else runs on the machine weighs on all alike. The driver is
+``wrk`` (a C load generator: the client must not be the bottleneck it is measuring) when it is
+installed, else a Python aiohttp client in this process (which then competes with the servers
+for the CPU and hides part of the gap).
 
 Workloads (``--workload``):
   trivial   the trivial Python model, a 1x4 FP32 JSON body (the emulator's overhead alone)
@@ -25,6 +27,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -108,7 +111,7 @@ class Measure:
     p50_ms: float
     p99_ms: float
     errors: int
-    # CPU seconds the process in front of Triton (mme serve, or the relay) and Triton used
+    # CPU seconds the process in front of Triton (mme serve, or a floor) and Triton used
     # during the run (Linux /proc), or None: per call, these stay meaningful when other work
     # slows the machine down.
     proxy_cpu_s: float | None = None
@@ -322,32 +325,72 @@ def _direct_url(url: str, target: str) -> str:
 
 
 @contextlib.contextmanager
-def relay_to(direct_url: str) -> Iterator[tuple[str, int]]:
-    """``direct_url`` through a bare relay (``mme/relay.py``) in its own process, and its pid."""
-    from emulator.processes import bound_socket
+def _floor_to(module: str, direct_url: str, upstream: str) -> Iterator[tuple[str, int]]:
+    """``direct_url`` through ``python -m MODULE --fd FD --to UPSTREAM`` in its own process,
+    and its pid."""
+    from emulator.processes import bound_socket, wait_until
 
-    upstream = urllib.parse.urlsplit(direct_url)
     with bound_socket() as listening:
-        relay = subprocess.Popen(
-            [sys.executable, "-m", "mme.relay", "--fd", str(listening.fileno()),
-             "--to", f"{upstream.hostname}:{upstream.port}"], pass_fds=(listening.fileno(),))
+        floor = subprocess.Popen(
+            [sys.executable, "-m", module, "--fd", str(listening.fileno()), "--to", upstream],
+            pass_fds=(listening.fileno(),))
         port = listening.getsockname()[1]
     try:
-        yield upstream._replace(netloc=f"127.0.0.1:{port}").geturl(), relay.pid
+        def accepts() -> bool:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return True
+            except OSError:
+                return False
+
+        def still_starting() -> None:
+            if floor.poll() is not None:
+                raise RuntimeError(f"{module} exited with code {floor.returncode}")
+
+        wait_until(accepts, 60, still_starting=still_starting, interval_s=0.05)
+        netloc = f"127.0.0.1:{port}"
+        yield urllib.parse.urlsplit(direct_url)._replace(netloc=netloc).geturl(), floor.pid
     finally:
-        stop_process(relay, 30)
+        stop_process(floor, 30)
+
+
+def relay_to(direct_url: str) -> contextlib.AbstractContextManager[tuple[str, int]]:
+    """``direct_url`` through a bare relay (``mme/relay.py``) in its own process, and its pid."""
+    upstream = urllib.parse.urlsplit(direct_url)
+    return _floor_to("mme.relay", direct_url, f"{upstream.hostname}:{upstream.port}")
+
+
+def server_floor_to(direct_url: str) -> contextlib.AbstractContextManager[tuple[str, int]]:
+    """``direct_url`` through the emulator's server and client alone (``mme/server_floor.py``)."""
+    return _floor_to("mme.server_floor", direct_url, direct_url)
+
+
+# The paths after direct, in the table's order, and what each is.
+PATHS = {
+    "relay": "Triton through a bare byte relay in its own process, the floor under any proxy",
+    "server": "through the emulator's HTTP server and Triton client alone, relaying each call "
+              "as it is (mme/server_floor.py), the floor under the emulator",
+    "emulator": "POST /endpoints/local/invocations on mme serve",
+}
+
+
+@dataclass(frozen=True)
+class PathRow:
+    name: str
+    measure: Measure
+    # Lowest and highest throughput ratio to direct over the rounds: how far one round can
+    # stray on this machine (the relay's spread is the noise under any comparison).
+    spread: tuple[float, float]
 
 
 @dataclass(frozen=True)
 class Row:
     concurrency: int
     direct: Measure
-    relay: Measure
-    emulator: Measure
-    # Lowest and highest throughput ratio to direct over the rounds, per path: how far one round
-    # can stray on this machine (the relay's spread is the noise under any comparison).
-    relay_spread: tuple[float, float]
-    emulator_spread: tuple[float, float]
+    paths: tuple[PathRow, ...]  # PATHS' order
+
+    def path(self, name: str) -> Measure:
+        return next(p.measure for p in self.paths if p.name == name)
 
 
 def _sum(values: list[float | None]) -> float | None:
@@ -380,11 +423,12 @@ def measure(workload: Workload, url: str, driver: str, concurrencies: list[int],
                         "X-Amzn-SageMaker-Target-Model": workload.target}
     direct_url = _direct_url(url, workload.target)
     rows = []
-    with relay_to(direct_url) as (relay_url, relay_pid):
+    with relay_to(direct_url) as relay, server_floor_to(direct_url) as floor:
         # Each path's URL and headers, and the process between the client and Triton whose CPU
         # is counted (on the direct path: mme serve, which then only reads Triton's log).
         paths = ((direct_url, workload.direct_headers, server_pid),
-                 (relay_url, workload.direct_headers, relay_pid),
+                 (relay[0], workload.direct_headers, relay[1]),
+                 (floor[0], workload.direct_headers, floor[1]),
                  (emulator_url, emulator_headers, server_pid))
         for concurrency in concurrencies:
             for path_url, headers, _pid in paths:  # warm-up
@@ -394,9 +438,9 @@ def measure(workload: Workload, url: str, driver: str, concurrencies: list[int],
                 for runs, (path_url, headers, pid) in zip(measured, paths, strict=True):
                     runs.append(_accounted(driven, (pid, triton_pid), path_url, workload.body,
                                            headers, concurrency, seconds, work))
-            direct, relayed, emulated = (_median(runs) for runs in measured)
-            rows.append(Row(concurrency, direct, relayed, emulated,
-                            _spread(measured[0], measured[1]), _spread(measured[0], measured[2])))
+            rows.append(Row(concurrency, _median(measured[0]), tuple(
+                PathRow(name, _median(runs), _spread(measured[0], runs))
+                for name, runs in zip(PATHS, measured[1:], strict=True))))
     return rows
 
 
@@ -404,21 +448,21 @@ def table(workload: Workload, driver: str, rows: list[Row], seconds: float,
           rounds: int) -> str:
     lines = [f"{workload.description}; driver {driver}, {rounds} interleaved rounds of "
              f"{seconds:g} s per path (medians of the rounds' p50/p99; throughput over all "
-             "rounds, with the lowest and highest round). relay: Triton through a "
-             "bare byte relay in its own process, the floor under any proxy. CPU ms per call: "
-             "the process in front of Triton (the relay; mme serve, which on the direct path "
-             "only reads Triton's log) and Triton's.",
+             "rounds, with the lowest and highest round). "
+             + "; ".join(f"{name}: {what}" for name, what in PATHS.items())
+             + ". CPU ms per call: the process in front of Triton (mme serve, which on the "
+             "direct path only reads Triton's log) and Triton's.",
              f"{'conc':>4} {'path':<9}{'p50 ms':>9}{'p99 ms':>9}{'calls/s':>10}{'errors':>8}"
              f"{'own CPU':>9}{'Triton CPU':>11}   vs direct"]
     for row in rows:
         d = row.direct
         lines.append(f"{row.concurrency:>4} {'direct':<9}{d.p50_ms:>9.2f}{d.p99_ms:>9.2f}"
                      f"{d.per_second:>10.0f}{d.errors:>8}{_per_call(d)}")
-        for name, m, (low, high) in (("relay", row.relay, row.relay_spread),
-                                     ("emulator", row.emulator, row.emulator_spread)):
+        for path in row.paths:
+            m, (low, high) = path.measure, path.spread
             spread = f" (rounds x{low:.2f} to x{high:.2f})" if rounds > 1 else ""
             lines.append(
-                f"{'':>4} {name:<9}{m.p50_ms:>9.2f}{m.p99_ms:>9.2f}{m.per_second:>10.0f}"
+                f"{'':>4} {path.name:<9}{m.p50_ms:>9.2f}{m.p99_ms:>9.2f}{m.per_second:>10.0f}"
                 f"{m.errors:>8}{_per_call(m)}   p50 {m.p50_ms - d.p50_ms:+.2f} ms "
                 f"(x{m.p50_ms / d.p50_ms:.2f}), "
                 f"throughput x{m.per_second / max(d.per_second, 1e-9):.2f}{spread}")
@@ -468,8 +512,8 @@ def run_overhead(args: argparse.Namespace) -> int:
     print(table(workload, driver, rows, args.seconds, args.rounds))
     print(f"emulator calls whose tensors reached Triton through shared memory: {shared}"
           + ("" if shared else " (all over HTTP)"))
-    return 0 if all(r.direct.errors == r.relay.errors == r.emulator.errors == 0
-                    for r in rows) else 1
+    errors = sum(m.errors for r in rows for m in (r.direct, *(p.measure for p in r.paths)))
+    return 0 if errors == 0 else 1
 
 
 def _size(text: str) -> int:

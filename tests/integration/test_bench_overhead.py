@@ -11,8 +11,8 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ROW = re.compile(r"^\s*(\d+)?\s+(direct|relay|emulator)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+"
-                 r"([\d.]+|-)\s+([\d.]+|-)", re.MULTILINE)
+ROW = re.compile(r"^\s*(\d+)?\s+(direct|relay|server|emulator)\s+([\d.]+)\s+([\d.]+)\s+(\d+)"
+                 r"\s+(\d+)\s+([\d.]+|-)\s+([\d.]+|-)", re.MULTILINE)
 
 
 def _bench(*flags: str) -> str:
@@ -30,14 +30,15 @@ def test_every_path_at_each_concurrency_without_errors(driver: str) -> None:
     out = _bench("--driver", driver)
     assert f"driver {driver}" in out
     rows = ROW.findall(out)
-    assert [(r[0], r[1]) for r in rows] == [("1", "direct"), ("", "relay"), ("", "emulator"),
-                                            ("4", "direct"), ("", "relay"), ("", "emulator")]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("1", "direct"), ("", "relay"), ("", "server"), ("", "emulator"),
+        ("4", "direct"), ("", "relay"), ("", "server"), ("", "emulator")]
     for _conc, _path, p50, p99, calls, errors, own_cpu, triton_cpu in rows:
         assert 0 < float(p50) <= float(p99)
         assert int(calls) > 0 and int(errors) == 0
-        assert own_cpu != "-" and triton_cpu != "-"  # the relay and the embedded Triton too
+        assert own_cpu != "-" and triton_cpu != "-"  # the floors and the embedded Triton too
     ratios = re.findall(r"throughput x([\d.]+)", out)
-    assert len(ratios) == 4 and all(float(r) > 0 for r in ratios)
+    assert len(ratios) == 6 and all(float(r) > 0 for r in ratios)
     assert "through shared memory: 0 (all over HTTP)" in out  # a small JSON body
 
 
@@ -46,6 +47,6 @@ def test_a_large_binary_body_is_measured_through_shared_memory() -> None:
         pytest.skip("wrk is not installed (make wrk)")
     out = _bench("--workload", "binary", "--binary-size", "1MiB", "--concurrency", "1")
     assert "1 MiB FP32 binary+json body" in out
-    assert [r[1] for r in ROW.findall(out)] == ["direct", "relay", "emulator"]
+    assert [r[1] for r in ROW.findall(out)] == ["direct", "relay", "server", "emulator"]
     shared = re.search(r"through shared memory: (\d+)", out)
     assert shared is not None and int(shared.group(1)) > 0, out
