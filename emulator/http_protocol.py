@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import (
+    HEADER_VALUE_RE,
     STATUS_LINE,
     HttpToolsProtocol,
     RequestResponseCycle,
@@ -39,8 +39,6 @@ from uvicorn.protocols.http.httptools_impl import (
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 # Answers a request without ASGI (the app's ``direct_answer`` says which requests).
 DirectAnswer = Callable[[Scope, Receive], Awaitable[Answer]]
-# What uvicorn refuses in a header value (HEADER_VALUE_RE in httptools_impl).
-_BAD_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class CoalescingTransport:
@@ -176,9 +174,9 @@ class EmulatorHttpProtocol(HttpToolsProtocol):
 async def _write_directly(cycle: RequestResponseCycle, answer: DirectAnswer, scope: Scope,
                           receive: Receive, _send: Send) -> None:
     """Run as uvicorn's ASGI app (so its handling of an exception, a 500, still applies): the
-    answer is written as ``RequestResponseCycle.send`` writes one, in one go, without the ASGI
-    messages, the per-header checks of headers we build and the app's middleware layers: on the
-    hot path they cost the emulator about a tenth of its CPU per call."""
+    answer is written as ``RequestResponseCycle.send`` writes one (the same header-value check),
+    in one go, without the ASGI messages and the app's middleware layers. Measured with the
+    batched metrics of the same change: 3 % less CPU per call (README, "Measured")."""
     status, headers, body = await answer(scope, receive)
     if cycle.flow.write_paused and not cycle.disconnected:
         await cycle.flow.drain()
@@ -188,7 +186,7 @@ async def _write_directly(cycle: RequestResponseCycle, answer: DirectAnswer, sco
     cycle.waiting_for_100_continue = False
     head = [STATUS_LINE[status]]
     for name, value in (*cycle.default_headers, *headers):
-        if _BAD_VALUE.search(value):  # a relayed value (custom attributes) could hold one
+        if HEADER_VALUE_RE.search(value):  # a relayed value (custom attributes) could
             raise RuntimeError("Invalid HTTP header value.")
         head += (name, b": ", value, b"\r\n")
     if not cycle.keep_alive:
