@@ -390,7 +390,12 @@ class TritonClient:
         shared = None
         if (len(body) >= shared_memory.MIN_BODY_BYTES and self._shm_dir is not None
                 and shared_memory.KSERVE_HEADER_LENGTH in headers):
-            shared = await self._share(body, headers)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            async with asyncio.timeout(timeout):  # the wait for room is part of the call
+                shared = await self._share(body, headers)
+            if timeout is not None:
+                timeout -= loop.time() - started
         if shared is not None:
             body, headers = shared.header, {"Content-Type": "application/json"}
         try:
@@ -412,14 +417,15 @@ class TritonClient:
 
     async def _share(self, body: bytes, headers: Mapping[str, str]) -> SharedBody | None:
         """The body's tensors written to shared memory, or None to send it over HTTP: no
-        region, none free, or a body Triton might read differently (shared_memory)."""
+        region, one too small for the body, or a body Triton might read differently
+        (shared_memory). When the region is full this waits for room."""
         region = self._region or await self._new_region()
         if region is None:
             return None
         header_length = int(headers[shared_memory.KSERVE_HEADER_LENGTH])
         tensors = memoryview(body)[header_length:]
-        offset = region.lend(len(tensors))
-        if offset is None:
+        offset = await region.lend_when_free(len(tensors))
+        if offset is None or region.closed:  # closed meanwhile: Triton was replaced
             return None
         header = shared_memory.shared_header(body[:header_length], len(tensors), region.name,
                                              offset)

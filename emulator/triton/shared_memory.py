@@ -17,7 +17,12 @@ The region (``Region``) is a file in Triton's ``/dev/shm``, reached through ``/p
 the embedded launcher's private tmpfs, or a local container's own (the launchers' property
 ``shared_memory_dir``). It is unlinked as soon as Triton has mapped
 it, so it vanishes with the last of the two mappings, whatever way either process ends. Pieces
-are lent per request and given back when the call ends, answered or not: after a timeout Triton
+are lent per request and given back when the call ends, answered or not. When the region is
+full a body waits, first come first served, for the pieces in-flight calls give back rather than
+going over HTTP: under ``mme bench overhead --workload binary --concurrency 32`` (5 MiB bodies,
+a 64 MiB region) the overflow sent over HTTP cost Triton and the emulator more CPU than the
+whole call through shared memory, x0.72 of direct Triton's throughput; waiting, x0.9. Only a
+body longer than the whole region goes over HTTP. After a timeout Triton
 may still read a piece that is by then another request's, but Triton only reads inputs, so the
 other request's bytes stay intact and only the abandoned call, whose answer nobody receives,
 computes on them.
@@ -25,6 +30,7 @@ computes on them.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import errno
 import itertools
@@ -33,6 +39,7 @@ import logging
 import math
 import mmap
 import os
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +124,8 @@ class Region:
         self._memory = memory
         self._free: list[tuple[int, int]] = [(0, self.size)]  # (start, length), by start
         self._lent: dict[int, int] = {}
+        # Calls waiting for room, first come first served: (aligned length, their offset).
+        self._waiters: deque[tuple[int, asyncio.Future[int | None]]] = deque()
 
     @classmethod
     def create(cls, shm_dir: Path, size: int) -> tuple[Region, Path]:
@@ -145,7 +154,9 @@ class Region:
 
     def lend(self, length: int) -> int | None:
         """The offset of ``length`` free bytes now the caller's, or None if none are free."""
-        need = -(-length // ALIGNMENT) * ALIGNMENT or ALIGNMENT
+        return self._lend(_aligned(length))
+
+    def _lend(self, need: int) -> int | None:
         for index, (start, free) in enumerate(self._free):
             if free >= need:
                 if free == need:
@@ -155,6 +166,28 @@ class Region:
                 self._lent[start] = need
                 return start
         return None
+
+    async def lend_when_free(self, length: int) -> int | None:
+        """The offset of ``length`` bytes now the caller's, once calls ahead of it have given
+        back room; None at once if the region could never hold them, or when it is closed."""
+        need = _aligned(length)
+        if need > self.size or self.closed:
+            return None
+        if not self._waiters:
+            offset = self._lend(need)
+            if offset is not None:
+                return offset
+        waiter: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((need, waiter))
+        try:
+            return await waiter
+        except asyncio.CancelledError:  # a timeout, or the call was cancelled
+            if not waiter.cancelled() and waiter.result() is not None:
+                self.give_back(waiter.result())  # lent just as the wait ended
+            elif (need, waiter) in self._waiters:
+                self._waiters.remove((need, waiter))
+                self._serve_waiters()  # it may have held up smaller bodies behind it
+            raise
 
     def give_back(self, offset: int) -> None:
         """The call that used the piece at ``offset`` has ended: lend it again."""
@@ -167,13 +200,41 @@ class Region:
             self._free[index - 1] = (start, before + length)  # joins the free piece before it
         else:
             self._free.insert(index, (offset, length))
+        self._serve_waiters()
+
+    def _serve_waiters(self) -> None:
+        """Lend to the waiting calls in order, as long as the first of them fits."""
+        waiters = self._waiters
+        while waiters:
+            need, waiter = waiters[0]
+            if waiter.done():  # cancelled, not yet out of the queue
+                waiters.popleft()
+                continue
+            offset = self._lend(need)
+            if offset is None:
+                return
+            waiters.popleft()
+            waiter.set_result(offset)
 
     def write(self, offset: int, data: memoryview) -> None:
         self._memory[offset:offset + len(data)] = data
+
+    @property
+    def closed(self) -> bool:
+        return self._memory.closed
 
     @property
     def free_bytes(self) -> int:
         return sum(length for _start, length in self._free)
 
     def close(self) -> None:
+        """Unmap the region; calls waiting for room go over HTTP (``lend_when_free``: None)."""
+        while self._waiters:
+            waiter = self._waiters.popleft()[1]
+            if not waiter.done():
+                waiter.set_result(None)
         self._memory.close()
+
+
+def _aligned(length: int) -> int:
+    return -(-length // ALIGNMENT) * ALIGNMENT or ALIGNMENT

@@ -3,6 +3,7 @@ lending of pieces (emulator.triton.shared_memory)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -91,6 +92,81 @@ def test_given_back_pieces_join_their_free_neighbours(region: Region) -> None:
         region.give_back(pieces[index])  # type: ignore[arg-type]
     assert region.free_bytes == region.size
     assert region.lend(16 * ALIGNMENT) == 0
+
+
+def test_a_full_region_lends_to_waiting_calls_first_come_first_served(region: Region) -> None:
+    async def scenario() -> None:
+        held = [region.lend(8 * ALIGNMENT), region.lend(8 * ALIGNMENT)]
+        big = asyncio.ensure_future(region.lend_when_free(12 * ALIGNMENT))
+        small = asyncio.ensure_future(region.lend_when_free(ALIGNMENT))
+        await asyncio.sleep(0)
+        assert not big.done() and not small.done()
+        region.give_back(held[0])  # 8 free: the first in line needs 12, the small one queues
+        await asyncio.sleep(0)
+        assert not big.done() and not small.done()
+        region.give_back(held[1])
+        assert await big == 0
+        assert await small == 12 * ALIGNMENT
+        # 3 free. A newcomer does not overtake a call already waiting, though it would fit.
+        first = asyncio.ensure_future(region.lend_when_free(4 * ALIGNMENT))
+        newcomer = asyncio.ensure_future(region.lend_when_free(ALIGNMENT))
+        await asyncio.sleep(0)
+        assert not first.done() and not newcomer.done()
+        region.give_back(await small)
+        assert await first == 12 * ALIGNMENT
+        region.give_back(await big)
+        assert await newcomer == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_body_longer_than_the_region_is_not_kept_waiting(region: Region) -> None:
+    assert asyncio.run(region.lend_when_free(region.size + 1)) is None
+
+
+def test_a_call_that_stops_waiting_lets_those_behind_it_through(region: Region) -> None:
+    async def scenario() -> None:
+        held = region.lend(16 * ALIGNMENT)
+        assert held is not None
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.01):
+                await region.lend_when_free(16 * ALIGNMENT)
+        behind = asyncio.ensure_future(region.lend_when_free(ALIGNMENT))
+        await asyncio.sleep(0)
+        region.give_back(held)
+        assert await behind == 0
+        assert region.free_bytes == region.size - ALIGNMENT  # the timed-out call holds none
+
+    asyncio.run(scenario())
+
+
+def test_a_call_lent_room_as_it_is_cancelled_gives_it_back(region: Region) -> None:
+    async def scenario() -> None:
+        held = region.lend(16 * ALIGNMENT)
+        waiting = asyncio.ensure_future(region.lend_when_free(ALIGNMENT))
+        await asyncio.sleep(0)
+        region.give_back(held)  # lent to the waiting call, which has not run since
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert region.free_bytes == region.size
+
+    asyncio.run(scenario())
+
+
+def test_closing_the_region_sends_waiting_calls_over_http(tmp_path: Path) -> None:
+    made, path = Region.create(tmp_path, 4096)
+    path.unlink()
+
+    async def scenario() -> None:
+        assert made.lend(4096) == 0
+        waiting = asyncio.ensure_future(made.lend_when_free(1))
+        await asyncio.sleep(0)
+        made.close()  # Triton was replaced
+        assert await waiting is None
+        assert await made.lend_when_free(1) is None
+
+    asyncio.run(scenario())
 
 
 def test_what_is_written_lands_where_the_piece_is(tmp_path: Path) -> None:
