@@ -392,9 +392,8 @@ class TritonClient:
                 and shared_memory.KSERVE_HEADER_LENGTH in headers):
             loop = asyncio.get_running_loop()
             started = loop.time()
-            async with asyncio.timeout(timeout):  # the wait for room is part of the call
-                shared = await self._share(body, headers)
-            if timeout is not None:
+            shared = await self._share(body, headers, timeout)
+            if timeout is not None:  # the wait for room is part of the call
                 timeout -= loop.time() - started
         if shared is not None:
             body, headers = shared.header, {"Content-Type": "application/json"}
@@ -415,16 +414,17 @@ class TritonClient:
                     log.exception("infer listener failed")
         return response
 
-    async def _share(self, body: bytes, headers: Mapping[str, str]) -> SharedBody | None:
+    async def _share(self, body: bytes, headers: Mapping[str, str],
+                     timeout: float | None) -> SharedBody | None:
         """The body's tensors written to shared memory, or None to send it over HTTP: no
         region, one too small for the body, or a body Triton might read differently
-        (shared_memory). When the region is full this waits for room."""
+        (shared_memory). When the region is full this waits for room, up to ``timeout``."""
         region = self._region or await self._new_region()
         if region is None:
             return None
         header_length = int(headers[shared_memory.KSERVE_HEADER_LENGTH])
         tensors = memoryview(body)[header_length:]
-        offset = await region.lend_when_free(len(tensors))
+        offset = await region.lend_when_free(len(tensors), timeout)
         if offset is None or region.closed:  # closed meanwhile: Triton was replaced
             return None
         header = shared_memory.shared_header(body[:header_length], len(tensors), region.name,

@@ -167,9 +167,10 @@ class Region:
                 return start
         return None
 
-    async def lend_when_free(self, length: int) -> int | None:
+    async def lend_when_free(self, length: int, timeout: float | None = None) -> int | None:
         """The offset of ``length`` bytes now the caller's, once calls ahead of it have given
-        back room; None at once if the region could never hold them, or when it is closed."""
+        back room; None at once if the region could never hold them, or when it is closed.
+        asyncio.TimeoutError past ``timeout`` seconds."""
         need = _aligned(length)
         if need > self.size or self.closed:
             return None
@@ -180,10 +181,11 @@ class Region:
         waiter: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
         self._waiters.append((need, waiter))
         try:
-            return await waiter
-        except asyncio.CancelledError:  # a timeout, or the call was cancelled
-            if not waiter.cancelled() and waiter.result() is not None:
-                self.give_back(waiter.result())  # lent just as the wait ended
+            return await asyncio.wait_for(waiter, timeout)
+        except BaseException:  # timed out, or the call was cancelled
+            lent = waiter.result() if waiter.done() and not waiter.cancelled() else None
+            if lent is not None:
+                self.give_back(lent)  # lent just as the wait ended
             elif (need, waiter) in self._waiters:
                 self._waiters.remove((need, waiter))
                 self._serve_waiters()  # it may have held up smaller bodies behind it
