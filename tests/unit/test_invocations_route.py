@@ -122,3 +122,29 @@ def test_a_failed_invocation_reaches_the_page(served: tuple[str, int]) -> None:
         errors = json.loads(resp.read())["Errors"]
     assert [(e["endpoint"], e["status"], e["code"]) for e in errors][:1] == [
         ("gone", 400, "ValidationError")]
+
+
+def test_an_answer_header_http_cannot_carry_is_never_half_written(tmp_path: Path) -> None:
+    """As uvicorn's own send does: a control byte in a relayed header value (a container's
+    custom attributes) ends the connection before any of the answer is written; the server
+    goes on serving."""
+    import socket
+
+    from emulator.server import EmulatorServer
+
+    async def relayed(_scope: object, _receive: object) -> tuple[int, list[tuple[bytes, bytes]],
+                                                                 bytes]:
+        return 200, [(b"x-amzn-sagemaker-custom-attributes", b"a\x01b"),
+                     (b"content-length", b"2")], b"{}"
+
+    settings = Settings(cache_dir=tmp_path, host="127.0.0.1", port=0)
+    with EmulatorServer(settings) as server:
+        answered = server.app.direct_invocations
+        server.app.direct_invocations = relayed  # type: ignore[attr-defined]
+        address = (settings.host, settings.port)
+        with socket.create_connection(address, timeout=30) as sock:
+            sock.sendall(_invocation("any"))
+            assert sock.recv(65536) == b""  # closed, nothing written
+        server.app.direct_invocations = answered  # type: ignore[attr-defined]
+        [answer] = _exchange(address, _invocation("absent"), 1)
+        assert answer.startswith(b"HTTP/1.1 400 ")
