@@ -23,7 +23,7 @@ from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.factory import InstanceFactory
 from emulator.hosting.registry import EndpointRegistry
 from emulator.hosting.spec import EndpointSpec, VariantSpec, single_variant
-from emulator.http_protocol import Answer, DirectAnswer
+from emulator.http_protocol import Answer, BodySource, DirectAnswer
 from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
 from emulator.page.errors import InvocationErrors
@@ -122,8 +122,8 @@ def build_app(settings: Settings) -> FastAPI:
     errors_feed = InvocationErrors(with_auth(invocations), feed)
     app.invocations = errors_feed
     if settings.auth == "off":
-        async def answer_directly(scope: Scope, receive: Receive) -> Answer:
-            answer = await invocations.answer(scope, receive)
+        async def answer_directly(scope: Scope, body_source: BodySource) -> Answer:
+            answer = await invocations.answer(scope, body_source)
             errors_feed.answered(scope, *answer)
             return answer
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from emulator.contract import errors, multi_container, triton_guard
+from emulator.contract.body import Body
 from emulator.triton.shared_memory import KSERVE_HEADER_LENGTH
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
@@ -39,7 +40,7 @@ _LIMITED_HEADERS = (("content-type", "contentType"), ("accept", "accept"),
 class InvokeRequest:
     endpoint_name: str
     request_id: str
-    body: bytes
+    body: bytes | Body  # as it arrived: ``bytes(body)`` where the whole is needed
     content_type: str | None
     accept: str | None
     target_model: str | None
@@ -68,7 +69,7 @@ def new_request_id() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes,
+def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes | Body,
                  max_payload_bytes: int, request_id: str) -> InvokeRequest:
     """Validate what SageMaker's front end validates; raise ValidationError otherwise."""
     if len(endpoint_name) > 63 or not ENDPOINT_NAME.match(endpoint_name):
@@ -136,9 +137,12 @@ def triton_request_headers(content_type: str | None, body_length: int) -> dict[s
     return {"Content-Type": "application/json"}
 
 
-def screen_body(body: bytes, header_length: int | None) -> None:
+def screen_body(body: bytes | Body, header_length: int | None) -> None:
     """Answer, as Triton would, the few bodies that crash Triton 2.51 instead (triton_guard)."""
-    json_text = body if header_length is None else body[:header_length]
+    if header_length is None:
+        json_text = bytes(body)
+    else:
+        json_text = body.head(header_length) if isinstance(body, Body) else body[:header_length]
     refusal = triton_guard.refusal(json_text, binary=header_length is not None)
     if refusal is not None:
         raise ContainerRejected(triton_guard.TRITON_STATUS, refusal)

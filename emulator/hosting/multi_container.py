@@ -117,7 +117,7 @@ class ServeMember:
         remaining = max(timeout_s - (time.monotonic() - started), 0.001)
         step_started = time.monotonic()
         try:
-            response = await self.container.invoke(request.body, request.content_type,
+            response = await self.container.invoke(bytes(request.body), request.content_type,
                                                    request.accept, request.custom_attributes,
                                                    remaining)
         except asyncio.TimeoutError:

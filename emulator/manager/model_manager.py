@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulator.contract.body import Body
 from emulator.manager import failures, repository, stubs
 from emulator.manager.extract import (
     ArchiveTooLarge,
@@ -322,7 +323,7 @@ class ModelManager:
             await self._evict_completely(record)
         self._changed.notify()
 
-    async def infer(self, lease: Lease, body: bytes, headers: Mapping[str, str],
+    async def infer(self, lease: Lease, body: bytes | Body, headers: Mapping[str, str],
                     timeout: float) -> TritonResponse:
         """Send one inference to the model ``lease`` holds; Triton's answer.
 

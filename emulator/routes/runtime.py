@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -22,8 +22,9 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from emulator.contract import errors, runtime
+from emulator.contract.body import Body
 from emulator.hosting.registry import EndpointRegistry
-from emulator.http_protocol import Answer
+from emulator.http_protocol import Answer, BodySource
 from emulator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,23 +39,33 @@ def error_response(error: errors.SageMakerError, request_id: str) -> JSONRespons
                         headers=runtime.error_headers(error, request_id))
 
 
-async def read_bounded(receive: Receive, limit: int, request_id: str) -> bytes:
-    """The body, read as it arrives (chunked bodies have no Content-Length) and never past the
-    limit: more than ``limit`` bytes is the same ValidationError as a declared oversize body."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
+def asgi_body(receive: Receive) -> BodySource:
+    """An ASGI app's ``receive`` as a source of body pieces."""
+    async def next_part() -> tuple[Sequence[bytes], bool]:
         message = await receive()
         if message["type"] == "http.disconnect":
             raise ClientDisconnect()
-        chunk = message.get("body", b"")
-        size += len(chunk)
+        return (message.get("body", b""),), message.get("more_body", False)
+
+    return next_part
+
+
+async def read_bounded(source: BodySource, limit: int, request_id: str) -> bytes | Body:
+    """The body, read as it arrives (chunked bodies have no Content-Length) and never past the
+    limit: more than ``limit`` bytes is the same ValidationError as a declared oversize body.
+    One piece is that bytes object; more stay pieces (``Body``), not joined."""
+    pieces: list[bytes] = []
+    size = 0
+    while True:
+        part, more = await source()
+        size += sum(map(len, part))
         if size > limit:
             raise errors.oversize_body(request_id, limit)  # the rest stays unread
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)  # one chunk: the same bytes object, not a copy
-
+        pieces.extend(piece for piece in part if piece)
+        if not more:
+            if len(pieces) > 1:
+                return Body(pieces)
+            return pieces[0] if pieces else b""
 
 
 def _raw(response: Response) -> Answer:
@@ -77,20 +88,20 @@ class Invocations:
 
     async def __call__(self, endpoint_name: str, headers: Mapping[str, str],
                        receive: Receive) -> Response:
-        status, raw_headers, body = await self.answer(endpoint_name, headers, receive)
+        status, raw_headers, body = await self.answer(endpoint_name, headers, asgi_body(receive))
         response = Response(content=body, status_code=status)
         response.raw_headers = raw_headers
         return response
 
     async def answer(self, endpoint_name: str, headers: Mapping[str, str],
-                     receive: Receive) -> Answer:
+                     body_source: BodySource) -> Answer:
         settings = self.settings
         request_id = runtime.new_request_id()
         try:
             declared = headers.get("content-length", "")
             if declared.isdigit() and int(declared) > settings.max_payload_bytes:
                 raise errors.oversize_body(request_id, settings.max_payload_bytes)  # unread
-            body = await read_bounded(receive, settings.max_payload_bytes, request_id)
+            body = await read_bounded(body_source, settings.max_payload_bytes, request_id)
             parsed = runtime.parse_invoke(endpoint_name, headers, body,
                                           settings.max_payload_bytes, request_id)
             endpoint = self.registry.get(endpoint_name)
@@ -126,15 +137,15 @@ class InvocationsApp:
         self.invocations = invocations
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        status, headers, body = await self.answer(scope, receive)
+        status, headers, body = await self.answer(scope, asgi_body(receive))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    async def answer(self, scope: Scope, receive: Receive) -> Answer:
+    async def answer(self, scope: Scope, body_source: BodySource) -> Answer:
         """The answer, for a server that writes it itself (``emulator/http_protocol.py``)."""
         match = INVOCATIONS_PATH.fullmatch(scope["path"])
         assert match is not None, "InvocationsApp called for another request"
-        return await self.invocations.answer(match.group(1), request_headers(scope), receive)
+        return await self.invocations.answer(match.group(1), request_headers(scope), body_source)
 
 
 def build_runtime_router(settings: Settings, registry: EndpointRegistry) -> APIRouter:

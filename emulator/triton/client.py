@@ -25,6 +25,7 @@ import aiohttp
 import httptools
 import yarl
 
+from emulator.contract.body import Body
 from emulator.triton import shared_memory
 
 log = logging.getLogger(__name__)
@@ -383,7 +384,7 @@ class TritonClient:
             raise TritonError(resp.status, resp.body.decode(errors="replace"))
         return json.loads(resp.body) if resp.body else None
 
-    async def infer(self, model: str, body: bytes, headers: Mapping[str, str],
+    async def infer(self, model: str, body: bytes | Body, headers: Mapping[str, str],
                     timeout: float | None) -> TritonResponse:
         """POST /v2/models/{model}/infer; raises asyncio.TimeoutError past ``timeout``."""
         pool = self._infer_pool()
@@ -396,9 +397,11 @@ class TritonClient:
             if timeout is not None:  # the wait for room is part of the call
                 timeout -= loop.time() - started
         if shared is not None:
-            body, headers = shared.header, {"Content-Type": "application/json"}
+            sent, headers = shared.header, {"Content-Type": "application/json"}
+        else:
+            sent = bytes(body)  # a body of one piece is that object: nothing joined
         try:
-            response = await pool.infer(model, body, headers, timeout)
+            response = await pool.infer(model, sent, headers, timeout)
         except asyncio.TimeoutError:  # an OSError too, since Python 3.11: not unreachable
             raise
         except OSError as exc:  # refused, reset, closed mid-answer (ConnectionError)
@@ -414,7 +417,7 @@ class TritonClient:
                     log.exception("infer listener failed")
         return response
 
-    async def _share(self, body: bytes, headers: Mapping[str, str],
+    async def _share(self, body: bytes | Body, headers: Mapping[str, str],
                      timeout: float | None) -> SharedBody | None:
         """The body's tensors written to shared memory, or None to send it over HTTP: no
         region, one too small for the body, or a body Triton might read differently
@@ -423,16 +426,17 @@ class TritonClient:
         if region is None:
             return None
         header_length = int(headers[shared_memory.KSERVE_HEADER_LENGTH])
-        tensors = memoryview(body)[header_length:]
-        offset = await region.lend_when_free(len(tensors), timeout)
+        pieces = Body.of(body)
+        tensor_bytes = len(pieces) - header_length
+        offset = await region.lend_when_free(tensor_bytes, timeout)
         if offset is None or region.closed:  # closed meanwhile: Triton was replaced
             return None
-        header = shared_memory.shared_header(body[:header_length], len(tensors), region.name,
-                                             offset)
+        header = shared_memory.shared_header(pieces.head(header_length), tensor_bytes,
+                                             region.name, offset)
         if header is None:
             region.give_back(offset)
             return None
-        region.write(offset, tensors)
+        region.write(offset, pieces.pieces_from(header_length))  # no join of the pieces
         self.shared_bodies += 1
         return SharedBody(region, offset, header)
 

@@ -40,6 +40,7 @@ import math
 import mmap
 import os
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -218,8 +219,12 @@ class Region:
             waiters.popleft()
             waiter.set_result(offset)
 
-    def write(self, offset: int, data: memoryview) -> None:
-        self._memory[offset:offset + len(data)] = data
+    def write(self, offset: int, pieces: Iterable[bytes | memoryview]) -> None:
+        """Copy ``pieces`` one after the other into the region from ``offset`` on."""
+        for piece in pieces:
+            end = offset + len(piece)
+            self._memory[offset:end] = piece
+            offset = end
 
     @property
     def closed(self) -> bool:

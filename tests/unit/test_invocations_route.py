@@ -148,3 +148,44 @@ def test_an_answer_header_http_cannot_carry_is_never_half_written(tmp_path: Path
         server.app.direct_invocations = answered  # type: ignore[attr-defined]
         [answer] = _exchange(address, _invocation("absent"), 1)
         assert answer.startswith(b"HTTP/1.1 400 ")
+
+
+@pytest.fixture
+def served_small(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    from emulator.server import EmulatorServer
+
+    settings = Settings(cache_dir=tmp_path, host="127.0.0.1", port=0, max_payload_bytes=1024)
+    with EmulatorServer(settings) as server:
+        yield server.settings.host, server.settings.port
+
+
+def test_an_invocation_waits_for_its_body_behind_100_continue(
+        served_small: tuple[str, int]) -> None:
+    import socket
+
+    with socket.create_connection(served_small, timeout=30) as sock:
+        sock.sendall(b"POST /endpoints/absent/invocations HTTP/1.1\r\nHost: t\r\n"
+                     b"Expect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue\r\n")
+        sock.sendall(b"{}")
+        answer = b""
+        while b"not found" not in answer:
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+    assert b"HTTP/1.1 400 " in answer
+
+
+def test_a_chunked_body_past_the_limit_is_refused_by_the_server_too(
+        served_small: tuple[str, int]) -> None:
+    def chunked(count: int) -> bytes:
+        return (b"POST /endpoints/absent/invocations HTTP/1.1\r\nHost: t\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+                + b"".join(b"12c\r\n" + b"x" * 300 + b"\r\n" for _ in range(count))
+                + b"0\r\n\r\n")
+
+    [answer] = _exchange(served_small, chunked(4), 1)  # 1,200 bytes, the limit 1,024
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert b"oversize body" in answer
+    [within] = _exchange(served_small, chunked(3), 1)  # 900 bytes: read whole, then answered
+    assert b"Endpoint absent " in within

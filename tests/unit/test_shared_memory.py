@@ -173,7 +173,7 @@ def test_what_is_written_lands_where_the_piece_is(tmp_path: Path) -> None:
     try:
         offset = made.lend(5)
         assert offset is not None
-        made.write(offset, memoryview(b"hello"))
+        made.write(offset, [b"he", memoryview(b"xllo")[1:]])
         with open(path, "rb") as other_mapping:  # what Triton maps
             other_mapping.seek(offset)
             assert other_mapping.read(5) == b"hello"
