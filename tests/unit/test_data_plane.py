@@ -410,6 +410,34 @@ def test_a_large_body_goes_as_a_header_and_its_piece_is_lent_again_after_a_timeo
     assert list(tmp_path.iterdir()) == []  # the region's file, unlinked once registered
 
 
+def test_a_large_body_waits_for_room_within_its_own_timeout(tmp_path: Path) -> None:
+    """The region holds one body: a second waits for it instead of going over HTTP, and a wait
+    longer than its call's timeout is that call's TimeoutError, Triton never asked."""
+    infers: list[dict[str, Any]] = []
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def triton(request_line: bytes, _headers: dict[str, str], body: bytes) -> bytes:
+        if b"/infer" in request_line:
+            infers.append(json.loads(body))  # over HTTP this would not be JSON
+            if len(infers) == 1:
+                arrived.set()
+                await release.wait()
+        return OK
+
+    async def calls(client: TritonClient) -> None:
+        first = asyncio.create_task(client.infer("m", LARGE_BODY, LARGE_HEADERS, 5))
+        await arrived.wait()  # the first body holds the region
+        with pytest.raises(asyncio.TimeoutError):
+            await client.infer("m", LARGE_BODY, LARGE_HEADERS, 0.2)
+        waiting = asyncio.create_task(client.infer("m", LARGE_BODY, LARGE_HEADERS, 5))
+        await asyncio.sleep(0)
+        release.set()
+        assert [(await first).status, (await waiting).status] == [200, 200]
+
+    assert asyncio.run(with_shared_memory(keep_alive(triton), 512 * 1024, tmp_path, calls)) == 2
+    assert len(infers) == 2  # the call that timed out never reached Triton
+
+
 def test_a_region_triton_refuses_sends_large_bodies_over_http_as_they_came(
         tmp_path: Path) -> None:
     seen: list[tuple[bytes, dict[str, str], bytes]] = []
