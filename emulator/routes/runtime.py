@@ -54,10 +54,14 @@ async def read_bounded(source: BodySource, limit: int, request_id: str) -> bytes
     """The body, read as it arrives (chunked bodies have no Content-Length) and never past the
     limit: more than ``limit`` bytes is the same ValidationError as a declared oversize body.
     One piece is that bytes object; more stay pieces (``Body``), not joined."""
+    part, more = await source()
+    if not more and len(part) == 1:  # the usual: the whole body, in one piece
+        if len(part[0]) > limit:
+            raise errors.oversize_body(request_id, limit)
+        return part[0]
     pieces: list[bytes] = []
     size = 0
     while True:
-        part, more = await source()
         size += sum(map(len, part))
         if size > limit:
             raise errors.oversize_body(request_id, limit)  # the rest stays unread
@@ -66,6 +70,7 @@ async def read_bounded(source: BodySource, limit: int, request_id: str) -> bytes
             if len(pieces) > 1:
                 return Body(pieces)
             return pieces[0] if pieces else b""
+        part, more = await source()
 
 
 def _raw(response: Response) -> Answer:
