@@ -107,7 +107,8 @@ class GatheredBody:
     """What uvicorn's request cycle keeps of a body not yet received, as its pieces.
 
     The cycle only measures it (``len``), hands it over (``bytes``, one join) and starts a new
-    one (a bytearray, which ``on_body`` replaces with one of these).
+    one (a bytearray, which ``on_body`` replaces with one of these). ``received_pieces`` hands
+    over the pieces themselves.
     """
 
     __slots__ = ("_pieces", "_size", "sized")
