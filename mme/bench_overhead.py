@@ -276,7 +276,7 @@ def _accounted(run: Callable[..., Measure], pids: tuple[int | None, int | None],
 def start_serve(args: list[str], timeout_s: float = 180) -> tuple[subprocess.Popen[bytes], str]:
     """``mme serve ARGS`` in its own process on a free port (client and server must not share a
     GIL); returns once it answers /ping."""
-    from emulator.processes import free_port, wait_until
+    from emulator.processes import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -290,14 +290,22 @@ def start_serve(args: list[str], timeout_s: float = 180) -> tuple[subprocess.Pop
         except OSError:
             return False
 
-    def still_starting() -> None:
-        if server.poll() is not None:
-            raise RuntimeError(f"mme serve exited with code {server.returncode} while starting")
-
     with stopped_on_failure(server):  # also Ctrl-C or SIGTERM while it starts
-        if not wait_until(answers, timeout_s, still_starting=still_starting, interval_s=0.1):
-            raise RuntimeError(f"mme serve did not answer /ping within {timeout_s:.0f}s")
+        _wait_started(server, "mme serve", answers, timeout_s, interval_s=0.1)
     return server, url
+
+
+def _wait_started(process: subprocess.Popen[bytes], name: str, ready: Callable[[], bool],
+                  timeout_s: float, interval_s: float) -> None:
+    """Until ``ready()``; RuntimeError if ``process`` exits first or the time runs out."""
+    from emulator.processes import wait_until
+
+    def still_starting() -> None:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {process.returncode} while starting")
+
+    if not wait_until(ready, timeout_s, still_starting=still_starting, interval_s=interval_s):
+        raise RuntimeError(f"{name} did not answer within {timeout_s:.0f}s")
 
 
 def _serve(work: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
@@ -328,7 +336,7 @@ def _direct_url(url: str, target: str) -> str:
 def _floor_to(module: str, direct_url: str, upstream: str) -> Iterator[tuple[str, int]]:
     """``direct_url`` through ``python -m MODULE --fd FD --to UPSTREAM`` in its own process,
     and its pid."""
-    from emulator.processes import bound_socket, wait_until
+    from emulator.processes import bound_socket
 
     with bound_socket() as listening:
         floor = subprocess.Popen(
@@ -343,11 +351,7 @@ def _floor_to(module: str, direct_url: str, upstream: str) -> Iterator[tuple[str
             except OSError:
                 return False
 
-        def still_starting() -> None:
-            if floor.poll() is not None:
-                raise RuntimeError(f"{module} exited with code {floor.returncode}")
-
-        wait_until(accepts, 60, still_starting=still_starting, interval_s=0.05)
+        _wait_started(floor, module, accepts, 60, interval_s=0.05)
         netloc = f"127.0.0.1:{port}"
         yield urllib.parse.urlsplit(direct_url)._replace(netloc=netloc).geturl(), floor.pid
     finally:
