@@ -17,6 +17,7 @@ import pytest
 
 from emulator.cloudwatch.series import MetricStore, SeriesKey
 from emulator.contract import runtime
+from emulator.contract.body import Body
 from emulator.metrics import DURATION_BUCKETS_S, METRICS, EndpointMetrics
 from emulator.triton.client import ResponseHeaders, TritonClient, TritonUnreachable
 
@@ -436,6 +437,37 @@ def test_a_large_body_waits_for_room_within_its_own_timeout(tmp_path: Path) -> N
 
     assert asyncio.run(with_shared_memory(keep_alive(triton), 512 * 1024, tmp_path, calls)) == 2
     assert len(infers) == 2  # the call that timed out never reached Triton
+
+
+def test_a_body_in_pieces_reaches_triton_whole_over_http_and_through_shared_memory(
+        tmp_path: Path) -> None:
+    """``Body``: joined for HTTP; for shared memory its pieces are copied into the region, the
+    header read from the first of them even where it spans two."""
+    seen: list[bytes] = []
+
+    async def triton(request_line: bytes, _headers: dict[str, str], body: bytes) -> bytes:
+        if b"/infer" in request_line:
+            seen.append(body)
+        return OK
+
+    json_body = b'{"inputs":[{"name":"X","shape":[1],"datatype":"FP32","data":[1]}]}'
+    tensors = (bytes(range(256)) * 1563)[:400_000]  # not zeros: a fresh region is zeros
+    whole = LARGE_HEADER + tensors
+    split = len(LARGE_HEADER) - 5  # the header spans the first two pieces
+    large = Body([whole[:split], whole[split:200_000], whole[200_000:]])
+
+    async def calls(client: TritonClient) -> None:
+        small = Body([json_body[:10], json_body[10:]])
+        assert (await client.infer("m", small, {"Content-Type": "application/json"}, 5)
+                ).status == 200
+        assert (await client.infer("m", large, LARGE_HEADERS, 5)).status == 200
+        region = client._region
+        assert region is not None
+        offset = json.loads(seen[1])["inputs"][0]["parameters"]["shared_memory_offset"]
+        assert region._memory[offset:offset + 400_000] == tensors
+
+    assert asyncio.run(with_shared_memory(keep_alive(triton), 1 << 20, tmp_path, calls)) == 1
+    assert seen[0] == json_body
 
 
 def test_a_region_triton_refuses_sends_large_bodies_over_http_as_they_came(
