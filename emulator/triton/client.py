@@ -309,7 +309,8 @@ class TritonClient:
         self._shared_memory_bytes = shared_memory_bytes
         self._shm_dir: Path | None = None
         self._region: shared_memory.Region | None = None
-        self._region_tried = False
+        # The region being made for this Triton, or the outcome (None: it cannot be had).
+        self._region_making: asyncio.Future[shared_memory.Region | None] | None = None
         self.shared_bodies = 0  # requests whose tensors reached Triton through shared memory
 
     def add_infer_listener(self, listener: InferListener) -> None:
@@ -329,7 +330,7 @@ class TritonClient:
         if self._region is not None:
             self._region.close()
             self._region = None
-        self._region_tried = False
+        self._region_making = None  # one being made now closes itself when it is done
 
     def _infer_pool(self) -> InferPool:
         pool = self._pool
@@ -422,7 +423,7 @@ class TritonClient:
         """The body's tensors written to shared memory, or None to send it over HTTP: no
         region, one too small for the body, or a body Triton might read differently
         (shared_memory). When the region is full this waits for room, up to ``timeout``."""
-        region = self._region or await self._new_region()
+        region = self._region or await self._made_region(timeout)
         if region is None:
             return None
         header_length = int(headers[shared_memory.KSERVE_HEADER_LENGTH])
@@ -440,12 +441,21 @@ class TritonClient:
         self.shared_bodies += 1
         return SharedBody(region, offset, header)
 
-    async def _new_region(self) -> shared_memory.Region | None:
-        """Create and register this Triton's region, once (None if it cannot be had)."""
-        shm_dir = self._shm_dir
-        if self._region_tried or not self._shared_memory_bytes or shm_dir is None:
-            return None
-        self._region_tried = True
+    async def _made_region(self, timeout: float | None) -> shared_memory.Region | None:
+        """This Triton's region, made once: the calls that come while it is being made wait for
+        it (within their timeout) instead of going over HTTP. None if it cannot be had."""
+        if self._region_making is None:
+            if not self._shared_memory_bytes or self._shm_dir is None:
+                return None
+            self._region_making = asyncio.ensure_future(self._new_region(self._shm_dir))
+        making = self._region_making
+        if not making.done():
+            await asyncio.wait_for(asyncio.shield(making), timeout)
+        return making.result()
+
+    async def _new_region(self, shm_dir: Path) -> shared_memory.Region | None:
+        """Create and register this Triton's region (None if it cannot be had)."""
+        making = asyncio.current_task()
         base_url = self.base_url
         try:
             # In a thread: allocating the pages takes some milliseconds, other calls go on.
@@ -466,7 +476,7 @@ class TritonClient:
             return None
         finally:
             path.unlink(missing_ok=True)  # both sides have mapped it: gone when both let go
-        if self.base_url != base_url or self._region_tried is False:
+        if self.base_url != base_url or self._region_making is not making:
             region.close()  # Triton was replaced meanwhile
             return None
         log.info("request bodies of %d KiB and more reach Triton at %s through %d MiB of "

@@ -21,7 +21,8 @@ are lent per request and given back when the call ends, answered or not. When th
 full a body waits, first come first served, for the pieces in-flight calls give back rather than
 going over HTTP: under ``mme bench overhead --workload binary --concurrency 32`` (5 MiB bodies,
 a 64 MiB region) the overflow sent over HTTP cost Triton and the emulator more CPU than the
-whole call through shared memory, x0.72 of direct Triton's throughput; waiting, x0.9. Only a
+whole call through shared memory, x0.72 of direct Triton's throughput; waiting, x0.9. The
+bodies that come while the region is being made wait for it too (``TritonClient``). Only a
 body longer than the whole region goes over HTTP. After a timeout Triton
 may still read a piece that is by then another request's, but Triton only reads inputs, so the
 other request's bytes stay intact and only the abandoned call, whose answer nobody receives,

@@ -470,6 +470,34 @@ def test_a_body_in_pieces_reaches_triton_whole_over_http_and_through_shared_memo
     assert seen[0] == json_body
 
 
+def test_bodies_that_come_while_the_region_is_made_wait_for_it(tmp_path: Path) -> None:
+    """The region is made once; the calls meanwhile go through it, not over HTTP."""
+    asked, registered = asyncio.Event(), asyncio.Event()
+    registers: list[bytes] = []
+    infers: list[bytes] = []
+
+    async def triton(request_line: bytes, _headers: dict[str, str], body: bytes) -> bytes:
+        if b"/register" in request_line:
+            registers.append(request_line)
+            asked.set()
+            await registered.wait()
+        elif b"/infer" in request_line:
+            infers.append(body)
+        return OK
+
+    async def calls(client: TritonClient) -> None:
+        three = [asyncio.create_task(client.infer("m", LARGE_BODY, LARGE_HEADERS, 5))
+                 for _ in range(3)]
+        await asked.wait()  # the first call is making the region, the others have come
+        registered.set()
+        assert [(await call).status for call in three] == [200] * 3
+
+    assert asyncio.run(with_shared_memory(keep_alive(triton), 2 << 20, tmp_path, calls)) == 3
+    assert len(registers) == 1
+    assert all(json.loads(body)["inputs"][0]["parameters"]["shared_memory_region"]
+               for body in infers)
+
+
 def test_a_region_triton_refuses_sends_large_bodies_over_http_as_they_came(
         tmp_path: Path) -> None:
     seen: list[tuple[bytes, dict[str, str], bytes]] = []
