@@ -423,13 +423,16 @@ class TritonClient:
         """The body's tensors written to shared memory, or None to send it over HTTP: no
         region, one too small for the body, or a body Triton might read differently
         (shared_memory). When the region is full this waits for room, up to ``timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         region = self._region or await self._made_region(timeout)
         if region is None:
             return None
         header_length = int(headers[shared_memory.KSERVE_HEADER_LENGTH])
         pieces = Body.of(body)
         tensor_bytes = len(pieces) - header_length
-        offset = await region.lend_when_free(tensor_bytes, timeout)
+        left = None if deadline is None else max(deadline - loop.time(), 0.0)  # one deadline
+        offset = await region.lend_when_free(tensor_bytes, left)
         if offset is None or region.closed:  # closed meanwhile: Triton was replaced
             return None
         header = shared_memory.shared_header(pieces.head(header_length), tensor_bytes,
