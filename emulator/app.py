@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from emulator import autoscaling, cloudwatch
 from emulator.auth import install_auth
 from emulator.clock import Clock
+from emulator.contract.apis import ApiRequest, Protocol, Service, read_request
 from emulator.control import ControlPlaneService, ControlStore, build_control_router
 from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.factory import InstanceFactory
@@ -28,12 +29,7 @@ from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
 from emulator.page.errors import InvocationErrors
 from emulator.routes.introspection import build_introspection_router
-from emulator.routes.runtime import (
-    Invocations,
-    InvocationsApp,
-    build_runtime_router,
-    is_invocation,
-)
+from emulator.routes.runtime import Invocations, InvocationsApp, build_runtime_router
 from emulator.settings import Settings
 
 
@@ -52,15 +48,23 @@ class EmulatorApp(FastAPI):
 
     def direct_answer(self, scope: Scope) -> DirectAnswer | None:
         """How to answer this request without ASGI, or None to call the app."""
-        if self.direct_invocations is not None and is_invocation(scope):
+        if self.direct_invocations is not None and _is_invocation(read_request(scope)):
             return self.direct_invocations
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.invocations is not None and is_invocation(scope):
+        # The front door: every HTTP request is read once here (repeated headers joined, its API
+        # identified, contract/apis.py); auth and the routes behind it all use that reading.
+        if scope["type"] == "http" and _is_invocation(read_request(scope)) \
+                and self.invocations is not None:
             await self.invocations(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
+
+
+def _is_invocation(api: ApiRequest | None) -> bool:
+    return api is not None and api.service is Service.RUNTIME \
+        and api.operation == "InvokeEndpoint"
 
 
 def build_app(settings: Settings) -> FastAPI:
@@ -107,10 +111,11 @@ def build_app(settings: Settings) -> FastAPI:
     metrics_api = cloudwatch.CloudWatchService(metric_store, clock)
     scaling = autoscaling.AutoScalingService(autoscaling.SageMakerVariants(control), clock,
                                              settings.region, settings.account_id)
-    app.include_router(build_control_router(control, targets={
-        "AnyScaleFrontendService.": autoscaling.json_handler(scaling),
-        "GraniteServiceVersion20100801.": cloudwatch.json_handler(metrics_api),
-    }, form=cloudwatch.query_handler(metrics_api)))
+    app.include_router(build_control_router(control, others={
+        (Service.AUTOSCALING, Protocol.JSON): autoscaling.json_handler(scaling),
+        (Service.CLOUDWATCH, Protocol.JSON): cloudwatch.json_handler(metrics_api),
+        (Service.CLOUDWATCH, Protocol.QUERY): cloudwatch.query_handler(metrics_api),
+    }))
     app.include_router(cloudwatch.build_cloudwatch_router(metrics_api))  # rpc-v2-cbor paths
     app.include_router(autoscaling.build_autoscaling_router(
         autoscaling.ScalingEngine(scaling, metric_store, clock)))

@@ -38,15 +38,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from xml.sax.saxutils import escape
 
-
-class Protocol(str, Enum):
-    """How an API answers errors (decided per request by ``requests.classify``)."""
-
-    REST_JSON = "rest-json"  # sagemaker-runtime
-    # SageMaker control plane, Application Auto Scaling (JSON 1.1), CloudWatch (JSON 1.0)
-    JSON = "json"
-    CBOR = "cbor"  # CloudWatch, smithy RPC v2 CBOR
-    QUERY = "query"  # CloudWatch, Action=... form
+from emulator.contract.apis import Protocol  # re-exported: errors render per protocol
 
 
 class Failure(str, Enum):
@@ -55,6 +47,7 @@ class Failure(str, Enum):
     BAD_SIGNATURE = "bad-signature"
     INCOMPLETE = "incomplete"
     DENIED = "denied"
+    REPEATED_PARAMETER = "repeated-parameter"
 
 
 # (json code, json status, rest-json status, query code, query status)
@@ -65,6 +58,10 @@ _TABLE: dict[Failure, tuple[str, int, int, str, int]] = {
     Failure.BAD_SIGNATURE: ("InvalidSignatureException", 400, 403, "SignatureDoesNotMatch", 403),
     Failure.INCOMPLETE: ("IncompleteSignatureException", 400, 400, "IncompleteSignature", 400),
     Failure.DENIED: ("AccessDeniedException", 400, 400, "AccessDenied", 403),
+    # Only the query protocol can repeat a parameter; CloudWatch's own code for a request whose
+    # parameters contradict each other [U] (what AWS answers to a repeat is unconfirmed).
+    Failure.REPEATED_PARAMETER: ("InvalidParameterCombinationException", 400, 400,
+                                 "InvalidParameterCombination", 400),
 }
 
 
@@ -181,3 +178,7 @@ def access_denied(principal_arn: str, action: str, resource: str, explicit: bool
            else f"because no identity-based policy allows the {action} action")
     return AuthError(Failure.DENIED,
                      f"User: {principal_arn} is not authorized to perform: {action}{on} {why}")
+
+
+def repeated_parameter(message: str) -> AuthError:
+    return AuthError(Failure.REPEATED_PARAMETER, message)

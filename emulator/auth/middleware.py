@@ -16,15 +16,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from emulator.auth import errors
 from emulator.auth.credentials import Principal
 from emulator.auth.policy import Decision, evaluate, normalise_context
-from emulator.auth.requests import ApiCall, classify, decoded_path, global_keys
+from emulator.auth.requests import ApiCall, classify, global_keys
 from emulator.auth.sigv4 import verify
+from emulator.contract.apis import Protocol, RepeatedParameter, Service, read_request
 
 log = logging.getLogger(__name__)
 
 
-# The emulator's own read-only routes stay open: health checks and dashboards scrape them with
-# plain HTTP, and they are not AWS APIs (no IAM action exists for them). Everything else that is
-# not an AWS API (e.g. POST /_emulator/.../unload) needs a valid signature from a known principal.
+# What holds nothing tenant-specific stays open to a plain GET: health checks and Prometheus
+# scrape /ping and /metrics, and the live page's HTML, script and style (its data is not open:
+# contract/apis.py names the emulator's own actions). Anything else that is no AWS API needs a
+# valid signature from a known principal.
 OPEN_GET_PREFIXES = ("/ping", "/metrics", "/_emulator/")
 # Read at most this much of a body whose length is not declared (chunked): the largest payload
 # SageMaker takes (6 MiB) plus room for a control-plane document.
@@ -47,17 +49,18 @@ class SigV4Middleware:
             await self.app(scope, receive, send)
             return
         method: str = scope["method"]
-        path = decoded_path(scope.get("raw_path") or scope["path"].encode())
-        if method in ("GET", "HEAD") and path.startswith(OPEN_GET_PREFIXES):
+        path: str = scope["path"]
+        # The front door's reading (headers joined, API identified): IAM decides on what runs.
+        api = read_request(scope)
+        if api is None and method in ("GET", "HEAD") and path.startswith(OPEN_GET_PREFIXES):
             await self.app(scope, receive, send)
             return
         headers = [(k.decode("latin-1").lower(), v.decode("latin-1"))
                    for k, v in scope["headers"]]
-        lookup = dict(headers)
+        lookup = dict(headers)  # canonical: each name once
         declared = lookup.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_payload_bytes:
-            call = classify(method, path, lookup, b"", self.region, self.account)
-            if call is not None and call.protocol is errors.Protocol.REST_JSON:
+            if api is not None and api.service is Service.RUNTIME:
                 # The runtime refuses an oversize body unread, before it looks at anything else
                 # (ValidationError, as SageMaker): nothing is revealed or run, so let it answer
                 # rather than buffer megabytes from an unauthenticated caller.
@@ -65,19 +68,23 @@ class SigV4Middleware:
                 return
             await self._refuse(send, errors.incomplete(  # [U] AWS's answer to an oversize body
                 f"Request body of {declared} bytes is over {self.max_payload_bytes} bytes; "
-                "not read."), call.protocol if call else errors.Protocol.REST_JSON)
+                "not read."), api.protocol if api else Protocol.REST_JSON)
             return
         body, more = await _read_body(receive, MAX_UNDECLARED_BODY)
-        call = classify(method, path, lookup, body, self.region, self.account)
-        protocol = call.protocol if call else errors.Protocol.REST_JSON
+        protocol = api.protocol if api else Protocol.REST_JSON
         try:
             if more:
                 raise errors.incomplete("Request body too large to verify.")
+            try:
+                call = classify(method, path, lookup, body, self.region, self.account, api)
+            except RepeatedParameter as exc:
+                raise errors.repeated_parameter(str(exc)) from exc
             principal = verify(
                 method=method, raw_path=scope.get("raw_path") or scope["path"].encode(),
                 query=scope.get("query_string", b""), headers=headers, body=body,
-                principals=self.principals, service=call.service if call else _scope_service(
-                    lookup), region=self.region, now=self.clock())
+                principals=self.principals,
+                service=call.service if call and call.service else _scope_service(lookup),
+                region=self.region, now=self.clock())
             if call is not None:
                 self._authorize(principal, call, scope)
         except errors.AuthError as exc:
@@ -100,14 +107,15 @@ class SigV4Middleware:
                                        explicit=decision is Decision.EXPLICIT_DENY)
 
     async def _refuse(self, send: Send, error: errors.AuthError,
-                      protocol: errors.Protocol) -> None:
+                      protocol: Protocol) -> None:
         status, headers, body = error.render(protocol)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
 def _scope_service(headers: Mapping[str, str]) -> str:
-    """For a non-AWS route, any service the caller scoped its signature to is accepted."""
+    """For the emulator's own routes, any service the caller scoped its signature to is
+    accepted (they belong to no AWS service)."""
     credential = headers.get("authorization", "").partition("Credential=")[2].split(",")[0]
     parts = credential.split("/")
     return parts[3] if len(parts) == 5 else ""

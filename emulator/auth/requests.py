@@ -14,6 +14,10 @@ for Amazon SageMaker", "... Application Auto Scaling", "... Amazon CloudWatch"):
 - CloudWatch: ``POST /service/GraniteServiceVersion20100801/operation/<Op>`` (smithy RPC v2 CBOR),
   ``X-Amz-Target: GraniteServiceVersion20100801.<Op>`` (JSON 1.0) or ``Action=<Op>`` (query);
   ``cloudwatch:<Op>`` on ``*`` [U] (alarms have ARNs, but the emulator maps every operation to *).
+- the emulator's own data routes (``contract/apis.py``): ``emulator:DescribeModels`` (the fleet
+  and its models: ``/_emulator/models``, the page's state and stream) and ``emulator:GetMetrics``
+  (``/_emulator/metrics``) on ``*``; ``emulator:UnloadModel`` on the endpoint's ARN with
+  ``sagemaker:TargetModel``, so a tenant's TargetModel conditions cover it too.
 Every request also carries the global keys aws:SourceIp, aws:CurrentTime, aws:EpochTime,
 aws:SecureTransport, aws:RequestedRegion and the principal's (added by the middleware).
 """
@@ -25,16 +29,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import parse_qs, unquote
 
-from emulator.auth.errors import Protocol
-
-RUNTIME_OPERATIONS = {
-    "invocations": "InvokeEndpoint",
-    "invocations-response-stream": "InvokeEndpointWithResponseStream",
-    "async-invocations": "InvokeEndpointAsync",
-}
-CBOR_PREFIX = "/service/GraniteServiceVersion20100801/operation/"
+from emulator.contract.apis import (
+    ApiRequest,
+    Protocol,
+    Service,
+    identify,
+    parse_form,
+    with_form,
+)
 
 # Control-plane parameter -> resource type in the ARN. The first one present names the resource.
 _RESOURCE_PARAMS = (("EndpointName", "endpoint"), ("EndpointConfigName", "endpoint-config"),
@@ -45,7 +48,8 @@ _RESOURCE_PARAMS = (("EndpointName", "endpoint"), ("EndpointConfigName", "endpoi
 class ApiCall:
     """One request as IAM sees it."""
 
-    service: str  # the SigV4 signing name: sagemaker, application-autoscaling, monitoring
+    # the SigV4 signing name: sagemaker, application-autoscaling, monitoring; "" for any
+    service: str
     action: str  # e.g. sagemaker:InvokeEndpoint
     resource: str  # an ARN or *
     protocol: Protocol
@@ -63,41 +67,36 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
 
 
 def classify(method: str, path: str, headers: Mapping[str, str], body: bytes, region: str,
-             account: str) -> ApiCall | None:
-    """The API call, or None for the emulator's own routes (``/ping``, ``/_emulator/...``).
+             account: str, api: ApiRequest | None = None) -> ApiCall | None:
+    """The API call, or None for what is no API (``/ping``, the page's files, unknown paths).
 
-    ``headers`` have lowercased names; ``path`` is decoded (what the route sees).
+    ``headers`` are canonical (each name once, lower-case; ``contract/apis.py``); ``path`` is
+    decoded (what the route sees). ``api`` is the front door's reading of the request, when it
+    has made one; otherwise it is made here, by the same function. A form body that repeats a
+    parameter raises ``RepeatedParameter``.
     """
-    target = headers.get("x-amz-target", "")
-    if method == "POST" and path.startswith("/endpoints/"):
-        parts = path[len("/endpoints/"):].split("/")
-        if len(parts) == 2 and parts[1] in RUNTIME_OPERATIONS and parts[0]:
-            return ApiCall(
-                service="sagemaker", action=f"sagemaker:{RUNTIME_OPERATIONS[parts[1]]}",
-                resource=sagemaker_arn("endpoint", parts[0], region, account),
-                protocol=Protocol.REST_JSON,
-                keys={"sagemaker:TargetModel": _header(headers, "x-amzn-sagemaker-target-model"),
-                      "sagemaker:TargetContainerHostname":
-                          _header(headers, "x-amzn-sagemaker-target-container-hostname")})
-    if method == "POST" and path.startswith(CBOR_PREFIX):
-        operation = path[len(CBOR_PREFIX):]
-        return ApiCall("monitoring", f"cloudwatch:{operation}", "*", Protocol.CBOR)
-    if method == "POST" and target.startswith("SageMaker."):
-        operation = target[len("SageMaker."):]
+    api = api or identify(method, path, headers)
+    if api is None:
+        return None
+    if api.protocol is Protocol.QUERY:
+        api = with_form(api, parse_form(body))
+        if not api.operation:
+            return None  # no Action: the service answers that itself, and runs nothing
+    keys: dict[str, str | list[str] | None] = {}
+    resource = "*"
+    if api.service is Service.RUNTIME and api.endpoint is not None:
+        resource = sagemaker_arn("endpoint", api.endpoint, region, account)
+        keys = {"sagemaker:TargetModel": _header(headers, "x-amzn-sagemaker-target-model"),
+                "sagemaker:TargetContainerHostname":
+                    _header(headers, "x-amzn-sagemaker-target-container-hostname")}
+    elif api.service is Service.SAGEMAKER:
         params = _json_object(body)
-        return ApiCall("sagemaker", f"sagemaker:{operation}",
-                       _control_resource(operation, params, region, account), Protocol.JSON,
-                       _control_keys(operation, params))
-    if method == "POST" and target.startswith("AnyScaleFrontendService."):
-        return ApiCall("application-autoscaling",
-                       f"application-autoscaling:{target.split('.', 1)[1]}", "*", Protocol.JSON)
-    if method == "POST" and target.startswith("GraniteServiceVersion20100801."):
-        return ApiCall("monitoring", f"cloudwatch:{target.split('.', 1)[1]}", "*", Protocol.JSON)
-    if path == "/" and "form-urlencoded" in headers.get("content-type", ""):
-        action = parse_qs(body.decode("utf-8", "replace")).get("Action", [""])[0]
-        if action:
-            return ApiCall("monitoring", f"cloudwatch:{action}", "*", Protocol.QUERY)
-    return None
+        resource = _control_resource(api.operation, params, region, account)
+        keys = dict(_control_keys(api.operation, params))
+    elif api.service is Service.EMULATOR and api.endpoint is not None:
+        resource = sagemaker_arn("endpoint", api.endpoint, region, account)
+        keys = {"sagemaker:TargetModel": api.target_model}
+    return ApiCall(api.service.signing_name, api.action, resource, api.protocol, keys)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
@@ -156,7 +155,3 @@ def global_keys(client_ip: str | None, region: str, now: datetime | None = None,
     if client_ip:
         keys["aws:SourceIp"] = client_ip
     return keys
-
-
-def decoded_path(raw_path: bytes) -> str:
-    return unquote(raw_path.decode("latin-1"))

@@ -18,13 +18,13 @@ import json
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import parse_qsl
 from xml.etree import ElementTree
 
 import cbor2
 from botocore.model import ListShape, MapShape, ServiceModel, Shape, StructureShape
 
 from emulator.cloudwatch.errors import CloudWatchError
+from emulator.contract.apis import RepeatedParameter, parse_form
 from emulator.contract.control_plane import format_errors, project, to_epoch, validate
 
 TARGET_PREFIX = "GraniteServiceVersion20100801."
@@ -104,7 +104,10 @@ def parse_json(target: str, body: bytes) -> tuple[str, dict[str, Any]]:
 
 
 def parse_query(body: bytes) -> tuple[str, dict[str, Any]]:
-    form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+    try:  # the same parse IAM decided on (contract/apis.py): a repeated parameter is refused
+        form = parse_form(body)
+    except RepeatedParameter as exc:
+        raise CloudWatchError("InvalidParameterCombination", str(exc)) from exc
     operation = form.pop("Action", "")
     if form.pop("Version", API_VERSION) != API_VERSION:
         raise CloudWatchError("InvalidParameterValue", f"The API version must be {API_VERSION}.")

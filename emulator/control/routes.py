@@ -1,9 +1,9 @@
 """HTTP binding of ``POST /``: every JSON-RPC AWS service the emulator speaks shares this path.
 
-``X-Amz-Target: SageMaker.<Operation>`` is the control plane (here); other target prefixes
-(``AnyScaleFrontendService.`` for Application Auto Scaling, ``GraniteServiceVersion20100801.``
-for CloudWatch JSON 1.0) and a form-encoded body without a target (CloudWatch's query protocol)
-go to the handlers the composition root passes in.
+``X-Amz-Target: SageMaker.<Operation>`` is the control plane (here); the other APIs that share
+this path (Application Auto Scaling, CloudWatch's JSON 1.0 and query protocols) go to the handlers
+the composition root passes in. Which API a request is was decided once, by the front door
+(``emulator/contract/apis.py``), and IAM decided on that same reading.
 """
 
 from __future__ import annotations
@@ -15,33 +15,33 @@ from collections.abc import Awaitable, Callable, Mapping
 from fastapi import APIRouter, Request, Response
 
 from emulator.contract import control_plane as wire
+from emulator.contract.apis import Protocol, Service, read_request
 from emulator.control.service import ControlPlaneService
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[Response]]
-FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 
 
 def build_control_router(service: ControlPlaneService, *,
-                         targets: Mapping[str, Handler] | None = None,
-                         form: Handler | None = None) -> APIRouter:
-    """``targets``: X-Amz-Target prefix -> handler; ``form``: the handler of query requests."""
+                         others: Mapping[tuple[Service, Protocol], Handler] | None = None
+                         ) -> APIRouter:
+    """``others``: the handler of each other API on ``POST /``, by service and protocol."""
     router = APIRouter()
-    others = dict(targets or {})
+    handlers = dict(others or {})
 
     @router.post("/", include_in_schema=False)
     async def control_plane(request: Request) -> Response:
-        target = request.headers.get("x-amz-target") or ""
-        for prefix, handler in others.items():
-            if target.startswith(prefix):
-                return await handler(request)
-        content_type = request.headers.get("content-type", "")
-        if not target and form is not None and content_type.startswith(FORM_CONTENT_TYPE):
-            return await form(request)
+        # The front door's reading of the request, the one IAM decided on (contract/apis.py).
+        api = read_request(request.scope)
+        handler = handlers.get((api.service, api.protocol)) if api is not None else None
+        if handler is not None:
+            return await handler(request)
         request_id = str(uuid.uuid4())
         try:
-            operation, params = wire.parse_request(target or None, await request.body())
+            # The headers are the front door's (each name once): the target identify() read.
+            operation, params = wire.parse_request(request.headers.get("x-amz-target"),
+                                                   await request.body())
             status, body = 200, await service.handle(operation, params)
         except wire.ControlPlaneError as exc:
             status, body = exc.status, exc.body()

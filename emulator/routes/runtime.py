@@ -129,14 +129,8 @@ class Invocations:
         return 200, raw_headers, result.body
 
 
-def is_invocation(scope: Scope) -> bool:
-    """Whether the request is InvokeEndpoint (what ``InvocationsApp`` answers)."""
-    return (scope["type"] == "http" and scope["method"] == "POST"
-            and INVOCATIONS_PATH.fullmatch(scope["path"]) is not None)
-
-
 class InvocationsApp:
-    """Plain ASGI: answers a request for which ``is_invocation`` holds."""
+    """Plain ASGI: answers InvokeEndpoint (the front door, ``emulator/app.py``, says which)."""
 
     def __init__(self, invocations: Invocations) -> None:
         self.invocations = invocations

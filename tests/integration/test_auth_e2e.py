@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 import botocore.auth
 import numpy as np
 import pytest
 from botocore import UNSIGNED
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from emulator.server import EmulatorServer
@@ -25,7 +29,12 @@ ENDPOINT_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:endpoint/mme"
 KEYS = {"team-a": ("AKIATEAMA00000000001", "secret-a"),
         "team-b": ("AKIATEAMB00000000002", "secret-b"),
         "hosts": ("AKIAHOSTS00000000003", "secret-hosts"),
-        "office": ("AKIAOFFICE0000000004", "secret-office")}
+        "office": ("AKIAOFFICE0000000004", "secret-office"),
+        "reader": ("AKIAREADER0000000005", "secret-reader"),
+        "metrics": ("AKIAMETRIC0000000006", "secret-metrics"),
+        "not-b": ("AKIANOTB000000000007", "secret-not-b"),
+        "no-policy": ("AKIANOPOLICY00000008", "secret-none"),
+        "admin": ("AKIAADMIN00000000009", "secret-admin")}
 
 
 def invoke_policy(condition: dict[str, Any], *extra: dict[str, Any]) -> dict[str, Any]:
@@ -49,6 +58,18 @@ POLICIES = {
                                            ["customIps*", "common*"]}}),
     # Invocations from the office network only.
     "office": invoke_policy({"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}}),
+    # Read-only principals of the issue's repeated-header cases.
+    "reader": {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["sagemaker:Describe*", "sagemaker:List*"],
+         "Resource": "*"}]},
+    "metrics": {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "cloudwatch:ListMetrics", "Resource": "*"}]},
+    # May invoke anything on the endpoint but team B's models.
+    "not-b": invoke_policy({}, {"Effect": "Deny", "Action": "sagemaker:InvokeEndpoint",
+                                "Resource": "*", "Condition": {
+                                    "StringLike": {"sagemaker:TargetModel": "team-b/*"}}}),
+    "admin": {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "*", "Resource": "*"}]},
 }
 
 
@@ -211,13 +232,155 @@ def test_autoscaling_and_cloudwatch_errors_parse_in_boto3(server: EmulatorServer
     assert unknown["Error"]["Code"] == "UnrecognizedClientException"
 
 
-def test_emulator_read_only_routes_stay_open(server: EmulatorServer) -> None:
-    for path in ("/ping", "/_emulator/models", "/metrics"):
-        with urllib.request.urlopen(server.url + path, timeout=30) as response:
-            assert response.status == 200, path
-    request = urllib.request.Request(server.url + "/_emulator/endpoints/mme/models/x/unload",
-                                     method="POST")
-    with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(request, timeout=30)
-    assert caught.value.code == 403  # not an AWS API, but it changes state: signature required
+# --- One reading of a request for IAM and for what runs (repeated headers and parameters) ------
+
+def raw_signed(server: EmulatorServer, who: str, path: str, headers: list[tuple[str, str]],
+               body: bytes, service: str = "sagemaker") -> tuple[int, dict[str, Any] | str]:
+    """A request signed with ``who``'s keys and sent as given, repeated headers and all (boto3
+    cannot send a header twice). botocore signs a repeated header as AWS does: its values joined
+    with commas."""
+    request = AWSRequest(method="POST", url=server.url + path, data=body)
+    for name, value in headers:
+        request.headers[name] = value  # an email.message.Message: a second set adds a copy
+    key, secret = KEYS[who]
+    botocore.auth.SigV4Auth(Credentials(key, secret), service, REGION).add_auth(request)
+    connection = http.client.HTTPConnection(server.settings.host, server.settings.port,
+                                            timeout=60)
+    try:
+        connection.putrequest("POST", path, skip_host=True, skip_accept_encoding=True)
+        connection.putheader("Host", urlsplit(server.url).netloc)  # as botocore signed it
+        for name, value in request.headers.items():  # in order, copies kept
+            connection.putheader(name, value)
+        connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body)
+        response = connection.getresponse()
+        data = response.read()
+    finally:
+        connection.close()
+    try:
+        return response.status, json.loads(data)
+    except ValueError:
+        return response.status, data.decode()
+
+
+def test_repeated_target_runs_nothing_iam_did_not_allow(server: EmulatorServer) -> None:
+    """A reader allowed Describe*/List* sends DeleteModel then DescribeModel: the model stays."""
+    admin = client(server, "sagemaker", "admin")
+    admin.create_model(ModelName="kept-model", PrimaryContainer={
+        "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": "s3://bucket/prefix/"},
+        ExecutionRoleArn=f"arn:aws:iam::{ACCOUNT}:role/sagemaker")
+    try:
+        for targets in (["SageMaker.DeleteModel", "SageMaker.DescribeModel"],
+                        ["SageMaker.DescribeModel", "SageMaker.DeleteModel"]):
+            status, answer = raw_signed(
+                server, "reader", "/",
+                [("Content-Type", "application/x-amz-json-1.1"),
+                 *(("X-Amz-Target", target) for target in targets)],
+                json.dumps({"ModelName": "kept-model"}).encode())
+            # IAM is asked about the joined target (no Describe* action), or allows it and the
+            # control plane knows no such operation: either way nothing runs.
+            assert status == 400 and answer["__type"] in (  # type: ignore[index]
+                "AccessDeniedException", "UnknownOperationException"), answer
+            assert admin.describe_model(ModelName="kept-model")["ModelName"] == "kept-model"
+        # The same principal through boto3: what it may do, it does; the rest is refused.
+        reader = client(server, "sagemaker", "reader")
+        assert reader.describe_model(ModelName="kept-model")["ModelName"] == "kept-model"
+        assert error_of(reader.delete_model, ModelName="kept-model")["Error"]["Code"] == \
+            "AccessDeniedException"
+    finally:
+        admin.delete_model(ModelName="kept-model")
+
+
+@pytest.mark.parametrize("who", ["team-a", "not-b"])
+def test_repeated_target_model_never_reaches_another_tenant(server: EmulatorServer,
+                                                            who: str) -> None:
+    """Two TargetModel headers, the allowed one last or first: never team B's answer."""
+    for targets in (["team-b/y.tar.gz", "team-a/x.tar.gz"],
+                    ["team-a/x.tar.gz", "team-b/y.tar.gz"]):
+        status, answer = raw_signed(
+            server, who, "/endpoints/mme/invocations",
+            [("Content-Type", "application/octet-stream"),
+             *(("X-Amzn-SageMaker-Target-Model", target) for target in targets)],
+            scale_request([1, 2, 3, 4]))
+        # Denied, or allowed and then no such model: never another model's outputs.
+        assert status == 400 and isinstance(answer, dict), (targets, answer)
+        assert answer.get("__type") == "AccessDeniedException" or answer.get(
+            "Message", "").startswith("Failed to download model data"), answer
+    # One header each: the allowed model answers, the other is denied.
+    np.testing.assert_allclose(output_of(invoke(server, who, "team-a/x.tar.gz")["Body"].read()),
+                               np.array([1, 2, 3, 4]) * 2.0)
+    assert error_of(invoke, server, who, "team-b/y.tar.gz")["Error"]["Code"] == \
+        "AccessDeniedException"
+
+
+def test_repeated_content_type_cannot_hide_a_cloudwatch_call(server: EmulatorServer) -> None:
+    """Form first, JSON last, with a query body: IAM is asked about cloudwatch:ListMetrics."""
+    status, answer = raw_signed(
+        server, "no-policy", "/",
+        [("Content-Type", "application/x-www-form-urlencoded"),
+         ("Content-Type", "application/x-amz-json-1.0")],
+        b"Action=ListMetrics&Version=2010-08-01", service="monitoring")
+    assert status == 403, answer
+    assert "<Code>AccessDenied</Code>" in str(answer) and "cloudwatch:ListMetrics" in str(answer)
+
+
+def test_repeated_query_action_is_refused(server: EmulatorServer) -> None:
+    """A principal allowed only ListMetrics repeats Action=: refused, nothing runs."""
+    for body in (b"Action=ListMetrics&Version=2010-08-01&Action=GetMetricStatistics",
+                 b"Action=GetMetricStatistics&Version=2010-08-01&Action=ListMetrics"):
+        status, answer = raw_signed(
+            server, "metrics", "/", [("Content-Type", "application/x-www-form-urlencoded")],
+            body, service="monitoring")
+        assert status == 400, answer
+        assert "<Code>InvalidParameterCombination</Code>" in str(answer)
+        assert "Parameter Action is given more than once" in str(answer)
+    status, answer = raw_signed(
+        server, "metrics", "/", [("Content-Type", "application/x-www-form-urlencoded")],
+        b"Action=ListMetrics&Version=2010-08-01", service="monitoring")
+    assert status == 200 and "<ListMetricsResponse" in str(answer)
+
+
+# --- The emulator's own routes ---------------------------------------------------------------
+
+def signed_get(server: EmulatorServer, who: str, path: str) -> urllib.request.Request:
+    request = AWSRequest(method="GET", url=server.url + path)
+    key, secret = KEYS[who]
+    botocore.auth.SigV4Auth(Credentials(key, secret), "sagemaker", REGION).add_auth(request)
+    return urllib.request.Request(server.url + path, headers=dict(request.headers.items()))
+
+
+def status_of(request: urllib.request.Request | str) -> int:
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read(1)
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_emulator_routes_hide_tenants_from_unauthenticated_callers(
+        server: EmulatorServer) -> None:
+    invoke(server, "team-a", "team-a/x.tar.gz")  # a tenant's model is loaded
+    for path in ("/ping", "/metrics", "/_emulator/", "/_emulator/page/app.js"):
+        assert status_of(server.url + path) == 200, path  # nothing tenant-specific
+    for path in ("/_emulator/models", "/_emulator/metrics", "/_emulator/page/state",
+                 "/_emulator/page/stream"):
+        assert status_of(server.url + path) == 403, path
+        assert status_of(signed_get(server, "team-b", path)) == 400, path  # AccessDenied
+        assert status_of(signed_get(server, "admin", path)) == 200, path
+    with urllib.request.urlopen(signed_get(server, "admin", "/_emulator/models"),
+                                timeout=30) as response:
+        assert "team-a/x.tar.gz" in response.read().decode()
+
+
+def test_unloading_a_tenants_model_needs_its_own_permission(server: EmulatorServer) -> None:
+    invoke(server, "team-a", "team-a/x.tar.gz")
+    path = "/_emulator/endpoints/mme/models/team-a/x.tar.gz/unload"
+    for who in ("team-b", "not-b"):  # known principals without emulator:UnloadModel
+        status, answer = raw_signed(server, who, path, [], b"")
+        assert status == 400 and answer["__type"] == "AccessDeniedException", answer
+        assert "emulator:UnloadModel" in answer["message"]
+    unsigned = urllib.request.Request(server.url + path, method="POST")
+    assert status_of(unsigned) == 403
+    assert raw_signed(server, "admin", path, [], b"")[0] == 200
 

@@ -23,6 +23,7 @@ from emulator.auth.credentials import load_credentials, load_principals
 from emulator.auth.errors import AuthError, Failure, Protocol
 from emulator.auth.requests import classify
 from emulator.auth.sigv4 import verify
+from emulator.contract.apis import RepeatedParameter, canonical_headers, read_request
 from emulator.settings import Settings
 
 KEY, SECRET = "AKIATEAMA0000000000A", "team-a-secret"
@@ -208,7 +209,38 @@ def test_autoscaling_and_cloudwatch_mapping() -> None:
                  b"Action=PutMetricAlarm&Version=2010-08-01")
     assert (query.action, query.protocol) == ("cloudwatch:PutMetricAlarm", Protocol.QUERY)
     assert call("GET", "/ping") is None
-    assert call("POST", "/_emulator/endpoints/e/models/m/unload") is None
+    assert call("GET", "/_emulator/") is None  # the page's HTML: nothing tenant-specific
+
+
+def test_emulator_data_routes_are_actions_of_their_own() -> None:
+    unload = call("POST", "/_emulator/endpoints/MME/models/team-a/x.tar.gz/unload")
+    assert (unload.action, unload.resource, unload.keys["sagemaker:TargetModel"]) == (
+        "emulator:UnloadModel", "arn:aws:sagemaker:us-east-1:123456789012:endpoint/mme",
+        "team-a/x.tar.gz")
+    for path in ("/_emulator/models", "/_emulator/page/state", "/_emulator/page/stream"):
+        assert call("GET", path).action == "emulator:DescribeModels", path
+    assert call("GET", "/_emulator/metrics").action == "emulator:GetMetrics"
+
+
+def test_a_repeated_form_parameter_is_refused_not_read_one_way() -> None:
+    with pytest.raises(RepeatedParameter, match="Action is given more than once"):
+        call("POST", "/", {"Content-Type": "application/x-www-form-urlencoded"},
+             b"Action=ListMetrics&Version=2010-08-01&Action=GetMetricStatistics")
+
+
+def test_repeated_headers_are_joined_once_for_every_reader() -> None:
+    raw = [(b"Host", b"h"), (b"X-Amz-Target", b"SageMaker.DeleteModel"),
+           (b"x-amz-target", b"SageMaker.DescribeModel"), (b"content-length", b"2")]
+    joined = dict(canonical_headers(raw) or [])
+    assert joined[b"x-amz-target"] == b"SageMaker.DeleteModel,SageMaker.DescribeModel"
+    assert canonical_headers([(b"host", b"h"), (b"x-amz-target", b"SageMaker.X")]) is None
+    scope: dict[str, Any] = {"type": "http", "method": "POST", "path": "/", "headers": raw}
+    api = read_request(scope)
+    assert api is not None and api.operation == "DeleteModel,SageMaker.DescribeModel"
+    # What IAM is asked about is what the handler is given: neither DescribeModel alone.
+    assert [v for k, v in scope["headers"] if k == b"x-amz-target"] == [
+        b"SageMaker.DeleteModel,SageMaker.DescribeModel"]
+    assert read_request(scope) is api  # read once, kept
 
 
 # --- Errors parse in botocore as the code AWS uses -------------------------------------------
