@@ -265,7 +265,16 @@ function connect() {
     if (source.readyState === EventSource.CLOSED) {
       status.textContent = "disconnected: retrying…";
       status.dataset.connected = "false";
-      setTimeout(connect, 1000);
+      // With --auth sigv4 the fleet's data needs a signed request that a browser cannot make:
+      // say so instead of retrying for ever.
+      fetch("/_emulator/page/state").then(response => {
+        if (response.status === 403 || response.status === 400) {
+          status.textContent = "this emulator runs with --auth sigv4: the page's data needs a " +
+            "signed request with emulator:DescribeModels (docs/auth.md)";
+        } else {
+          setTimeout(connect, 1000);
+        }
+      }, () => setTimeout(connect, 1000));
     }
   };
 }
