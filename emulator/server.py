@@ -13,6 +13,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from emulator.app import build_app
+from emulator.cache_lock import CacheDirLock
 from emulator.hosting.registry import EndpointRegistry
 from emulator.http_protocol import EmulatorHttpProtocol
 from emulator.processes import bound_socket, wait_until
@@ -42,9 +43,14 @@ class EmulatorServer:
         self._socket = bound_socket(settings.host, settings.port)
         settings.port = self._socket.getsockname()[1]
         self.settings = settings
+        # One live server per cache folder (CacheDirInUse otherwise), taken before build_app
+        # touches the folder and held until the server has stopped its Tritons.
+        self._cache_lock = CacheDirLock(settings.cache_dir)
         try:
+            self._cache_lock.acquire(self.url)
             self.app = build_app(settings)
         except BaseException:
+            self._cache_lock.release()
             self._socket.close()
             raise
         self._server = uvicorn.Server(uvicorn_config(self.app, settings))
@@ -79,6 +85,8 @@ class EmulatorServer:
         if self._thread.is_alive():
             self._thread.join(timeout=60)
         self._socket.close()
+        if not self._thread.is_alive():  # a server still stopping keeps its folder
+            self._cache_lock.release()
 
     def __enter__(self) -> EmulatorServer:
         return self.start()

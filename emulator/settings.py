@@ -184,7 +184,7 @@ class Settings(BaseSettings):
     """bytes of artifacts on disk; LRU deletes unloaded ones beyond it"""
     cache_dir: Annotated[UserPath, Flag(default_text="`~/.cache/sagemaker-mme-emulator`")] = Field(
         default_factory=_default_cache_dir)
-    """disk cache and control-plane state"""
+    """disk cache and control-plane state, owned by one running server: a second one on the same folder is refused (give it its own)"""  # noqa: E501
     launcher: Literal["embedded", "docker", "external"] = "embedded"
     """how Triton runs: `embedded`, `docker` or `external`"""
     tritonserver: Annotated[str | None, Flag(default_text="the wheel's")] = None

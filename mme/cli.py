@@ -9,7 +9,6 @@ import argparse
 import importlib
 import logging
 import signal
-import socket
 import sys
 from collections.abc import Sequence
 
@@ -61,56 +60,15 @@ def run_serve(args: argparse.Namespace) -> int:
     from emulator.malloc import tune_malloc
 
     tune_malloc()  # this process is the server: large bodies reused, one arena (before threads)
-    import uvicorn
-
-    from emulator.app import build_app
-    from emulator.server import uvicorn_config
+    from mme.serve import serve
 
     try:
         settings = settings_from_args(args)
     except InvalidSettings as exc:
         print(f"mme serve: {exc}", file=sys.stderr)
         return 2
-    try:
-        listening = None if settings.listen_fd is None else inherited_socket(settings.listen_fd)
-    except ValueError as exc:
-        print(f"mme serve: {exc}", file=sys.stderr)
-        return 2
     configure_logging(settings.log_level)
-    logging.getLogger(__name__).info(
-        "serving endpoint %r from %s on http://%s:%d (launcher %s)", settings.endpoint_name,
-        settings.model_data or "(no model data: use the control plane)", settings.host,
-        settings.port, settings.launcher)
-    # uvicorn handles Ctrl-C and SIGTERM: the app's lifespan then stops every Triton.
-    from emulator.auth import AuthConfigError
-
-    try:
-        app = build_app(settings)
-    except AuthConfigError as exc:  # a credentials or policy file that cannot be used
-        print(f"mme serve: {exc}", file=sys.stderr)
-        return 2
-    # uvicorn captures SIGINT/SIGTERM, shuts down cleanly, then restores the handlers it found
-    # and re-raises the signal: with Python's defaults that would end the process with 143 (or a
-    # KeyboardInterrupt). No-op handlers make the re-raise harmless, so a clean stop exits 0.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: None)
-    server = uvicorn.Server(uvicorn_config(app, settings))
-    server.run(sockets=None if listening is None else [listening])
-    return 0
-
-
-def inherited_socket(fd: int) -> socket.socket:
-    """The listening socket ``--listen-fd`` names (family and type read from the descriptor);
-    ValueError saying what is wrong with it otherwise."""
-    try:
-        sock = socket.socket(fileno=fd)
-    except OSError as exc:
-        raise ValueError(f"--listen-fd {fd}: not an open socket ({exc.strerror})") from None
-    if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-        sock.detach()  # not ours to close
-        raise ValueError(f"--listen-fd {fd}: the socket is not listening (bind and listen "
-                         "before handing it over)")
-    return sock
+    return serve(settings, sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:

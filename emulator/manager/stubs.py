@@ -113,14 +113,23 @@ def clean_up(registry: Path) -> list[str]:
     return removed
 
 
+def names_folder(arg: bytes, folder: Path) -> bool:
+    """``arg`` is ``folder``, a path inside it, or ``--flag=`` one of those: a substring match
+    would also take ``/x/a/b`` of another server's cache folder for ``/a/b``."""
+    path = str(folder).encode()
+    value = arg.partition(b"=")[2] if arg.startswith(b"-") else arg
+    return value == path or value.startswith(path + b"/")
+
+
 def sweep_stale(backends_dir: Path) -> list[int]:
     """Kill what a previous run with the same folders left (its Triton, its stubs); unlink the
     shm regions named on the stubs' command lines. Call before starting a Triton there.
 
     The emulator may have been SIGKILLed: its Triton then gets SIGTERM (parent-death signal) but
     a stub can outlive it, and the next run deletes the folder holding the stub records.
+    Only a server that holds its cache folder's lock (emulator/cache_lock.py) may call this:
+    what it finds there is then a dead server's, never a live one's.
     """
-    needle = str(backends_dir).encode()
     killed, regions = [], []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -129,7 +138,7 @@ def sweep_stale(backends_dir: Path) -> list[int]:
             args = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if not any(needle in arg for arg in args):
+        if not any(names_folder(arg, backends_dir) for arg in args):
             continue
         regions += [a.decode() for a in args if a.startswith(SHM_PREFIX.encode())]
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -1,0 +1,203 @@
+"""``mme serve``: checks made before anything starts, then the emulator under uvicorn.
+
+A start-up mistake (the cache folder another server owns, a port in use, a model folder that
+does not exist, an S3 store boto3 cannot reach or has no credentials for) is one line on stderr
+saying what to fix, and exit status 2, before the cache folder is touched or a Triton started.
+Any other failure while starting is one line too (exit 1); ``--log-level DEBUG`` shows the
+traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import signal
+import socket
+from typing import Any
+
+import uvicorn
+
+from emulator.cache_lock import CacheDirInUse, CacheDirLock
+from emulator.processes import bound_socket
+from emulator.settings import Settings
+
+log = logging.getLogger("mme.cli")
+
+
+class StartupMistake(Exception):
+    """What the user must fix before the server can start (one line, exit 2)."""
+
+
+def listening_socket(settings: Settings) -> socket.socket:
+    """The socket to serve on: the inherited ``--listen-fd`` or a new one bound now, so that a
+    port in use is reported before anything starts (uvicorn binds only after the app has
+    started its Tritons)."""
+    if settings.listen_fd is not None:
+        return inherited_socket(settings.listen_fd)
+    try:
+        return bound_socket(settings.host, settings.port)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupMistake(
+                f"port {settings.port} on {settings.host} is in use (another server?); choose "
+                "another with --port N (MME_PORT)") from None
+        raise StartupMistake(f"cannot listen on {settings.host}:{settings.port} "
+                             f"({exc.strerror}); check --host and --port") from None
+
+
+def inherited_socket(fd: int) -> socket.socket:
+    """The listening socket ``--listen-fd`` names (family and type read from the descriptor)."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise StartupMistake(f"--listen-fd {fd}: not an open socket ({exc.strerror})") from None
+    if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        sock.detach()  # not ours to close
+        raise StartupMistake(f"--listen-fd {fd}: the socket is not listening (bind and listen "
+                             "before handing it over)")
+    return sock
+
+
+def check_model_data(settings: Settings) -> None:
+    """The default endpoint's store can be read, or StartupMistake saying what to fix."""
+    if not settings.model_data:
+        return
+    from emulator.manager.sources import FolderSource, ModelDataUnreachable, source_for
+
+    flag = f"--model-data {settings.model_data}"
+    source = source_for(settings.model_data, settings.s3_endpoint_url, settings.region)
+    if isinstance(source, FolderSource):
+        if source.root.is_file():
+            raise StartupMistake(f"{flag}: {source.root} is a file; give the folder that holds "
+                                 "your .tar.gz models (or an s3://bucket/prefix/)")
+        if not source.root.is_dir():
+            raise StartupMistake(f"{flag}: no such folder ({source.root}); create it and put "
+                                 "your .tar.gz models in it, or give an s3://bucket/prefix/")
+        return
+    try:
+        source.check(single_object=False)
+    except ModelDataUnreachable as exc:
+        raise StartupMistake(f"{flag}: {_s3_problem(exc.__cause__, settings)}") from None
+
+
+def _s3_problem(cause: BaseException | None, settings: Settings) -> str:
+    from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+
+    where = settings.s3_endpoint_url or "AWS S3"
+    if isinstance(cause, NoCredentialsError):
+        return ("boto3 found no AWS credentials to read the store with; set AWS_ACCESS_KEY_ID "
+                "and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE). A local S3 server (MinIO, moto) "
+                "takes whatever keys it was started with: moto takes any")
+    if isinstance(cause, EndpointConnectionError):
+        hint = ("; for a local S3-compatible server pass --s3-endpoint-url http://HOST:PORT"
+                if not settings.s3_endpoint_url else "; is the S3 server running?")
+        return f"cannot reach {where} ({cause}){hint}"
+    if isinstance(cause, ClientError):
+        error = cause.response.get("Error", {})
+        return (f"{where} answered {error.get('Code', '?')}: {error.get('Message', cause)}; "
+                "check the bucket, the prefix and the credentials' access to them")
+    return f"cannot read the store at {where}: {cause}"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, saying where the endpoint and the live page are once it serves."""
+
+    def __init__(self, config: uvicorn.Config, url: str) -> None:
+        super().__init__(config)
+        self.url = url
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and not self.should_exit:
+            log.info("ready on %s; live page %s/_emulator/", self.url, self.url)
+
+
+class _OneLineStartupErrors(logging.Filter):
+    """uvicorn logs a failed start as the app's whole traceback; keep its last line (what went
+    wrong) unless DEBUG is on. ``failure`` keeps that line for the exit message."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failure: str | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            self.failure = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        elif text.startswith("Traceback (most recent call last)"):
+            self.failure = _last_line(text)
+        elif "Application startup failed" in text:
+            return False  # the exit message says it
+        else:
+            return True
+        return False
+
+
+def _last_line(traceback_text: str) -> str:
+    """``pkg.mod.SomeError: message`` -> ``SomeError: message`` (the traceback's last line)."""
+    last = traceback_text.strip().splitlines()[-1]
+    name, sep, message = last.partition(": ")
+    return f"{name.rpartition('.')[2]}{sep}{message}"
+
+
+def serve(settings: Settings, stderr: Any) -> int:
+    """Run the emulator until Ctrl-C or SIGTERM; the exit status."""
+    try:
+        listening = listening_socket(settings)
+    except StartupMistake as exc:
+        print(f"mme serve: {exc}", file=stderr)
+        return 2
+    host, port = listening.getsockname()[:2]
+    url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+    lock = CacheDirLock(settings.cache_dir)
+    try:
+        lock.acquire(url)  # before anything under the cache folder is read or written
+        check_model_data(settings)
+    except (CacheDirInUse, StartupMistake) as exc:
+        lock.release()
+        listening.close()
+        print(f"mme serve: {exc}", file=stderr)
+        return 2
+    try:
+        return _run(settings, listening, url, stderr)
+    finally:
+        listening.close()
+        lock.release()  # after the lifespan's end: every Triton of this server has stopped
+
+
+def _run(settings: Settings, listening: socket.socket, url: str, stderr: Any) -> int:
+    from emulator.app import build_app
+    from emulator.auth import AuthConfigError
+    from emulator.server import uvicorn_config
+
+    log.info("serving endpoint %r from %s on %s (launcher %s)", settings.endpoint_name,
+             settings.model_data or "(no model data: use the control plane)", url,
+             settings.launcher)
+    try:
+        app = build_app(settings)
+    except AuthConfigError as exc:  # a credentials or policy file that cannot be used
+        print(f"mme serve: {exc}", file=stderr)
+        return 2
+    # uvicorn captures SIGINT/SIGTERM, shuts down cleanly, then restores the handlers it found
+    # and re-raises the signal: with Python's defaults that would end the process with 143 (or a
+    # KeyboardInterrupt). No-op handlers make the re-raise harmless, so a clean stop exits 0.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: None)
+    config = uvicorn_config(app, settings)
+    errors = _OneLineStartupErrors()
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if settings.log_level.upper() != "DEBUG":
+        uvicorn_log.addFilter(errors)
+    server = _Server(config, url)
+    try:
+        server.run(sockets=[listening])
+    except SystemExit:  # uvicorn exits (status 3) when the app's start fails: say why below
+        pass
+    finally:
+        uvicorn_log.removeFilter(errors)
+    if not server.started:
+        print(f"mme serve: could not start: {errors.failure or 'see the log above'} "
+              "(--log-level DEBUG shows the traceback)", file=stderr)
+        return 1
+    return 0
