@@ -1,8 +1,8 @@
 """``mme deploy`` and ``mme teardown``: the shared deployer on the command line.
 
-    mme deploy --target local --emulator-url http://127.0.0.1:8080 \\
-        --s3-endpoint-url http://127.0.0.1:9000 --bucket models --prefix demo/ \\
-        --endpoint-name demo ./repos/resnet ./repos/bert.tar.gz
+    mme deploy --target local --endpoint-name demo ./repos/resnet ./repos/bert.tar.gz
+    mme deploy --target local --s3-endpoint-url http://127.0.0.1:9000 --bucket models \\
+        --prefix demo/ --endpoint-name demo ./repos/resnet ./repos/bert.tar.gz
     mme deploy --target aws --role-arn arn:aws:iam::<acct>:role/<role> --bucket <b> ...
     mme teardown --target aws --endpoint-name demo [--bucket <b> --prefix demo/]
 
@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.deployer import (
+    DEFAULT_EMULATOR_URL,
+    DEFAULT_STORE_DIR,
     DEFAULT_TRITON_VERSION,
     TRITON_VERSIONS,
     DeployConfig,
@@ -47,13 +49,21 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", help="AWS profile of the boto3 session")
     parser.add_argument(
         "--emulator-url",
-        default=os.environ.get("MME_URL"),
-        help="--target local: the emulator's URL (env MME_URL)",
+        default=os.environ.get("MME_URL", DEFAULT_EMULATOR_URL),
+        help="--target local: the emulator's URL (env MME_URL; default "
+        f"{DEFAULT_EMULATOR_URL}, where a plain `mme serve` listens)",
     )
     parser.add_argument(
         "--s3-endpoint-url",
         default=os.environ.get("MME_S3_ENDPOINT_URL"),
         help="--target local: an S3-compatible server (env MME_S3_ENDPOINT_URL)",
+    )
+    parser.add_argument(
+        "--store-dir",
+        type=Path,
+        default=None,
+        help="--target local without --bucket: the local folder that stands for the bucket "
+        f"(default {DEFAULT_STORE_DIR}); the emulator reads it, no S3 server is needed",
     )
     parser.add_argument(
         "--wait-delay",
@@ -82,8 +92,17 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         help="Triton model repositories, model folders or .tar.gz files",
     )
     _common(deploy)
-    deploy.add_argument("--bucket", required=True)
-    deploy.add_argument("--prefix", default="models/", help="S3 prefix = the ModelDataUrl")
+    deploy.add_argument(
+        "--bucket",
+        help="S3 bucket the tarballs are uploaded to (required on aws; locally without it "
+        "they are copied to --store-dir)",
+    )
+    deploy.add_argument(
+        "--prefix",
+        default=None,
+        help="S3 prefix (or folder under --store-dir) = the ModelDataUrl (default models/ in "
+        "a bucket, <endpoint-name>/ in the store folder)",
+    )
     deploy.add_argument("--image-uri", help="container image (default: the SageMaker Triton image)")
     deploy.add_argument(
         "--triton-version",
@@ -129,8 +148,17 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "teardown", help="delete an endpoint and the models and configs deployed for it"
     )
     _common(teardown)
-    teardown.add_argument("--bucket", help="also delete uploaded objects in this bucket")
-    teardown.add_argument("--prefix", default="", help="... under this prefix")
+    teardown.add_argument(
+        "--bucket",
+        help="also delete uploaded objects in this bucket (locally without it: the copies "
+        "in --store-dir)",
+    )
+    teardown.add_argument(
+        "--prefix",
+        default=None,
+        help="... under this prefix (default: all of it in a bucket, <endpoint-name>/ in the "
+        "store folder)",
+    )
     teardown.add_argument(
         "--artifact",
         action="append",
@@ -144,9 +172,40 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
 def _deployer(args: argparse.Namespace) -> Deployer:
     import boto3
 
+    if args.target == "local":
+        check_emulator(args.emulator_url)
     session = boto3.Session(profile_name=args.profile, region_name=args.region)
     clients = make_clients(session, args.target, args.emulator_url, args.s3_endpoint_url)
     return Deployer(clients, progress=not getattr(args, "no_progress", False))
+
+
+def check_emulator(url: str) -> None:
+    """DeployError unless an emulator answers at ``url`` (before anything is packaged)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/ping", timeout=5) as response:
+            if response.status == 200:
+                return
+    except (urllib.error.URLError, OSError, ValueError):
+        pass
+    raise DeployError(f"no emulator answers at {url}: start one with `mme serve` (in another "
+                      "terminal), or give its address with --emulator-url")
+
+
+def _store(args: argparse.Namespace) -> tuple[Path | None, str]:
+    """Where the tarballs go: (a local store folder or None for S3, the prefix)."""
+    if args.target != "local" or args.bucket:
+        if args.store_dir is not None:
+            raise DeployError("give --bucket (S3) or --store-dir (a local folder), not both; "
+                              "--store-dir is for --target local only")
+        return None, args.prefix if args.prefix is not None else "models/"
+    if args.s3_endpoint_url:
+        raise DeployError("--s3-endpoint-url needs --bucket (or leave both out: the tarballs "
+                          "then go to a local folder the emulator reads)")
+    folder = args.store_dir if args.store_dir is not None else DEFAULT_STORE_DIR
+    return folder, args.prefix if args.prefix is not None else f"{args.endpoint_name}/"
 
 
 def _delay(args: argparse.Namespace) -> float:
@@ -157,13 +216,15 @@ def _delay(args: argparse.Namespace) -> float:
 
 def run_deploy(args: argparse.Namespace) -> int:
     def work() -> None:
+        store_dir, prefix = _store(args)
         deployer = _deployer(args)
         result = deployer.deploy(
             DeployConfig(
                 endpoint_name=args.endpoint_name,
                 artifacts=args.artifacts,
                 bucket=args.bucket,
-                prefix=args.prefix,
+                prefix=prefix,
+                store_dir=store_dir,
                 instance_type=args.instance_type,
                 instance_count=args.instance_count,
                 image_uri=args.image_uri,
@@ -189,13 +250,15 @@ def run_deploy(args: argparse.Namespace) -> int:
 
 def run_teardown(args: argparse.Namespace) -> int:
     def work() -> None:
+        store_dir, prefix = _store(args)
         _deployer(args).teardown(
             args.endpoint_name,
             bucket=args.bucket,
-            prefix=args.prefix,
+            prefix=prefix if store_dir is not None else (args.prefix or ""),
             artifacts=args.artifact,
             dry_run=args.dry_run,
             wait_delay_s=_delay(args),
+            store_dir=store_dir,
         )
 
     return _run(work)

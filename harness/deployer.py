@@ -6,7 +6,10 @@ model (``Mode: MultiModel``, ``ModelDataUrl`` = the prefix), an endpoint config 
 waits for ``InService``, and smoke-invokes every ``TargetModel`` through sagemaker-runtime.
 
 Only endpoint URLs and credentials differ between targets (see ``make_clients``). This module
-never imports ``emulator``: what it does works against any SageMaker API.
+never imports ``emulator``: what it does works against any SageMaker API. One exception, for the
+emulator only: with ``store_dir`` the tarballs are copied into a local folder instead of a bucket
+and ``ModelDataUrl`` is that folder's ``file://`` URL (the emulator reads folders; SageMaker
+does not), so ``mme deploy --target local`` needs no S3 server.
 
 Re-runs are idempotent: the model and endpoint-config names carry a digest of their definition
 (image, environment, instance type, the artifacts' digests ...), so an unchanged deployment
@@ -19,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -71,6 +75,9 @@ TRITON_REGISTRIES = {
     "us-west-2": "763104351884",
 }
 LOCAL_ROLE_ARN = "arn:aws:iam::123456789012:role/mme-emulator"
+DEFAULT_EMULATOR_URL = "http://127.0.0.1:8080"  # where ``mme serve`` listens by default
+# --target local without a bucket: the folder that stands for one (the emulator reads folders)
+DEFAULT_STORE_DIR = Path("~/.cache/sagemaker-mme-emulator-models")
 _NAME_OK = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 
 
@@ -148,8 +155,10 @@ def make_clients(
 class DeployConfig:
     endpoint_name: str
     artifacts: Sequence[Path]
-    bucket: str
+    bucket: str | None = None  # the S3 bucket; None with ``store_dir``
     prefix: str = "models/"
+    # The emulator only: a local folder as the model store (ModelDataUrl file://<dir>/<prefix>)
+    store_dir: Path | None = None
     instance_type: str = "ml.g5.xlarge"
     instance_count: int = 1
     image_uri: str | None = None
@@ -301,6 +310,38 @@ class Deployer:
                     Callback=callback,
                 )
 
+    def _store_folder(self, config: DeployConfig) -> Path | None:
+        """The local folder the tarballs go to, or None for S3 (``config.bucket``)."""
+        if config.store_dir is None:
+            if not config.bucket:
+                raise DeployError("no model store: give --bucket (S3)"
+                                  + (" or, for the emulator, a local --store-dir"
+                                     if self.clients.target == "local" else ""))
+            return None
+        if self.clients.target != "local":
+            raise DeployError("a local --store-dir is a ModelDataUrl only the emulator reads; "
+                              "SageMaker needs --bucket")
+        if config.bucket:
+            raise DeployError("give --bucket (S3) or --store-dir (a local folder), not both")
+        return (config.store_dir.expanduser().resolve() / config.normalized_prefix()).resolve()
+
+    def copy_to_folder(self, artifacts: Sequence[Artifact], folder: Path) -> None:
+        """The local twin of ``upload``: each tarball copied whole (a temporary name renamed into
+        place, so the emulator never reads half of one); an equal one is left alone."""
+        for artifact in artifacts:
+            destination = folder / artifact.target_model
+            if destination.is_file() and file_digest(destination) == artifact.digest:
+                self._say(f"unchanged {destination}")
+                continue
+            self._say(f"{'would copy' if self._dry_run else 'copy'} {artifact.target_model} to "
+                      f"{destination} ({artifact.size} bytes)")
+            if self._dry_run:
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = destination.with_name(f".{destination.name}.partial")
+            shutil.copyfile(artifact.path, partial)
+            partial.replace(destination)
+
     # -- deploy -------------------------------------------------------------------------------
 
     def deploy(self, config: DeployConfig) -> DeployResult:
@@ -314,11 +355,19 @@ class Deployer:
                 raise DeployError("--role-arn is required for --target aws (SageMaker's role)")
             role = LOCAL_ROLE_ARN
         prefix = config.normalized_prefix()
-        model_data_url = f"s3://{config.bucket}/{prefix}"
+        folder = self._store_folder(config)
+        if folder is not None:
+            model_data_url = folder.as_uri() + "/"
+        else:
+            model_data_url = f"s3://{config.bucket}/{prefix}"
         with tempfile.TemporaryDirectory(prefix="mme-deploy-") as tmp:
             artifacts = self.package(config.artifacts, Path(tmp))
-            self.ensure_bucket(config.bucket, config.create_bucket)
-            self.upload(artifacts, config.bucket, prefix)
+            if folder is not None:
+                self.copy_to_folder(artifacts, folder)
+            else:
+                assert config.bucket is not None  # _store_folder checked it
+                self.ensure_bucket(config.bucket, config.create_bucket)
+                self.upload(artifacts, config.bucket, prefix)
             container: dict[str, Any] = {
                 "Image": image,
                 "Mode": "MultiModel",
@@ -541,11 +590,13 @@ class Deployer:
         artifacts: Sequence[str] = (),
         dry_run: bool = False,
         wait_delay_s: float = 30.0,
+        store_dir: Path | None = None,
     ) -> None:
         """Delete the endpoint, then the models and configs this deployer made for it.
 
         With ``bucket``, also deletes the named TargetModel objects (``artifacts``), or every
-        object under ``prefix`` when none are named.
+        object under ``prefix`` when none are named; with ``store_dir``, the same of the
+        tarballs copied under ``store_dir/prefix``.
         """
         self._dry_run = dry_run
         described = self._exists("DescribeEndpoint", EndpointName=endpoint_name)
@@ -573,6 +624,23 @@ class Deployer:
                 self._mutate(self.clients.sagemaker, "DeleteModel", ModelName=name)
         if bucket:
             self._delete_objects(bucket, (prefix or "").strip("/"), artifacts)
+        if store_dir is not None:
+            self._delete_copies(store_dir.expanduser().resolve() / (prefix or "").strip("/"),
+                                artifacts)
+
+    def _delete_copies(self, folder: Path, artifacts: Sequence[str]) -> None:
+        """The local twin of ``_delete_objects``: the tarballs ``copy_to_folder`` put there."""
+        if not folder.is_dir():
+            return
+        names = list(artifacts) or sorted(p.name for p in folder.glob("*.tar.gz"))
+        for name in names:
+            path = folder / name
+            if path.is_file():
+                self._say(f"{'would delete' if self._dry_run else 'delete'} {path}")
+                if not self._dry_run:
+                    path.unlink()
+        if not self._dry_run and not any(folder.iterdir()):
+            folder.rmdir()
 
     def _delete_objects(self, bucket: str, prefix: str, artifacts: Sequence[str]) -> None:
         base = f"{prefix}/" if prefix else ""
