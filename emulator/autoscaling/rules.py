@@ -52,6 +52,16 @@ PREDEFINED = {
     "SageMakerVariantInvocationsPerInstance": MetricQuery(
         "AWS/SageMaker", "InvocationsPerInstance", "Sum"),
 }
+# Quotas (Application Auto Scaling's "Quotas" page): scaling policies per scalable target, not
+# adjustable; scalable targets per resource type ("other resource types": SageMaker's).
+MAX_POLICIES_PER_TARGET = 50
+MAX_TARGETS = 500
+# SageMaker's "Register a model": MinCapacity and MaxCapacity "must be set to at least 1" for a
+# variant's DesiredInstanceCount.
+MIN_VARIANT_CAPACITY = 1
+# TargetTrackingScalingPolicyConfiguration.TargetValue: "in the range of -2^360 to 2^360".
+MAX_TARGET_VALUE = 2.0 ** 360
+
 DIMENSION = "sagemaker:variant:DesiredInstanceCount"
 NAMESPACE = "sagemaker"
 

@@ -19,13 +19,12 @@ from botocore import xform_name  # boto3's own operation -> method name
 from emulator.autoscaling import rules
 from emulator.autoscaling.capacity import SageMakerVariants
 from emulator.autoscaling.state import Alarm, ScalableTarget, ScalingActivity, ScalingPolicy
-from emulator.autoscaling.wire import ScalingError, not_found
+from emulator.autoscaling.wire import MAX_RESULTS, ScalingError, not_found
 from emulator.clock import Clock
 
 _RESOURCE_ID = re.compile(r"endpoint/([^/]+)/variant/([^/]+)")
 SUSPENDED = ("DynamicScalingInSuspended", "DynamicScalingOutSuspended",
              "ScheduledScalingSuspended")
-DEFAULT_PAGE = 50
 MAX_ACTIVITIES = 1000  # per resource; older ones are forgotten  [U]
 
 
@@ -79,15 +78,10 @@ class AutoScalingService:
         return self.clock.to_emulated(real, now)
 
     @staticmethod
-    def _page(items: list[Any], params: dict[str, Any]) -> tuple[list[Any], str | None]:
-        token = params.get("NextToken")
-        offset = 0
-        if token:
-            try:
-                offset = int(json.loads(base64.urlsafe_b64decode(token.encode()))["offset"])
-            except (ValueError, KeyError, TypeError, binascii.Error) as exc:
-                raise ScalingError("Invalid NextToken", "InvalidNextTokenException") from exc
-        limit = int(params.get("MaxResults") or DEFAULT_PAGE)
+    def _page(items: list[Any], params: dict[str, Any],
+              operation: str) -> tuple[list[Any], str | None]:
+        offset = _decode_token(params.get("NextToken"))
+        limit = params.get("MaxResults") or MAX_RESULTS[operation]  # its range is checked (wire)
         page = items[offset: offset + limit]
         more = offset + limit < len(items)
         return page, (base64.urlsafe_b64encode(json.dumps({"offset": offset + limit})
@@ -106,8 +100,19 @@ class AutoScalingService:
             # [U] wording
             raise ScalingError("MinCapacity and MaxCapacity are required to register a new "
                                "scalable target.")
+        for name, value in (("MinCapacity", minimum), ("MaxCapacity", maximum)):
+            if value < rules.MIN_VARIANT_CAPACITY:
+                # [U] wording; the rule is SageMaker's ("must be set to at least 1").
+                raise ScalingError(f"{name} must be at least {rules.MIN_VARIANT_CAPACITY} for "
+                                   f"the scalable dimension {rules.DIMENSION}; {value} was "
+                                   "given.")
         if minimum > maximum:
             raise ScalingError("Minimum capacity cannot be greater than maximum capacity")
+        if existing is None and len(self.targets) >= rules.MAX_TARGETS:
+            raise ScalingError(  # [U] wording
+                f"You have reached the maximum number of scalable targets "
+                f"({rules.MAX_TARGETS}) for resource type {rules.NAMESPACE} variants; "
+                "deregister one first.", "LimitExceededException")
         endpoint, variant = resource.split("/")[1], resource.split("/")[3]
         if await self.variants.capacity(endpoint, variant) is None:
             # [U] wording: SageMaker's own answer is not published.
@@ -145,7 +150,7 @@ class AutoScalingService:
         now = self.clock.now()
         found = [t for t in sorted(self.targets.values(), key=lambda t: t.created)
                  if not wanted or t.resource_id in wanted]
-        page, token = self._page(found, params)
+        page, token = self._page(found, params, "DescribeScalableTargets")
         return {"ScalableTargets": [{
             "ServiceNamespace": rules.NAMESPACE, "ResourceId": t.resource_id,
             "ScalableDimension": rules.DIMENSION, "MinCapacity": t.min_capacity,
@@ -170,8 +175,16 @@ class AutoScalingService:
             raise ScalingError("TargetTrackingScalingPolicyConfiguration is required for a "
                                "TargetTrackingScaling policy.")
         metric_query(config)  # refuses what cannot be tracked, before anything is stored
+        _check_tracking_numbers(config)
         key = (target.resource_id, params["PolicyName"])
         existing = self.policies.get(key)
+        if existing is None and sum(1 for resource, _ in self.policies
+                                    if resource == target.resource_id
+                                    ) >= rules.MAX_POLICIES_PER_TARGET:
+            raise ScalingError(  # [U] wording; the quota is documented and not adjustable
+                f"The scalable target {target.resource_id} already has "
+                f"{rules.MAX_POLICIES_PER_TARGET} scaling policies, the most it may have; "
+                "delete one or update an existing one.", "LimitExceededException")
         if existing is not None:
             existing.configuration = dict(config)
             policy = existing
@@ -203,7 +216,7 @@ class AutoScalingService:
         found = [p for p in sorted(self.policies.values(), key=lambda p: p.created)
                  if (not params.get("ResourceId") or p.resource_id == params["ResourceId"])
                  and (not names or p.name in names)]
-        page, token = self._page(found, params)
+        page, token = self._page(found, params, "DescribeScalingPolicies")
         return {"ScalingPolicies": [{
             "PolicyARN": p.arn, "PolicyName": p.name, "ServiceNamespace": rules.NAMESPACE,
             "ResourceId": p.resource_id, "ScalableDimension": rules.DIMENSION,
@@ -231,7 +244,7 @@ class AutoScalingService:
                  if not params.get("ResourceId") or resource == params["ResourceId"]
                  for a in history]
         found.sort(key=lambda a: a.started, reverse=True)  # newest first, as AWS lists them
-        page, token = self._page(found, params)
+        page, token = self._page(found, params, "DescribeScalingActivities")
         out = []
         for a in page:
             item: dict[str, Any] = {
@@ -246,6 +259,32 @@ class AutoScalingService:
                 item["StatusMessage"] = a.message
             out.append(item)
         return {"ScalingActivities": out, "NextToken": token}
+
+
+def _check_tracking_numbers(config: dict[str, Any]) -> None:
+    """TargetValue and the cooldowns: numbers the scaling formula can use."""
+    value = config["TargetValue"]  # required and a finite number (wire)
+    if not 0 < value <= rules.MAX_TARGET_VALUE:
+        # [U] wording. AWS: "Values must be in the range of -2^360 to 2^360" and "a valid number
+        # based on the choice of metric"; a count per instance to aim for is above 0.
+        raise ScalingError(f"TargetValue must be greater than 0 and at most 2^360 for "
+                           f"{rules.DIMENSION}; {value} was given.")
+    for name in ("ScaleOutCooldown", "ScaleInCooldown"):
+        if config.get(name) is not None and config[name] < 0:
+            raise ScalingError(f"{name} must be 0 or more seconds; {config[name]} was given.")
+
+
+def _decode_token(token: str | None) -> int:
+    """The offset a NextToken of ours carries; InvalidNextTokenException for anything else."""
+    if not token:
+        return 0
+    try:
+        offset = json.loads(base64.urlsafe_b64decode(token.encode()))["offset"]
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        offset = None
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ScalingError("Invalid NextToken", "InvalidNextTokenException")
+    return offset
 
 
 def metric_query(config: dict[str, Any]) -> rules.MetricQuery:

@@ -13,11 +13,25 @@ from typing import Any
 
 from botocore.model import ServiceModel
 
-from emulator.contract.control_plane import format_errors, project, validate
-from emulator.contract.json_errors import JsonProtocolError
+from emulator.contract.control_plane import constraint_failure, format_errors, project, validate
+from emulator.contract.json_errors import (
+    SERIALIZATION,
+    TOO_DEEP,
+    JsonProtocolError,
+    UnreadableBody,
+    read_body,
+)
 
 TARGET_PREFIX = "AnyScaleFrontendService."
 JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
+
+# MaxResults' range, where botocore's model documents it ("This value can be between 1 and 50")
+# but does not constrain it; also each operation's page size when MaxResults is not given.
+MAX_RESULTS = {
+    "DescribeScalableTargets": 50,
+    "DescribeScalingActivities": 50,
+    "DescribeScalingPolicies": 10,
+}
 
 OPERATIONS = frozenset({
     "RegisterScalableTarget", "DeregisterScalableTarget", "DescribeScalableTargets",
@@ -52,13 +66,23 @@ def parse_request(target: str, body: bytes) -> tuple[str, dict[str, Any]]:
                            f"(supported: {', '.join(sorted(OPERATIONS))})",
                            "UnknownOperationException")
     try:
-        params = json.loads(body) if body.strip() else {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ScalingError(f"Could not parse the request body as JSON: {exc}",
-                           "SerializationException") from exc
-    if not isinstance(params, dict):
-        raise ScalingError("The request body must be a JSON object", "SerializationException")
-    errors = validate(service_model().operation_model(operation).input_shape, params)
+        params = read_body(body)
+    except UnreadableBody as exc:
+        raise ScalingError(str(exc), SERIALIZATION) from exc
+    try:
+        errors = validate(service_model().operation_model(operation).input_shape, params)
+    except RecursionError as exc:  # a value nested deep where a scalar belongs, rendered
+        raise ScalingError(TOO_DEEP, SERIALIZATION) from exc
+    page_size = params.get("MaxResults")
+    if operation in MAX_RESULTS and isinstance(page_size, int) and not isinstance(page_size, bool):
+        # [U] the service's wording for its documented range: the model's own constraint phrasing
+        if page_size < 1:
+            errors.append(constraint_failure("maxResults", page_size,
+                                             "Member must have value greater than or equal to 1"))
+        elif page_size > MAX_RESULTS[operation]:
+            errors.append(constraint_failure(
+                "maxResults", page_size,
+                f"Member must have value less than or equal to {MAX_RESULTS[operation]}"))
     if errors:
         raise ScalingError(format_errors(errors))
     return operation, params

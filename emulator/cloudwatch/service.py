@@ -23,6 +23,7 @@ from emulator.cloudwatch.errors import CloudWatchError, combination, invalid
 from emulator.cloudwatch.series import MetricStore, SeriesKey
 
 MAX_DATAPOINTS = 1440  # GetMetricStatistics' documented limit per call
+MAX_QUERIES = 500  # GetMetricData's documented limit: "as many as 500 MetricDataQuery structures"
 LIST_PAGE = 500  # ListMetrics returns up to 500 results per call
 HIGH_RESOLUTION_PERIODS = (1, 5, 10, 20, 30)
 RECENTLY_ACTIVE_S = 3 * 3600.0  # RecentlyActive=PT3H
@@ -117,6 +118,11 @@ class CloudWatchService:
 
     def get_metric_data(self, params: dict[str, Any]) -> dict[str, Any]:
         queries = params["MetricDataQueries"]
+        if len(queries) > MAX_QUERIES:
+            # [U] wording: CloudWatch's own for a collection over its limit (PutMetricData's
+            # "The collection MetricData must not have a size greater than 1000.").
+            raise invalid("The collection MetricDataQueries must not have a size greater than "
+                          f"{MAX_QUERIES}.")
         ids = [q["Id"] for q in queries]
         if len(set(ids)) != len(ids):
             raise CloudWatchError("ValidationError", "The values for parameter id in "

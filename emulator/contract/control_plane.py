@@ -19,13 +19,19 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from botocore.model import ListShape, MapShape, OperationModel, ServiceModel, Shape, StructureShape
 
 from emulator.contract import multi_container
-from emulator.contract.json_errors import JsonProtocolError
+from emulator.contract.json_errors import (
+    SERIALIZATION,
+    TOO_DEEP,
+    JsonProtocolError,
+    UnreadableBody,
+    read_body,
+)
 
 DEFAULT_ACCOUNT = "123456789012"
 JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
@@ -63,6 +69,10 @@ _KIND_WORDS = {
 # The real service only takes S3 (or https S3) URLs; the emulator also serves model stores from
 # local folders, so ModelDataUrl may be a ``file://`` URL or an absolute path here.
 _PATTERN_OVERRIDES = {"Url": r"(https|s3)://([^/]+)/?(.*)|file://.*|/.*"}
+
+
+# The largest finite IEEE 754 single-precision value: the bound of the model's "float" members.
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 class ControlPlaneError(JsonProtocolError):
@@ -128,29 +138,17 @@ def parse_request(target: str | None, body: bytes) -> tuple[str, dict[str, Any]]
             code="UnknownOperationException",
         )
     try:
-        params = json.loads(body) if body.strip() else {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ControlPlaneError(
-            f"Could not parse the request body as JSON: {exc}", code="SerializationException"
-        ) from exc
-    except RecursionError as exc:
-        raise _too_deep() from exc
-    if not isinstance(params, dict):
-        raise ControlPlaneError("The request body must be a JSON object", "SerializationException")
+        params = read_body(body)
+    except UnreadableBody as exc:
+        raise ControlPlaneError(str(exc), SERIALIZATION) from exc
     try:
         errors = validate(operation_model(operation).input_shape, params)
         _check_semantics(operation, params, errors)
-    except RecursionError as exc:
-        raise _too_deep() from exc
+    except RecursionError as exc:  # a recursive shape walked as deep as the body nests
+        raise ControlPlaneError(TOO_DEEP, SERIALIZATION) from exc
     if errors:
         raise validation_error(format_errors(errors))
     return operation, params
-
-
-def _too_deep() -> ControlPlaneError:  # [U] the service's own limit and message are not published
-    return ControlPlaneError(
-        "Could not parse the request body: JSON nested too deeply; no SageMaker request nests "
-        "more than a few dozen levels", code="SerializationException")
 
 
 def format_errors(errors: Sequence[str]) -> str:
@@ -210,11 +208,19 @@ def _render(value: Any) -> str:
         return "'true'" if value else "'false'"
     if isinstance(value, str):
         return f"'{value}'"
-    return f"'{json.dumps(value, separators=(',', ':'))}'"
+    try:
+        text = json.dumps(value, separators=(",", ":"))
+    except (TypeError, ValueError):  # what CBOR carries and JSON cannot: bytes, tags, tuple keys
+        text = repr(value)
+    return f"'{text}'"
 
 
-def _fail(path: str, value: Any, constraint: str) -> str:
+def constraint_failure(path: str, value: Any, constraint: str) -> str:
+    """One constraint violation, phrased as the service does (for checks made elsewhere)."""
     return f"Value {_render(value)} at '{path}' failed to satisfy constraint: {constraint}"
+
+
+_fail = constraint_failure
 
 
 def validate(shape: Shape, value: Any, path: str = "") -> list[str]:
@@ -296,6 +302,12 @@ def _validate(shape: Shape, value: Any, path: str, errors: list[str]) -> None:
             or not math.isfinite(value)
         ):
             errors.append(_fail(path, value, "Member must be a number"))
+            return
+        if kind == "float" and abs(value) > FLOAT32_MAX:
+            # [U] wording. A "float" member is 32 bits on the service (VariantWeight): a larger
+            # value is no weight, and two of them summed overflow.
+            errors.append(_fail(path, value, "Member must be a 32-bit floating-point number "
+                                f"(at most {FLOAT32_MAX:.7e} in magnitude)"))
             return
         _check_range(meta, value, path, errors)
         return
@@ -418,22 +430,30 @@ def _check_containers(params: dict[str, Any], found: list[dict[str, Any]],
 # Timestamps
 
 
+# The instants a timestamp may name: those a datetime holds (years 1 to 9999, UTC). [U] AWS's
+# services parse timestamps into such a type; NaN, Infinity and 1e300 are not instants.
+_FIRST_INSTANT = datetime(1, 1, 1, tzinfo=timezone.utc).timestamp()
+_LAST_INSTANT = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
+
+
 def to_epoch(value: Any) -> float | None:
-    """botocore's JSON protocol sends timestamps as epoch seconds; accept ISO 8601 as well."""
+    """botocore's JSON protocol sends timestamps as epoch seconds; accept ISO 8601 as well.
+    None for anything that is not an instant (NaN, Infinity, out of a datetime's range)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
+        epoch = float(value) if abs(value) < 1e300 else math.inf  # a huge int is no instant
+    elif isinstance(value, str):
         try:
-            return float(value)
+            epoch = float(value)
         except ValueError:
-            pass
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
+            try:
+                epoch = datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except (ValueError, OverflowError):
+                return None
+    else:
+        return None
+    return epoch if _FIRST_INSTANT <= epoch <= _LAST_INSTANT else None
 
 
 # ---------------------------------------------------------------------------------------------
