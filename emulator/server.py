@@ -15,9 +15,9 @@ from starlette.types import ASGIApp
 from emulator.app import build_app
 from emulator.cache_lock import CacheDirLock
 from emulator.hosting.registry import EndpointRegistry
-from emulator.http_protocol import EmulatorHttpProtocol
 from emulator.processes import bound_socket, wait_until
 from emulator.settings import Settings
+from emulator.shutdown_protocol import ShutdownHttpProtocol
 
 
 def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
@@ -32,7 +32,8 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
         access_log=False,
         # SageMaker's answers carry no Server header; uvicorn's would be one more per response.
         server_header=False,
-        http=EmulatorHttpProtocol,  # a response in one send
+        # a response in one send; a stop that no client can hold up
+        http=ShutdownHttpProtocol,
     )
 
 
