@@ -14,6 +14,11 @@ from pathlib import Path
 
 from emulator.auth.policy import Policy, PolicyError, parse_policy
 
+# [U] IAM refuses a policy over its size quota (6,144 characters for a managed policy) long
+#     before it could nest this deep; the emulator reads the file, so it says what is wrong.
+POLICY_TOO_DEEP = ("JSON nested too deeply to be a policy (a policy document nests a few "
+                   "levels: Statement, Condition, operator, key, values)")
+
 
 class AuthConfigError(Exception):
     """A credentials or policy file that cannot be used; ``mme serve`` exits 2 with this text."""
@@ -84,11 +89,15 @@ def load_policies(folder: Path, principals: dict[str, Principal]) -> dict[str, P
             document = json.loads(file.read_text())
         except (ValueError, UnicodeDecodeError) as exc:
             raise AuthConfigError(file, f"not valid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise AuthConfigError(file, POLICY_TOO_DEEP) from exc
         documents = document if isinstance(document, list) else [document]
         try:
             attached[file.stem] = tuple(parse_policy(d) for d in documents)
         except PolicyError as exc:
             raise AuthConfigError(file, str(exc)) from exc
+        except RecursionError as exc:  # parseable, yet too deep to walk or to quote back
+            raise AuthConfigError(file, POLICY_TOO_DEEP) from exc
     return {key: Principal(p.name, p.access_key, p.secret_key, p.arn, p.session_token,
                            attached.get(p.name, ()))
             for key, p in principals.items()}
