@@ -80,7 +80,8 @@ class ContainerResponse:
 
 
 class ContainerUnreachable(Exception):
-    """The container did not answer (it died, or closed the connection)."""
+    """The container gave no HTTP answer: it died, closed the connection, refused it, or sent
+    bytes that are not HTTP. The message names the container, never its address."""
 
 
 class SageMakerContainer(SupervisedLauncher):
@@ -256,5 +257,16 @@ class SageMakerContainer(SupervisedLauncher):
                 return ContainerResponse(
                     resp.status, await resp.read(), resp.headers.get("Content-Type"),
                     resp.headers.get("X-Amzn-SageMaker-Custom-Attributes"))
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
+        except asyncio.TimeoutError:
+            raise  # the caller's ModelError for a timeout (aiohttp's own are TimeoutErrors too)
+        except aiohttp.ClientResponseError as exc:
+            # What came back is not HTTP (a status line or header aiohttp cannot parse). Its text
+            # names the container's address on this machine, which is nobody's business.
+            reason = (str(exc.message).strip().splitlines() or ["unreadable"])[0].rstrip(":")
+            raise ContainerUnreachable(f"{self.label} did not answer with an HTTP response "
+                                       f"({reason})") from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise ContainerUnreachable(f"{self.label} refused the connection on its port "
+                                       f"{self.ports.port} ({exc.strerror})") from exc
+        except (aiohttp.ClientError, OSError) as exc:
             raise ContainerUnreachable(f"{self.label} is unreachable: {exc}") from exc

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import shutil
 import time
@@ -123,9 +124,8 @@ class ServeMember:
         except asyncio.TimeoutError:
             raise self._errors.timed_out() from None
         except ContainerUnreachable as exc:
-            # [U] what a client sees when the container dies mid-request.
-            raise self._errors.model_error(
-                500, f'{{"error":"container is unreachable: {exc}"}}') from None
+            # [U] what a client sees when the container dies mid-request or answers garbage.
+            raise self._errors.model_error(500, json.dumps({"error": str(exc)})) from None
         latency = time.monotonic() - step_started
         if response.status != 200:
             raise self._errors.model_error(response.status,
