@@ -68,13 +68,16 @@ class Router:
         """A weighted draw; None when every weight is 0."""
         if len(variants) == 1:  # most endpoints: no draw needed
             return variants[0] if variants[0].weight > 0 else None
-        total = sum(v.weight for v in variants)
-        if total <= 0:
+        # Shares of the heaviest weight: weights near a float's limit must not sum to infinity
+        # (every draw would then land on the last variant).
+        heaviest = max(v.weight for v in variants)
+        if not heaviest > 0:
             return None
-        point = self._random.uniform(0, total)
-        for v in variants:
-            point -= v.weight
-            if point < 0 and v.weight > 0:
+        shares = [v.weight / heaviest for v in variants]
+        point = self._random.uniform(0, sum(shares))
+        for v, share in zip(variants, shares, strict=True):
+            point -= share
+            if point < 0 and share > 0:
                 return v
         return next(v for v in reversed(variants) if v.weight > 0)
 
