@@ -17,7 +17,7 @@ from emulator.contract import errors, multi_container, runtime
 from emulator.hosting.spec import ContainerSpec
 from emulator.manager.extract import UnsafeArchive
 from emulator.manager.model_manager import ModelLoadFailed, ModelManager, ModelNotReady, ModelState
-from emulator.manager.repository import InvalidModelRepository
+from emulator.manager.repository import SEPARATOR, InvalidModelRepository
 from emulator.manager.sources import ObjectNotFound
 from emulator.metrics import InstanceMetrics
 from emulator.triton.client import TritonClient, TritonUnreachable
@@ -27,6 +27,13 @@ from emulator.triton.launcher import TritonLauncher
 SINGLE_MODEL = ""
 # How SageMaker's messages name the one container of a single-container endpoint.
 PRIMARY = "primary"
+
+
+def public_name(entry: str) -> str:
+    """A single-model container's model as SageMaker's Triton names it in an answer: its own
+    name, not the namespaced one it is installed under (``add_one--e3b0c442...`` -> ``add_one``).
+    """
+    return entry.rpartition(SEPARATOR)[0] or entry
 
 
 class InstanceStartFailed(Exception):
@@ -236,7 +243,7 @@ class Instance:
                                            response.body.decode(errors="replace"))
         body, header_length = runtime.rename_model(
             response.body, runtime.binary_header_length(response.headers), model.entry,
-            target or model.entry)
+            target or public_name(model.entry))
         return ContainerAnswer(
             body=body, content_type=runtime.sagemaker_content_type(header_length),
             custom_attributes=response.headers.get("X-Amzn-SageMaker-Custom-Attributes"),
