@@ -34,16 +34,20 @@ from emulator.settings import Settings
 
 
 class EmulatorApp(FastAPI):
-    """The FastAPI app, with InvokeEndpoint answered ahead of it by ``invocations``.
+    """The FastAPI app behind one front door.
 
-    The hot path skips FastAPI's middleware stack, telemetry and routing (most of the
-    emulator's CPU per call); ``invocations`` carries the same auth check and error feed as the
-    app's middlewares, so it is answered exactly as the route would answer it.
+    Every HTTP request goes through ``front`` once: it is read (repeated headers joined, its API
+    identified: ``contract/apis.py``), then passes the error feed of the live page and the auth
+    check (``--auth sigv4``), then InvokeEndpoint goes to ``invocations`` (a plain ASGI app: under
+    load FastAPI's middlewares, routing and request objects cost more CPU than the call itself)
+    and everything else to FastAPI's routing. With auth off, a server that writes answers itself
+    (``emulator/http_protocol.py``) asks ``direct_answer`` first and skips ASGI for
+    InvokeEndpoint; the error feed is told of those answers too.
     """
 
+    front: ASGIApp | None = None  # the feed and auth around ``routed``, set by build_app
     invocations: ASGIApp | None = None
-    # InvokeEndpoint answered without ASGI by a server that writes the answer itself
-    # (``emulator/http_protocol.py``); None while auth is on (SigV4 is an ASGI middleware).
+    # InvokeEndpoint answered without ASGI (None while auth is on: SigV4 is an ASGI layer).
     direct_invocations: DirectAnswer | None = None
 
     def direct_answer(self, scope: Scope) -> DirectAnswer | None:
@@ -53,10 +57,15 @@ class EmulatorApp(FastAPI):
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # The front door: every HTTP request is read once here (repeated headers joined, its API
-        # identified, contract/apis.py); auth and the routes behind it all use that reading.
-        if scope["type"] == "http" and _is_invocation(read_request(scope)) \
-                and self.invocations is not None:
+        if scope["type"] == "http" and self.front is not None:
+            read_request(scope)
+            await self.front(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)  # lifespan, or before build_app is done
+
+    async def routed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Behind the feed and auth: InvokeEndpoint, or FastAPI's routing for the rest."""
+        if self.invocations is not None and _is_invocation(read_request(scope)):
             await self.invocations(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
@@ -102,7 +111,7 @@ def build_app(settings: Settings) -> FastAPI:
     app = EmulatorApp(title="SageMaker MME emulator", lifespan=lifespan,
                       docs_url="/_emulator/docs", openapi_url="/_emulator/openapi.json",
                       redoc_url=None)
-    # --auth sigv4: SigV4 + IAM middleware; off: logs that it is off
+    # --auth sigv4: the SigV4 + IAM layer; off: logs that it is off and adds nothing
     with_auth = install_auth(app, settings)
     app.state.settings = settings
     app.state.registry = registry
@@ -122,10 +131,11 @@ def build_app(settings: Settings) -> FastAPI:
     app.include_router(build_runtime_router(settings, registry))
     app.include_router(build_introspection_router(registry))
     install_page(app, registry, feed)  # the live page at /_emulator/
-    # InvokeEndpoint, in the order of the app's middlewares: the error feed, auth, the call.
     invocations = InvocationsApp(Invocations(settings, registry))
-    errors_feed = InvocationErrors(with_auth(invocations), feed)
-    app.invocations = errors_feed
+    app.invocations = invocations
+    # The front door's one chain, for every request: the error feed, auth, then the route.
+    errors_feed = InvocationErrors(with_auth(app.routed), feed)
+    app.front = errors_feed
     if settings.auth == "off":
         async def answer_directly(scope: Scope, body_source: BodySource) -> Answer:
             answer = await invocations.answer(scope, body_source)

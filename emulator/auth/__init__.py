@@ -2,10 +2,9 @@
 
 The composition root calls ``install_auth(app, settings)`` once, right after creating the app:
 with ``--auth off`` (the default) it only logs that auth is off (and warns when the host is not
-loopback); with ``--auth sigv4`` it loads and validates the credentials and policies, raising
-``AuthConfigError`` (file and reason) on anything wrong, and adds ``SigV4Middleware``. It returns
-the same check for an ASGI app that runs outside FastAPI's stack (InvokeEndpoint's fast path),
-so that no request escapes it.
+loopback) and returns no layer; with ``--auth sigv4`` it loads and validates the credentials and
+policies, raising ``AuthConfigError`` (file and reason) on anything wrong, and returns the
+``SigV4Middleware`` layer, which the front door (``emulator/app.py``) puts around every route.
 """
 
 from __future__ import annotations
@@ -67,7 +66,6 @@ def install_auth(app: FastAPI, settings: Settings) -> Callable[[ASGIApp], ASGIAp
                         principal.arn, policies)
     options: dict[str, Any] = {"principals": principals, "region": settings.region,
                "account": settings.account_id, "max_payload_bytes": settings.max_payload_bytes}
-    app.add_middleware(SigV4Middleware, **options)
     log.info("auth is sigv4: %d principal(s) from %s, policies from %s", len(principals),
              credentials, policies)
     return lambda inner: SigV4Middleware(inner, **options)

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, MutableMapping
-from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
@@ -82,8 +81,7 @@ TARGET_PREFIXES: Mapping[str, Service] = {
 }
 
 
-@dataclass(frozen=True)
-class ApiRequest:
+class ApiRequest(NamedTuple):  # a tuple: made for every request, at a third of a dataclass's cost
     """One request as the front door reads it.
 
     ``operation`` is the AWS operation name (``InvokeEndpoint``, ``DescribeModel``...) or, for
@@ -114,8 +112,9 @@ class RepeatedParameter(ValueError):
 def canonical_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]] | None:
     """The headers with each repeated name joined into one; None when no name repeats (the
     usual case, checked without building anything)."""
-    names = {name.lower() for name, _ in raw}
-    if len(names) == len(raw):
+    # ASGI servers give header names lower-cased (uvicorn, Starlette's test client), so a repeat
+    # is a repeated name as given; the join below lower-cases anyway.
+    if len({name for name, _ in raw}) == len(raw):
         return None
     joined: dict[bytes, list[bytes]] = {}
     kept: list[tuple[bytes, bytes]] = []

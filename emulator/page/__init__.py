@@ -1,7 +1,8 @@
 """The live page at ``/_emulator/``: the fleet, its models' states, a timeline, recent errors.
 
-``install_page(app, registry, feed)`` mounts it: the routes, and the middleware that tells the
-feed of failed invocations. The composition root has the feed ``watch`` every instance built.
+``install_page(app, registry, feed)`` mounts its routes; the composition root puts
+``InvocationErrors`` (which tells the feed of failed invocations) in the front door's chain,
+and has the feed ``watch`` every instance built.
 The assets (``static/``) ship inside the package.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from emulator.hosting.registry import EndpointRegistry
-from emulator.page.errors import InvocationErrors
 from emulator.page.feed import Feed
 from emulator.page.routes import build_page_router
 
@@ -18,6 +18,5 @@ __all__ = ["Feed", "install_page"]
 
 
 def install_page(app: FastAPI, registry: EndpointRegistry, feed: Feed) -> None:
-    app.add_middleware(InvocationErrors, feed=feed)
     app.include_router(build_page_router(registry, feed))
     app.state.page_feed = feed
