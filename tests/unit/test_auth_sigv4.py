@@ -229,7 +229,7 @@ def test_a_repeated_form_parameter_is_refused_not_read_one_way() -> None:
 
 
 def test_repeated_headers_are_joined_once_for_every_reader() -> None:
-    raw = [(b"Host", b"h"), (b"X-Amz-Target", b"SageMaker.DeleteModel"),
+    raw = [(b"host", b"h"), (b"x-amz-target", b"SageMaker.DeleteModel"),  # ASGI: lower-case
            (b"x-amz-target", b"SageMaker.DescribeModel"), (b"content-length", b"2")]
     joined = dict(canonical_headers(raw) or [])
     assert joined[b"x-amz-target"] == b"SageMaker.DeleteModel,SageMaker.DescribeModel"
