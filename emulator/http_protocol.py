@@ -37,6 +37,47 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
+# uvicorn's private code that this module and ``shutdown_protocol.py`` extend or re-implement,
+# by the digest of its source in the uvicorn release they were written against (pyproject.toml
+# pins that release). ``uvicorn_internals_moved`` names what changed, so that a newer uvicorn
+# fails a test with a message (tests/unit/test_uvicorn_internals.py) rather than serving
+# subtly wrong answers; ``emulator/server.py`` falls back to uvicorn's own protocol then.
+UVICORN_TESTED = "0.54.0"
+_UVICORN_SOURCES = {
+    "HttpToolsProtocol.connection_made": "6efb565ff3d36b91",
+    "HttpToolsProtocol.on_body": "dba9c32aeba35b6a",  # re-implemented in on_body
+    "HttpToolsProtocol.on_response_complete": "64e254f28e389e76",
+    "HttpToolsProtocol._start_asgi_task": "9c08c2571ae9b038",
+    "HttpToolsProtocol.shutdown": "d7351fa33f00d430",
+    "HttpToolsProtocol.connection_lost": "c91a4c9bf2e29c55",
+    "RequestResponseCycle.__init__": "4d2f220910c33c12",  # the attributes we read and set
+    "RequestResponseCycle.receive": "8124ae006be71184",  # re-implemented in received_pieces
+    "RequestResponseCycle.send": "abdd8601b326a8da",  # re-implemented in _write_directly
+}
+
+
+def uvicorn_internals_moved() -> list[str]:
+    """What of uvicorn's private code differs from the release this module was written against
+    (empty: all as expected)."""
+    import hashlib
+    import inspect
+
+    import uvicorn
+    from uvicorn.protocols.http import httptools_impl
+
+    moved = []
+    for qualname, digest in _UVICORN_SOURCES.items():
+        owner, _, name = qualname.partition(".")
+        function = getattr(getattr(httptools_impl, owner, None), name, None)
+        source = inspect.getsource(function) if function is not None else ""
+        if hashlib.sha256(source.encode()).hexdigest()[:16] != digest:
+            moved.append(f"uvicorn {uvicorn.__version__} changed {qualname} (written against "
+                         f"{UVICORN_TESTED}): check emulator/http_protocol.py and "
+                         "emulator/shutdown_protocol.py against the new code, then update "
+                         "_UVICORN_SOURCES and the pin in pyproject.toml")
+    return moved
+
+
 # A complete answer: status, raw headers (Content-Length among them), body.
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 # The next part of a request body: its pieces, and whether more follows. ClientDisconnect if the

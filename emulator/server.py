@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from types import TracebackType
 
@@ -15,9 +16,12 @@ from starlette.types import ASGIApp
 from emulator.app import build_app
 from emulator.cache_lock import CacheDirLock
 from emulator.hosting.registry import EndpointRegistry
+from emulator.http_protocol import uvicorn_internals_moved
 from emulator.processes import bound_socket, wait_until
 from emulator.settings import Settings
 from emulator.shutdown_protocol import ShutdownHttpProtocol
+
+log = logging.getLogger(__name__)
 
 
 def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
@@ -32,9 +36,17 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
         access_log=False,
         # SageMaker's answers carry no Server header; uvicorn's would be one more per response.
         server_header=False,
-        # a response in one send; a stop that no client can hold up
-        http=ShutdownHttpProtocol,
+        # a response in one send; a stop that no client can hold up (uvicorn's own protocol
+        # if the uvicorn installed is not the one these were written against)
+        http=ShutdownHttpProtocol if _uvicorn_as_expected() else "httptools",
     )
+
+
+def _uvicorn_as_expected() -> bool:
+    moved = uvicorn_internals_moved()
+    for problem in moved:
+        log.warning("%s; serving with uvicorn's own HTTP protocol meanwhile", problem)
+    return not moved
 
 
 class EmulatorServer:
