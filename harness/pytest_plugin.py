@@ -3,8 +3,9 @@
 Loaded through the ``pytest11`` entry point ``mme``. Fixtures:
 
 - ``mme_model_store`` (session): what the endpoint serves. From ``--mme-model-store`` or the ini
-  option ``mme_model_store`` (a folder of ``.tar.gz``, tarballs, or model repositories); override
-  the fixture to build one in code.
+  option ``mme_model_store``: a folder of ``.tar.gz``, model folders or model repositories (each
+  ``NAME`` is the TargetModel ``NAME.tar.gz``; ``harness.model_store`` has the rules), or such
+  things themselves; override the fixture to build one in code.
 - ``mme_server`` (session): the emulator, with the embedded Triton, on a free port; stopped at
   the end of the session. It runs as a child process (``python -m mme serve``): the test
   process and the endpoint do not share a GIL (timings stay honest), a crashing model cannot
@@ -65,8 +66,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--mme-model-store",
         default=None,
-        help="model store: a folder of .tar.gz, a tarball or a model repository "
-        "(several separated by commas)",
+        help="model store: a folder of .tar.gz, model folders or model repositories (each "
+        "NAME served as NAME.tar.gz), or one of those (several separated by commas)",
     )
     group.addoption(
         "--mme-url",
@@ -97,6 +98,14 @@ def _target(config: pytest.Config) -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     if _target(config) != "aws":
+        launcher = config.getoption("mme_launcher") or os.environ.get("MME_LAUNCHER")
+        image = config.getoption("mme_image") or os.environ.get("MME_IMAGE")
+        if launcher == "docker" and not image and not config.getoption("mme_url"):
+            raise pytest.UsageError(
+                "--mme-launcher docker needs the Triton image to run: --mme-image IMAGE (or "
+                "MME_IMAGE), e.g. nvcr.io/nvidia/tritonserver:24.09-py3 or the SageMaker "
+                "Triton image your endpoint uses"
+            )
         return
     # Fail the whole session up front: a skip would turn a misconfigured pre-merge job green.
     if not config.getoption("mme_endpoint_name"):
@@ -147,7 +156,9 @@ def _mme_store_dir(mme_model_store: Any, tmp_path_factory: pytest.TempPathFactor
     try:
         return prepare_store(mme_model_store, tmp_path_factory.mktemp("mme-store"))
     except StoreError as exc:
-        raise pytest.UsageError(f"mme model store: {exc}") from None
+        message = f"mme model store: {exc}"
+    # Outside the except block, without a traceback: the message says what to fix.
+    pytest.fail(message, pytrace=False)
 
 
 def _endpoint_name(config: pytest.Config) -> str:

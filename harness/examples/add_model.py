@@ -3,10 +3,13 @@ OUTPUT1 = INPUT0 - INPUT1. Used by the harness's own tests and as a template.
 
 ``write_add_repository(path)`` writes a model repository (``path/add/config.pbtxt`` and
 ``path/add/1/model.py``); package it with ``harness.model_store.package_repository``.
+``python -m harness.examples.add_model models/`` does the same from a shell: with
+``mme_model_store = models/`` the plugin then serves it as the TargetModel ``add.tar.gz``.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 MODEL_PY = """\
@@ -74,3 +77,10 @@ def write_add_repository(repository: Path, name: str = "add", **config: object) 
     (model_dir / "config.pbtxt").write_text(config_pbtxt(name, **config))  # type: ignore[arg-type]
     (model_dir / "1" / "model.py").write_text(MODEL_PY)
     return Path(repository)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m harness.examples.add_model FOLDER   (writes FOLDER/add/)")
+    written = write_add_repository(Path(sys.argv[1])) / "add"
+    print(f"wrote {written}/config.pbtxt and {written}/1/model.py (TargetModel add.tar.gz)")

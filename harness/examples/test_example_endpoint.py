@@ -1,21 +1,26 @@
 """An example test suite for a team's own models (copy it next to your tests).
 
-Setup, once (``pytest.ini`` or ``[tool.pytest.ini_options]`` in ``pyproject.toml``)::
+Setup, once: a model (here the ``add`` model of ``harness/examples/add_model.py``), and where
+the plugin finds it, in ``pytest.ini`` (or ``[tool.pytest.ini_options]`` in ``pyproject.toml``)::
+
+    python -m harness.examples.add_model models/     # writes models/add/ (config.pbtxt, 1/model.py)
 
     [pytest]
-    # A folder of .tar.gz (the same objects as under your S3 ModelDataUrl prefix), tarballs, or
-    # Triton model repositories (packaged on the fly; <folder>.tar.gz is their TargetModel).
+    # A folder of .tar.gz (the same objects as under your S3 ModelDataUrl prefix), model folders
+    # or model repositories, packaged on the fly: each NAME in it is the TargetModel NAME.tar.gz.
     mme_model_store = models/
 
 Run it::
 
     pytest                                   # against the emulator (embedded Triton, CPU)
     pytest --mme-update-goldens              # record or refresh goldens/<module>/<name>.npz
-    pytest --mme-launcher docker             # the same, with an official Triton image
+    pytest --mme-launcher docker --mme-image nvcr.io/nvidia/tritonserver:24.09-py3
+                                             # the same, with an official Triton image
     pytest --mme-target aws --mme-endpoint-name my-mme   # the same tests, real endpoint
 
-The TargetModel names below are object names under the store (here the ``add`` model of
-``harness/examples/add_model.py``, packaged as ``add.tar.gz``).
+The TargetModel names below are object names under the store: ``models/add/`` is served as
+``add.tar.gz`` (``mme package models/add -o models/add.tar.gz`` would give the same object).
+The golden test fails until its snapshot is recorded once with ``--mme-update-goldens``.
 """
 
 from __future__ import annotations

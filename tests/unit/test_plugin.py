@@ -118,7 +118,7 @@ def test_a_bad_store_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_it(mme_endpoint): pass")
     result = pytester.runpytest(f"--mme-model-store={empty}")
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*holds no .tar.gz and no model repository*"])
+    result.stdout.fnmatch_lines(["*empty-store: nothing to serve*NAME.tar.gz*"])
 
 
 GOLDEN_TEST = """
