@@ -27,6 +27,9 @@ from emulator.triton.launcher import TritonLauncher
 SINGLE_MODEL = ""
 # How SageMaker's messages name the one container of a single-container endpoint.
 PRIMARY = "primary"
+# [U] A recycle lets the inferences under way in the old Triton finish first (their models are
+# healthy: a stuck load does not hold them up), for at most this long.
+RECYCLE_DRAIN_S = 5.0
 
 
 def public_name(entry: str) -> str:
@@ -100,8 +103,10 @@ class Instance:
         # The requests waiting on Triton for each TargetModel, and why some were cut short.
         self._calling: dict[str, set[asyncio.Task[object]]] = {}
         self._cut_short: dict[asyncio.Task[object], str] = {}
+        self._recycling: asyncio.Task[None] | None = None
         launcher.on_restart = self._triton_restarted
         manager.add_observer(self._model_event)
+        manager.request_recycle = self._recycle_soon
 
     # --- what the router reads --------------------------------------------------------------
 
@@ -133,7 +138,7 @@ class Instance:
 
     async def start(self) -> None:
         await self.launcher.start()
-        self.triton.rebind(self.launcher.http_url, self.launcher.shared_memory_dir)
+        self._rebind()
         if not self.container.is_multi_model:
             # A SingleModel container loads its model at start-up; failing that, it never
             # becomes healthy and CreateEndpoint fails with the reason.
@@ -153,6 +158,8 @@ class Instance:
             pass  # stop anyway: a request still running past the timeout gets an error
 
     async def stop(self) -> None:
+        if self._recycling is not None:
+            self._recycling.cancel()
         await self.manager.close()
         # Close our keep-alive connections first: Triton waits for open connections on exit.
         await self.triton.close()
@@ -173,9 +180,40 @@ class Instance:
                 self._cut_short[task] = str(details.get("reason", ""))
                 task.cancel()
 
+    def _rebind(self) -> None:
+        self.triton.rebind(self.launcher.http_url, self.launcher.shared_memory_dir,
+                           getattr(self.launcher, "grpc_address", None))
+
     async def _triton_restarted(self) -> None:
-        self.triton.rebind(self.launcher.http_url, self.launcher.shared_memory_dir)
+        self._rebind()
         await self.manager.triton_restarted()
+
+    @property
+    def recycling(self) -> bool:
+        return self._recycling is not None and not self._recycling.done()
+
+    def _recycle_soon(self, target: str, reason: str) -> None:
+        """The manager's ``request_recycle``: replace this instance's Triton (once at a time)."""
+        if not self.recycling and not self.draining:
+            self._recycling = asyncio.get_running_loop().create_task(
+                self._recycle(target, reason), name=f"recycle:{self.id}")
+
+    async def _recycle(self, target: str, reason: str) -> None:
+        """Replace a Triton that cannot recover, as SageMaker replaces an unhealthy instance.
+
+        No model is served by the old Triton from now on and loads wait for the new one
+        (``triton_recycling``); the inferences under way finish first (RECYCLE_DRAIN_S), then
+        the old Triton is ended and the launcher's watchdog starts the new one, whose
+        ``on_restart`` opens it to loads (``_triton_restarted``). Requests meanwhile wait as on
+        a cold start, within their own timeout (docs/isolation.md).
+        """
+        self.manager.triton_recycling(target, reason)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RECYCLE_DRAIN_S
+        while self._calling and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        if not await self.launcher.recycle(reason):
+            self.manager.triton_recycle_failed()
 
     # --- the request path -------------------------------------------------------------------
 
@@ -254,6 +292,8 @@ class Instance:
         return {
             "InstanceId": self.id,
             "TritonUrl": self.launcher.http_url,
+            "TritonRecycling": self.recycling,
+            "TritonRecycles": self.manager.recycles,
             "SharedMemoryBodies": self.triton.shared_bodies,
             "Draining": self.draining,
             "InFlight": self.in_flight,

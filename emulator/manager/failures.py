@@ -79,5 +79,16 @@ def load_timed_out(target: str, seconds: float) -> str:
             "(--model-load-timeout); the model's initialize may be stuck.")
 
 
+def recycle_after_timeout(target: str, seconds: float) -> str:
+    return (f"the load of TargetModel {target} did not complete within {seconds:g}s "
+            "(--model-load-timeout) and Triton cannot cancel a load: its Triton is replaced, "
+            "as SageMaker replaces an instance that cannot recover")
+
+
+def recycle_after_dead_stubs(count: int) -> str:
+    return (f"{count} loads whose Python process died at import hold every model-load thread "
+            "of Triton, which never ends such a load: its Triton is replaced")
+
+
 def stub_unhealthy(answer: str) -> bool:
     return all(marker in answer for marker in STUB_UNHEALTHY_MARKERS)

@@ -17,6 +17,12 @@
   "Stub process ... is not healthy" answer and loads afresh on the next request. Triton cannot
   unload either (the unload waits on the dead stub), so the model comes back under a new Triton
   name (``generation``) and the old one is abandoned.
+- Loads Triton cannot finish: a load past ``load_timeout_s`` fails with a ModelError, and so does
+  every load whose stub died at import; Triton can cancel neither, each holds one of its few
+  model-load threads (TRITON_LOAD_THREADS) for as long as it runs. The manager then asks the
+  instance to recycle its Triton (``request_recycle``): at once after a timeout, and once dead
+  stubs hold every load thread. Meanwhile loads wait for the new Triton (``triton_recycling``,
+  ``triton_restarted``) and a load the recycle cut short is asked again of the new one.
 - Failures outside the model (no disk, the store down) are ModelErrors saying what to fix
   (``failures.py``, which holds every [U] decision of the manager).
 - Inferences go through ``infer(lease, ...)``, which resends the one answer that Triton gives
@@ -62,7 +68,8 @@ log = logging.getLogger(__name__)
 
 # Told each lifecycle step (the live page's feed): ``observer(step, target, details)``. Steps:
 # downloading, downloaded, loading, loaded, failed, unloading (details: reason, and ``for`` when
-# the LRU made room for another model), unloaded, taken-out, deleted.
+# the LRU made room for another model), unloaded, taken-out, deleted; and for the whole instance,
+# named after the model that caused it: recycling (reason), recycled (seconds).
 ModelObserver = Callable[[str, str, dict[str, Any]], None]
 
 
@@ -91,6 +98,11 @@ ZOMBIE_GRACE_S = 1.5
 LOOKUP_RACE_DELAYS_S = (0.0, 0.01, 0.05, 0.2, 0.5, 1.0)
 # The answer's text (``ModelRepositoryManager::FindModelIdentifier``), for the model's name.
 LOOKUP_RACE_ANSWER = "Request for unknown model: '{name}' is not found"
+# Triton 2.51 runs at most this many model loads at once (the default of its
+# --model-load-thread-count; measured: with four loads that never end, a fifth never starts).
+TRITON_LOAD_THREADS = 4
+# Told that this Triton cannot recover: ``request_recycle(target, reason)`` (the instance's).
+RecycleRequest = Callable[[str, str], None]
 # Triton's repository index fails ("failed to stat file") when a model folder is removed while
 # it lists them; an unload whose wait for completion meets that asks again, at most this often.
 UNLOAD_WAIT_RETRIES = 3
@@ -257,6 +269,15 @@ class ModelManager:
         self._background: set[asyncio.Task[None]] = set()
         self._stub_registry = stubs.registry_for(triton_repository)
         self._observers: list[ModelObserver] = []
+        # Recycling: who replaces this Triton, the loads it will never finish (Triton names),
+        # set while a Triton is up to take loads, bumped at each replacement.
+        self.request_recycle: RecycleRequest | None = None
+        self._wedged: set[str] = set()
+        self._triton_up = asyncio.Event()
+        self._triton_up.set()
+        self._triton_epoch = 0
+        self._recycle: tuple[str, float] | None = None  # (target, started) of the one under way
+        self.recycles = 0
         # Item 4 without wiring: every non-200 inference answer of our Triton passes by here.
         add_listener = getattr(triton, "add_infer_listener", None)
         if add_listener is not None:
@@ -407,13 +428,15 @@ class ModelManager:
         self._emit("loading", record.target, size=record.size)
         started = time.monotonic()
         try:
-            await self._load_in_triton(record)
+            await self._load_across_recycle(record)
         except (TritonError, TritonUnreachable, asyncio.TimeoutError, _StubDied) as exc:
             self.memory.remove(record.target)
             self.disk.unpin(record.target)
             record.state = ModelState.ON_DISK
             if isinstance(exc, (asyncio.TimeoutError, _StubDied)):
+                wedged = record.entry
                 self._abandon(record)  # Triton keeps these names LOADING: never reuse them
+                self._wedged_load(record.target, wedged, timed_out=not isinstance(exc, _StubDied))
             await asyncio.to_thread(repository.uninstall, record.installed, self.triton_repository)
             self._changed.notify()
             if isinstance(exc, TritonError):
@@ -438,6 +461,46 @@ class ModelManager:
         self._emit("loaded", record.target, seconds=elapsed, size=record.size)
         self._changed.notify()
         return record
+
+    async def _load_across_recycle(self, record: ModelRecord) -> None:
+        """Load ``record`` once a Triton is up to take it; a load that a recycle of Triton cut
+        short (the old one was ended under it) is asked again of the new one, once."""
+        for attempt in (1, 2):
+            epoch = await self._triton_ready()
+            try:
+                await self._load_in_triton(record)
+                return
+            except TritonUnreachable:
+                if attempt == 2 or self._triton_epoch == epoch:
+                    raise
+                log.info("model=%s step=load outcome=again reason=\"Triton was recycled during "
+                         "the load\"", self.name_of(record.target))
+
+    async def _triton_ready(self) -> int:
+        """Wait while Triton is being recycled (within the load timeout); its epoch then."""
+        if not self._triton_up.is_set():
+            try:
+                await asyncio.wait_for(self._triton_up.wait(), self.load_timeout_s)
+            except asyncio.TimeoutError:
+                raise TritonUnreachable("Triton was being recycled and did not come back within "
+                                        f"{self.load_timeout_s:g}s") from None
+        return self._triton_epoch
+
+    def _wedged_load(self, target: str, entry: str | None, timed_out: bool) -> None:
+        """Triton goes on with a load the manager gave up (its stub died, or it timed out): it
+        holds one of Triton's load threads until it ends, which it may never do."""
+        if entry is not None:
+            self._wedged.add(entry)
+        if timed_out:
+            self._cannot_recover(target, failures.recycle_after_timeout(target,
+                                                                        self.load_timeout_s))
+        elif len(self._wedged) >= TRITON_LOAD_THREADS:
+            self._cannot_recover(target, failures.recycle_after_dead_stubs(len(self._wedged)))
+
+    def _cannot_recover(self, target: str, reason: str) -> None:
+        log.warning("model=%s step=recycle-triton reason=%r", self.name_of(target), reason)
+        if self.request_recycle is not None:
+            self.request_recycle(target, reason)
 
     async def _load_in_triton(self, record: ModelRecord) -> None:
         """Ask Triton to load; fail early (``_StubDied``) if a stub of the model dies at import."""
@@ -809,15 +872,49 @@ class ModelManager:
         await task
         return True
 
+    def triton_recycling(self, target: str, reason: str) -> None:
+        """The instance is replacing its Triton (``target``'s load caused it): no model is
+        served by the old one from now on (each reloads on demand) and loads wait for the new
+        one. The requests under way in the old one finish there (the instance waits for them)."""
+        self._triton_up.clear()
+        self._triton_epoch += 1
+        self._recycle = (target, time.monotonic())
+        self.recycles += 1
+        self._emit("recycling", target, reason=reason)
+        self._forget_loaded("triton recycled")
+
+    def triton_recycle_failed(self) -> None:
+        """The launcher could not replace its Triton: loads go to the one there is."""
+        self._recycle = None
+        self._triton_up.set()
+
     async def triton_restarted(self) -> None:
         """Triton came back empty: everything is on disk only and reloads on demand."""
+        self._forget_loaded("triton restarted")
+        self._wedged.clear()
+        self._triton_epoch += 1
+        recycle, self._recycle = self._recycle, None
+        self._triton_up.set()
+        if recycle is not None:
+            target, started = recycle
+            seconds = time.monotonic() - started
+            log.warning("model=%s step=recycled seconds=%.3f (its instance's Triton was "
+                        "replaced; models reload on demand)", self.name_of(target), seconds)
+            self._emit("recycled", target, seconds=seconds)
+        self._changed.notify()
+
+    def _forget_loaded(self, reason: str) -> None:
+        """Every loaded model is on disk only (a load under way keeps its reservation: it is
+        asked again of the new Triton, or fails and gives it back)."""
         for target in list(self.memory.keys_lru_first()):
+            record = self.records.get(target)
+            if record is None or record.state is not ModelState.LOADED:
+                continue
             self.memory.remove(target)
             self.disk.unpin(target)
-            self.records[target].state = ModelState.ON_DISK
-            self._emit("unloaded", target, reason="triton restarted")
-        self.metrics.set_loaded_model_count(0)
-        self._changed.notify()
+            record.state = ModelState.ON_DISK
+            self._emit("unloaded", target, reason=reason)
+        self.metrics.set_loaded_model_count(self.loaded_count())
 
     async def close(self) -> None:
         for task in (list(self._loads.values()) + list(self._unloads.values())

@@ -5,7 +5,15 @@ added 1.1-1.4 ms p50 per call in the same proxy on a 2-core machine, against 0.4
 The inference call, the one hot path, goes over ``InferConnection``: keep-alive HTTP/1.1 on an
 asyncio protocol with httptools' parser, the request written in one system call. Under load it
 costs the emulator a fraction of aiohttp's CPU per call (``mme bench overhead`` measures the whole
-path against Triton). The control calls (load, unload, index, health) keep aiohttp.
+path against Triton). The control calls (index, health) keep aiohttp; load and unload go over
+Triton's gRPC endpoint where the launcher opens one (``rebind``'s ``grpc_address``).
+
+Why gRPC for loads: Triton's HTTP server answers a load (and an unload) in the thread that owns
+the connection and blocks that thread until the load ends; every other connection the HTTP
+server gave the same thread (it hands a new connection to the first idle one, so in practice
+all of ours) waits as long. A load that never ends (a Python stub that died at import, an
+``initialize`` that hangs) then stalls every inference of every loaded model. Triton's gRPC
+server runs each load in a thread of its own (docs/isolation.md).
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -27,6 +35,9 @@ import yarl
 
 from emulator.contract.body import Body
 from emulator.triton import shared_memory
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
 
 log = logging.getLogger(__name__)
 
@@ -312,19 +323,59 @@ class TritonClient:
         # The region being made for this Triton, or the outcome (None: it cannot be had).
         self._region_making: asyncio.Future[shared_memory.Region | None] | None = None
         self.shared_bodies = 0  # requests whose tensors reached Triton through shared memory
+        # Load and unload go over gRPC at this address (None: over HTTP), on this client.
+        self._grpc_address: str | None = None
+        self._grpc: Any = None  # tritonclient.grpc.aio.InferenceServerClient, made on first use
+        self._closing: set[asyncio.Task[None]] = set()
 
     def add_infer_listener(self, listener: InferListener) -> None:
         self._infer_listeners.append(listener)
 
-    def rebind(self, base_url: str, shm_dir: Path | None = None) -> None:
+    def rebind(self, base_url: str, shm_dir: Path | None = None,
+               grpc_address: str | None = None) -> None:
         """Point at a (re)started Triton; ``shm_dir`` is its /dev/shm as seen from here, where
-        Triton can map files we write (None: a Triton that cannot, e.g. in a container)."""
+        Triton can map files we write (None: a Triton that cannot, e.g. in a container);
+        ``grpc_address`` its gRPC endpoint for loads and unloads (None: they go over HTTP)."""
         self.base_url = base_url.rstrip("/")
         if self._pool is not None:
             self._pool.close()  # the old address's: that Triton is gone
             self._pool = None
         self._drop_region()
         self._shm_dir = shm_dir
+        self._drop_grpc()
+        self._grpc_address = grpc_address
+
+    def _drop_grpc(self) -> None:
+        grpc, self._grpc = self._grpc, None
+        if grpc is not None:  # its channel is closed in the background: rebind is synchronous
+            task = asyncio.get_running_loop().create_task(grpc.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    def _grpc_client(self) -> Any:
+        if self._grpc is None:
+            from tritonclient.grpc.aio import InferenceServerClient
+
+            self._grpc = InferenceServerClient(self._grpc_address)
+        return self._grpc
+
+    async def _grpc_call(self, call: Callable[[Any], Awaitable[Any]],
+                         timeout: float | None) -> None:
+        """A control call over gRPC, answered as the HTTP one would be: TritonError(400, its
+        JSON error body) when Triton refuses, TritonUnreachable when Triton is gone,
+        asyncio.TimeoutError past ``timeout``."""
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            await asyncio.wait_for(call(self._grpc_client()), timeout)
+        except InferenceServerException as exc:
+            status = str(exc.status() or "")
+            if status.endswith(("UNAVAILABLE", "CANCELLED")):
+                raise TritonUnreachable(f"Triton at {self._grpc_address} (gRPC) is unreachable: "
+                                        f"{exc.message()}") from exc
+            # Triton's HTTP server answers every refused load or unload 400 with this body.
+            raise TritonError(400, json.dumps({"error": exc.message()}, ensure_ascii=False,
+                                              separators=(",", ":"))) from exc
 
     def _drop_region(self) -> None:
         if self._region is not None:
@@ -360,6 +411,9 @@ class TritonClient:
             self._pool.close()
             self._pool = None
         self._drop_region()
+        self._drop_grpc()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
 
@@ -489,6 +543,9 @@ class TritonClient:
         return region
 
     async def load(self, model: str, timeout: float | None = None) -> None:
+        if self._grpc_address is not None:
+            await self._grpc_call(lambda grpc: grpc.load_model(model), timeout)
+            return
         await self._json_call("POST", f"/v2/repository/models/{model}/load", timeout=timeout)
 
     async def unload(self, model: str, dependents: bool = True, timeout: float = 360.0,
@@ -497,8 +554,13 @@ class TritonClient:
 
         ``on_accepted`` is called at the 200: Triton serves the model no more from then on.
         """
-        await self._json_call("POST", f"/v2/repository/models/{model}/unload",
-                              {"parameters": {"unload_dependents": dependents}}, timeout=timeout)
+        if self._grpc_address is not None:
+            await self._grpc_call(lambda grpc: grpc.unload_model(
+                model, unload_dependents=dependents), timeout)
+        else:
+            await self._json_call("POST", f"/v2/repository/models/{model}/unload",
+                                  {"parameters": {"unload_dependents": dependents}},
+                                  timeout=timeout)
         if on_accepted is not None:
             on_accepted()
         loop = asyncio.get_running_loop()

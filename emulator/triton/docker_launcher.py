@@ -55,6 +55,7 @@ from emulator.triton.launcher import (
     LauncherError,
     SupervisedLauncher,
     TritonOptions,
+    control_args,
     count_gpus,
     stage_shims,
     wait_until_ready,
@@ -69,6 +70,7 @@ log = logging.getLogger(__name__)
 
 CPU_ONLY_NOISE = "CudaDriverHelper has not been initialized"
 TRITON_HTTP_PORT = 8000
+TRITON_GRPC_PORT = 8001  # the emulator's control channel (load, unload), published on loopback
 TRITON_METRICS_PORT = 8002
 
 
@@ -136,6 +138,7 @@ class DockerLauncher(SupervisedLauncher):
         self._staged_shims: Path | None = None
         self._image_labels: dict[str, str] = {}
         self._host_port = 0
+        self._grpc_host_port = 0
         self._container_pid: int | None = None  # on this machine, as the engine reports it
         self._container: Container | None = None
         self._alive = False
@@ -148,6 +151,10 @@ class DockerLauncher(SupervisedLauncher):
     @property
     def repository(self) -> Path:
         return self.options.repository
+
+    @property
+    def grpc_address(self) -> str | None:
+        return f"{self._host}:{self._grpc_host_port}" if self._grpc_host_port else None
 
     @property
     def shared_memory_dir(self) -> Path | None:
@@ -209,6 +216,7 @@ class DockerLauncher(SupervisedLauncher):
             f"--metrics-port={TRITON_METRICS_PORT}",
             "--exit-on-error=false",
             *self.options.extra_args,
+            *control_args("0.0.0.0", TRITON_GRPC_PORT),  # in the container; published on loopback
         ]
 
     def _stage_shims(self) -> Path | None:
@@ -263,7 +271,8 @@ class DockerLauncher(SupervisedLauncher):
                 labels=self._labels(),
                 environment=dict(self.options.environment),
                 # Port None: the engine picks a free host port, so parallel runs never collide.
-                ports={f"{TRITON_HTTP_PORT}/tcp": (self._host, None)},
+                ports={f"{TRITON_HTTP_PORT}/tcp": (self._host, None),
+                       f"{TRITON_GRPC_PORT}/tcp": (self._host, None)},
                 volumes=self.volumes(),
                 shm_size=self.shm_size,
                 device_requests=device_requests or None,
@@ -284,6 +293,8 @@ class DockerLauncher(SupervisedLauncher):
             raise LauncherError(f"tritonserver in {self.image} exited with code {code} at "
                                 "once:\n" + _excerpt(logs))
         self._host_port = int(bindings[0]["HostPort"])
+        grpc = container.attrs["NetworkSettings"]["Ports"].get(f"{TRITON_GRPC_PORT}/tcp")
+        self._grpc_host_port = int(grpc[0]["HostPort"]) if grpc else 0
         self._container_pid = container.attrs.get("State", {}).get("Pid") or None
         return container
 
@@ -346,6 +357,12 @@ class DockerLauncher(SupervisedLauncher):
 
     def _describe(self) -> str:
         return f"{self._name} (container {self.container_name})"
+
+    async def _kill(self) -> None:
+        container = self._container
+        if container is not None:
+            with contextlib.suppress(Exception):  # already gone: the watchdog sees it anyway
+                await asyncio.to_thread(container.kill)
 
     def _remove_container(self) -> None:
         container, self._container = self._container, None

@@ -39,6 +39,7 @@ from emulator.triton.launcher import (
     LauncherError,
     SupervisedLauncher,
     TritonOptions,
+    control_args,
     output_pipe,
     pump_output,
     stage_shims,
@@ -151,6 +152,7 @@ class EmbeddedLauncher(SupervisedLauncher):
         self._binary = find_tritonserver(tritonserver)
         self._host = host
         self._http_port = 0
+        self._grpc_port = 0
         self._process: asyncio.subprocess.Process | None = None
         self._log_task: asyncio.Task[None] | None = None
 
@@ -161,6 +163,10 @@ class EmbeddedLauncher(SupervisedLauncher):
     @property
     def repository(self) -> Path:
         return self.options.repository
+
+    @property
+    def grpc_address(self) -> str | None:
+        return f"{self._host}:{self._grpc_port}" if self._grpc_port else None
 
     @property
     def shared_memory_dir(self) -> Path | None:
@@ -190,6 +196,7 @@ class EmbeddedLauncher(SupervisedLauncher):
             "--exit-on-error=false",
             f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
             *self.options.extra_args,
+            *control_args(self._host, self._grpc_port),
         ]
 
     @property
@@ -224,6 +231,7 @@ class EmbeddedLauncher(SupervisedLauncher):
 
     async def _spawn_on_a_free_port(self) -> None:
         self._http_port = free_port(self._host)
+        self._grpc_port = free_port(self._host)
         cmd = [*await asyncio.to_thread(private_shm_wrapper), *self.command()]
         log.info("starting %s: %s", self._name, " ".join(cmd))
         read_end, write_end = output_pipe()
@@ -280,6 +288,12 @@ class EmbeddedLauncher(SupervisedLauncher):
         if removed:
             log.info("%s: removed %d shared-memory region(s) left behind", self._name,
                      len(removed))
+
+    async def _kill(self) -> None:
+        process = self._process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
 
     async def _terminate(self) -> None:
         process = self._process

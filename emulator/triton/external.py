@@ -69,6 +69,15 @@ class ExternalLauncher:
     def shared_memory_dir(self) -> Path | None:
         return None  # a Triton of the user's, perhaps on another machine: bodies go over HTTP
 
+    @property
+    def grpc_address(self) -> str | None:
+        return None  # loads go over HTTP: a stuck load can stall inferences (docs/isolation.md)
+
+    async def recycle(self, reason: str) -> bool:
+        log.error("%s at %s cannot recover (%s) and is not the emulator's to restart: restart "
+                  "it yourself", self._name, self._url, reason)
+        return False
+
     def is_running(self) -> bool:
         return self._alive
 

@@ -6,6 +6,13 @@ writes model folders into ``repository`` and asks Triton to load them by name.
 
 A launcher watches its Triton and restarts it if it dies; it then calls ``on_restart`` so the
 model manager can forget what was loaded (models reload on demand, as on a replaced instance).
+
+Control channel. The embedded and docker launchers also open Triton's gRPC endpoint on loopback
+(``grpc_address``) for the emulator's own load and unload calls, so that no load ever runs in one
+of the HTTP server's threads (docs/isolation.md): Triton's HTTP server answers a load or unload
+in the thread that owns the connection, blocking it until the load ends, and every other
+connection on that thread (in practice the inference connections) waits with it. Triton's gRPC
+server runs each load in a thread of its own.
 """
 
 from __future__ import annotations
@@ -32,6 +39,14 @@ from emulator.processes import free_port as free_port  # re-exported: launchers'
 log = logging.getLogger(__name__)
 
 RestartCallback = Callable[[], Awaitable[None]]
+
+
+# Flags that open Triton's gRPC endpoint for the emulator's control calls. Placed after every other
+# flag (tritonserver takes the last of a repeated flag), so SageMaker's ``--allow-grpc=false``
+# default does not turn it off [U]: on SageMaker nothing outside the container reaches it either.
+def control_args(address: str, port: int) -> list[str]:
+    return ["--allow-grpc=true", f"--grpc-address={address}", f"--grpc-port={port}"]
+
 
 # Lines of a Triton's output kept for the messages that say why it died.
 LOG_TAIL_LINES = 60
@@ -86,7 +101,18 @@ class TritonLauncher(Protocol):
         with Triton as system shared memory. None where Triton cannot map our memory."""
         ...
 
+    @property
+    def grpc_address(self) -> str | None:
+        """``host:port`` of Triton's gRPC endpoint for load and unload calls; None where there
+        is none (an external Triton): they then go over HTTP."""
+        ...
+
     on_restart: RestartCallback | None
+
+    async def recycle(self, reason: str) -> bool:
+        """Replace a Triton that cannot recover (a load it cannot cancel): end it at once; the
+        watchdog starts a new one and calls ``on_restart``. False where it cannot (external)."""
+        ...
 
     async def start(self) -> None:
         """Start Triton and return once ``/v2/health/ready`` answers 200."""
@@ -114,6 +140,8 @@ class SupervisedLauncher(ABC):
         self._log_tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
         self.on_restart: RestartCallback | None = None
         self.restarts = 0
+        self.recycles = 0
+        self._recycle_reason: str | None = None
 
     @abstractmethod
     async def _spawn(self) -> None:
@@ -127,9 +155,28 @@ class SupervisedLauncher(ABC):
     async def _after_exit(self) -> None:
         """Clean up what the dead Triton left (processes, shared memory, a container)."""
 
+    async def _kill(self) -> None:
+        """End the running Triton at once (SIGKILL): ``recycle`` does not wait for a stuck load.
+        A launcher that cannot leaves it unimplemented and is never recycled."""
+        raise NotImplementedError
+
     def _describe(self) -> str:
         """Names the running Triton in the log (e.g. with its container)."""
         return self._name
+
+    async def recycle(self, reason: str) -> bool:
+        if self._watchdog is None or self._stopping or not self.is_running():
+            return False
+        self._recycle_reason = reason
+        try:
+            await self._kill()
+        except NotImplementedError:
+            self._recycle_reason = None
+            return False
+        return True
+
+    @abstractmethod
+    def is_running(self) -> bool: ...
 
     def _start_watchdog(self) -> None:
         self._stopping = False
@@ -151,8 +198,14 @@ class SupervisedLauncher(ABC):
                 return
             await self._after_exit()
             self.restarts += 1
-            log.warning("%s died (exit code %s); restarting. Last lines:\n%s", described, code,
-                        "\n".join(list(self._log_tail)[-10:]))
+            recycled, self._recycle_reason = self._recycle_reason, None
+            if recycled is not None:
+                self.recycles += 1
+                log.warning("%s recycled: %s; starting a new one (its models reload on demand)",
+                            described, recycled)
+            else:
+                log.warning("%s died (exit code %s); restarting. Last lines:\n%s", described,
+                            code, "\n".join(list(self._log_tail)[-10:]))
             try:
                 await self._spawn()
             except LauncherError as exc:
