@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = (
     "ensembles.cli",
     "harness.cli",
     "harness.deploy_cli",
+    "mme.ci.cli",
 )
 # Modules that add benchmarks under ``mme bench`` with ``add_bench_subcommands(commands)``.
 BENCH_MODULES = (

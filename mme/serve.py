@@ -13,6 +13,7 @@ import errno
 import logging
 import signal
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -141,8 +142,10 @@ def _last_line(traceback_text: str) -> str:
     return f"{name.rpartition('.')[2]}{sep}{message}"
 
 
-def serve(settings: Settings, stderr: Any) -> int:
-    """Run the emulator until Ctrl-C or SIGTERM; the exit status."""
+def serve(settings: Settings, stderr: Any,
+          prepare_app: Callable[[Any], None] | None = None) -> int:
+    """Run the emulator until Ctrl-C or SIGTERM; the exit status. ``prepare_app`` is given the
+    built app before it serves (``mme ci up`` installs its per-model figures there)."""
     try:
         listening = listening_socket(settings)
     except StartupMistake as exc:
@@ -160,13 +163,14 @@ def serve(settings: Settings, stderr: Any) -> int:
         print(f"mme serve: {exc}", file=stderr)
         return 2
     try:
-        return _run(settings, listening, url, stderr)
+        return _run(settings, listening, url, stderr, prepare_app)
     finally:
         listening.close()
         lock.release()  # after the lifespan's end: every Triton of this server has stopped
 
 
-def _run(settings: Settings, listening: socket.socket, url: str, stderr: Any) -> int:
+def _run(settings: Settings, listening: socket.socket, url: str, stderr: Any,
+         prepare_app: Callable[[Any], None] | None = None) -> int:
     from emulator.app import build_app
     from emulator.auth import AuthConfigError
     from emulator.server import uvicorn_config
@@ -179,6 +183,8 @@ def _run(settings: Settings, listening: socket.socket, url: str, stderr: Any) ->
     except AuthConfigError as exc:  # a credentials or policy file that cannot be used
         print(f"mme serve: {exc}", file=stderr)
         return 2
+    if prepare_app is not None:
+        prepare_app(app)
     # uvicorn captures SIGINT/SIGTERM, shuts down cleanly, then restores the handlers it found
     # and re-raises the signal: with Python's defaults that would end the process with 143 (or a
     # KeyboardInterrupt). No-op handlers make the re-raise harmless, so a clean stop exits 0.

@@ -1,0 +1,1 @@
+"""``mme ci``: the emulator as a background service of a CI job (``up``, ``down``); docs/ci.md."""

@@ -1,0 +1,53 @@
+"""``python -m mme.ci.server [mme serve flags]``: the server ``mme ci up`` starts.
+
+It is ``mme serve`` (same flags, same start-up checks and messages) with the per-model
+recorder of ``stats.py`` installed; when it stops it writes the figures and its exit status
+into the state folder (``$MME_CI_STATE``) for ``mme ci down``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from emulator.settings import InvalidSettings, add_flags
+from mme.ci.state import STATE_ENV, StateDir
+from mme.ci.stats import ModelStats
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mme ci up (server)")
+    add_flags(parser)
+    args = parser.parse_args(argv)
+    state = StateDir(Path(os.environ[STATE_ENV]))
+    code = 1
+    stats = ModelStats()
+    try:
+        code = _serve(args, stats)
+    finally:
+        stats.dump(state.stats_path)
+        state.write_exit(code)
+    return code
+
+
+def _serve(args: argparse.Namespace, stats: ModelStats) -> int:
+    from emulator.malloc import tune_malloc
+
+    tune_malloc()  # this process is the server, as under mme serve
+    from mme.cli import configure_logging, settings_from_args
+    from mme.serve import serve
+
+    try:
+        settings = settings_from_args(args)
+    except InvalidSettings as exc:
+        print(f"mme serve: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    return serve(settings, sys.stderr, prepare_app=stats.install)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
