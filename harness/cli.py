@@ -31,7 +31,8 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
         "--phase",
         action="append",
         metavar="USERS:SPAWN_PER_MIN:SECONDS",
-        help=f"a traffic phase; repeat for several (default {DEFAULT_PHASE})",
+        help="a traffic phase: USERS from the start, SPAWN_PER_MIN more users each minute, for "
+        f"SECONDS (USERS:SECONDS: no spawning); repeat for several (default {DEFAULT_PHASE})",
     )
     g.add_argument(
         "--max-invocations",
@@ -42,7 +43,9 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
         "--latency-threshold",
         action="append",
         metavar="PNN:MS",
-        help="stop once this ModelLatency percentile exceeds MS, e.g. P95:100",
+        help="stop once this ModelLatency percentile exceeds MS, e.g. P95:100 (judged over "
+        "the last 60 s once 5 s and 20 warm calls are in; a call that loaded its model is "
+        "not counted)",
     )
     g.add_argument("--seed", type=int, default=0, help="seed for model choice (0)")
     g = p.add_argument_group("payload")
@@ -216,8 +219,12 @@ def _out_dir(args: argparse.Namespace, command: str) -> Path:
 
 
 def run_loadtest(args: argparse.Namespace) -> int:
+    """0 when the run ended as planned (phases or a stopping condition), 1 when it was aborted
+    (every call failing, the endpoint gone), 130 when interrupted; the report is written in
+    each case, with what was measured."""
     from harness.loadtest.config import PlanError
     from harness.loadtest.report import summarize, to_markdown, write_report
+    from harness.loadtest.runner import INTERRUPTED
     from harness.model_store import StoreError, prepare_store, store_digests
 
     out = _out_dir(args, "loadtest")
@@ -237,10 +244,35 @@ def run_loadtest(args: argparse.Namespace) -> int:
     except (PlanError, StoreError) as exc:
         print(f"mme loadtest: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before the load started (while the emulator was starting)
+        print("mme loadtest: interrupted before any traffic was sent; no report", file=sys.stderr)
+        return 130
     paths = write_report(result, out, png=not args.no_png)
     print(to_markdown(summarize(result)))
     print("report: " + ", ".join(str(p) for p in paths.values()))
-    return 0
+    if result.stop_reason.startswith(INTERRUPTED):
+        return 130
+    return 1 if result.stop_reason.startswith("aborted") else 0
+
+
+def _interruptible() -> asyncio.Event:
+    """An event Ctrl-C (SIGINT) or SIGTERM sets, instead of raising in the middle of the run;
+    a second one stops at once, as Python would."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    interrupt = asyncio.Event()
+
+    def stop() -> None:
+        interrupt.set()
+        print("\nmme loadtest: stopping (again to quit at once); the report follows",
+              file=sys.stderr)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop)
+    return interrupt
 
 
 async def _loadtest(
@@ -256,8 +288,9 @@ async def _loadtest(
             autoscale(args.endpoint_name, args.autoscale, url)
         return ScalingWatch(args.endpoint_name, url)
 
-    extra = {"think_s": args.think_time}
+    extra: dict[str, Any] = {"think_s": args.think_time}
     if args.aws:
+        extra["interrupt"] = _interruptible()
         invoker = Boto3Invoker.for_endpoint(
             args.endpoint_name,
             request.body,
@@ -273,10 +306,13 @@ async def _loadtest(
             await invoker.close()
     if args.url:
         url = args.url.rstrip("/")
+        extra["interrupt"] = _interruptible()
         return await run_http(url, args.endpoint_name, plan, request, label=args.endpoint_name,
                               scaling=scaling(url), **extra)
     assert store is not None
     with emulator(store, work, _emulator_settings(args), args.endpoint_name) as url:
+        # Once the emulator serves: while it starts, Ctrl-C stops the start at once.
+        extra["interrupt"] = _interruptible()
         return await run_http(url, args.endpoint_name, plan, request, label=args.endpoint_name,
                               scaling=scaling(url), **extra)
 

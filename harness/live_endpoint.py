@@ -89,12 +89,20 @@ class EmulatorProcess:
                 stdin=subprocess.DEVNULL,
                 pass_fds=() if listening is None else (listening.fileno(),),
                 preexec_fn=die_with_parent,  # pytest killed: no emulator lingers
+                # Ctrl-C in the terminal reaches the parent only, which stops the emulator
+                # when it is done with it (a load test first writes its report).
+                start_new_session=True,
             )
         finally:
             if listening is not None:
                 listening.close()  # the child has its copy
-        if not wait_until(lambda: ping(self.url, timeout_s=1.0), self.startup_timeout_s,
-                          still_starting=self._still_starting):
+        try:
+            started = wait_until(lambda: ping(self.url, timeout_s=1.0), self.startup_timeout_s,
+                                 still_starting=self._still_starting)
+        except BaseException:  # it exited, or Ctrl-C while it starts: nothing is left behind
+            self.stop()
+            raise
+        if not started:
             self.stop()
             raise EmulatorStartError(
                 f"the emulator did not answer {self.url}/ping within "

@@ -128,9 +128,16 @@ def fleet_summary(result: LoadResult, bin_s: float = 1.0) -> dict[str, Any] | No
             "loaded_models_final": sums[-1] if sums else None,
             "loaded_models_max": max(sums) if sums else None,
         })
+    nameless = [s for s in samples if not (s.variant or s.instance)]
     return {
         "variants": variants,
         "instances": instances,
+        # Calls no variant answered for: an error answer carries no variant header.
+        "unattributed": {
+            "requests": len(nameless),
+            "errors": sum(1 for s in nameless if not s.ok),
+            "share": round(len(nameless) / total, 4) if total else None,
+        } if nameless else None,
         # Requests the endpoint did not attribute (errors before routing, or no headers).
         "unattributed_variant": sum(1 for s in samples
                                     if not (s.variant or s.instance)),
@@ -164,6 +171,13 @@ def fleet_markdown(fleet: dict[str, Any] | None) -> list[str]:
             f"{_cell(row['share'])} | {row['errors']} | {_cell(row['hit_ratio'])} | "
             f"{_cell(row['p50_ms'])} | {_cell(row['p99_ms'])} | "
             f"{_cell(row['loaded_models_final'])} / {_cell(row['loaded_models_max'])} |"
+        )
+    unattributed = fleet.get("unattributed")
+    if unattributed:  # error answers name no variant (SageMaker's do not either)
+        lines.append(
+            f"| (no variant named: errors before routing, or error answers) | n/a | "
+            f"{unattributed['requests']} | {_cell(unattributed['share'])} | "
+            f"{unattributed['errors']} | n/a | n/a | n/a | n/a |"
         )
     if fleet["instances"]:
         lines += [

@@ -32,10 +32,16 @@ class Outcome:
     cache_hit: bool | None = None
     variant: str | None = None  # SageMaker's header: present on AWS too
     instance: str | None = None  # "<variant>/<instance-id>": the emulator only
+    error_message: str | None = None  # what the endpoint (or the connection) said, shortened
 
     @property
     def ok(self) -> bool:
         return 200 <= self.status < 300
+
+    @property
+    def answered(self) -> bool:
+        """An HTTP answer arrived (an error one too): 0 is a refused or broken connection."""
+        return self.status != 0
 
 
 class Invoker(Protocol):
@@ -67,6 +73,30 @@ def served_by(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
     if instance is not None and variant is None and "/" in instance:
         variant = instance.split("/", 1)[0]
     return variant, instance
+
+
+MESSAGE_CHARS = 300  # enough to say what went wrong; a report keeps one per error code
+
+
+def shorten(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+
+
+def error_message_from(body: bytes) -> str | None:
+    """The message of a SageMaker error body (``{"message": ...}`` or ``{"Message": ...}``)."""
+    import json
+
+    text = body.decode(errors="replace")
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return shorten(text) if text.strip() else None
+    if isinstance(parsed, dict):
+        for key in ("message", "Message", "error"):
+            if isinstance(parsed.get(key), str):
+                return shorten(parsed[key])
+    return shorten(text)
 
 
 def error_code_from(status: int, headers: Mapping[str, str]) -> str | None:
@@ -119,8 +149,9 @@ class HttpInvoker:
             headers["X-Amzn-SageMaker-Target-Model"] = target_model
         try:
             async with session.post(self._url, data=self._body, headers=headers) as resp:
-                await resp.read()
+                body = await resp.read()
                 variant, instance = served_by(resp.headers)
+                ok = 200 <= resp.status < 300
                 return Outcome(
                     status=resp.status,
                     error_code=error_code_from(resp.status, resp.headers),
@@ -128,11 +159,14 @@ class HttpInvoker:
                     cache_hit=_bool(resp.headers.get(CACHE_HIT_HEADER)),
                     variant=variant,
                     instance=instance,
+                    error_message=None if ok else error_message_from(body),
                 )
         except asyncio.TimeoutError:
-            return Outcome(status=0, error_code="ClientTimeout")
+            return Outcome(status=0, error_code="ClientTimeout",
+                           error_message=f"no answer within {self._timeout_s:g} s")
         except aiohttp.ClientError as exc:
-            return Outcome(status=0, error_code=type(exc).__name__)
+            return Outcome(status=0, error_code=type(exc).__name__,
+                           error_message=shorten(str(exc)) or None)
 
     async def close(self) -> None:
         if self._session is not None:
@@ -208,12 +242,15 @@ class Boto3Invoker:
             )
         except ClientError as exc:
             meta = exc.response.get("ResponseMetadata", {})
+            error = exc.response.get("Error", {})
             return Outcome(
                 status=int(meta.get("HTTPStatusCode", 0)),
-                error_code=exc.response.get("Error", {}).get("Code", "ClientError"),
+                error_code=error.get("Code", "ClientError"),
+                error_message=shorten(str(error.get("Message", ""))) or None,
             )
         except BotoCoreError as exc:
-            return Outcome(status=0, error_code=type(exc).__name__)
+            return Outcome(status=0, error_code=type(exc).__name__,
+                           error_message=shorten(str(exc)) or None)
 
     async def invoke(self, target_model: str | None) -> Outcome:
         loop = asyncio.get_running_loop()

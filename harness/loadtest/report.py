@@ -1,9 +1,12 @@
 """The load test's report: a summary dict (JSON), a Markdown table and a PNG plot.
 
 Latency names follow CloudWatch: ModelLatency is the time the model (Triton) took, OverheadLatency
-the rest of the endpoint's time. Per-request values come from the emulator's response headers
-when it sends them; otherwise the endpoint's own counters (``/_emulator/metrics`` deltas over the
-run) give their averages, and ``client`` latency is what the generator measured end to end.
+the rest of the endpoint's time. Per-request ModelLatency comes from the emulator's response
+header when it sends one; ``client`` latency is what the generator measured end to end, and
+``client_minus_ModelLatency`` their difference per call (the endpoint's overhead plus the network
+and the client: not CloudWatch's OverheadLatency, which is only the endpoint's share). The
+endpoint's own ModelLatency and OverheadLatency averages come from its counters
+(``/_emulator/metrics`` deltas over the run).
 """
 
 from __future__ import annotations
@@ -118,7 +121,7 @@ def summarize(result: LoadResult) -> dict[str, Any]:
     errors = Counter(s.error_code or str(s.status) for s in samples if not s.ok)
     client = [s.latency_ms for s in ok]
     model = [s.model_latency_us / 1000.0 for s in ok if s.model_latency_us is not None]
-    overhead = [
+    beside_model = [
         s.latency_ms - s.model_latency_us / 1000.0 for s in ok if s.model_latency_us is not None
     ]
     per_request = len(model) == len(ok) and bool(ok)
@@ -148,11 +151,13 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         "successes": len(ok),
         "invocations_per_minute": round(len(ok) * 60.0 / duration, 1) if duration > 0 else 0.0,
         "errors_by_code": dict(sorted(errors.items())),
+        # error code -> the last message the endpoint (or the connection) gave with it
+        "error_messages": dict(sorted(result.error_messages.items())),
         "peak_users": max((u for _, u in result.users), default=0),
         "latency_ms": {
             "client": _stats(client),
             "ModelLatency": _stats(model) if per_request else None,
-            "OverheadLatency": _stats(overhead) if per_request else None,
+            "client_minus_ModelLatency": _stats(beside_model) if per_request else None,
         },
         # Averages from the endpoint's own counters: present even without per-request headers.
         "endpoint_average_ms": {
@@ -198,6 +203,14 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+# What each per-call latency row is (the endpoint's own averages are in the table above).
+LATENCY_LABELS = {
+    "client": "client, end to end",
+    "ModelLatency": "ModelLatency",
+    "client_minus_ModelLatency": "client - ModelLatency (endpoint overhead + network + client)",
+}
+
+
 def to_markdown(summary: dict[str, Any]) -> str:
     lines = [f"# Load test{': ' + summary['label'] if summary.get('label') else ''}", ""]
     lines += ["| metric | value |", "|---|---|"]
@@ -230,17 +243,24 @@ def to_markdown(summary: dict[str, Any]) -> str:
         rows.append(("scaling activities",
                      sum(1 for e in summary["events"] if e["kind"] == "scaling")))
     lines += [f"| {k} | {_fmt(v)} |" for k, v in rows]
+    messages = summary.get("error_messages") or {}
+    if summary["errors_by_code"]:
+        lines += ["", "| error | calls | last message |", "|---|---|---|"]
+        for code, count in summary["errors_by_code"].items():
+            message = str(messages.get(code, "n/a")).replace("|", "\\|")
+            lines.append(f"| {code} | {count} | {message} |")
     lines += [
         "",
-        "| latency (ms) | p50 | p90 | p95 | p99 | mean | max |",
+        "| latency per call (ms) | p50 | p90 | p95 | p99 | mean | max |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, stats in summary["latency_ms"].items():
+        label = LATENCY_LABELS.get(name, name)
         if stats is None:
-            lines.append(f"| {name} | n/a | n/a | n/a | n/a | n/a | n/a |")
+            lines.append(f"| {label} | n/a | n/a | n/a | n/a | n/a | n/a |")
             continue
         cells = " | ".join(_fmt(stats[k]) for k in ("p50", "p90", "p95", "p99", "mean", "max"))
-        lines.append(f"| {name} | {cells} |")
+        lines.append(f"| {label} | {cells} |")
     if summary["phases"]:
         lines += [
             "",

@@ -25,6 +25,7 @@ from harness.loadtest.stopping import StopMonitor, StopReason
 log = logging.getLogger(__name__)
 
 PHASES_COMPLETE = "phases complete"
+INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: the stop reason starts with this
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class LoadResult:
     instances: list[tuple[float, dict[str, tuple[int, int]]]] = field(default_factory=list)
     generator: str = "asyncio+aiohttp"
     label: str = ""
+    # error code -> the last message seen with it (what the endpoint said, shortened)
+    error_messages: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,13 @@ class Step:
 
 
 class Controller:
-    """Phases and stopping conditions as a function of time (no I/O, no sleeping)."""
+    """Phases and stopping conditions as a function of time (no I/O, no sleeping).
+
+    Besides Inference Recommender's conditions it ends a run that can only fail: when the first
+    ``abort_after_errors`` invocations all failed (a wrong endpoint name, a model that cannot
+    load), or when that many in a row got no answer at all after some succeeded (the endpoint
+    died: firing on would only count connection errors). The reason names the last error.
+    """
 
     def __init__(self, plan: LoadPlan, start: float, *, abort_after_errors: int = 50) -> None:
         self.plan = plan
@@ -103,19 +112,27 @@ class Controller:
         self._phase = -1
         self._successes = 0
         self._errors_in_a_row = 0
+        self._unanswered_in_a_row = 0
         self._last_error: str | None = None
         self._abort_after_errors = abort_after_errors
 
     def record(
-        self, completed_at: float, ok: bool, latency_ms: float, error_code: str | None = None
+        self, completed_at: float, ok: bool, latency_ms: float, error_code: str | None = None,
+        *, answered: bool = True, error_message: str | None = None, cold: bool = False,
     ) -> None:
+        """One completed invocation. ``cold``: its model was loaded for it; its latency is left
+        out of the thresholds [U] (Inference Recommender judges an endpoint's serving, and a
+        load's first calls say more about the load than about serving)."""
         if ok:
             self._successes += 1
-            self._errors_in_a_row = 0
-            self.monitor.record(completed_at, latency_ms)
-        else:
-            self._errors_in_a_row += 1
-            self._last_error = error_code
+            self._errors_in_a_row = self._unanswered_in_a_row = 0
+            if not cold:
+                self.monitor.record(completed_at, latency_ms)
+            return
+        self._errors_in_a_row += 1
+        self._unanswered_in_a_row = 0 if answered else self._unanswered_in_a_row + 1
+        code = error_code or "error"
+        self._last_error = f"{code}: {error_message}" if error_message else code
 
     def step(self, now: float) -> Step:
         pos = position(self.plan.phases, now - self.start)
@@ -131,6 +148,15 @@ class Controller:
                 new_phase,
                 f"aborted: the first {self._errors_in_a_row} invocations failed "
                 f"(last error: {self._last_error})",
+            )
+        if self._unanswered_in_a_row >= self._abort_after_errors:
+            return Step(
+                0,
+                pos.phase,
+                new_phase,
+                f"aborted: the endpoint stopped answering ({self._unanswered_in_a_row} "
+                f"invocations in a row got no response after {self._successes} succeeded; "
+                f"last error: {self._last_error})",
             )
         return Step(pos.users, pos.phase, new_phase, self.monitor.check(now))
 
@@ -149,7 +175,10 @@ async def run_load(
     fleet: FleetSource | None = None,
     scaling: ScalingWatch | None = None,
     think_s: float = 0.0,
+    interrupt: asyncio.Event | None = None,
 ) -> LoadResult:
+    """Run ``plan``; ``interrupt`` set (Ctrl-C) ends it early like a stopping condition, so
+    what was measured until then is returned, not lost."""
     loop = asyncio.get_running_loop()
     clock = loop.time
     baseline = await metrics.poll() if metrics is not None else None
@@ -196,7 +225,12 @@ async def run_load(
                 if outcome.model_latency_us is not None
                 else sample.latency_ms
             )
-            controller.record(t1, outcome.ok, latency, outcome.error_code)
+            if not outcome.ok and outcome.error_message:
+                result.error_messages[outcome.error_code or str(outcome.status)] = (
+                    outcome.error_message)
+            controller.record(t1, outcome.ok, latency, outcome.error_code,
+                              answered=outcome.answered, error_message=outcome.error_message,
+                              cold=outcome.cache_hit is False)
             if think_s:  # paced users: a low phase that still sends traffic
                 await asyncio.sleep(think_s)
 
@@ -256,6 +290,10 @@ async def run_load(
                 )
             if step.stop is not None:
                 reason = step.stop
+                break
+            if interrupt is not None and interrupt.is_set():
+                reason = (f"{INTERRUPTED} after {now - start:.1f} s (Ctrl-C or SIGTERM): the "
+                          "report holds what was measured until then")
                 break
             while len(active) < step.users:
                 stop_flag = asyncio.Event()

@@ -306,7 +306,7 @@ def test_generator_runs_the_phases_and_reports(tmp_path: Path) -> None:
     assert summary["invocations"] == len(result.samples)
     assert summary["errors_by_code"] == {"ModelError": invoker.calls["bad"]}
     assert summary["latency_ms"]["ModelLatency"]["p50"] == pytest.approx(1.0)
-    assert summary["latency_ms"]["OverheadLatency"] is not None
+    assert summary["latency_ms"]["client_minus_ModelLatency"] is not None
     assert summary["endpoint_average_ms"]["ModelLatency"] == pytest.approx(2.0)
     assert summary["cold_starts"] == metrics.polls - 1  # one miss per poll interval
     assert 0 < summary["cache_hit_ratio"] < 1
