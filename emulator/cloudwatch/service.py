@@ -7,10 +7,12 @@ as emulated epoch seconds. The wire modules turn both into JSON, CBOR or XML.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
 import math
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -24,6 +26,8 @@ from emulator.cloudwatch.series import MetricStore, SeriesKey
 
 MAX_DATAPOINTS = 1440  # GetMetricStatistics' documented limit per call
 MAX_QUERIES = 500  # GetMetricData's documented limit: "as many as 500 MetricDataQuery structures"
+MAX_DATA_POINTS = 100_800  # GetMetricData's MaxDatapoints when omitted (per call, then a page)
+_QUERY_ID = re.compile(r"[a-z][a-zA-Z0-9_]*")
 LIST_PAGE = 500  # ListMetrics returns up to 500 results per call
 HIGH_RESOLUTION_PERIODS = (1, 5, 10, 20, 30)
 RECENTLY_ACTIVE_S = 3 * 3600.0  # RecentlyActive=PT3H
@@ -51,6 +55,10 @@ class CloudWatchService:
         self.clock = clock
 
     async def handle(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        """``call`` off the event loop: a large GetMetricData is seconds of numpy and Python."""
+        return await asyncio.to_thread(self.call, operation, params)
+
+    def call(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
         handler = {
             "GetMetricStatistics": self.get_metric_statistics,
             "GetMetricData": self.get_metric_data,
@@ -72,8 +80,14 @@ class CloudWatchService:
         if not times.size:
             return
         index = np.floor((times - real_start) / self.clock.real_duration(period)).astype(np.int64)
-        for i in np.unique(index):
-            yield start + int(i) * period, values[index == i]
+        # One pass over the samples, not one per period: a mask per period cost periods x
+        # samples (86,400 one-second periods of a full series: minutes of the event loop).
+        order = np.argsort(index, kind="stable")  # samples arrive in time order: already sorted
+        index, values = index[order], values[order]
+        bounds = np.flatnonzero(np.diff(index)) + 1
+        for first, group in zip(np.concatenate(([0], bounds)), np.split(values, bounds),
+                                strict=True):
+            yield start + int(index[first]) * period, group
 
     @staticmethod
     def _window(params: Mapping[str, Any], period: int) -> tuple[float, float]:
@@ -127,26 +141,22 @@ class CloudWatchService:
         if len(set(ids)) != len(ids):
             raise CloudWatchError("ValidationError", "The values for parameter id in "
                                   "MetricDataQueries are not unique.")
-        if params.get("NextToken"):
-            # Every answer fits in one page here, so no token is ever handed out.
-            raise CloudWatchError("InvalidNextToken", "The service couldn't process the "
-                                  "NextToken because it is not valid.")
+        for query in queries:
+            self._check_query(query)
+        budget = params.get("MaxDatapoints") or MAX_DATA_POINTS
+        if budget < 1:
+            raise invalid("The parameter MaxDatapoints must be greater than 0.")  # [U] wording
+        first, skip = _decode_data_token(params.get("NextToken"), len(queries))
         descending = params.get("ScanBy", "TimestampDescending") == "TimestampDescending"
         now = self.clock.now()
-        results = []
-        for query in queries:
-            stat = query.get("MetricStat")
-            if query.get("Expression") is not None or stat is None:
-                # [U] metric math is not emulated; say so rather than answer wrongly.
-                raise CloudWatchError(
-                    "ValidationError",
-                    f"The query {query['Id']} must have a MetricStat: metric math expressions "
-                    "are not supported by the emulator.")
+        results: list[dict[str, Any]] = []
+        out: dict[str, Any] = {"MetricDataResults": results, "Messages": []}
+        for position in range(first, len(queries)):
+            query = queries[position]
+            if not query.get("ReturnData", True):
+                continue
+            stat = query["MetricStat"]
             period = int(stat["Period"])
-            _check_period(period, "MetricDataQueries.MetricStat.Period")
-            if not statistics.is_supported(stat["Stat"]):
-                raise CloudWatchError("ValidationError", f"The value {stat['Stat']} for "
-                                      "parameter MetricDataQueries.MetricStat.Stat is not valid.")
             start, end = self._window(params, period)
             metric = stat["Metric"]
             key = SeriesKey.of(metric.get("Namespace", ""), metric.get("MetricName", ""),
@@ -155,13 +165,43 @@ class CloudWatchService:
                       for ts, values in self._buckets(key, start, end, period, now,
                                                       stat.get("Unit"))]
             points.sort(reverse=descending)
-            if query.get("ReturnData", True):
-                results.append({
-                    "Id": query["Id"], "Label": query.get("Label") or metric.get("MetricName"),
-                    "Timestamps": [p[0] for p in points], "Values": [p[1] for p in points],
-                    "StatusCode": "Complete",
-                })
-        return {"MetricDataResults": results, "Messages": []}
+            offset = skip if position == first else 0
+            page = points[offset: offset + budget]
+            budget -= len(page)
+            complete = offset + len(page) == len(points)
+            results.append({
+                "Id": query["Id"], "Label": query.get("Label") or metric.get("MetricName"),
+                "Timestamps": [p[0] for p in page], "Values": [p[1] for p in page],
+                "StatusCode": "Complete" if complete else "PartialData",
+            })
+            if not complete or (budget == 0 and position + 1 < len(queries)):
+                # [U] AWS pages at MaxDatapoints (100,800 by default) without saying where; here
+                # a page ends there, and the next one goes on from the same query and point.
+                resume = (position, offset + len(page)) if not complete else (position + 1, 0)
+                out["NextToken"] = _encode_data_token(*resume)
+                break
+        return out
+
+    @staticmethod
+    def _check_query(query: dict[str, Any]) -> None:
+        """Every query is checked before any is computed: a bad one fails the whole call."""
+        if not _QUERY_ID.fullmatch(query["Id"]):
+            # The rule is documented ("The first character must be a lowercase letter"; letters,
+            # numbers and underscore); [U] the wording.
+            raise CloudWatchError("ValidationError", f"The value {query['Id']} for parameter "
+                                  "MetricDataQueries.Id is not valid: it must start with a "
+                                  "lowercase letter and hold only letters, numbers and _.")
+        stat = query.get("MetricStat")
+        if query.get("Expression") is not None or stat is None:
+            # [U] metric math is not emulated; say so rather than answer wrongly.
+            raise CloudWatchError(
+                "ValidationError",
+                f"The query {query['Id']} must have a MetricStat: metric math expressions "
+                "are not supported by the emulator.")
+        _check_period(int(stat["Period"]), "MetricDataQueries.MetricStat.Period")
+        if not statistics.is_supported(stat["Stat"]):
+            raise CloudWatchError("ValidationError", f"The value {stat['Stat']} for "
+                                  "parameter MetricDataQueries.MetricStat.Stat is not valid.")
 
     def list_metrics(self, params: dict[str, Any]) -> dict[str, Any]:
         since = None
@@ -190,6 +230,27 @@ class CloudWatchService:
             out["NextToken"] = base64.urlsafe_b64encode(
                 json.dumps({"offset": offset + LIST_PAGE}).encode()).decode()
         return out
+
+
+def _encode_data_token(query: int, point: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"query": query, "point": point})
+                                    .encode()).decode()
+
+
+def _decode_data_token(token: str | None, queries: int) -> tuple[int, int]:
+    """(query, point) a GetMetricData page goes on from; InvalidNextToken for anything else."""
+    if not token:
+        return 0, 0
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+        query, point = decoded["query"], decoded["point"]
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        query = point = None
+    if (isinstance(query, int) and isinstance(point, int) and not isinstance(query, bool)
+            and not isinstance(point, bool) and 0 <= query < queries and point >= 0):
+        return query, point
+    raise CloudWatchError("InvalidNextToken", "The service couldn't process the NextToken "
+                          "because it is not valid.")
 
 
 def _decode_token(token: str | None) -> int:

@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 STANDARD = ("SampleCount", "Average", "Sum", "Minimum", "Maximum")
@@ -21,11 +22,11 @@ def percentile(values: Sequence[float] | npt.NDArray[Any], q: float) -> float:
 
     [U] CloudWatch's own percentiles are estimates; nearest rank is the exact statistic they
     estimate."""
-    ordered = sorted(float(v) for v in values)
-    if not ordered:
+    ordered = np.sort(np.asarray(values, dtype=np.float64))  # C speed: a period may hold 256 Ki
+    if not ordered.size:
         return math.nan
-    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
+    rank = max(1, math.ceil(q / 100.0 * ordered.size))
+    return float(ordered[min(rank, ordered.size) - 1])
 
 
 def is_percentile(name: str) -> bool:

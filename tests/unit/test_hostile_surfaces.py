@@ -23,6 +23,8 @@ import pytest
 
 from emulator.auth.credentials import AuthConfigError, load_principals
 from emulator.autoscaling import wire as scaling_wire
+from emulator.clock import Clock
+from emulator.cloudwatch import CloudWatchService, MetricStore
 from emulator.cloudwatch import wire as cloudwatch_wire
 from emulator.cloudwatch.errors import CloudWatchError
 from emulator.containers.sagemaker import ContainerUnreachable, SageMakerContainer
@@ -262,3 +264,93 @@ def test_a_container_answering_bytes_that_are_not_http_is_a_model_error(answer: 
     assert "127.0.0.1" not in str(unreachable)  # its address on this machine is nobody's business
     assert isinstance(model_error, ModelError) and model_error.status == 424
     assert "container-1" in model_error.message and "127.0.0.1" not in model_error.message
+
+
+# --- CloudWatch: a large GetMetricData is bounded work, paged as AWS pages it ---------------------
+
+class _FakeTime:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _store_with(series: dict[str, int], spacing_s: float) -> tuple[CloudWatchService, float]:
+    """A service whose store holds ``count`` samples of each metric, ``spacing_s`` apart,
+    ending now; and the time the first was taken."""
+    fake = _FakeTime()
+    clock = Clock(1.0, time_fn=fake)
+    store = MetricStore(clock)
+    began = fake.now
+    for metric, count in series.items():
+        fake.now = began
+        for i in range(count):
+            store.record("AWS/SageMaker", metric, {"EndpointName": "e"}, float(i), "Count")
+            fake.now += spacing_s
+    return CloudWatchService(store, clock), began
+
+
+def _data_query(query_id: str, metric: str, stat: str = "Sum") -> dict[str, Any]:
+    return {"Id": query_id, "MetricStat": {"Period": 1, "Stat": stat, "Metric": {
+        "Namespace": "AWS/SageMaker", "MetricName": metric,
+        "Dimensions": [{"Name": "EndpointName", "Value": "e"}]}}}
+
+
+def _one_second_periods(samples: int) -> float:
+    service, began = _store_with({"Latency": samples}, 0.5)
+    params = {"StartTime": began, "EndTime": began + samples, "MaxDatapoints": samples,
+              "MetricDataQueries": [_data_query("q", "Latency", "p99")]}
+    best = float("inf")
+    for _ in range(2):
+        started = time.perf_counter()
+        values = service.get_metric_data(params)["MetricDataResults"][0]["Values"]
+        best = min(best, time.perf_counter() - started)
+    assert len(values) == samples // 2
+    return best
+
+
+def test_get_metric_data_time_grows_linearly_with_the_periods_it_answers() -> None:
+    """Each period's samples were picked out with a mask over every sample: periods x samples
+    (a full series in one-second periods: minutes of work per query, 500 queries per call).
+    Sixteen times the samples and periods must cost about sixteen times, not 256 times."""
+    small, large = _one_second_periods(10_000), _one_second_periods(160_000)
+    assert large / small < 64, f"10,000 samples {small:.4f} s, 160,000 samples {large:.4f} s"
+
+
+def test_get_metric_data_pages_at_max_datapoints_and_loses_nothing() -> None:
+    service, began = _store_with({"A": 300, "B": 300}, 1.0)
+    base = {"StartTime": began, "EndTime": began + 300,
+            "MetricDataQueries": [_data_query("a", "A"), _data_query("b", "B")]}
+    whole = service.get_metric_data(base)  # 600 points: one page by default (100,800)
+    assert "NextToken" not in whole
+    assert [len(r["Values"]) for r in whole["MetricDataResults"]] == [300, 300]
+    paged: dict[str, list[float]] = {"a": [], "b": []}
+    token, pages = None, 0
+    while True:
+        page = service.get_metric_data({**base, "MaxDatapoints": 250,
+                                        **({"NextToken": token} if token else {})})
+        pages += 1
+        assert sum(len(r["Values"]) for r in page["MetricDataResults"]) <= 250
+        for result in page["MetricDataResults"]:
+            paged[result["Id"]] += result["Values"]
+            partial = result["StatusCode"] == "PartialData"
+            assert partial == ("NextToken" in page and result is page["MetricDataResults"][-1]
+                               and len(paged[result["Id"]]) < 300)
+        token = page.get("NextToken")
+        if token is None:
+            break
+    assert pages == 3
+    assert paged == {r["Id"]: r["Values"] for r in whole["MetricDataResults"]}
+    with pytest.raises(CloudWatchError) as caught:
+        service.get_metric_data({**base, "NextToken": "bm90IG91cnM="})
+    assert caught.value.code == "InvalidNextToken"
+
+
+def test_a_query_id_must_start_with_a_lowercase_letter() -> None:
+    service, began = _store_with({}, 1.0)
+    for bad in ("1q", "Q", "q-1"):
+        with pytest.raises(CloudWatchError) as caught:
+            service.get_metric_data({"StartTime": began - 60, "EndTime": began,
+                                     "MetricDataQueries": [_data_query(bad, "A")]})
+        assert caught.value.code == "ValidationError", bad
