@@ -46,6 +46,7 @@ docker-prepare:
 
 test: $(STAMP) wrk
 	$(BIN)/ruff check emulator ensembles harness tests docker mme
+	$(BIN)/python tests/lint_ci_files.py
 	bash tests/install-chromium.sh
 	$(BIN)/mypy
 ifeq ($(SKIP_DOCKER),1)
@@ -63,6 +64,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check emulator ensembles harness tests docker mme
+	$(BIN)/python tests/lint_ci_files.py
 	$(BIN)/mypy
 
 clean:

@@ -23,6 +23,7 @@ from mme.ci.state import STATE_ENV, ServerRecord, StateDir, default_state_dir, l
 
 DEFAULT_READY_TIMEOUT_S = 600.0  # a docker launcher may pull an image of gigabytes first
 DEFAULT_STOP_TIMEOUT_S = 60.0
+FAILED_START_GRACE_S = 5.0
 
 
 def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,7 +72,7 @@ def _add_state_flag(parser: argparse.ArgumentParser) -> None:
 
 def _state(args: argparse.Namespace) -> StateDir:
     path = Path(args.state_dir) if args.state_dir else default_state_dir(os.environ)
-    return StateDir(path.absolute())
+    return StateDir(path.resolve())
 
 
 # -- up -------------------------------------------------------------------------------------
@@ -205,7 +206,9 @@ def _stop_failed_start(process: subprocess.Popen[bytes], record: ServerRecord,
                        state: StateDir) -> None:
     from mme.ci.processes import stop_tree
 
-    stop_tree((record.pid, record.start_ticks), 30.0)
+    # Nothing of a server that never served is worth waiting for: a start blocked on a Triton
+    # that never answers does not even see SIGTERM until it gives up. A short grace, then kill.
+    stop_tree((record.pid, record.start_ticks), FAILED_START_GRACE_S)
     try:
         process.wait(10)
     except subprocess.TimeoutExpired:
