@@ -23,6 +23,7 @@ from pathlib import Path
 from emulator.cloudwatch.statistics import percentile
 from ensembles import registry
 from ensembles.packaging import package, scheduling_block
+from ensembles.quiet import exporter_output_hidden
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,9 @@ def measure(client: object, endpoint: str, target: str, body: bytes, concurrency
 def run(work_dir: Path | None = None, concurrency: int = 8, requests: int = 200,
         warmup: int = 16, sentence: str = "The quick brown fox jumps over the lazy dog.",
         configs: Sequence[BenchConfig] = SEED_CONFIGS,
-        base_repo: Path | None = None) -> list[BenchResult]:
-    """Measure ``configs`` in order; ``base_repo`` reuses an already built text repository."""
+        base_repo: Path | None = None, quiet: bool = True) -> list[BenchResult]:
+    """Measure ``configs`` in order; ``base_repo`` reuses an already built text repository.
+    ``quiet``: the exporters' output is hidden while the ensemble builds (ensembles/quiet.py)."""
     import boto3
     from botocore.config import Config
 
@@ -130,7 +132,12 @@ def run(work_dir: Path | None = None, concurrency: int = 8, requests: int = 200,
     owned = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="mme-bench-")) if owned else Path(work_dir)
     try:
-        base = base_repo or registry.build("text_embedding", root / "base").repository
+        if base_repo is None:
+            print("building text_embedding (the exporters' output is hidden; --verbose shows "
+                  "it)" if quiet else "building text_embedding", flush=True)
+            with exporter_output_hidden(quiet):
+                base_repo = registry.build("text_embedding", root / "base").repository
+        base = base_repo
         model_data = root / "model-data"
         model_data.mkdir(parents=True, exist_ok=True)
         for config in configs:

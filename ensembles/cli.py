@@ -18,7 +18,14 @@ from ensembles.quiet import exporter_output_hidden
 
 
 def _mib(size: int | None) -> str:
-    return "-" if size is None else f"{size / 2**20:.1f} MiB"
+    """A size people read: ``812 bytes``, ``3.4 KiB``, ``79.3 MiB``."""
+    if size is None:
+        return "-"
+    if size < 2**10:
+        return f"{size} bytes"
+    if size < 2**20:
+        return f"{size / 2**10:.1f} KiB"
+    return f"{size / 2**20:.1f} MiB"
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -55,8 +62,20 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_package(args: argparse.Namespace) -> int:
+    from ensembles.checks import PackageProblem, check_folder
+
+    repo = Path(args.repo_dir)
+    if not repo.is_dir():
+        sys.stderr.write(f"mme package: {repo} is not a folder (give a model repository: a "
+                         "folder of <model>/config.pbtxt)\n")
+        return 2
+    try:  # what SageMaker's Triton would refuse, before anything is written
+        check_folder(repo, args.layout)
+    except PackageProblem as exc:
+        sys.stderr.write(f"mme package: {exc}\n")
+        return 2
     try:
-        tarball = package(Path(args.repo_dir), Path(args.output), args.layout)
+        tarball = package(repo, Path(args.output), args.layout)
     except (FileNotFoundError, ValueError) as exc:
         sys.stderr.write(f"mme package: {exc}\n")
         return 1
@@ -68,7 +87,8 @@ def run_bench_ensemble(args: argparse.Namespace) -> int:
     from ensembles import bench
 
     results = bench.run(Path(args.work_dir) if args.work_dir else None,
-                        concurrency=args.concurrency, requests=args.requests)
+                        concurrency=args.concurrency, requests=args.requests,
+                        quiet=not args.verbose)
     print(bench.table(results, args.concurrency))
     return 0 if all(r.errors == 0 for r in results) else 1
 
@@ -81,6 +101,9 @@ def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--requests", type=int, default=200, help="measured calls per configuration")
     p.add_argument("--work-dir", help="where to build (a temporary folder by default)")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="show the exporters' own output while the ensemble builds (hidden by "
+                        "default, and shown anyway when the build fails)")
     p.set_defaults(func=run_bench_ensemble)
 
 

@@ -238,9 +238,20 @@ class Deployer:
     # -- packaging and upload -----------------------------------------------------------------
 
     def package(self, artifacts: Sequence[Path], work_dir: Path) -> list[Artifact]:
-        """Tarballs as they are; repositories (or single model folders) packaged."""
+        """Tarballs as they are; repositories (or single model folders) packaged. Each is
+        checked first for what SageMaker's Triton would refuse (``ensembles/checks.py``), so a
+        deployment that cannot load stops before anything is uploaded or created."""
+        from ensembles.checks import PackageProblem, check_folder, check_tarball
+
         packaged: list[Artifact] = []
         for item in (Path(a) for a in artifacts):
+            try:
+                if is_tarball(item):
+                    check_tarball(item)
+                elif is_repository(item) or is_model_dir(item):
+                    check_folder(item, "flat" if is_repository(item) else "folder")
+            except PackageProblem as exc:
+                raise DeployError(f"{exc} (nothing was uploaded)") from None
             if is_tarball(item):
                 path = item
             elif is_repository(item):

@@ -96,6 +96,14 @@ def prepare_store(spec: str | Path | Sequence[str | Path], work_dir: Path) -> Pa
             f"{', '.join(map(str, items))}: nothing to serve. A store holds NAME.tar.gz files, "
             "model folders (NAME/config.pbtxt) or model repositories "
             "(NAME/<model>/config.pbtxt); each becomes the TargetModel NAME.tar.gz")
+    from ensembles.checks import PackageProblem, check_folder
+
+    for target, source in entries.items():  # what SageMaker's Triton would refuse, said now
+        if not is_tarball(source):
+            try:
+                check_folder(source, "folder" if is_model_dir(source) else "flat")
+            except PackageProblem as exc:
+                raise StoreError(f"{target}: {exc}") from None
     work_dir.mkdir(parents=True, exist_ok=True)
     for target, source in entries.items():
         destination = work_dir / target
