@@ -141,6 +141,22 @@ def child_environment(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+# Triton flags given once per value; every other ``--flag=value`` holds one value.
+REPEATABLE_FLAGS = frozenset({"--backend-config", "--load-model", "--host-policy",
+                              "--rate-limit-resource", "--cache-config", "--model-load-gpu-limit",
+                              "--model-repository"})
+
+
+def last_of_each_flag(command: list[str]) -> list[str]:
+    """``command`` with only the last of each single-valued ``--flag=value``: Triton takes the
+    last anyway, and the command then no longer says contradictory things (``--allow-grpc=false
+    ... --allow-grpc=true``) to whoever reads it."""
+    names = [arg.partition("=")[0] if arg.startswith("--") and "=" in arg else None
+             for arg in command]
+    return [arg for i, (arg, name) in enumerate(zip(command, names, strict=True))
+            if name is None or name in REPEATABLE_FLAGS or name not in names[i + 1:]]
+
+
 class EmbeddedLauncher(SupervisedLauncher):
     """Runs the wheel's tritonserver as a child process; restarts it if it dies."""
 
@@ -183,7 +199,7 @@ class EmbeddedLauncher(SupervisedLauncher):
         return self._process is not None and self._process.returncode is None
 
     def command(self) -> list[str]:
-        return [
+        return last_of_each_flag([
             str(self._binary),
             f"--model-repository={self.options.repository}",
             "--model-control-mode=explicit",
@@ -197,7 +213,7 @@ class EmbeddedLauncher(SupervisedLauncher):
             f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
             *self.options.extra_args,
             *control_args(self._host, self._grpc_port),
-        ]
+        ])
 
     @property
     def stub_registry(self) -> Path:
@@ -233,7 +249,9 @@ class EmbeddedLauncher(SupervisedLauncher):
         self._http_port = free_port(self._host)
         self._grpc_port = free_port(self._host)
         cmd = [*await asyncio.to_thread(private_shm_wrapper), *self.command()]
-        log.info("starting %s: %s", self._name, " ".join(cmd))
+        # The whole command is long (paths, a dozen flags): shown with --log-level DEBUG.
+        log.info("starting %s on port %d", self._name, self._http_port)
+        log.debug("%s command: %s", self._name, " ".join(cmd))
         read_end, write_end = output_pipe()
         try:
             self._process = await asyncio.create_subprocess_exec(
