@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
@@ -226,7 +226,9 @@ def _report_budget_case(session: pytest.Session, model: str, rows: list[Any]) ->
     hook = session.config.hook
     now = time.time()
 
-    def report(when: str, outcome: str, longrepr: Any = None) -> pytest.TestReport:
+    def report(when: Literal["setup", "call", "teardown"],
+               outcome: Literal["passed", "failed", "skipped"],
+               longrepr: Any = None) -> pytest.TestReport:
         return pytest.TestReport(nodeid, location, {}, outcome, longrepr, when,
                                  duration=0.0, start=now, stop=now)
 

@@ -92,10 +92,12 @@ def _save(path: Path, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
 
 
 def write_case(root: Path, model: str, name: str, inputs: Mapping[str, Any], *,
-               rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> Path:
-    """A new case with inputs only (its outputs are recorded by ``--mme-update-goldens``)."""
+               outputs: Mapping[str, Any] | None = None, rtol: float = DEFAULT_RTOL,
+               atol: float = DEFAULT_ATOL) -> Path:
+    """A case: its inputs and, when known, the outputs expected (otherwise
+    ``pytest --mme-update-goldens`` records what the model answers)."""
     path = Path(root) / model / f"{name}.npz"
-    _save(path, inputs, {}, {"rtol": rtol, "atol": atol})
+    _save(path, inputs, outputs or {}, {"model": model, "rtol": rtol, "atol": atol})
     return path
 
 
