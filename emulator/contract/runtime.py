@@ -92,6 +92,15 @@ def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes | B
         if not TARGET_MODEL.match(target):
             raise errors.invalid_target_model(
                 target, r"Member must satisfy regular expression pattern: \A\S[\p{Print}]*\z")
+    inference_id = headers.get(H_INFERENCE_ID)
+    if inference_id is not None:  # botocore's model: 1-64 characters, \A\S[\p{Print}]*\z
+        if len(inference_id) > 64:
+            raise errors.header_too_long(H_INFERENCE_ID, "inferenceId", 64)
+        if not TARGET_MODEL.match(inference_id):
+            raise errors.ValidationError(
+                f"1 validation error detected: Value '{inference_id}' at 'inferenceId' failed to "
+                r"satisfy constraint: Member must satisfy regular expression pattern: "
+                r"\A\S[\p{Print}]*\z")
     return InvokeRequest(
         endpoint_name=endpoint_name,
         request_id=request_id,
@@ -100,7 +109,7 @@ def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes | B
         accept=headers.get("accept"),
         target_model=target,
         custom_attributes=headers.get(H_CUSTOM_ATTRIBUTES),
-        inference_id=headers.get(H_INFERENCE_ID),
+        inference_id=inference_id,
         target_variant=headers.get(H_TARGET_VARIANT),
         target_container_hostname=_container_hostname(headers),
     )

@@ -89,3 +89,17 @@ def test_oversize_body_and_bad_endpoint_name() -> None:
         runtime.parse_invoke("ep", {}, b"x" * 11, 10, "rid")
     with pytest.raises(errors.ValidationError, match="endpointName"):
         runtime.parse_invoke("bad_name", {}, b"", 10, "rid")
+
+
+@pytest.mark.parametrize(("inference_id", "problem"), [
+    ("a" * 64, None), ("req-1 from my laptop", None), ("a" * 65, "less than or equal to 64"),
+    (" leading-space", "regular expression pattern"), ("tab\tinside", "regular expression")])
+def test_inference_id_within_botocores_constraints(inference_id: str,
+                                                   problem: str | None) -> None:
+    headers = {runtime.H_INFERENCE_ID: inference_id}
+    if problem is None:
+        assert runtime.parse_invoke("ep", headers, b"", 10, "rid").inference_id == inference_id
+    else:
+        with pytest.raises(errors.ValidationError, match=problem) as caught:
+            runtime.parse_invoke("ep", headers, b"", 10, "rid")
+        assert "inferenceId" in str(caught.value)
