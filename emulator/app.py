@@ -29,6 +29,7 @@ from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
 from emulator.page.errors import InvocationErrors
 from emulator.routes.introspection import build_introspection_router
+from emulator.routes.limits import ApiBodyLimit
 from emulator.routes.runtime import Invocations, InvocationsApp, build_runtime_router
 from emulator.settings import Settings
 
@@ -133,8 +134,9 @@ def build_app(settings: Settings) -> FastAPI:
     install_page(app, registry, feed)  # the live page at /_emulator/
     invocations = InvocationsApp(Invocations(settings, registry))
     app.invocations = invocations
-    # The front door's one chain, for every request: the error feed, auth, then the route.
-    errors_feed = InvocationErrors(with_auth(app.routed), feed)
+    # The front door's one chain, for every request: the error feed, auth, the bound on the
+    # APIs' bodies, then the route.
+    errors_feed = InvocationErrors(with_auth(ApiBodyLimit(app.routed)), feed)
     app.front = errors_feed
     if settings.auth == "off":
         async def answer_directly(scope: Scope, body_source: BodySource) -> Answer:

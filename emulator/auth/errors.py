@@ -31,14 +31,12 @@ CloudWatch's JSON 1.0 and smithy RPC v2 CBOR) use ``...Exception`` codes; query 
 
 from __future__ import annotations
 
-import json
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
-from xml.sax.saxutils import escape
 
 from emulator.contract.apis import Protocol  # re-exported: errors render per protocol
+from emulator.contract.protocol_errors import Rendered, render_error
 
 
 class Failure(str, Enum):
@@ -83,48 +81,9 @@ class AuthError(Exception):
             return query_status
         return rest_status if protocol is Protocol.REST_JSON else json_status
 
-    def render(self, protocol: Protocol) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    def render(self, protocol: Protocol) -> Rendered:
         """Status, headers and body in the protocol's own error shape (what botocore parses)."""
-        code, status = self.code(protocol), self.status(protocol)
-        request_id = str(uuid.uuid4())
-        headers = [(b"x-amzn-requestid", request_id.encode())]
-        if protocol is Protocol.QUERY:
-            kind = "Receiver" if status >= 500 else "Sender"
-            body = (f'<ErrorResponse xmlns="http://monitoring.amazonaws.com/doc/2010-08-01/">'
-                    f"<Error><Type>{kind}</Type><Code>{escape(code)}</Code>"
-                    f"<Message>{escape(self.message)}</Message></Error>"
-                    f"<RequestId>{request_id}</RequestId></ErrorResponse>").encode()
-            headers.append((b"content-type", b"text/xml"))
-        elif protocol is Protocol.CBOR:
-            body = cbor_text_map({"__type": code, "message": self.message})
-            headers += [(b"content-type", b"application/cbor"),
-                        (b"smithy-protocol", b"rpc-v2-cbor")]
-        else:
-            body = json.dumps({"__type": code, "message": self.message}).encode()
-            content_type = b"application/json" if protocol is Protocol.REST_JSON \
-                else b"application/x-amz-json-1.1"
-            headers += [(b"x-amzn-errortype", code.encode()), (b"content-type", content_type)]
-        headers.append((b"content-length", str(len(body)).encode()))
-        return status, headers, body
-
-
-def cbor_text_map(values: dict[str, str]) -> bytes:
-    """A CBOR map of text strings (RFC 8949 major types 5 and 3): all an error body needs."""
-
-    def head(major: int, length: int) -> bytes:
-        if length < 24:
-            return bytes([major << 5 | length])
-        for info, size in ((24, 1), (25, 2), (26, 4), (27, 8)):
-            if length < 1 << (8 * size):
-                return bytes([major << 5 | info]) + length.to_bytes(size, "big")
-        raise ValueError("too long for CBOR")
-
-    out = bytearray(head(5, len(values)))
-    for key, value in values.items():
-        for text in (key, value):
-            data = text.encode()
-            out += head(3, len(data)) + data
-    return bytes(out)
+        return render_error(protocol, self.code(protocol), self.status(protocol), self.message)
 
 
 # --- Messages -------------------------------------------------------------------------------
