@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from harness.examples.add_model import write_add_repository
 from harness.golden_cases import write_case
@@ -32,6 +34,7 @@ from mme.ci.processes import stop_tree, tree
 from mme.ci.state import process_start_ticks
 from tests.integration.test_page import CHROMIUM, FLAGS
 
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = "add.tar.gz"
 A = np.arange(8, dtype=np.float32).reshape(2, 4)
 B = np.full((2, 4), 0.5, dtype=np.float32)
@@ -94,9 +97,31 @@ class Runner:
         return dict(line.split("=", 1) for line in
                     self.files["GITHUB_OUTPUT"].read_text().splitlines() if "=" in line)
 
-    def step(self, *command: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
+    def step(self, *command: str, timeout_s: float = 600,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(command), cwd=self.workspace, capture_output=True, text=True,
-                              env={**self.base, **self.env_file()}, timeout=timeout_s)
+                              env={**self.base, **self.env_file(), **(env or {})},
+                              timeout=timeout_s)
+
+    def action_step(self, step_id: str, inputs: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        """A step of ``action.yml`` as the runner runs a composite action's ``run:`` step:
+        ``${{ inputs.* }}`` filled in (given, else the input's default), ``bash -e -o pipefail``,
+        ``GITHUB_ACTION_PATH`` the action's folder, this interpreter's ``python3`` first on PATH
+        (the install step's ``pip install`` is the one step not run: the package is installed)."""
+        action = yaml.safe_load((ROOT / "action.yml").read_text())
+        step = next(s for s in action["runs"]["steps"] if s.get("id") == step_id)
+        values = {name: inputs.get(name, spec.get("default", ""))
+                  for name, spec in action["inputs"].items()}
+
+        def fill(text: str) -> str:
+            return re.sub(r"\$\{\{\s*inputs\.([a-z-]+)\s*\}\}", lambda m: values[m[1]], text)
+
+        env = {name: fill(str(value)) for name, value in step.get("env", {}).items()}
+        env["GITHUB_ACTION_PATH"] = str(ROOT)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{self.base.get('PATH', '')}"
+        assert step["shell"] == "bash"
+        return self.step("bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                         step["run"], env=env)
 
 
 @pytest.fixture
@@ -174,20 +199,23 @@ def test_the_action_steps_on_a_github_runner(runner: Runner) -> None:
     store = _store(runner.workspace)
     suite = _suite(runner.workspace)
 
-    # 1. The action's step: mme ci up (port 0: any free port).
-    up = runner.step(sys.executable, "-m", "mme", "ci", "up", "--model-data", str(store),
-                     "--port", "0")
+    # 1. The action's own step (port 0: any free port), as the runner runs it.
+    up = runner.action_step("up", {"model-data": str(store), "port": "0",
+                                   "serve-args": "--max-loaded-models 4  --log-level INFO"})
     assert up.returncode == 0, up.stderr
     exported = runner.env_file()
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    assert action["outputs"]["endpoint-url"]["value"] == "${{ steps.up.outputs.endpoint-url }}"
     url = runner.outputs()["endpoint-url"]
     assert url.startswith("http://127.0.0.1:")
     for api in ("SAGEMAKER_RUNTIME", "SAGEMAKER", "APPLICATION_AUTO_SCALING", "CLOUDWATCH"):
         assert exported[f"AWS_ENDPOINT_URL_{api}"] == url
     assert exported["AWS_REGION"] == "us-east-1" and exported["AWS_ACCESS_KEY_ID"]
     assert exported["MME_CI_STATE"] == str(runner.temp / "mme-ci")
-    assert f"export AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME={url}" in up.stdout  # for eval, too
     record = json.loads((runner.temp / "mme-ci" / "server.json").read_text())
     assert process_start_ticks(record["pid"]) is not None, "the server did not outlive up"
+    cmdline = Path(f"/proc/{record['pid']}/cmdline").read_bytes().split(b"\0")
+    assert [b"--max-loaded-models", b"4"] == cmdline[cmdline.index(b"--max-loaded-models"):][:2]
 
     # 2. Unmodified boto3 and SageMaker SDK v2 code.
     client = runner.step(sys.executable, "-c", CLIENT_STEP)
@@ -328,12 +356,18 @@ def test_up_with_a_server_that_never_serves_gives_up_and_stops_it(runner: Runner
     assert runner.env_file() == {}
 
 
-def test_a_second_up_on_the_same_state_is_refused_and_down_twice_is_fine(
+def test_eval_up_elsewhere_then_a_second_up_is_refused_and_down_twice_is_fine(
         runner: Runner) -> None:
+    """Off GitHub: `eval "$(mme ci up ...)"` sets the variables in the shell that runs it."""
     store = str(_store(runner.workspace))
-    first = runner.step(sys.executable, "-m", "mme", "ci", "up", "--model-data", store,
-                        "--port", "0")
+    first = runner.step(
+        "bash", "-c", f'eval "$({sys.executable} -m mme ci up --model-data {store} --port 0)"'
+        ' && echo "$AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME $AWS_REGION $MME_CI_URL"',
+        env={"GITHUB_ENV": "", "GITHUB_OUTPUT": ""})
     assert first.returncode == 0, first.stderr
+    url, region, again_url = first.stdout.split()
+    assert url.startswith("http://127.0.0.1:") and region == "us-east-1" and again_url == url
+    assert runner.env_file() == {}  # not a GitHub step: its files are left alone
     second = runner.step(sys.executable, "-m", "mme", "ci", "up", "--model-data", store,
                          "--port", "0")
     assert second.returncode == 2 and "already runs at" in second.stderr
