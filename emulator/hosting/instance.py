@@ -20,6 +20,7 @@ from emulator.manager.model_manager import ModelLoadFailed, ModelManager, ModelN
 from emulator.manager.repository import SEPARATOR, InvalidModelRepository
 from emulator.manager.sources import ObjectNotFound
 from emulator.metrics import InstanceMetrics
+from emulator.public_names import public_text
 from emulator.triton.client import TritonClient, TritonUnreachable
 from emulator.triton.launcher import TritonLauncher
 
@@ -276,9 +277,10 @@ class Instance:
             # [U] what a client sees when the container dies mid-request.
             raise self._errors.model_error(
                 500, f'{{"error":"container is unreachable: {exc}"}}') from None
-        if response.status != 200:
-            raise self._errors.model_error(response.status,
-                                           response.body.decode(errors="replace"))
+        if response.status != 200:  # Triton's message, in the names the client knows
+            raise self._errors.model_error(response.status, public_text(
+                response.body.decode(errors="replace"), self.manager.triton_repository,
+                model.record.installed, model.entry, target or public_name(model.entry)))
         body, header_length = runtime.rename_model(
             response.body, runtime.binary_header_length(response.headers), model.entry,
             target or public_name(model.entry))

@@ -57,6 +57,7 @@ from emulator.manager.failures import DiskFull, StoreUnavailable
 from emulator.manager.lru import DoesNotFit, LruIndex
 from emulator.manager.sources import ModelSource
 from emulator.metrics import InstanceMetrics
+from emulator.public_names import public_text
 from emulator.triton.client import (
     TritonClient,
     TritonError,
@@ -381,7 +382,7 @@ class ModelManager:
         if self._loads.get(target) is task:
             del self._loads[target]
         if not task.cancelled() and task.exception() is not None:
-            log.info("model=%s step=load outcome=failed error=%r", self.name_of(target),
+            log.warning("model=%s step=load outcome=failed error=%r", self.name_of(target),
                      task.exception())
             self._emit("failed", target, error=repr(task.exception()))
             record = self.records.get(target)
@@ -441,7 +442,9 @@ class ModelManager:
             self._changed.notify()
             if isinstance(exc, TritonError):
                 oom = any(marker in exc.body for marker in OOM_MARKERS)
-                raise ModelLoadFailed(507 if oom else 400, exc.body) from exc
+                raise ModelLoadFailed(507 if oom else 400, public_text(  # names a client knows
+                    exc.body, self.triton_repository, record.installed, record.entry,
+                    record.target)) from exc
             if isinstance(exc, _StubDied):
                 self.stub_failures += 1
                 raise ModelLoadFailed(failures.LOAD_FAILED, failures.body(
