@@ -110,6 +110,7 @@ def run(work_dir: Path) -> int:
     import boto3
     from botocore.config import Config
 
+    from emulator.cache_lock import CacheDirInUse
     from emulator.server import EmulatorServer
     from emulator.settings import Settings
 
@@ -119,7 +120,12 @@ def run(work_dir: Path) -> int:
     settings = Settings.from_env(model_data=str(store), cache_dir=work_dir / "cache", port=0,
                                  max_loaded_models=1)
     started = time.perf_counter()
-    with EmulatorServer(settings) as server:
+    try:
+        server = EmulatorServer(settings)
+    except CacheDirInUse as exc:  # another demo runs from this work dir
+        print(f"mme demo: {exc} (or run this one with --work-dir DIR)", file=sys.stderr)
+        return 2
+    with server:
         page_url = f"{server.url}/_emulator/"
         print(f"   up in {time.perf_counter() - started:.1f}s at {server.url}")
         print(f"   live page: {page_url} (models, states, LRU, loads and evictions as they happen)")

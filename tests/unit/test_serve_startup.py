@@ -97,3 +97,18 @@ def test_another_start_failure_is_one_line_too(tmp_path: Path) -> None:
     assert result.returncode == 1
     line = one_line(result)
     assert "could not start" in line and "no-tritonserver: no such file" in line
+
+
+def test_a_second_demo_on_the_same_work_dir_is_one_line(tmp_path: Path, monkeypatch,  # type: ignore[no-untyped-def]
+                                                        capsys) -> None:
+    from mme import demo
+
+    monkeypatch.setattr(demo, "build_store", lambda work: work)  # no ensembles built here
+    owner = CacheDirLock(tmp_path / "cache")
+    owner.acquire("http://127.0.0.1:8080")
+    try:
+        assert demo.run(tmp_path) == 2
+    finally:
+        owner.release()
+    err = capsys.readouterr().err
+    assert err.startswith("mme demo: ") and err.count("\n") == 1 and "--work-dir" in err
