@@ -242,7 +242,7 @@ def run_down(args: argparse.Namespace, stderr: TextIO | None = None) -> int:
     problems: list[str] = []
     live = LiveData()
     was_alive = state.alive(record)
-    if was_alive and report is not None:
+    if was_alive and (report is not None or env.get("GITHUB_STEP_SUMMARY")):
         live = read_live(record.url, auth=record.auth, region=record.region)
         problems += [f"`{name}`: {why}" for name, why in live.errors.items()]
     elapsed = _duration(time.time() - record.started_at)
