@@ -162,7 +162,11 @@ def run_up(args: argparse.Namespace, stdout: TextIO | None = None,
         region=region, auth=settings.auth, endpoint_name=settings.endpoint_name,
         cache_dir=str(cache_dir), own_cache=own_cache, started_at=time.time())
     state.save(record)
-    failure = _wait_ready(process, record, args.ready_timeout)
+    try:
+        failure = _wait_ready(process, record, args.ready_timeout)
+    except BaseException:  # Ctrl-C, or the CI's SIGTERM, while waiting: leave nothing behind
+        _stop_failed_start(process, record, state)
+        raise
     if failure is not None:
         _stop_failed_start(process, record, state)
         print(f"mme ci up: the emulator {failure}; the last lines of its log "
