@@ -82,6 +82,23 @@ def pytest_configure(config: pytest.Config) -> None:
         except BudgetError as exc:
             raise pytest.UsageError(str(exc)) from None
     config.pluginmanager.register(session, "mme-ci-session")
+    _collect_goldens_too(config)
+
+
+def _collect_goldens_too(config: pytest.Config) -> None:
+    """The goldens folder is collected even when it is not under the paths pytest was given by
+    ``testpaths`` or by default, or when ``--mme-goldens`` names it; explicit paths with only
+    the ini option (``pytest tests/test_one.py``) run just what they name."""
+    option = config.getoption("mme_goldens")
+    if option and not Path(option).is_dir():
+        raise pytest.UsageError(f"--mme-goldens {option}: no such folder; create it with "
+                                "harness.golden_cases.write_case (DIR/<TargetModel>/<case>.npz)")
+    if not option and config.args_source == pytest.Config.ArgsSource.ARGS:
+        return
+    covered = [Path(arg.split("::")[0]).absolute() for arg in config.args]
+    for folder in _goldens_dirs(config):
+        if folder.is_dir() and not any(c == folder or c in folder.parents for c in covered):
+            config.args.append(str(folder))
 
 
 # -- golden cases ---------------------------------------------------------------------------

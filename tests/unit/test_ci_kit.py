@@ -29,6 +29,7 @@ from mme.ci.stats import ModelStats
 from mme.cli import build_parser
 from tests.lint_ci_files import doc_snippets, lint
 
+pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -295,3 +296,30 @@ def test_the_ci_files_pass_and_a_broken_recipe_fails(tmp_path: Path) -> None:
     docs.write_text("<!-- lint: github-workflow -->\n```yaml\non: push\njobs:\n  a:\n"
                     "    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ nope }}\n```\n")
     assert not lint(tmp_path, docs)
+
+
+# -- the plugin's collection of golden cases ------------------------------------------------
+
+
+def test_golden_cases_are_collected_beside_testpaths_one_test_each(
+        pytester: pytest.Pytester) -> None:
+    for case in ("small", "large"):
+        write_case(pytester.path / "goldens", "team/m.tar.gz", case, {"X": np.ones(1)})
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    pytester.makeini("[pytest]\ntestpaths = tests\nmme_goldens = goldens\n")
+    listed = pytester.runpytest("--collect-only", "-q")
+    listed.stdout.fnmatch_lines(["tests/test_a.py::test_a",
+                                 "goldens/team/m.tar.gz/large.npz::golden?team/m.tar.gz/large?",
+                                 "goldens/team/m.tar.gz/small.npz::golden?team/m.tar.gz/small?"])
+    only = pytester.runpytest("--collect-only", "-q", "tests/test_a.py")
+    assert "golden" not in only.stdout.str()  # an explicit path runs just what it names
+    missing = pytester.runpytest("--mme-goldens", "nowhere")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["*--mme-goldens nowhere: no such folder*"])
+
+
+def test_a_baseline_without_a_budget_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--mme-baseline", "base.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--mme-baseline FILE and --mme-budget SPEC go together*"])
