@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0)
     args = parser.parse_args(argv)
     from harness.examples.add_model import write_add_repository
-    from harness.store import package_repository
+    from harness.model_store import package_repository
 
     with tempfile.TemporaryDirectory(prefix="mme-genbench-") as tmp:
         work = Path(tmp)
