@@ -176,6 +176,8 @@ endpoints = [e["EndpointName"] for e in boto3.client("sagemaker").list_endpoints
 print(json.dumps({"sums": sums, "missing": missing, "sdk": sdk, "endpoints": endpoints}))
 """
 
+BOTO3_CALLS = CLIENT_STEP.split("try:")[0]  # the first part alone: four InvokeEndpoint calls
+
 
 def _suite(workspace: Path) -> Path:
     """A team's suite: two golden cases of the model (one broken on purpose), a baseline of the
@@ -391,3 +393,18 @@ def test_a_server_that_died_during_the_job_fails_down_with_its_log(runner: Runne
     assert "ready on" in (runner.workspace / "mme-report" / "server.log").read_text()
     summary = runner.files["GITHUB_STEP_SUMMARY"].read_text()
     assert "No per-model figures" in summary
+
+
+def test_a_server_that_does_not_stop_in_time_is_killed_and_down_fails(runner: Runner) -> None:
+    up = runner.step(sys.executable, "-m", "mme", "ci", "up", "--model-data",
+                     str(_store(runner.workspace)), "--port", "0")
+    assert up.returncode == 0, up.stderr
+    record = json.loads((runner.temp / "mme-ci" / "server.json").read_text())
+    # The model loaded: the server has a Triton (and its stub) to stop as well.
+    client = runner.step(sys.executable, "-c", BOTO3_CALLS)
+    assert client.returncode == 0, client.stderr
+    assert len(tree(record["pid"])) > 1
+    down = runner.step(sys.executable, "-m", "mme", "ci", "down", "--stop-timeout", "0")
+    assert down.returncode == 1
+    assert "did not stop within 0 s of SIGTERM and was killed" in down.stderr
+    assert processes_under(runner.temp) == []
