@@ -21,6 +21,9 @@ Loaded through the ``pytest11`` entry point ``mme``. Fixtures:
 ``--mme-target=aws --mme-endpoint-name NAME`` runs the same tests against a real endpoint
 (credentials and region from the default boto3 session).
 
+Golden cases (one test per model x golden) and budgets against the base branch are the CI part,
+``harness/ci_plugin.py`` (entry point ``mme-ci``).
+
 This module is imported by every pytest run in an environment where the package is installed,
 so it imports nothing heavy at module level.
 """
