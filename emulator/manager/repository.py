@@ -105,7 +105,14 @@ def read_layout(extracted: Path, entry_name_may_differ: bool = True) -> Artifact
     if not models:
         subdirs = [p for p in extracted.iterdir() if p.is_dir() and not p.name.startswith(".")]
         if len(subdirs) == 1:
-            return read_layout(subdirs[0], entry_name_may_differ)
+            layout = read_layout(subdirs[0], entry_name_may_differ)
+            if len(layout.models) > 1:  # served here, but not by SageMaker (issue #34)
+                log.warning("the tarball's models (%s) are under %s/, one folder down: "
+                            "SageMaker's Triton looks for them at the tarball's root and would "
+                            "not load them; package the repository with its model folders at "
+                            "the root (mme package REPO -o x.tar.gz, layout flat)",
+                            ", ".join(sorted(layout.models)), subdirs[0].name)
+            return layout
         raise InvalidModelRepository(
             "no model found: expected config.pbtxt at the archive root or in model folders "
             "(package with `mme package REPO -o model.tar.gz`)"

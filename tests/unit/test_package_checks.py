@@ -115,3 +115,15 @@ def test_bench_ensemble_hides_the_exporters_output(monkeypatch: pytest.MonkeyPat
         bench.run(tmp_path / "work")
     captured = capfd.readouterr()
     assert "chatter" not in captured.err and "exporters' output is hidden" in captured.out
+
+
+def test_the_emulator_warns_when_it_serves_an_ensemble_one_folder_down(
+        chain: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import tarfile
+
+    from emulator.manager.repository import read_layout
+
+    with tarfile.open(package(chain, tmp_path / "deep.tar.gz", "folder")) as tar:
+        tar.extractall(tmp_path / "extracted", filter="data")
+    assert read_layout(tmp_path / "extracted").entry == "ensemble"  # still served here
+    assert "one folder down: SageMaker's Triton" in caplog.text
