@@ -13,7 +13,8 @@ Loaded through the ``pytest11`` entry point ``mme-ci``, beside ``harness.pytest_
   end of the session (after every test, on the xdist controller too: each test's timed calls
   travel with its report); a breach fails it, and the run, with the figures side by side.
 
-Golden results and budget verdicts also go to the CI job (``harness.ci_results``).
+Golden results and budget verdicts also go to the CI job (``harness.ci_results``), except from
+a run that only records a baseline (the base branch's: not the pull request's verdict).
 """
 
 from __future__ import annotations
@@ -219,6 +220,8 @@ class _Session:
             budgets = {"baseline": str(self.config.getoption("mme_baseline")),
                        "spec": str(self.config.getoption("mme_budget")),
                        "rows": [r.to_json() for rows in verdicts.values() for r in rows]}
+        if record and budgets is None:
+            return  # a base-branch measurement: its goldens are not the pull request's verdict
         self.written = write_for_ci({"goldens": self.goldens, "budgets": budgets,
                                      "measured": measured})
 
