@@ -80,6 +80,9 @@ def _is_invocation(api: ApiRequest | None) -> bool:
 def build_app(settings: Settings) -> FastAPI:
     clock = Clock(settings.clock_scale)
     metric_store = cloudwatch.MetricStore(clock)  # every sample of the fleet, for CloudWatch
+    # every alarm, evaluated over metric_store; deployments (emulator/control) watch them too
+    alarms = cloudwatch.AlarmStore(metric_store, clock, settings.region, settings.account_id,
+                                   settings.cache_dir / "alarms.json")
     factory = InstanceFactory(settings)
     feed = Feed()  # what the live page at /_emulator/ shows beyond the fleet's state
 
@@ -118,6 +121,7 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.registry = registry
     app.state.control_plane = control
     app.state.metric_store = metric_store
+    app.state.alarms = alarms
     metrics_api = cloudwatch.CloudWatchService(metric_store, clock)
     scaling = autoscaling.AutoScalingService(autoscaling.SageMakerVariants(control), clock,
                                              settings.region, settings.account_id)
