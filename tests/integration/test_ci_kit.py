@@ -226,7 +226,16 @@ def test_the_action_steps_on_a_github_runner(runner: Runner) -> None:
     assert seen["sums"] == [[2.0, 3.0, 4.0, 5.0]] * 4 and seen["sdk"] == [0.0, 1.0, 2.0, 3.0]
     assert seen["missing"] == "ValidationError" and seen["endpoints"] == ["local"]
 
-    # 3. The team's pytest: goldens and budgets, JUnit for the pull request.
+    # 3. The base branch's measurement (here: the passing case alone), then the pull request's
+    #    run: goldens and budgets, JUnit.
+    base = runner.step(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                       str(suite), "--rootdir", str(suite), "-c", str(suite / "pytest.ini"),
+                       "-k", "2x4", "--mme-url", exported["MME_CI_URL"],
+                       "--mme-record-baseline", str(suite / "recorded.json"))
+    assert base.returncode == 0, base.stdout + base.stderr
+    recorded = json.loads((suite / "recorded.json").read_text())["models"][TARGET]
+    assert (recorded["calls"], recorded["latency_source"]) == (1, "ModelLatency")
+    assert recorded["p50_latency"] > 0 and recorded["p99_latency"] >= recorded["p50_latency"]
     tests = runner.step(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
                         str(suite), "--rootdir", str(suite), "-c", str(suite / "pytest.ini"),
                         "--mme-url", exported["MME_CI_URL"],
@@ -269,14 +278,14 @@ def test_the_action_steps_on_a_github_runner(runner: Runner) -> None:
     assert invocations["Endpoints"]["local"]["Metrics"]["Invocations"]["Sum"] >= 8
     assert "sagemaker_invocations_total{" in (report / "metrics.prom").read_text()
     stats = json.loads((report / "model-stats.json").read_text())["Models"]
-    # boto3's 4, the SDK's 1, the two goldens': whatever the client, the server counted them
-    assert stats[TARGET]["calls"] == 7 and stats[TARGET]["cold_loads"] == 1
+    # boto3's 4, the SDK's 1, the goldens' 1 + 2: whatever the client, the server counted them
+    assert stats[TARGET]["calls"] == 8 and stats[TARGET]["cold_loads"] == 1
     assert stats["missing.tar.gz"]["errors"] == {"ValidationError": 1}
 
     summary = runner.files["GITHUB_STEP_SUMMARY"].read_text()
     assert summary == (report / "summary.md").read_text() + "\n"
     assert "stopped cleanly" in summary
-    row = next(line for line in summary.splitlines() if line.startswith(f"| `{TARGET}` | 7 |"))
+    row = next(line for line in summary.splitlines() if line.startswith(f"| `{TARGET}` | 8 |"))
     assert row.count("ms") >= 4 and "| 1 |" in row  # latencies, one cold load
     assert "**Errors by code:** ValidationError 1" in summary
     assert "### Goldens: 1 of 2 pass" in summary and "❌ mismatch" in summary
