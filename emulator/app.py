@@ -97,7 +97,7 @@ def build_app(settings: Settings) -> FastAPI:
     control = ControlPlaneService(
         store=ControlStore(settings.cache_dir / "control-plane.sqlite3"),
         registry=registry, region=settings.region, account=settings.account_id,
-        image_problem=factory.image_problem)
+        image_problem=factory.image_problem, emulated_clock=clock, alarms=alarms)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -7,6 +7,11 @@ a ``FailureReason``. UpdateEndpoint goes ``Updating`` -> ``InService`` through t
 to the running deployment and reports why in ``FailureReason``, as SageMaker does. DeleteEndpoint
 goes ``Deleting`` -> gone. After a restart, ``restore()`` brings recorded endpoints back.
 
+UpdateEndpoint with a ``DeploymentConfig`` (or ``RetainDeploymentConfig``) is a guarded
+deployment: a green generation beside the running one, traffic shifted step by step on the
+emulated clock, rolled back when an AutoRollbackConfiguration alarm goes into ALARM
+(``emulator.control.deployments``; the plan and its rules in ``emulator.hosting.deployment``).
+
 Wire concerns (validation, shapes, messages) live in ``emulator.contract.control_plane``.
 """
 
@@ -21,8 +26,18 @@ from typing import Any, Protocol
 
 from botocore import xform_name
 
+from emulator.clock import Clock
 from emulator.contract import control_plane as wire
 from emulator.contract.control_plane import KIND_CONFIG, KIND_ENDPOINT, KIND_MODEL
+from emulator.control.deployments import (
+    BAKING,
+    STARTING,
+    TERMINATING,
+    AlarmStates,
+    DeploymentRun,
+    Progress,
+    RolledBack,
+)
 from emulator.control.state_db import (
     CONFIGS,
     MODELS,
@@ -32,6 +47,7 @@ from emulator.control.state_db import (
     EndpointRecord,
     Resource,
 )
+from emulator.hosting import deployment as guardrails
 from emulator.hosting.spec import SERIAL, ContainerSpec, EndpointSpec, VariantSpec
 
 log = logging.getLogger(__name__)
@@ -54,6 +70,23 @@ class EndpointRuntimes(Protocol):
     def get(self, name: str) -> Any: ...
 
     def names(self) -> list[str]: ...
+
+    # Guarded deployments: a second generation beside the first (``EndpointRegistry``).
+    deployments: dict[str, Any]
+
+    async def start_green(self, spec: EndpointSpec) -> Any: ...
+
+    def shift(self, name: str, share: float) -> None: ...
+
+    def traffic_share(self, name: str) -> float: ...
+
+    def promote(self, name: str) -> Any: ...
+
+    async def retire(self, endpoint: Any) -> None: ...
+
+    def green(self, name: str) -> Any: ...
+
+    async def drop_green(self, name: str) -> None: ...
 
 
 # [U] The emulator's own limit: every instance is a Triton process on this machine. SageMaker's
@@ -94,7 +127,13 @@ class ControlPlaneService:
         account: str = wire.DEFAULT_ACCOUNT,
         clock: Callable[[], float] = time.time,
         image_problem: Callable[[dict[str, Any]], str | None] | None = None,
+        emulated_clock: Clock | None = None,
+        alarms: AlarmStates | None = None,
     ):
+        # Bakes and waits of guarded deployments run on the emulated clock (--clock-scale).
+        self.emulated_clock = emulated_clock or Clock()
+        # CloudWatch alarms, for AutoRollbackConfiguration (None: no alarm exists).
+        self.alarms = alarms
         self.store = store
         # Why a container's Image cannot run here (the launcher decides), checked at CreateModel.
         self._image_problem = image_problem
@@ -259,14 +298,91 @@ class ControlPlaneService:
         name = params["EndpointName"]
         endpoint_arn = self.arn(KIND_ENDPOINT, name)
         record = self._updatable(self.store.get_endpoint(name), endpoint_arn)
-        deployment = self._deployment(record.name, params["EndpointConfigName"])
+        deployment = self._retained(record, self._deployment(record.name,
+                                                             params["EndpointConfigName"]), params)
+        config = self._deployment_config(record, params)
+        progress = None if config is None else self._guarded(record, deployment, config)
         record.pending = deployment
         record.status = "Updating"
         record.failure_reason = None
         record.modified = self._clock()
+        record.deployment = None if progress is None else progress.to_doc()
+        if config is not None:
+            record.last_deployment_config = config
         self.store.save_endpoint(record)
-        self._spawn(name, self._run_update(name, deployment))
+        if progress is None:
+            self._spawn(name, self._run_update(name, deployment))
+        else:
+            self._spawn(name, self._run_guarded(record.name, deployment, progress))
         return {"EndpointArn": endpoint_arn}
+
+    # -- guarded deployments: what UpdateEndpoint checks before anything changes ------------
+
+    @staticmethod
+    def _retained(record: EndpointRecord, deployment: Deployment,
+                  params: dict[str, Any]) -> Deployment:
+        """RetainAllVariantProperties: the running variants' instance counts and weights carry
+        over to the new config's variants of the same name, except those excluded."""
+        excluded = {p["VariantPropertyType"]
+                    for p in params.get("ExcludeRetainedVariantProperties") or []}
+        if not params.get("RetainAllVariantProperties"):
+            if excluded:  # [U] wording
+                raise wire.validation_error(
+                    "ExcludeRetainedVariantProperties applies only when "
+                    "RetainAllVariantProperties is true.")
+            return deployment
+        current = EndpointSpec.from_doc(record.desired or record.current.spec)
+        changes: dict[str, tuple[float | None, int | None]] = {}
+        for variant in EndpointSpec.from_doc(deployment.spec).variants:
+            running = current.variant(variant.name)
+            if running is not None:
+                changes[variant.name] = (
+                    None if "DesiredWeight" in excluded else running.weight,
+                    None if "DesiredInstanceCount" in excluded else running.instance_count)
+        # DataCaptureConfig: the emulator captures no data, so there is nothing to retain.
+        spec = EndpointSpec.from_doc(deployment.spec).with_capacities(changes)
+        return dataclasses.replace(deployment, spec=spec.to_doc())
+
+    @staticmethod
+    def _deployment_config(record: EndpointRecord,
+                           params: dict[str, Any]) -> dict[str, Any] | None:
+        given = params.get("DeploymentConfig")
+        if params.get("RetainDeploymentConfig"):
+            if given is not None:  # [U] wording
+                raise wire.validation_error(
+                    "Specify either DeploymentConfig or RetainDeploymentConfig, not both.")
+            # [U] No earlier DeploymentConfig: the default update (blue/green, all at once).
+            return record.last_deployment_config
+        return given
+
+    def _guarded(self, record: EndpointRecord, deployment: Deployment,
+                 config: dict[str, Any]) -> Progress:
+        """The plan of a guarded update, or SageMaker's error for what it refuses."""
+        running = EndpointSpec.from_doc(record.current.spec)
+        new = EndpointSpec.from_doc(deployment.spec)
+        old_names = sorted(v.name for v in running.variants)
+        new_names = sorted(v.name for v in new.variants)
+        if old_names != new_names:  # documented exclusion; [U] wording
+            raise wire.validation_error(
+                f"A deployment with DeploymentConfig needs the new endpoint configuration to "
+                f"have the same variant names as the running one ({', '.join(old_names)}); "
+                f"{deployment.config_name} has {', '.join(new_names)}.")
+        try:
+            plan = guardrails.plan(config, [v.instance_count for v in new.variants])
+        except guardrails.PlanError as exc:
+            raise wire.validation_error(str(exc)) from None
+        missing = [a for a in plan.alarms if self.alarms is None or not self.alarms.exists(a)]
+        if missing:  # [U] wording
+            raise wire.validation_error(
+                f"AutoRollbackConfiguration names CloudWatch alarm(s) that do not exist in "
+                f"{self.region}: {', '.join(missing)}. Create them with PutMetricAlarm first.")
+        if any((v.instance_type or "").startswith("ml.inf1.") for v in new.variants):
+            # Documented exclusion: Inf1 endpoints fall back to blue/green all at once with no
+            # final baking period.
+            plan = dataclasses.replace(plan, kind=guardrails.BLUE_GREEN,
+                                       routing=guardrails.ALL_AT_ONCE, shares=(1.0,),
+                                       bake_s=0.0, termination_wait_s=0.0)
+        return Progress(plan=plan.to_doc(), started=self._clock())
 
     async def update_endpoint_weights_and_capacities(
             self, params: dict[str, Any]) -> dict[str, Any]:
@@ -340,8 +456,11 @@ class ControlPlaneService:
         record.status = "Deleting"
         record.modified = self._clock()
         self.store.save_endpoint(record)
-        # A create or update still running finishes first, so its runtime is stopped too.
+        # A create or update still running finishes first, so its runtime is stopped too; a
+        # guarded deployment (it may bake for hours) is cancelled: both generations stop.
         previous = self._tasks.get(name.lower())
+        if previous is not None and record.deployment is not None:
+            previous.cancel()
         self._spawn(name, self._run_delete(record.name, previous), replace=True)
         return {}
 
@@ -378,6 +497,77 @@ class ControlPlaneService:
                 current=dataclasses.replace(deployment, started=self._clock()),
                 pending=None,
             )
+
+    async def _run_guarded(self, name: str, deployment: Deployment, progress: Progress) -> None:
+        def save(now: Progress) -> None:
+            record = self._get(name)
+            if record is not None and record.status == "Updating":
+                record.deployment = now.to_doc()
+                self._save(record)
+
+        def promoted() -> None:  # green is the endpoint; blue waits out TerminationWait
+            record = self._get(name)
+            if record is not None and record.status == "Updating":
+                record.current = dataclasses.replace(deployment, started=self._clock())
+                record.pending = None
+                self._save(record)
+
+        run = DeploymentRun(name, EndpointSpec.from_doc(deployment.spec), progress,
+                            self.registry, self.emulated_clock, self.alarms, save, promoted)
+        try:
+            await run.run()
+        except RolledBack as exc:
+            await self._roll_back(name, str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - green never took traffic, or blue is gone
+            log.warning("endpoint %s: deployment failed: %s", name, exc)
+            if progress.phase == TERMINATING:  # green serves already: the update is done
+                self._transition(name, ("Updating",), "InService", failure_reason=None,
+                                 pending=None, deployment=None)
+            else:
+                await self._roll_back(name, failure_reason(exc))
+            return
+        self._transition(name, ("Updating",), "InService", failure_reason=None, pending=None,
+                         deployment=None)
+
+    async def _roll_back(self, name: str, reason: str) -> None:
+        """Every new call back to blue at once, then green drained and stopped."""
+        log.warning("endpoint %s: rolling back: %s", name, reason)
+        self._transition(name, ("Updating",), "RollingBack", failure_reason=reason)
+        try:
+            await self.registry.drop_green(name)
+        except Exception as exc:  # noqa: BLE001
+            self._transition(name, ("RollingBack",), "UpdateRollbackFailed",
+                             failure_reason=failure_reason(exc))
+            return
+        self._transition(name, ("RollingBack",), "InService", failure_reason=reason,
+                         pending=None, deployment=None)
+
+    async def _run_resume(self, name: str, blue: Deployment, green: Deployment,
+                          progress: Progress) -> None:
+        """After a restart: blue comes back, then the deployment goes on from its step."""
+        try:
+            await self.registry.create(EndpointSpec.from_doc(blue.spec))
+        except Exception as exc:  # noqa: BLE001
+            log.warning("endpoint %s could not be restored: %s", name, exc)
+            self._transition(name, None, "Failed", failure_reason=failure_reason(exc),
+                             pending=None, deployment=None)
+            return
+        log.warning("endpoint %s: the deployment to %s was interrupted by a restart in step "
+                    "%d of %d; it resumes there (the new fleet starts again; the step's bake "
+                    "starts again in full)", name, green.config_name, progress.step + 1,
+                    len(progress.plan["shares"]))
+        self._spawn(name, self._run_guarded(name, green, progress))
+
+    async def _run_restore_rollback(self, name: str, blue: Deployment) -> None:
+        """After a restart during a rollback: blue comes back, the rollback is done."""
+        try:
+            await self.registry.create(EndpointSpec.from_doc(blue.spec))
+        except Exception as exc:  # noqa: BLE001
+            self._transition(name, None, "UpdateRollbackFailed",
+                             failure_reason=failure_reason(exc))
+        else:
+            self._transition(name, None, "InService")
 
     async def _run_resize(self, name: str, desired: EndpointSpec) -> None:
         try:
@@ -426,7 +616,8 @@ class ControlPlaneService:
             setattr(record, key, value)
         self._save(record)
 
-    def _spawn(self, name: str, work: Awaitable[None], replace: bool = False) -> None:
+    def _spawn(self, name: str, work: Awaitable[None],
+               replace: bool = False) -> asyncio.Future[None]:
         key = name.lower()
         task = asyncio.ensure_future(work)
         self._tasks[key] = task
@@ -436,29 +627,56 @@ class ControlPlaneService:
                 del self._tasks[key]
 
         task.add_done_callback(forget)
+        return task
 
     async def restore(self, wait: bool = True) -> None:
         """Bring recorded endpoints back after a restart (call once, at startup).
 
         InService endpoints restart their runtime (models then load on demand); an interrupted
-        Create or Update is carried to its end; an interrupted Delete is finished.
+        Create or Update is carried to its end; an interrupted Delete is finished. A guarded
+        deployment resumes at the step it was in (``_run_resume``); one rolling back finishes
+        its rollback. ``wait`` waits for the runtimes, not for a resumed deployment's bakes.
         """
+        started: list[asyncio.Future[None]] = []
         for record in self.store.endpoints():
+            progress = (Progress.from_doc(record.deployment)
+                        if record.deployment is not None else None)
             if record.status == "Deleting":
-                self._spawn(record.name, self._run_delete(record.name, None))
+                started.append(self._spawn(record.name, self._run_delete(record.name, None)))
             elif record.status == "Creating":
-                self._spawn(record.name, self._run_create(record.name, record.current))
+                started.append(self._spawn(record.name,
+                                           self._run_create(record.name, record.current)))
+            elif record.status == "RollingBack":
+                record.pending, record.deployment = None, None
+                self.store.save_endpoint(record)
+                started.append(self._spawn(record.name,
+                                           self._run_restore_rollback(record.name,
+                                                                      record.current)))
+            elif record.status == "Updating" and progress is not None:
+                if progress.phase == TERMINATING or record.pending is None:
+                    # Green was the endpoint already: the update is done once it is back.
+                    record.pending, record.deployment = None, None
+                    self.store.save_endpoint(record)
+                    started.append(self._spawn(record.name,
+                                               self._run_restore(record.name, record.current)))
+                    continue
+                progress.resumed += 1
+                record.deployment = progress.to_doc()
+                self.store.save_endpoint(record)
+                started.append(self._spawn(record.name, self._run_resume(
+                    record.name, record.current, record.pending, progress)))
             elif record.status == "Updating":
                 target = record.pending or record.current
                 if record.desired is not None:  # a capacity change: come back in its shape
                     target = dataclasses.replace(target, spec=record.desired)
                 record.current, record.pending, record.desired = target, None, None
                 self.store.save_endpoint(record)
-                self._spawn(record.name, self._run_restore(record.name, target))
+                started.append(self._spawn(record.name, self._run_restore(record.name, target)))
             elif record.status == "InService":
-                self._spawn(record.name, self._run_restore(record.name, record.current))
+                started.append(self._spawn(record.name,
+                                           self._run_restore(record.name, record.current)))
         if wait:
-            await self.wait_idle()
+            await asyncio.gather(*started, return_exceptions=True)
 
     async def wait_idle(self) -> None:
         """Wait until no lifecycle task is running (tests, shutdown)."""
@@ -557,23 +775,31 @@ class ControlPlaneService:
             "CreationTime": record.created,
             "LastModifiedTime": record.modified,
         }
+        progress = Progress.from_doc(record.deployment) if record.deployment else None
+        # During a guarded deployment, the share of the calls the new fleet takes now.
+        share = self.registry.traffic_share(record.name) if progress is not None else 0.0
         if record.current.spec:
             spec = EndpointSpec.from_doc(record.current.spec)
             desired = EndpointSpec.from_doc(record.desired) if record.desired else spec
             runtime = self.registry.get(record.name)
             doc["ProductionVariants"] = [
-                _variant_summary(v, desired.variant(v.name) or v, runtime, record.current)
+                _variant_summary(v, desired.variant(v.name) or v, runtime, record.current,
+                                 share=1.0 - share)
                 for v in spec.variants
             ]
         if record.pending is not None:
             pending = EndpointSpec.from_doc(record.pending.spec)
+            green = self.registry.green(record.name) if progress is not None else None
             doc["PendingDeploymentSummary"] = {
                 "EndpointConfigName": record.pending.config_name,
                 "ProductionVariants": [
-                    _pending_summary(v, record.pending) for v in pending.variants
+                    _pending_summary(v, record.pending, green, share, progress)
+                    for v in pending.variants
                 ],
                 "StartTime": record.pending.started,
             }
+        if record.last_deployment_config is not None:
+            doc["LastDeploymentConfig"] = record.last_deployment_config
         return doc
 
     def _unmanaged(self, name: str) -> EndpointRecord | None:
@@ -597,16 +823,17 @@ class ControlPlaneService:
 
 
 def _variant_summary(variant: VariantSpec, desired: VariantSpec, runtime: Any,
-                     deployment: Deployment) -> dict[str, Any]:
+                     deployment: Deployment, share: float = 1.0) -> dict[str, Any]:
     """CurrentInstanceCount is what serves now (0 until the endpoint runs); Desired* is the
-    target of an update in progress, else the same as Current*."""
+    target of an update in progress, else the same as Current*. CurrentWeight is the weight
+    times the ``share`` of the calls this fleet takes (below 1 during a deployment) [U]."""
     serving = 0
     if runtime is not None:
         running = runtime.variant(variant.name)
         serving = len(running.serving()) if running is not None else 0
     summary: dict[str, Any] = {
         "VariantName": variant.name,
-        "CurrentWeight": variant.weight,
+        "CurrentWeight": variant.weight * share,
         "DesiredWeight": desired.weight,
         "CurrentInstanceCount": serving,
         "DesiredInstanceCount": desired.instance_count,
@@ -618,9 +845,24 @@ def _variant_summary(variant: VariantSpec, desired: VariantSpec, runtime: Any,
     return summary
 
 
-def _pending_summary(variant: VariantSpec, deployment: Deployment) -> dict[str, Any]:
-    summary = _variant_summary(variant, variant, None, deployment)
-    summary["VariantStatus"] = [{"Status": "Creating", "StartTime": deployment.started}]
+def _pending_summary(variant: VariantSpec, deployment: Deployment, green: Any = None,
+                     share: float = 0.0, progress: Progress | None = None) -> dict[str, Any]:
+    """The new fleet: Creating while it starts, then (a guarded deployment) Baking with the
+    step, its share of the traffic and the bake's length in StatusMessage [U]."""
+    summary = _variant_summary(variant, variant, green, deployment, share=share)
+    status: dict[str, Any] = {"Status": "Creating", "StartTime": deployment.started}
+    if progress is not None and progress.phase == BAKING:
+        steps = len(progress.plan["shares"])
+        message = (f"Step {progress.step + 1} of {steps}: {share:.0%} of traffic on the new "
+                   f"fleet, baking for {progress.plan['bake_s']:.0f} seconds")
+        if progress.resumed:
+            message += " (resumed after an emulator restart; the bake started again)"
+        status = {"Status": "Baking", "StatusMessage": message,
+                  "StartTime": progress.step_started}
+    elif progress is not None and progress.phase == STARTING and progress.resumed:
+        status["StatusMessage"] = ("Starting again after an emulator restart; the deployment "
+                                   f"resumes at step {progress.step + 1}")
+    summary["VariantStatus"] = [status]
     if variant.instance_type:
         summary["InstanceType"] = variant.instance_type
     return summary

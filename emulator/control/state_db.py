@@ -76,6 +76,11 @@ class EndpointRecord:
     # Set while an UpdateEndpointWeightsAndCapacities is in progress: the spec it moves to.
     desired: dict[str, Any] | None = None
     tags: list[dict[str, str]] = field(default_factory=list)
+    # Set while a guarded UpdateEndpoint (a DeploymentConfig) runs: its progress
+    # (``emulator.control.deployments.Progress``), so a restart resumes it.
+    deployment: dict[str, Any] | None = None
+    # The DeploymentConfig of the most recent UpdateEndpoint that had one (LastDeploymentConfig).
+    last_deployment_config: dict[str, Any] | None = None
 
     def to_doc(self) -> dict[str, Any]:
         return asdict(self)

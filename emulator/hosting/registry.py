@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import shutil
 import time
 from pathlib import Path
+from typing import Any, Protocol
 
+from emulator.hosting.deployment import SplitEndpoint
 from emulator.hosting.endpoint import Endpoint, InstanceBuilder
 from emulator.hosting.routing import Router
 from emulator.hosting.spec import EndpointSpec
@@ -20,6 +23,12 @@ from emulator.settings import Settings
 log = logging.getLogger(__name__)
 
 
+class DeploymentView(Protocol):
+    """A deployment in progress as the live page shows it (``emulator.control.deployments``)."""
+
+    def describe(self) -> dict[str, Any]: ...
+
+
 class EndpointRegistry:
     def __init__(self, settings: Settings, build_instance: InstanceBuilder,
                  sink: MetricSink | None = None, sample_period_s: float = 60.0) -> None:
@@ -27,23 +36,27 @@ class EndpointRegistry:
         self._build_instance = build_instance
         self._router = Router(settings.routing_seed)
         self._sink = sink
-        self._endpoints: dict[str, Endpoint] = {}
+        self._endpoints: dict[str, SplitEndpoint] = {}
+        # The generations' draw: seeded with the router so tests and benchmarks are exact.
+        self._generation_draw = random.Random(settings.routing_seed)
+        # Deployments in progress, by endpoint name, for the live page.
+        self.deployments: dict[str, DeploymentView] = {}
         self._sample_period_s = sample_period_s
         self._sampler_task: asyncio.Task[None] | None = None
         self._samplers: dict[int, UtilizationSampler] = {}
         # Stops under way: they outlive the request that started them (a shutdown cancels it).
         self._stopping: set[asyncio.Task[None]] = set()
 
-    def get(self, name: str) -> Endpoint | None:
+    def get(self, name: str) -> SplitEndpoint | None:
         return self._endpoints.get(name)
 
     def names(self) -> list[str]:
         return sorted(self._endpoints)
 
-    def all(self) -> list[Endpoint]:
+    def all(self) -> list[SplitEndpoint]:
         return [self._endpoints[n] for n in self.names()]
 
-    async def _start(self, spec: EndpointSpec, generation: str = "") -> Endpoint:
+    async def _start(self, spec: EndpointSpec, generation: str = "") -> SplitEndpoint:
         s = self.settings
         for variant in spec.variants:  # a missing bucket or prefix fails before any Triton starts
             for container in variant.containers:
@@ -55,8 +68,9 @@ class EndpointRegistry:
         if work_dir.exists():  # a previous run's cache: models reload on demand
             await asyncio.to_thread(shutil.rmtree, work_dir)
         work_dir.mkdir(parents=True)
-        endpoint = Endpoint(spec, work_dir, self._build_instance, self._router,
-                            (s.region, s.account_id), s.invocation_timeout_s, self._sink)
+        endpoint = SplitEndpoint(spec, work_dir, self._build_instance, self._router,
+                                 (s.region, s.account_id), s.invocation_timeout_s, self._sink)
+        endpoint.draw = self._generation_draw
         try:
             await endpoint.start()
         except BaseException:
@@ -65,14 +79,14 @@ class EndpointRegistry:
         self._ensure_sampler()
         return endpoint
 
-    async def create(self, spec: EndpointSpec) -> Endpoint:
+    async def create(self, spec: EndpointSpec) -> SplitEndpoint:
         if spec.name in self._endpoints:
             raise ValueError(f"endpoint {spec.name} already exists")
         endpoint = await self._start(spec)
         self._endpoints[spec.name] = endpoint
         return endpoint
 
-    async def replace(self, spec: EndpointSpec) -> Endpoint:
+    async def replace(self, spec: EndpointSpec) -> SplitEndpoint:
         """A new deployment: start it whole, switch traffic to it, then drain and stop the old."""
         old = self._endpoints.get(spec.name)
         endpoint = await self._start(spec, generation=f".{time.monotonic_ns()}")
@@ -91,8 +105,67 @@ class EndpointRegistry:
 
     async def delete(self, name: str) -> None:
         endpoint = self._endpoints.pop(name, None)
+        self.deployments.pop(name, None)
         if endpoint is not None:
-            await self._stop_surviving(endpoint)
+            green = endpoint.green
+            endpoint.green, endpoint.green_share = None, 0.0
+            await asyncio.gather(*(self._stop_surviving(e) for e in (endpoint, green)
+                                   if e is not None))
+
+    # --- deployments: a second generation beside the first ----------------------------------
+
+    async def start_green(self, spec: EndpointSpec) -> SplitEndpoint:
+        """Start the new generation whole beside the running one; it takes no traffic until
+        ``shift``. A previous green (a deployment resumed) is stopped first."""
+        blue = self._endpoints.get(spec.name)
+        if blue is None:
+            raise LookupError(f"endpoint {spec.name} is not running")
+        await self.drop_green(spec.name)
+        green = await self._start(spec, generation=f".green.{time.monotonic_ns()}")
+        if self._endpoints.get(spec.name) is not blue:  # deleted while green started
+            await self._stop_surviving(green)
+            raise LookupError(f"endpoint {spec.name} was deleted during the deployment")
+        blue.green, blue.green_share = green, 0.0
+        return green
+
+    def green(self, name: str) -> Endpoint | None:
+        blue = self._endpoints.get(name)
+        return blue.green if blue is not None else None
+
+    def shift(self, name: str, share: float) -> None:
+        """Send ``share`` (0-1) of the endpoint's calls to its green generation."""
+        blue = self._endpoints.get(name)
+        if blue is not None and blue.green is not None:
+            blue.green_share = max(0.0, min(1.0, share))
+
+    def traffic_share(self, name: str) -> float:
+        blue = self._endpoints.get(name)
+        return blue.green_share if blue is not None and blue.green is not None else 0.0
+
+    async def drop_green(self, name: str) -> None:
+        """A rollback: every new call goes to blue at once, then green drains and stops."""
+        blue = self._endpoints.get(name)
+        if blue is None or blue.green is None:
+            return
+        green = blue.green
+        blue.green, blue.green_share = None, 0.0
+        await self._stop_surviving(green)
+
+    def promote(self, name: str) -> SplitEndpoint | None:
+        """Green becomes the endpoint; the old generation is returned, out of the registry but
+        still serving what it has, for ``retire`` after the termination wait."""
+        blue = self._endpoints.get(name)
+        if blue is None or blue.green is None:
+            return None
+        green = blue.green
+        assert isinstance(green, SplitEndpoint)
+        blue.green, blue.green_share = None, 0.0
+        self._endpoints[name] = green
+        return blue
+
+    async def retire(self, endpoint: Endpoint) -> None:
+        """Drain and stop a generation the registry no longer lists."""
+        await self._stop_surviving(endpoint)
 
     async def _stop_surviving(self, endpoint: Endpoint) -> None:
         """Stop an endpoint the registry no longer lists; cancelling the caller does not cancel

@@ -1,0 +1,243 @@
+"""The run of one guarded deployment (UpdateEndpoint with a DeploymentConfig), on the emulated
+clock (``emulator/clock.py``, ``--clock-scale``).
+
+1. green starts whole beside blue (``EndpointRegistry.start_green``) and takes no traffic;
+2. each step moves its share of the calls to green, then bakes for WaitIntervalInSeconds while
+   the AutoRollbackConfiguration alarms are watched: one in ALARM (already, or during the bake)
+   rolls the deployment back (``RolledBack``);
+3. after the last bake green becomes the endpoint and blue, out of the split, is drained and
+   stopped after TerminationWaitInSeconds.
+
+A rollback (done by the service) moves every new call back to blue at once, then drains and stops
+green: calls already on green finish there. The progress is written to the endpoint's record at
+every step, so a restart resumes the deployment at the step it was in (see ``service.restore``).
+
+[U] choices, all here:
+- Alarms are watched from the first traffic shift to the end of the last bake; not while green
+  starts (no traffic yet), not during the termination wait (the deployment has succeeded).
+- The endpoint stays ``Updating`` during the termination wait and is ``InService`` on the new
+  config once blue is stopped.
+- MaximumExecutionTimeoutInSeconds counts from UpdateEndpoint; past it the deployment rolls back.
+- After a restart the step's bake starts again in full: both fleets were restarted with cold
+  caches, so the bake's guarantee (alarms watched for WaitIntervalInSeconds on this traffic) is
+  kept rather than shortened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from emulator.clock import Clock
+from emulator.hosting.deployment import Plan
+from emulator.hosting.spec import EndpointSpec
+
+log = logging.getLogger(__name__)
+
+ALARM = "ALARM"
+
+# Phases of a deployment, as stored in the endpoint's record.
+STARTING = "starting"  # green is starting, no traffic on it
+BAKING = "baking"  # a step's share is on green, its bake runs
+TERMINATING = "terminating"  # green is the endpoint; blue waits TerminationWaitInSeconds
+ROLLING_BACK = "rolling_back"
+
+
+class AlarmStates(Protocol):
+    """What a deployment needs of CloudWatch alarms (``emulator.cloudwatch.alarms.AlarmStore``)."""
+
+    def exists(self, name: str) -> bool: ...
+
+    def state(self, name: str) -> str | None: ...
+
+    def subscribe(self, callback: Callable[[str, str, str], None]) -> Callable[[], None]: ...
+
+
+class Generations(Protocol):
+    """What a deployment needs from the endpoint registry (``emulator.hosting.registry``)."""
+
+    deployments: dict[str, Any]
+
+    async def start_green(self, spec: EndpointSpec) -> Any: ...
+
+    def shift(self, name: str, share: float) -> None: ...
+
+    def traffic_share(self, name: str) -> float: ...
+
+    def promote(self, name: str) -> Any: ...
+
+    async def retire(self, endpoint: Any) -> None: ...
+
+    def green(self, name: str) -> Any: ...
+
+
+class RolledBack(Exception):
+    """The deployment must roll back; the message is the endpoint's FailureReason."""
+
+
+@dataclasses.dataclass
+class Progress:
+    """Where a deployment is; JSON-safe, kept in the endpoint's record."""
+
+    plan: dict[str, Any]
+    started: float  # real epoch seconds of UpdateEndpoint
+    phase: str = STARTING
+    step: int = 0  # index into plan.shares of the step running (or next to run)
+    step_started: float = 0.0
+    resumed: int = 0  # restarts of the emulator this deployment went through
+    alarm: str | None = None  # the alarm that rolled it back
+
+    def to_doc(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> Progress:
+        return cls(**doc)
+
+
+class DeploymentRun:
+    """One deployment of ``green`` onto the running endpoint ``name``."""
+
+    def __init__(self, name: str, green: EndpointSpec, progress: Progress,
+                 registry: Generations, clock: Clock, alarms: AlarmStates | None,
+                 save: Callable[[Progress], None], promoted: Callable[[], None]) -> None:
+        self.name = name
+        self.green_spec = green
+        self.progress = progress
+        self.plan = Plan.from_doc(progress.plan)
+        self._registry = registry
+        self._clock = clock
+        self._alarms = alarms
+        self._save = save
+        self._promoted = promoted
+        self._bake_ends: float | None = None  # real time, for the page
+
+    # -- the run -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """To the end: returns once blue is stopped; raises ``RolledBack`` for an alarm or the
+        timeout, any other exception when green cannot start (nothing moved yet)."""
+        self._registry.deployments[self.name] = self
+        fired: asyncio.Queue[str] = asyncio.Queue()
+        unsubscribe = self._watch(fired)
+        try:
+            if self.progress.phase in (STARTING, BAKING):
+                self._record(phase=STARTING)
+                await self._registry.start_green(self.green_spec)
+                for step in range(self.progress.step, self.plan.steps):
+                    await self._bake(step, fired)
+                self._record(phase=TERMINATING, step=self.plan.steps - 1)
+                old = self._registry.promote(self.name)
+                self._promoted()
+            else:  # resumed during the termination wait: blue is gone already
+                old = None
+            if self.plan.termination_wait_s:
+                self._bake_ends = time.time() + self._clock.real_duration(
+                    self.plan.termination_wait_s)
+                await self._clock.sleep(self.plan.termination_wait_s)
+            if old is not None:
+                await self._registry.retire(old)
+        finally:
+            unsubscribe()
+            if self._registry.deployments.get(self.name) is self:
+                del self._registry.deployments[self.name]
+
+    async def _bake(self, step: int, fired: asyncio.Queue[str]) -> None:
+        share = self.plan.shares[step]
+        self._record(phase=BAKING, step=step, step_started=time.time())
+        self._registry.shift(self.name, share)
+        log.info("endpoint=%s deployment step %d/%d: %.0f%% of traffic on the new fleet, "
+                 "baking %.0f s", self.name, step + 1, self.plan.steps, share * 100,
+                 self.plan.bake_s)
+        self._raise_if_alarming()
+        bake_real = self._clock.real_duration(self.plan.bake_s)
+        deadline = self._deadline()
+        self._bake_ends = time.time() + bake_real
+        timeout = bake_real if deadline is None else min(bake_real, deadline - time.time())
+        try:
+            alarm = await asyncio.wait_for(fired.get(), max(0.0, timeout))
+        except asyncio.TimeoutError:
+            self._raise_if_alarming()
+            if deadline is not None and time.time() >= deadline:
+                raise RolledBack(self._timeout_reason()) from None
+            return
+        self._rolled_back_by(alarm, step)
+
+    def _deadline(self) -> float | None:
+        if self.plan.max_execution_s is None:
+            return None
+        return self.progress.started + self._clock.real_duration(self.plan.max_execution_s)
+
+    def _timeout_reason(self) -> str:  # [U] wording
+        return (f"The deployment did not complete within MaximumExecutionTimeoutInSeconds "
+                f"({self.plan.max_execution_s:.0f} s); traffic was rolled back to the previous "
+                "endpoint configuration.")
+
+    def _raise_if_alarming(self) -> None:
+        if self._alarms is None:
+            return
+        for name in self.plan.alarms:
+            if self._alarms.state(name) == ALARM:
+                self._rolled_back_by(name, self.progress.step)
+
+    def _rolled_back_by(self, alarm: str, step: int) -> None:
+        self._record(alarm=alarm)
+        share = self.plan.shares[step]
+        # [U] wording; SageMaker names the alarm and that it rolled the update back.
+        raise RolledBack(
+            f"Endpoint update was rolled back because CloudWatch alarm \"{alarm}\" went into "
+            f"ALARM state during the baking period of step {step + 1} of {self.plan.steps} "
+            f"({share:.0%} of traffic on the new fleet).")
+
+    def _watch(self, fired: asyncio.Queue[str]) -> Callable[[], None]:
+        """Alarm changes into ALARM, as they happen (the callback may come from any thread)."""
+        if self._alarms is None or not self.plan.alarms:
+            return lambda: None
+        loop = asyncio.get_running_loop()
+        watched = set(self.plan.alarms)
+
+        def changed(name: str, _old: str, new: str) -> None:
+            if name in watched and new == ALARM:
+                with contextlib.suppress(RuntimeError):  # the loop closed at shutdown
+                    loop.call_soon_threadsafe(fired.put_nowait, name)
+
+        return self._alarms.subscribe(changed)
+
+    def _record(self, **changes: Any) -> None:
+        for key, value in changes.items():
+            setattr(self.progress, key, value)
+        self._save(self.progress)
+
+    # -- what the live page shows ------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        now = time.time()
+        left = None
+        if self._bake_ends is not None and self.progress.phase in (BAKING, TERMINATING):
+            left = self._clock.emulated_duration(max(0.0, self._bake_ends - now))
+        return {
+            "Kind": self.plan.kind,
+            "Routing": self.plan.routing,
+            "Phase": self.progress.phase,
+            "Step": self.progress.step + 1,
+            "Steps": self.plan.steps,
+            "GreenShare": self._registry.traffic_share(self.name),
+            "BakeSeconds": self.plan.bake_s,
+            "BakeSecondsLeft": left,
+            "TerminationWaitSeconds": self.plan.termination_wait_s,
+            "NewConfigInstances": _instances(self._registry.green(self.name)),
+            "Resumed": self.progress.resumed,
+            "Alarms": {name: (self._alarms.state(name) if self._alarms else None)
+                       for name in self.plan.alarms},
+        }
+
+
+def _instances(endpoint: Any) -> int:
+    if endpoint is None:
+        return 0
+    return sum(len(v.serving()) for v in endpoint.variants)
