@@ -82,7 +82,8 @@ def build_app(settings: Settings) -> FastAPI:
     metric_store = cloudwatch.MetricStore(clock)  # every sample of the fleet, for CloudWatch
     # every alarm, evaluated over metric_store; deployments (emulator/control) watch them too
     alarms = cloudwatch.AlarmStore(metric_store, clock, settings.region, settings.account_id,
-                                   settings.cache_dir / "alarms.json")
+                                   settings.cache_dir / "alarms.json",
+                                   sns_endpoint_url=settings.sns_endpoint_url)
     factory = InstanceFactory(settings)
     feed = Feed()  # what the live page at /_emulator/ shows beyond the fleet's state
 
@@ -122,7 +123,7 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.control_plane = control
     app.state.metric_store = metric_store
     app.state.alarms = alarms
-    metrics_api = cloudwatch.CloudWatchService(metric_store, clock)
+    metrics_api = cloudwatch.CloudWatchService(metric_store, clock, alarms)
     scaling = autoscaling.AutoScalingService(autoscaling.SageMakerVariants(control), clock,
                                              settings.region, settings.account_id)
     app.include_router(build_control_router(control, others={

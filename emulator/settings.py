@@ -156,6 +156,8 @@ class Settings(BaseSettings):
     """model store: a folder or `s3://bucket/prefix/` (TargetModel is an object path under it); without it, create endpoints through the control plane"""  # noqa: E501
     s3_endpoint_url: Annotated[str | None, Flag(default_text="AWS")] = None
     """any S3-compatible server (MinIO, moto, ...)"""
+    sns_endpoint_url: Annotated[str | None, Flag(default_text="none")] = None
+    """SNS server (moto, LocalStack, ...) that CloudWatch alarm actions on SNS topics publish to; without it they are only recorded in the alarm's history"""  # noqa: E501
     region: str = "us-east-1"
     """AWS region used in ARNs and messages"""
     account_id: Annotated[str, Flag(env_only=True)] = "123456789012"

@@ -27,12 +27,15 @@ import json
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from emulator.clock import Clock
+from emulator.cloudwatch import alarm_rule, evaluation
+from emulator.cloudwatch.notifications import SnsPublisher
 from emulator.cloudwatch.series import MetricStore
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,19 @@ OK, ALARM, INSUFFICIENT_DATA = "OK", "ALARM", "INSUFFICIENT_DATA"
 STATES = (OK, ALARM, INSUFFICIENT_DATA)
 METRIC_ALARM, COMPOSITE_ALARM = "MetricAlarm", "CompositeAlarm"
 INITIAL_REASON = "Unchecked: Initial alarm creation"
+# How often the loop wakes, emulated seconds: the shortest alarm period CloudWatch evaluates.
+TICK_S = 10.0
+MAX_HISTORY = 10_000  # items kept, all alarms together  [U] (AWS keeps 30 days)
+MAX_COMPOSITE_DEPTH = 10  # passes per round to settle composites of composites
+# Actions CloudWatch runs again at every evaluation while the alarm stays in ALARM (Auto
+# Scaling's documented behaviour); the others (SNS) run once per state change.
+REPEATING_PREFIX = "arn:aws:autoscaling:"
+
+
+def evaluation_interval(config: dict[str, Any]) -> float:
+    """Emulated seconds between two evaluations: every minute, every period when the period
+    is shorter (high-resolution alarms), as CloudWatch evaluates."""
+    return float(min(60, evaluation.period_of(config)))
 
 StateListener = Callable[[str, str, str], None]  # (alarm name, old state, new state)
 
@@ -72,6 +88,7 @@ class Alarm:
     tags: dict[str, str] = field(default_factory=dict)
     # The last moment its repeating actions (Auto Scaling policies) ran, real epoch seconds.
     last_repeat: float = 0.0
+    value: float | None = None  # the most recent datapoint of the last evaluation
 
     @property
     def actions_enabled(self) -> bool:
@@ -95,14 +112,19 @@ class ActionCall:
     reason_data: str | None
     config: dict[str, Any]
     repeated: bool  # a repeat while the alarm stays in ALARM, not a state change
+    value: float | None  # the most recent datapoint (step scaling's bounds are against it)
+    transitioned: float  # when the alarm entered ``state``, real epoch seconds
+    old_state: str
 
 
-ActionHandler = Callable[[ActionCall], Awaitable[str | None]]  # -> None, or why it failed
+# Runs one round's calls of its kind together (so that Auto Scaling can take the largest of
+# several policies' capacities); one result per call: None, or why it failed.
+ActionHandler = Callable[[list[ActionCall]], Awaitable[list[str | None]]]
 
 
 class AlarmStore:
     def __init__(self, metrics: MetricStore, clock: Clock, region: str, account: str,
-                 state_file: Path | None = None) -> None:
+                 state_file: Path | None = None, sns_endpoint_url: str | None = None) -> None:
         self.metrics = metrics
         self.clock = clock
         self.region = region
@@ -114,7 +136,12 @@ class AlarmStore:
         self._listeners: list[StateListener] = []
         self._action_handlers: list[tuple[str, ActionHandler]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed: asyncio.Event | None = None
+        self._due: dict[str, float] = {}  # next evaluation, real epoch seconds
+        self._pending: list[ActionCall] = []
         self._load()
+        # SNS topics: published to --sns-endpoint-url, else recorded in the history only.
+        self.add_action_handler("arn:aws:sns:", SnsPublisher(sns_endpoint_url, self).publish)
 
     # -----------------------------------------------------------------------------------------
     # The interface deployments (emulator/control) rely on
@@ -211,13 +238,282 @@ class AlarmStore:
         os.replace(temporary, self.state_file)
 
     # -----------------------------------------------------------------------------------------
+    # Changes from the API
+
+    def put(self, name: str, alarm_type: str, config: dict[str, Any],
+            tags: dict[str, str]) -> None:
+        """Create or replace an alarm. A changed metric alarm keeps its state until the next
+        evaluation (AWS: the new configuration is evaluated at once, here at the next tick)."""
+        now = self.clock.now()
+        with self.lock:
+            existing = self.alarms.get(name)
+            if existing is not None and existing.alarm_type != alarm_type:
+                from emulator.cloudwatch.errors import invalid
+
+                raise invalid(f"The alarm {name} already exists as a {existing.alarm_type}; "
+                              "delete it first to reuse its name.")  # [U] wording
+            if existing is None:
+                alarm = Alarm(name, self.arn(name), alarm_type, config, state_updated=now,
+                              state_transitioned=now, config_updated=now, tags=dict(tags))
+                self.alarms[name] = alarm
+                kind = "Create"
+            else:
+                existing.config, existing.config_updated = config, now
+                existing.tags.update(tags)
+                existing.last_repeat = 0.0
+                alarm, kind = existing, "Update"
+            self._due[name] = 0.0
+            self._wake()
+            self._record(alarm, "ConfigurationUpdate", f'Alarm "{name}" '
+                         f'{"created" if kind == "Create" else "updated"}',
+                         {"version": "1.0", "type": kind,
+                          ("createdAlarm" if kind == "Create" else "updatedAlarm"):
+                              {"alarmName": name, **config}}, now)
+        self.save()
+
+    def delete(self, names: list[str]) -> list[str]:
+        """Deletes all of them, or none: returns the names not found (nothing deleted then)."""
+        now = self.clock.now()
+        with self.lock:
+            unknown = [n for n in names if n not in self.alarms]
+            if unknown:
+                return unknown
+            for name in names:
+                alarm = self.alarms.pop(name)
+                self._due.pop(name, None)
+                self._record(alarm, "ConfigurationUpdate", f'Alarm "{name}" deleted',
+                             {"version": "1.0", "type": "Delete",
+                              "deletedAlarm": {"alarmName": name, **alarm.config}}, now)
+        self.save()
+        return []
+
+    def set_actions_enabled(self, names: list[str], enabled: bool) -> None:
+        now = self.clock.now()
+        with self.lock:
+            for name in names:  # unknown names are skipped, as AWS does  [U]
+                alarm = self.alarms.get(name)
+                if alarm is None or alarm.actions_enabled == enabled:
+                    continue
+                alarm.config = {**alarm.config, "ActionsEnabled": enabled}
+                alarm.config_updated = now
+                self._record(alarm, "ConfigurationUpdate", f'Alarm "{name}" updated',
+                             {"version": "1.0", "type": "Update",
+                              "updatedAlarm": {"alarmName": name, "actionsEnabled": enabled}},
+                             now)
+        self.save()
+
+    def set_state(self, name: str, state: str, reason: str, reason_data: str | None) -> None:
+        """SetAlarmState: the state is set now, its actions run; the next evaluation may
+        change it back (AWS: "the alarm returns to its actual state ... the next time")."""
+        self._transition(name, state, reason, reason_data, None, manual=True)
+
+    def tag(self, name: str, tags: dict[str, str]) -> None:
+        with self.lock:
+            self.alarms[name].tags.update(tags)
+        self.save()
+
+    def untag(self, name: str, keys: list[str]) -> None:
+        with self.lock:
+            for key in keys:
+                self.alarms[name].tags.pop(key, None)
+        self.save()
+
+    # -----------------------------------------------------------------------------------------
+    # Transitions, history, actions
+
+    def _record(self, alarm: Alarm, item_type: str, summary: str, data: dict[str, Any],
+                now: float) -> None:
+        self.history.append(HistoryItem(alarm.name, alarm.alarm_type, now, item_type, summary,
+                                        json.dumps(data, separators=(",", ":"))))
+        del self.history[:-MAX_HISTORY]
+
+    def _transition(self, name: str, state: str, reason: str, reason_data: str | None,
+                    value: float | None, manual: bool = False) -> bool:
+        """Store a new state (history, listeners, actions); False when it did not change."""
+        now = self.clock.now()
+        with self.lock:
+            alarm = self.alarms.get(name)
+            if alarm is None:
+                return False
+            old = alarm.state
+            alarm.reason, alarm.reason_data, alarm.state_updated = reason, reason_data, now
+            alarm.value = value
+            if old == state and not manual:
+                return False
+            if old != state:
+                alarm.state_transitioned = now
+            alarm.state = state
+            new_state: dict[str, Any] = {"stateValue": state, "stateReason": reason}
+            if reason_data:
+                with contextlib.suppress(ValueError):
+                    new_state["stateReasonData"] = json.loads(reason_data)
+            self._record(alarm, "StateUpdate", f"Alarm updated from {old} to {state}",
+                         {"version": "1.0", "oldState": {"stateValue": old},
+                          "newState": new_state}, now)
+            calls = self._calls(alarm, False, old) if alarm.actions_enabled else []
+            alarm.last_repeat = now
+        log.info("alarm %s: %s -> %s (%s)", name, old, state, reason)
+        if old != state:
+            self._notify(name, old, state)
+        self._pending.extend(calls)
+        self._wake()
+        return True
+
+    def _wake(self) -> None:
+        """Have the loop run a round now (from any thread)."""
+        loop, changed = self._loop, self._changed
+        if loop is not None and changed is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(changed.set)
+
+    def _calls(self, alarm: Alarm, repeated: bool, old: str) -> list[ActionCall]:
+        return [ActionCall(arn, alarm.name, alarm.arn, alarm.state, alarm.reason,
+                           alarm.reason_data, dict(alarm.config), repeated, alarm.value,
+                           alarm.state_transitioned, old)
+                for arn in alarm.actions_for(alarm.state)
+                if not repeated or arn.startswith(REPEATING_PREFIX)]
+
+    async def _run_actions(self) -> None:
+        calls, self._pending = self._pending, []
+        if not calls:
+            return
+        by_handler: dict[int, list[ActionCall]] = {}
+        handlers: dict[int, ActionHandler] = {}
+        for call in calls:
+            for index, (prefix, handler) in enumerate(self._action_handlers):
+                if call.arn.startswith(prefix):
+                    by_handler.setdefault(index, []).append(call)
+                    handlers[index] = handler
+                    break
+            else:
+                self._action_done(call, "no handler for this kind of action in the emulator")
+        for index, batch in by_handler.items():
+            try:
+                results = await handlers[index](batch)
+            except Exception as exc:  # noqa: BLE001 - a failed action is history, not a crash
+                log.exception("alarm actions failed")
+                results = [f"{type(exc).__name__}: {exc}" for _ in batch]
+            for call, error in zip(batch, results, strict=True):
+                self._action_done(call, error)
+        self.save()
+
+    def _action_done(self, call: ActionCall, error: str | None) -> None:
+        now = self.clock.now()
+        with self.lock:
+            alarm = self.alarms.get(call.alarm_name)
+            if alarm is None:
+                return
+            if error is None:
+                summary = f"Successfully executed action {call.arn}"
+            else:
+                summary = f"Failed to execute action {call.arn}. Received error: \"{error}\""
+            self._record(alarm, "Action", summary, {
+                "actionState": "Succeeded" if error is None else "Failed",
+                "stateUpdateTimestamp": int(call.transitioned * 1000),
+                "notificationResource": call.arn,
+                **({"error": error} if error else {})}, now)
+
+    # -----------------------------------------------------------------------------------------
     # Evaluation loop
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         self._loop = asyncio.get_running_loop()
-        yield
+        self._changed = asyncio.Event()
+        task = asyncio.create_task(self._run(), name="cloudwatch-alarms")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            self._loop = None
 
-    def names(self) -> Iterable[str]:
+    async def _run(self) -> None:
+        assert self._changed is not None
+        while True:
+            try:
+                await self.evaluate_due()
+            except Exception:  # noqa: BLE001 - one bad round must not stop the alarms
+                log.exception("alarm evaluation failed")
+            self._changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                # A SetAlarmState or a new alarm is acted on at once, not at the next tick.
+                await asyncio.wait_for(self._changed.wait(), self.clock.real_duration(TICK_S))
+
+    async def evaluate_due(self) -> None:
+        """One round: the metric alarms that are due, the composite alarms, then the actions
+        (state changes' and, every evaluation while in ALARM, Auto Scaling policies' again)."""
+        now = self.clock.now()
         with self.lock:
-            return list(self.alarms)
+            due = [a for a in self.alarms.values()
+                   if a.alarm_type == METRIC_ALARM and now >= self._due.get(a.name, 0.0)]
+            for alarm in due:
+                self._due[alarm.name] = now + self.clock.real_duration(
+                    evaluation_interval(alarm.config))
+            work = [(a.name, dict(a.config), a.state) for a in due]
+        outcomes = await asyncio.to_thread(self._evaluate_all, work, now) if work else []
+        changed = False
+        for (name, _config, _state), outcome in zip(work, outcomes, strict=True):
+            if outcome is None:
+                continue
+            if self._transition(name, outcome.state, outcome.reason, outcome.reason_data,
+                                outcome.value):
+                changed = True
+            else:
+                with self.lock:
+                    still = self.alarms.get(name)
+                    if still is not None and still.state == ALARM and still.actions_enabled:
+                        self._pending.extend(self._calls(still, True, ALARM))
+        if self._evaluate_composites():
+            changed = True
+        if changed:
+            self.save()
+        await self._run_actions()
+
+    def _evaluate_all(self, work: list[tuple[str, dict[str, Any], str]],
+                      now: float) -> list[evaluation.Outcome | None]:
+        out: list[evaluation.Outcome | None] = []
+        for name, config, state in work:
+            try:
+                out.append(evaluation.evaluate(config, self.metrics, self.clock, now, state))
+            except Exception:  # noqa: BLE001 - refused at Put; a surprise must not stop others
+                log.exception("alarm %s could not be evaluated", name)
+                out.append(None)
+        return out
+
+    def _evaluate_composites(self) -> bool:
+        """Every composite alarm against its children's states now (children first: a
+        composite of composites settles in as many passes as it is deep)."""
+        changed = False
+        for _ in range(MAX_COMPOSITE_DEPTH):
+            with self.lock:
+                composites = [(a.name, a.config["AlarmRule"], a.state) for a in
+                              self.alarms.values() if a.alarm_type == COMPOSITE_ALARM]
+            moved = False
+            for name, rule_text, current in composites:
+                rule = alarm_rule.parse(rule_text)
+                state = ALARM if rule.holds(self.state) else OK
+                if state == current:
+                    continue
+                reason, data = self._composite_reason(rule, state)
+                moved |= self._transition(name, state, reason, data, None)
+            changed |= moved
+            if not moved:
+                break
+        return changed
+
+    def _composite_reason(self, rule: alarm_rule.Rule, state: str) -> tuple[str, str]:
+        with self.lock:
+            children = [self.alarms[n] for n in sorted(rule.alarms()) if n in self.alarms]
+        if not children:
+            return f"The alarm rule evaluates to {state == ALARM}.", json.dumps(
+                {"triggeringAlarms": []})  # [U] wording
+        latest = max(children, key=lambda a: a.state_transitioned)
+        when = datetime.fromtimestamp(latest.state_transitioned, tz=timezone.utc).strftime(
+            "%A %d %B, %Y %H:%M:%S UTC")
+        reason = f"{latest.arn} transitioned to {latest.state} at {when}"
+        data = {"triggeringAlarms": [{
+            "arn": a.arn, "state": {"value": a.state, "timestamp": datetime.fromtimestamp(
+                a.state_transitioned, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+                + "+0000"}} for a in children]}
+        return reason, json.dumps(data, separators=(",", ":"))

@@ -18,6 +18,9 @@ SHAPES = {
     "InternalServiceError": "InternalServiceFault",
     "InvalidAction": "InvalidAction",
     "ValidationError": "ValidationError",
+    "InvalidFormat": "InvalidFormatFault",
+    "LimitExceeded": "LimitExceededFault",
+    "ResourceNotFoundException": "ResourceNotFoundException",
 }
 
 

@@ -10,11 +10,12 @@ invocations must not wait behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 
 from emulator.cloudwatch import wire
 from emulator.cloudwatch.errors import CloudWatchError
@@ -42,7 +43,17 @@ async def _answer(call: Callable[[], Awaitable[bytes]],
 
 
 def build_cloudwatch_router(service: CloudWatchService) -> APIRouter:
-    router = APIRouter()
+    """The rpc-v2-cbor routes; the router's lifespan runs the alarms' evaluation loop."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if service.alarms is None:
+            yield
+            return
+        async with service.alarms.running():
+            yield
+
+    router = APIRouter(lifespan=lifespan)
 
     @router.post(wire.CBOR_PATH, include_in_schema=False)
     async def cbor_operation(operation: str, request: Request) -> Response:

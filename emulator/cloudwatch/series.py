@@ -119,6 +119,24 @@ class MetricStore:
                 if series.append(now, float(value)):
                     series.expire(now - self.clock.real_duration(RETENTION_EMULATED_S))
 
+    def record_at(self, namespace: str, metric_name: str, dimensions: Mapping[str, str],
+                  when: float, values: Sequence[float], unit: str) -> None:
+        """Samples stamped ``when`` (real epoch seconds): PutMetricData's, which may name a
+        past moment. A series keeps the unit of its first sample; samples of another unit are
+        not mixed in (CloudWatch keeps them apart; a read asking for a unit gets its own)."""
+        key = SeriesKey.of(namespace, metric_name, dimensions)
+        with self._lock:
+            series = self._series.get(key)
+            if series is None:
+                if len(self._series) >= MAX_SERIES:
+                    self._refused += 1
+                    return
+                series = self._series[key] = _Series(unit)
+            for value in values:
+                if series.append(when, float(value)):
+                    now = self.clock.now()
+                    series.expire(now - self.clock.real_duration(RETENTION_EMULATED_S))
+
     def samples(self, key: SeriesKey, start: float, end: float,
                 unit: str | None = None) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """Times and values in the real interval [start, end); nothing if ``unit`` differs."""

@@ -1,4 +1,5 @@
 """CloudWatch's read API over the emulator's own metrics: behaviour only, no wire format.
+The alarm operations and PutMetricData are ``alarm_api.py``'s, dispatched from here.
 
 Inputs are validated parameter dicts (timestamps as emulated epoch seconds, see
 ``emulator/clock.py``); outputs are dicts shaped like botocore's output shapes, with timestamps
@@ -21,6 +22,8 @@ import numpy.typing as npt
 
 from emulator.clock import Clock
 from emulator.cloudwatch import statistics
+from emulator.cloudwatch.alarm_api import AlarmApi
+from emulator.cloudwatch.alarms import AlarmStore
 from emulator.cloudwatch.errors import CloudWatchError, combination, invalid
 from emulator.cloudwatch.series import MetricStore, SeriesKey
 
@@ -50,9 +53,11 @@ def _aligned_start(start: float, period: int) -> float:
 
 
 class CloudWatchService:
-    def __init__(self, store: MetricStore, clock: Clock) -> None:
+    def __init__(self, store: MetricStore, clock: Clock, alarms: AlarmStore | None = None) -> None:
         self.store = store
         self.clock = clock
+        self.alarms = alarms
+        self._alarm_api = AlarmApi(alarms, store, clock).handlers() if alarms else {}
 
     async def handle(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
         """``call`` off the event loop: a large GetMetricData is seconds of numpy and Python."""
@@ -63,10 +68,11 @@ class CloudWatchService:
             "GetMetricStatistics": self.get_metric_statistics,
             "GetMetricData": self.get_metric_data,
             "ListMetrics": self.list_metrics,
+            **self._alarm_api,
         }.get(operation)
         if handler is None:
             raise CloudWatchError("InvalidAction", f"Operation {operation} is not supported by "
-                                  "the emulator (GetMetricStatistics, GetMetricData, ListMetrics)")
+                                  "the emulator")
         return handler(params)
 
     # -----------------------------------------------------------------------------------------

@@ -35,7 +35,12 @@ JSON_CONTENT_TYPE = "application/x-amz-json-1.0"
 XML_CONTENT_TYPE = "text/xml"
 API_VERSION = "2010-08-01"
 
-OPERATIONS = frozenset({"GetMetricStatistics", "GetMetricData", "ListMetrics"})
+OPERATIONS = frozenset({
+    "GetMetricStatistics", "GetMetricData", "ListMetrics", "PutMetricData",
+    "PutMetricAlarm", "PutCompositeAlarm", "DescribeAlarms", "DescribeAlarmsForMetric",
+    "DescribeAlarmHistory", "SetAlarmState", "DeleteAlarms", "EnableAlarmActions",
+    "DisableAlarmActions", "TagResource", "UntagResource", "ListTagsForResource",
+})
 
 
 @functools.lru_cache(maxsize=1)
@@ -199,8 +204,13 @@ def _with_times(shape: Shape, value: Any, convert: Callable[[float], Any]) -> An
     return value
 
 
+_NO_OUTPUT = StructureShape("NoOutput", {"type": "structure", "members": {}})
+
+
 def _output(operation: str, value: dict[str, Any]) -> tuple[StructureShape, dict[str, Any]]:
     shape = service_model().operation_model(operation).output_shape
+    if shape is None:  # PutMetricAlarm, DeleteAlarms, ...: an empty answer
+        return _NO_OUTPUT, {}
     assert isinstance(shape, StructureShape)
     return shape, project(shape, value)
 
