@@ -1,4 +1,5 @@
-"""Load tests for multi-model endpoints, modelled on SageMaker Inference Recommender jobs."""
+"""Load tests for multi-model endpoints, modelled on SageMaker Inference Recommender jobs, run
+on Locust (``locust_run.run_load``; the engine inside Locust is ``locust_engine``)."""
 
 from harness.loadtest.config import (
     LatencyThreshold,
@@ -9,9 +10,11 @@ from harness.loadtest.config import (
     StoppingConditions,
     plan_from_api,
 )
-from harness.loadtest.runner import LoadResult, run_load
+from harness.loadtest.locust_run import Engine, Target, run_load
+from harness.loadtest.runner import LoadResult
 
 __all__ = [
+    "Engine",
     "LatencyThreshold",
     "LoadPlan",
     "LoadResult",
@@ -19,6 +22,7 @@ __all__ = [
     "PlanError",
     "Popularity",
     "StoppingConditions",
+    "Target",
     "plan_from_api",
     "run_load",
 ]

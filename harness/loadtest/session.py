@@ -11,7 +11,8 @@ from typing import Any
 
 from harness.loadtest.config import LoadPlan
 from harness.loadtest.invokers import EmulatorFleet, EmulatorMetrics, HttpInvoker, Outcome
-from harness.loadtest.runner import LoadResult, run_load
+from harness.loadtest.locust_run import Engine, Target, run_load
+from harness.loadtest.runner import LoadResult
 from harness.payloads import Request, build_request, random_inputs
 
 
@@ -85,18 +86,12 @@ async def run_http(
     label: str = "",
     poll_s: float = 0.5,
     metrics: bool = True,
+    engine: Engine | None = None,
     **kwargs: Any,
 ) -> LoadResult:
-    invoker = HttpInvoker(url, endpoint, request.body, request.content_type)
+    """``plan`` on Locust against the emulator at ``url``, its counters and instances polled."""
     source = EmulatorMetrics(url, endpoint) if metrics else None
     # Each instance's loaded models, from the emulator's introspection (not on AWS).
     fleet = EmulatorFleet(url, endpoint) if metrics else None
-    try:
-        return await run_load(
-            plan, invoker, source, poll_s=poll_s, label=label, fleet=fleet, **kwargs
-        )
-    finally:
-        await invoker.close()
-        for closing in (source, fleet):
-            if closing is not None:
-                await closing.close()
+    return await run_load(plan, Target(endpoint, url), request, metrics=source, fleet=fleet,
+                          poll_s=poll_s, label=label, engine=engine or Engine(), **kwargs)

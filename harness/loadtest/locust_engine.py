@@ -1,0 +1,437 @@
+"""The load test inside Locust: a plan as a ``LoadTestShape`` and a boto3 ``User``.
+
+Imported only in Locust's processes (``harness/locustfile.py``): Locust monkey-patches the
+interpreter with gevent on import. Every process (the local runner, the master, each worker) has
+one ``Engine``: the plan, a boto3 ``sagemaker-runtime`` client (SigV4, retries off, as a client
+would call: every throttle and error counted, none hidden) and the calls it made. Workers send
+their calls to the master with Locust's stats reports (``report_to_master``, every second) and a
+last batch when the master drains them; the master feeds each call to the ``Controller`` (phases,
+stopping conditions, aborts) that ``PlanShape.tick`` asks, and writes the one result.
+
+Ending a run: the master tells every worker to drain (no new calls; the ones in flight finish and
+are sent), waits for their last batches, writes the result, then lets Locust quit. So every call
+a worker made is counted once, and none is cut short. A worker that stops reporting (Locust
+marks it missing after ~3 s without heartbeat) ends the run: its calls since its last report are
+lost, the report says which worker and when, and holds what the others measured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+import locust.runners
+from locust import LoadTestShape, User, __version__, events, task
+from locust.env import Environment
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
+
+from harness.loadtest.config import PlanError
+from harness.loadtest.invokers import Boto3Invoker, Outcome
+from harness.loadtest.locust_run import (
+    END_SIGNAL,
+    PARENT_ENV,
+    Spec,
+    result_from_json,
+    sample_row,
+)
+from harness.loadtest.popularity import Chooser
+from harness.loadtest.runner import INTERRUPTED, Controller, finish_events
+
+log = logging.getLogger("mme.loadtest")
+
+# Calls reach the master's stopping conditions within a second (Locust's default is 3 s).
+locust.runners.WORKER_REPORT_INTERVAL = 1.0
+DRAIN, DRAINED = "mme_drain", "mme_drained"
+PROGRESS_EVERY_S = 2.0
+
+
+def _client(spec: Spec, pool: int) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    extra: dict[str, Any] = {}
+    if spec.target.url is not None:  # the emulator: any credentials sign (unless it checks)
+        session = boto3.session.Session()
+        extra = {"endpoint_url": spec.target.url,
+                 "region_name": spec.target.region or session.region_name or "us-east-1"}
+        if session.get_credentials() is None:
+            extra.update(aws_access_key_id="x", aws_secret_access_key="x")
+    elif spec.target.region:
+        extra["region_name"] = spec.target.region
+    return boto3.client("sagemaker-runtime", config=Config(
+        max_pool_connections=pool, read_timeout=70, connect_timeout=10,
+        retries={"total_max_attempts": 1, "mode": "standard"}), **extra)
+
+
+class Engine:
+    """One Locust process's share of the run: its calls, not yet sent to the master."""
+
+    def __init__(self, spec: Spec, seed_offset: int = 0) -> None:
+        self.spec = spec
+        pool = max(spec.plan.peak_users, 10)
+        self.invoker = Boto3Invoker(_client(spec, pool), spec.target.endpoint, spec.request.body,
+                                    spec.request.content_type, max_workers=1)
+        self.chooser = Chooser(spec.plan.target_models, spec.plan.popularity,
+                               spec.plan.seed + seed_offset)
+        self.pending: list[list[Any]] = []
+        self.messages: dict[str, str] = {}
+        self.in_flight = 0
+        self.draining = False
+        self.listener: Any = None  # the master's Run, in a local (one process) run
+
+    def call(self, environment: Environment) -> None:
+        target = self.chooser()
+        self.in_flight += 1
+        try:
+            t0 = time.time()
+            outcome = self.invoker._call(target)  # boto3 blocks; gevent makes it cooperative
+            t1 = time.time()
+        finally:
+            self.in_flight -= 1
+        row = sample_row(t0, t1, target, outcome)
+        if not outcome.ok and outcome.error_message:
+            self.messages[outcome.error_code or str(outcome.status)] = outcome.error_message
+        environment.events.request.fire(
+            request_type="InvokeEndpoint", name=target or "(endpoint)",
+            response_time=(t1 - t0) * 1000.0, response_length=0, context={},
+            exception=None if outcome.ok else _Failure(outcome))
+        if self.listener is not None:
+            self.listener.add([row], self.messages)
+        else:
+            self.pending.append(row)
+
+    def take(self) -> dict[str, Any]:
+        rows, self.pending = self.pending, []
+        return {"samples": rows, "messages": dict(self.messages)}
+
+    def drain(self) -> None:
+        """No new calls; returns once the calls in flight have finished (or the timeout)."""
+        self.draining = True
+        deadline = time.monotonic() + self.spec.drain_timeout_s
+        while self.in_flight and time.monotonic() < deadline:
+            gevent.sleep(0.02)
+
+
+class _Failure(Exception):
+    def __init__(self, outcome: Outcome) -> None:
+        code = outcome.error_code or str(outcome.status)
+        super().__init__(f"{code}: {outcome.error_message}" if outcome.error_message else code)
+
+
+ENGINE: Engine | None = None
+RUN: Run | None = None
+
+
+class Run:
+    """The master's (or the local runner's) view: every call, the controller, the result."""
+
+    def __init__(self, environment: Environment, spec: Spec, result_path: Path | None,
+                 report_dir: Path | None) -> None:
+        self.environment = environment
+        self.spec = spec
+        self.result_path = result_path
+        self.report_dir = report_dir
+        self.start: float | None = None
+        self.controller: Controller | None = None
+        self.samples: list[list[Any]] = []
+        self.messages: dict[str, str] = {}
+        self.users: list[list[float]] = []
+        self.events: list[list[Any]] = []
+        self.phase = -1
+        self.stop_reason: str | None = None
+        self.interrupted = False
+        self.finished = False
+        self.drained: set[str] = set()
+        self.lost: set[str] = set()
+        self._progress_at = 0.0
+        self._progress_count = 0
+        self._progress_errors = 0
+
+    # -- calls arriving (local: at once; master: with each worker report) --
+    def add(self, rows: list[list[Any]], messages: dict[str, str]) -> None:
+        self.messages.update(messages)
+        controller = self.controller
+        for row in rows:
+            self.samples.append(row)
+            if controller is None:
+                continue
+            t0, t1, _, status, code, mlat, cache = row[:7]
+            ok = 200 <= status < 300
+            latency = mlat / 1000.0 if mlat is not None else (t1 - t0) * 1000.0
+            controller.record(t1, ok, latency, code, answered=status != 0,
+                              error_message=self.messages.get(code or str(status)),
+                              cold=cache is False)
+
+    def begin(self) -> None:
+        self.start = time.time()
+        self.controller = Controller(self.spec.plan, self.start)
+        self._progress_at = self.start
+
+    def _runner(self) -> Any:
+        return self.environment.runner
+
+    def step(self) -> tuple[int, str | None]:
+        """Users wanted now, and the reason to stop (None: go on)."""
+        assert self.controller is not None and self.start is not None
+        now = time.time()
+        runner = self._runner()
+        if isinstance(runner, MasterRunner):
+            for client in runner.clients.all:
+                if client.state == STATE_MISSING and client.id not in self.lost:
+                    self.lost.add(client.id)
+                    self.events.append([now, "worker", f"worker {client.id} stopped reporting"])
+                    return 0, (f"aborted: worker {client.id} stopped reporting "
+                               f"{now - self.start:.1f} s into the run (its calls since its last "
+                               "report are lost; the report holds what the workers sent)")
+        if self.interrupted:
+            return 0, (f"{INTERRUPTED} after {now - self.start:.1f} s (Ctrl-C or SIGTERM): the "
+                       "report holds what was measured until then")
+        step = self.controller.step(now)
+        if step.new_phase:
+            phase = self.spec.plan.phases[step.phase]
+            self.events.append([now, "phase",
+                                f"phase {step.phase + 1}: {phase.initial_users} users "
+                                f"+{phase.spawn_rate}/min for {phase.duration_s:g}s"])
+        self._progress(now)
+        return step.users, (str(step.stop) if step.stop is not None else None)
+
+    def set_users(self, users: int) -> None:
+        if not self.users or self.users[-1][1] != users:
+            self.users.append([time.time(), users])
+
+    def _progress(self, now: float) -> None:
+        """The live line: users, calls per second and errors since the last line."""
+        if now - self._progress_at < PROGRESS_EVERY_S or self.start is None:
+            return
+        rows = self.samples[self._progress_count:]
+        errors = sum(1 for r in rows if not 200 <= r[3] < 300)
+        self._progress_errors += errors
+        users = self.users[-1][1] if self.users else 0
+        print(f"mme loadtest: {now - self.start:6.1f} s  users {users:4d}  "
+              f"{len(rows) / (now - self._progress_at):8.1f} calls/s  errors {errors} "
+              f"({self._progress_errors} in all)", file=sys.stderr, flush=True)
+        self._progress_at, self._progress_count = now, len(self.samples)
+
+    # -- the end --
+    def drain(self) -> None:
+        """Every worker stops calling and sends its last calls; the master waits for them."""
+        runner = self._runner()
+        if isinstance(runner, MasterRunner):
+            live = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
+            for client_id in live:
+                runner.send_message(DRAIN, None, client_id)
+            deadline = time.monotonic() + self.spec.drain_timeout_s + 10
+            while time.monotonic() < deadline:
+                live = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
+                if live <= self.drained:
+                    break
+                gevent.sleep(0.05)
+        elif ENGINE is not None:
+            ENGINE.drain()
+
+    def finish(self, reason: str) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        end = time.time()
+        self.users.append([end, 0])
+        runner = self._runner()
+        mode = (f"{len(runner.clients)} worker(s)" if isinstance(runner, MasterRunner)
+                else "1 process")
+        data = {
+            "started": self.start is not None, "start_epoch": self.start or end,
+            "end_epoch": end, "stop_reason": reason, "samples": self.samples,
+            "users": self.users, "events": self.events, "error_messages": self.messages,
+            "generator": f"locust {__version__} + boto3 ({mode})",
+        }
+        if self.result_path is not None:
+            tmp = self.result_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data))
+            tmp.replace(self.result_path)
+        if self.report_dir is not None and self.start is not None:
+            from harness.loadtest.report import write_report
+
+            result = result_from_json(data, self.spec.plan, self.spec.label)
+            finish_events(result)
+            paths = write_report(result, self.report_dir)
+            print("mme loadtest report: " + ", ".join(str(p) for p in paths.values()),
+                  file=sys.stderr)
+
+
+class PlanShape(LoadTestShape):
+    """The plan's phases, as Inference Recommender runs them, asked every ~50 ms."""
+
+    def tick(self) -> tuple[int, float] | None:
+        run = RUN
+        if run is None or run.finished:
+            return None
+        if run.start is None:
+            run.begin()
+        deadline = time.monotonic() + 0.9  # Locust calls again at once after a long tick
+        last = run.users[-1][1] if run.users else None
+        while True:
+            users, stop = run.step()
+            if stop is not None:
+                run.drain()
+                run.finish(stop)
+                return None
+            if users != last or time.monotonic() >= deadline:
+                run.set_users(users)
+                # New users all at once (within ~50 ms): the phase's count is the plan's.
+                return users, float(max(users, 1) * 20)
+            gevent.sleep(0.05)
+
+
+class SageMakerUser(User):
+    """One simulated client: ``InvokeEndpoint`` on a TargetModel drawn from the popularity."""
+
+    def wait_time(self) -> float:
+        return ENGINE.spec.think_s if ENGINE is not None else 0.0
+
+    @task
+    def invoke(self) -> None:
+        engine = ENGINE
+        if engine is None or engine.draining:
+            gevent.sleep(0.05)
+            return
+        engine.call(self.environment)
+
+
+# --- wiring into Locust's events -------------------------------------------------------------
+
+
+@events.init_command_line_parser.add_listener
+def _arguments(parser: Any) -> None:
+    group = parser.add_argument_group("mme load test")
+    group.add_argument("--mme-plan", default="", help="the load-test spec (JSON) to run")
+    group.add_argument("--mme-result", default="", help="where to write what was measured")
+    group.add_argument("--mme-report", default="",
+                       help="write report.json/.md/.png into this folder when the run ends")
+
+
+def _refuse(message: str) -> None:
+    print(f"mme loadtest: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+@events.init.add_listener
+def _init(environment: Environment, **_: Any) -> None:
+    global ENGINE, RUN
+    options = environment.parsed_options
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):  # the plan comes with the master's spawn message
+        runner.register_message(DRAIN, _on_drain)
+        return
+    if options is None or not options.mme_plan:
+        _refuse("give the load-test spec with --mme-plan FILE (mme loadtest writes one)")
+    assert options is not None
+    try:
+        text = Path(options.mme_plan).read_text()
+        spec = Spec.parse(text)
+    except (OSError, PlanError) as exc:  # refused before any load is sent
+        _refuse(f"{options.mme_plan}: {exc}")
+    options.mme_spec = text  # Locust sends custom options to each worker with every spawn
+    RUN = Run(environment, spec, Path(options.mme_result) if options.mme_result else None,
+              Path(options.mme_report) if options.mme_report else None)
+    if isinstance(runner, MasterRunner):
+        runner.register_message(DRAINED, _on_drained)
+    else:
+        ENGINE = Engine(spec)
+        ENGINE.listener = RUN
+    gevent.signal_handler(END_SIGNAL, _interrupt)
+    parent = os.environ.get(PARENT_ENV)
+    if parent:
+        gevent.spawn(_watch_parent, int(parent))
+
+
+def _interrupt() -> None:
+    run = RUN
+    if run is None:
+        return
+    if run.start is None:  # not started (waiting for workers): nothing to keep
+        run.finish(f"{INTERRUPTED} before any traffic was sent")
+        run.environment.runner.quit()
+        return
+    run.interrupted = True
+
+
+def _watch_parent(pid: int) -> None:
+    """Launched by ``mme loadtest``: end the run if it is gone (killed), not load on forever."""
+    while os.getppid() == pid:
+        gevent.sleep(1.0)
+    _interrupt()
+
+
+@events.test_start.add_listener
+def _test_start(environment: Environment, **_: Any) -> None:
+    global ENGINE
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner) and ENGINE is None:
+        options = environment.parsed_options
+        text = getattr(options, "mme_spec", "")
+        if not text:
+            log.error("the master sent no load-test spec: is it `mme loadtest --master`?")
+            return
+        ENGINE = Engine(Spec.parse(text), seed_offset=int(getattr(runner, "worker_index", 0)))
+
+
+@events.report_to_master.add_listener
+def _report(client_id: str, data: dict[str, Any], **_: Any) -> None:
+    if ENGINE is not None:
+        data["mme"] = ENGINE.take()
+
+
+@events.worker_report.add_listener
+def _worker_report(client_id: str, data: dict[str, Any], **_: Any) -> None:
+    batch = data.get("mme")
+    if RUN is not None and batch:
+        RUN.add(batch["samples"], batch["messages"])
+
+
+def _on_drain(environment: Environment, msg: Any, **_: Any) -> None:
+    def drain() -> None:
+        if ENGINE is not None:
+            ENGINE.drain()
+            batch = ENGINE.take()
+        else:
+            batch = {"samples": [], "messages": {}}
+        environment.runner.send_message(DRAINED, batch)
+
+    gevent.spawn(drain)
+
+
+def _on_drained(environment: Environment, msg: Any, **_: Any) -> None:
+    if RUN is not None:
+        RUN.add(msg.data["samples"], msg.data["messages"])
+        RUN.drained.add(msg.node_id)
+
+
+@events.test_stop.add_listener
+def _test_stop(environment: Environment, **_: Any) -> None:
+    """Locust stopped the test itself (its web UI's Stop, its SIGTERM, the last worker gone):
+    write what was measured."""
+    run = RUN
+    if run is None or run.finished or isinstance(environment.runner, WorkerRunner):
+        return
+    runner = environment.runner
+    if isinstance(runner, MasterRunner) and runner.clients and all(
+            c.state == STATE_MISSING for c in runner.clients.all):
+        reason = "aborted: every worker stopped reporting (the report holds what they sent)"
+        gevent.spawn_later(0.1, runner.quit)  # headless Locust would otherwise wait on
+    else:
+        elapsed = time.time() - run.start if run.start else 0.0
+        reason = (f"{INTERRUPTED} after {elapsed:.1f} s (stopped in Locust): the report "
+                  "holds what was measured until then")
+    run.finish(reason)
+
+
+@events.quitting.add_listener
+def _quitting(environment: Environment, **_: Any) -> None:
+    _test_stop(environment)
