@@ -215,7 +215,7 @@ class Settings(BaseSettings):
     invocation_timeout_s: Annotated[float, Flag(name="--invocation-timeout")] = 60.0
     """seconds before ModelNotReadyException (cold load) or a timeout ModelError"""
     model_load_timeout_s: Annotated[float, Flag(name="--model-load-timeout")] = 360.0
-    """seconds a model load may take in Triton before it fails with a ModelError (loading continues past the invocation timeout until then)"""  # noqa: E501
+    """seconds a model load may take in Triton before it fails with a ModelError (loading continues past the invocation timeout until then); Triton cannot cancel a load, so its instance's Triton is then recycled (docs/isolation.md)"""  # noqa: E501
     max_payload_bytes: Annotated[int, BeforeValidator(parse_size),
                                  Flag(default_text="`6MiB`", env_only=True)] = 6 * 1024**2
     """largest request body accepted, as SageMaker's 6 MB invocation limit"""
