@@ -5,6 +5,11 @@
         --prefix demo/ --endpoint-name demo ./repos/resnet ./repos/bert.tar.gz
     mme deploy --target aws --role-arn arn:aws:iam::<acct>:role/<role> --bucket <b> ...
     mme teardown --target aws --endpoint-name demo [--bucket <b> --prefix demo/]
+    mme deploy --target local --endpoint-name demo --traffic canary --canary-size 10% \
+        --bake 300 --rollback-alarm demo-errors ./repos/resnet       # a guarded update
+
+A guarded update reports each step and exits with 3 when it was rolled back (1 for any other
+failure), on the emulator and on SageMaker alike.
 
 Wire-in: ``add_subcommands(subparsers)`` adds both commands; each sets ``func`` (a function of the
 parsed arguments returning the exit code), as ``mme.cli`` expects.
@@ -26,8 +31,12 @@ from harness.deployer import (
     DeployConfig,
     Deployer,
     DeployError,
+    RolledBack,
+    deployment_config,
     make_clients,
 )
+
+EXIT_ROLLED_BACK = 3
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -142,6 +151,23 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         help="create the bucket if missing (default on --target local)",
     )
     deploy.add_argument("--no-progress", action="store_true", help="no upload progress bars")
+    guarded = deploy.add_argument_group(
+        "guarded update (UpdateEndpoint with a DeploymentConfig; used when the endpoint exists)")
+    guarded.add_argument(
+        "--traffic", choices=("all-at-once", "canary", "linear"),
+        help="blue/green traffic shifting: all at once, a canary then the rest, or linear steps")
+    guarded.add_argument("--canary-size", metavar="N|P%",
+                         help="the canary: instances (1) or a percentage of capacity (10%%)")
+    guarded.add_argument("--linear-step-size", metavar="N|P%",
+                         help="each linear step: instances or a percentage of capacity")
+    guarded.add_argument("--bake", type=int, default=None, metavar="SECONDS",
+                         help="baking period of each step (WaitIntervalInSeconds, 0-3600)")
+    guarded.add_argument("--termination-wait", type=int, default=None, metavar="SECONDS",
+                         help="TerminationWaitInSeconds before the old fleet stops")
+    guarded.add_argument("--max-execution-timeout", type=int, default=None, metavar="SECONDS",
+                         help="MaximumExecutionTimeoutInSeconds (600-28800)")
+    guarded.add_argument("--rollback-alarm", action="append", default=[], metavar="ALARM",
+                         help="CloudWatch alarm that rolls the update back (repeatable, 1-10)")
     deploy.set_defaults(func=run_deploy)
 
     teardown = subparsers.add_parser(
@@ -214,9 +240,21 @@ def _delay(args: argparse.Namespace) -> float:
     return 1.0 if args.target == "local" else 30.0
 
 
+def _deployment_config(args: argparse.Namespace) -> dict[str, object] | None:
+    """The DeploymentConfig the guarded-update flags describe, or None for a plain update."""
+    given = (args.traffic, args.canary_size, args.linear_step_size, args.bake,
+             args.termination_wait, args.max_execution_timeout)
+    if all(v is None for v in given) and not args.rollback_alarm:
+        return None
+    return deployment_config(
+        args.traffic or "all-at-once", args.bake or 0, args.canary_size, args.linear_step_size,
+        args.termination_wait, args.max_execution_timeout, args.rollback_alarm)
+
+
 def run_deploy(args: argparse.Namespace) -> int:
     def work() -> None:
         store_dir, prefix = _store(args)
+        guarded = _deployment_config(args)
         deployer = _deployer(args)
         result = deployer.deploy(
             DeployConfig(
@@ -237,6 +275,7 @@ def run_deploy(args: argparse.Namespace) -> int:
                 wait_delay_s=_delay(args),
                 create_bucket=args.create_bucket or args.target == "local",
                 dry_run=args.dry_run,
+                deployment_config=guarded,
             )
         )
         targets = ", ".join(a.target_model for a in result.artifacts)
@@ -269,6 +308,9 @@ def _run(work) -> int:  # type: ignore[no-untyped-def]
 
     try:
         work()
+    except RolledBack as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ROLLED_BACK
     except DeployError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -15,6 +15,12 @@ Re-runs are idempotent: the model and endpoint-config names carry a digest of th
 (image, environment, instance type, the artifacts' digests ...), so an unchanged deployment
 reuses everything, and a changed one gets a new model and config and an ``UpdateEndpoint``.
 Changed artifacts count as a change because a running MME may keep serving cached copies.
+
+A guarded update (``DeployConfig.deployment_config``: SageMaker's ``DeploymentConfig``, e.g. a
+canary with a bake time and rollback alarms, built by ``deployment_config``) is passed to
+UpdateEndpoint as is; the deployer then follows DescribeEndpoint and reports each step (the new
+fleet starting, each traffic step and its bake, a rollback), on the emulator and on SageMaker
+alike, and raises ``RolledBack`` when SageMaker (or the emulator) rolled the update back.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +90,57 @@ _NAME_OK = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 
 class DeployError(RuntimeError):
     """A deployment that cannot go on; the message says what failed and what to do."""
+
+
+class RolledBack(DeployError):
+    """The update was rolled back (an alarm, a timeout, a new fleet that did not start): the
+    endpoint serves its previous config. ``mme deploy`` exits with 3 for it."""
+
+
+def capacity_size(text: str) -> dict[str, Any]:
+    """``10%`` -> CAPACITY_PERCENT 10; ``2`` -> INSTANCE_COUNT 2 (SageMaker's CapacitySize)."""
+    value = text.strip()
+    percent = value.endswith("%")
+    number = value[:-1] if percent else value
+    if not number.isdigit() or int(number) < 1:
+        raise DeployError(f"a size is a whole number of instances (2) or a percentage (10%), "
+                          f"not {text!r}")
+    return {"Type": "CAPACITY_PERCENT" if percent else "INSTANCE_COUNT", "Value": int(number)}
+
+
+def deployment_config(
+    traffic: str = "ALL_AT_ONCE",
+    wait_interval_s: int = 0,
+    canary_size: str | None = None,
+    linear_step_size: str | None = None,
+    termination_wait_s: int | None = None,
+    max_execution_timeout_s: int | None = None,
+    rollback_alarms: Sequence[str] = (),
+) -> dict[str, Any]:
+    """SageMaker's ``DeploymentConfig`` for a blue/green update (all at once, canary, linear)
+    with its bake time (WaitIntervalInSeconds) and the alarms that roll it back."""
+    traffic = traffic.upper().replace("-", "_")
+    routing: dict[str, Any] = {"Type": traffic, "WaitIntervalInSeconds": int(wait_interval_s)}
+    if traffic == "CANARY":
+        if canary_size is None:
+            raise DeployError("a canary needs its size (--canary-size 10% or 1)")
+        routing["CanarySize"] = capacity_size(canary_size)
+    elif traffic == "LINEAR":
+        if linear_step_size is None:
+            raise DeployError("linear traffic shifting needs its step (--linear-step-size 20%)")
+        routing["LinearStepSize"] = capacity_size(linear_step_size)
+    elif traffic != "ALL_AT_ONCE":
+        raise DeployError(f"traffic routing is all-at-once, canary or linear, not {traffic!r}")
+    policy: dict[str, Any] = {"TrafficRoutingConfiguration": routing}
+    if termination_wait_s is not None:
+        policy["TerminationWaitInSeconds"] = int(termination_wait_s)
+    if max_execution_timeout_s is not None:
+        policy["MaximumExecutionTimeoutInSeconds"] = int(max_execution_timeout_s)
+    config: dict[str, Any] = {"BlueGreenUpdatePolicy": policy}
+    if rollback_alarms:
+        config["AutoRollbackConfiguration"] = {
+            "Alarms": [{"AlarmName": name} for name in rollback_alarms]}
+    return config
 
 
 def triton_image_uri(region: str, version: str = DEFAULT_TRITON_VERSION) -> str:
@@ -174,6 +232,8 @@ class DeployConfig:
     wait_max_attempts: int = 120
     create_bucket: bool = False
     dry_run: bool = False
+    # SageMaker's DeploymentConfig for an update (``deployment_config``); None: a plain update.
+    deployment_config: Mapping[str, Any] | None = None
 
     def normalized_prefix(self) -> str:
         prefix = self.prefix.strip("/")
@@ -490,24 +550,51 @@ class Deployer:
             self._say(f"unchanged endpoint {name} (config {config_name})")
             return "unchanged"
         else:
+            guarded = ({"DeploymentConfig": dict(config.deployment_config)}
+                       if config.deployment_config else {})
             self._mutate(
                 self.clients.sagemaker,
                 "UpdateEndpoint",
                 EndpointName=name,
                 EndpointConfigName=config_name,
+                **guarded,
             )
             action = "updated"
         if config.dry_run:
             self._say(f"would wait for endpoint {name} to be InService")
             return action
-        described = self._wait(config, name)
+        if action == "updated" and config.deployment_config:
+            described = self.follow(config, name)
+        else:
+            described = self._wait(config, name)
         if described.get("EndpointConfigName") != config_name:
             # SageMaker rolls a failed update back and keeps serving the old config.
-            raise DeployError(
+            raise RolledBack(
                 f"update of endpoint {name} failed and was rolled back: "
                 f"{described.get('FailureReason', 'no reason given')}"
             )
         return action
+
+    def follow(self, config: DeployConfig, name: str) -> dict[str, Any]:
+        """Poll DescribeEndpoint until the update ends, saying each step as it changes: the new
+        fleet starting, each traffic step and its bake, a rollback. The same on both targets:
+        only what DescribeEndpoint returns is read."""
+        said = None
+        for _ in range(max(1, config.wait_max_attempts * 10)):
+            described = self._read(self.clients.sagemaker, "DescribeEndpoint", EndpointName=name)
+            status = described["EndpointStatus"]
+            step = _deployment_step(described)
+            if step != said:
+                self._say(f"deployment of {name}: {step}")
+                said = step
+            if status not in ("Updating", "RollingBack", "SystemUpdating"):
+                if status != "InService":
+                    raise RolledBack(f"endpoint {name} is {status} after the update: "
+                                     f"{described.get('FailureReason', 'no reason given')}")
+                return described
+            time.sleep(config.wait_delay_s)
+        raise DeployError(f"endpoint {name} was still updating after "
+                          f"{config.wait_max_attempts * 10} polls; look at DescribeEndpoint")
 
     def _wait(self, config: DeployConfig, name: str, quiet: bool = False) -> dict[str, Any]:
         from botocore.exceptions import WaiterError
@@ -695,6 +782,30 @@ class _progress_bar:  # noqa: N801 - used as a context manager, reads like a fun
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+def _deployment_step(described: Mapping[str, Any]) -> str:
+    """One line for where an update is, from DescribeEndpoint alone."""
+    status = described["EndpointStatus"]
+    pending = described.get("PendingDeploymentSummary") or {}
+    if status == "InService":
+        reason = described.get("FailureReason")
+        return (f"InService on {described.get('EndpointConfigName')}"
+                + (f" (rolled back: {reason})" if reason else ""))
+    if status == "RollingBack":
+        return f"RollingBack: {described.get('FailureReason', 'no reason given')}"
+    parts = [status]
+    for variant in pending.get("ProductionVariants") or []:
+        for variant_status in variant.get("VariantStatus") or []:
+            text = f"{variant['VariantName']} {variant_status.get('Status')}"
+            if variant_status.get("StatusMessage"):
+                text += f": {variant_status['StatusMessage']}"
+            parts.append(text)
+        if "CurrentInstanceCount" in variant:
+            parts.append(f"new fleet {variant['CurrentInstanceCount']}/"
+                         f"{variant.get('DesiredInstanceCount', '?')} instances, weight "
+                         f"{variant.get('CurrentWeight', 0):.2f}")
+    return "; ".join(parts)
 
 
 def _digest(value: Any) -> str:

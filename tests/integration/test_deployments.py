@@ -1,0 +1,287 @@
+"""Guarded deployments against a real emulator: boto3 (sagemaker, sagemaker-runtime, cloudwatch)
+over HTTP, real Tritons for both generations, ``--clock-scale 60`` (a 240 s bake takes 4 s).
+
+One emulator for the module (each generation is one Triton; at most two run at once). Blue
+serves ``scale.tar.gz`` multiplying by 2, green the same TargetModel multiplying by 3, so every
+answer says which generation served it. A steady client runs through every deployment and no
+call may fail because of the deployment itself (shift, promotion, rollback, drain).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from emulator.server import EmulatorServer
+from emulator.settings import Settings
+from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.support import output_of, package, scale_request, write_scale_model
+
+pytestmark = pytest.mark.slow
+
+SCALE = 60.0
+FAST = {"Delay": 0.25, "MaxAttempts": 480}
+BLUE, GREEN = 2.0, 3.0
+ROLE = "arn:aws:iam::123456789012:role/x"
+
+
+class Module:
+    """The module's emulator and what was put in it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.cache = root / "cache"
+        self.server = self._start()
+        self.stores: dict[str, Path] = {}
+        for name, factor in (("blue", BLUE), ("green", GREEN), ("broken", None)):
+            store = root / "stores" / name
+            store.mkdir(parents=True)
+            folder = write_scale_model(root / "work" / name, "scale", factor or 1.0)
+            if factor is None:  # a model that fails to load: every call on it is a ModelError
+                (folder / "1" / "model.py").write_text("raise RuntimeError('broken on purpose')\n")
+            package(folder, store / "scale.tar.gz", "folder")
+            self.stores[name] = store
+
+    def _start(self) -> EmulatorServer:
+        return EmulatorServer(Settings.from_env(
+            env={}, cache_dir=self.cache, port=0, clock_scale=SCALE, routing_seed=7)).start()
+
+    def restart(self) -> None:
+        self.server.stop()
+        self.server = self._start()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def client(self, service: str) -> Any:
+        return boto3.client(service, endpoint_url=self.url, **DUMMY_CREDENTIALS,
+                            config=Config(retries={"max_attempts": 1}))
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
+    module = Module(tmp_path_factory.mktemp("deployments"))
+    sm = module.client("sagemaker")
+    for name, store in module.stores.items():
+        sm.create_model(ModelName=f"m-{name}", ExecutionRoleArn=ROLE, PrimaryContainer={
+            "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": store.as_uri() + "/"})
+        sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
+            "VariantName": "AllTraffic", "ModelName": f"m-{name}", "InstanceType": "ml.m5.xlarge",
+            "InitialInstanceCount": 1}])
+    sm.create_endpoint(EndpointName="ep", EndpointConfigName="blue")
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="ep", WaiterConfig=FAST)
+    cw = module.client("cloudwatch")
+    # The CI job's own health metric, alarmed on (it publishes with PutMetricData).
+    cw.put_metric_alarm(AlarmName="ci-health", Namespace="CI/Health", MetricName="Failures",
+                        Statistic="Sum", Period=60, EvaluationPeriods=1, Threshold=0,
+                        ComparisonOperator="GreaterThanThreshold", TreatMissingData="notBreaching")
+    # The endpoint's own metric: a model error on any generation of the variant.
+    cw.put_metric_alarm(AlarmName="ep-model-errors", Namespace="AWS/SageMaker",
+                        MetricName="InvocationModelErrors", Statistic="Sum", Period=60,
+                        EvaluationPeriods=1, Threshold=0,
+                        ComparisonOperator="GreaterThanThreshold", TreatMissingData="notBreaching",
+                        Dimensions=[{"Name": "EndpointName", "Value": "ep"},
+                                    {"Name": "VariantName", "Value": "AllTraffic"}])
+    try:
+        yield module
+    finally:
+        module.server.stop()
+
+
+class Traffic:
+    """One client calling the endpoint back to back; each answer's factor (2 blue, 3 green)."""
+
+    def __init__(self, url: str) -> None:
+        self.rt = runtime_client(url)
+        self.factors: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                answer = self.rt.invoke_endpoint(
+                    EndpointName="ep", TargetModel="scale.tar.gz",
+                    ContentType="application/json", Body=scale_request([1.0, 1.0, 1.0, 1.0]))
+                self.factors.append(float(output_of(answer["Body"].read())[0]))
+            except Exception as exc:  # noqa: BLE001 - every failure is the test's finding
+                self.failures.append(repr(exc))
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def pending_status(described: dict[str, Any]) -> str | None:
+    pending = described.get("PendingDeploymentSummary") or {}
+    for variant in pending.get("ProductionVariants") or []:
+        for status in variant.get("VariantStatus") or []:
+            return str(status["Status"])
+    return None
+
+
+def baking(sm: Any) -> dict[str, Any] | None:
+    described: dict[str, Any] = sm.describe_endpoint(EndpointName="ep")
+    return described if pending_status(described) == "Baking" else None
+
+
+def canary(percent: int, wait: int, alarms: tuple[str, ...] = ("ci-health",),
+           **more: Any) -> dict[str, Any]:
+    return {"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {
+        "Type": "CANARY", "WaitIntervalInSeconds": wait,
+        "CanarySize": {"Type": "CAPACITY_PERCENT", "Value": percent}}, **more},
+        "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": a} for a in alarms]}}
+
+
+def in_service_on(sm: Any, config: str) -> dict[str, Any]:
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="ep", WaiterConfig=FAST)
+    described: dict[str, Any] = sm.describe_endpoint(EndpointName="ep")
+    assert described["EndpointConfigName"] == config, described.get("FailureReason")
+    return described
+
+
+def test_canary_bakes_and_completes_without_a_failed_call(emulator: Module) -> None:
+    sm = emulator.client("sagemaker")
+    traffic = Traffic(emulator.url)
+    try:
+        wait_for(lambda: len(traffic.factors) >= 5, "blue's first answers")
+        config = canary(25, wait=240, TerminationWaitInSeconds=60)
+        sm.update_endpoint(EndpointName="ep", EndpointConfigName="green", DeploymentConfig=config)
+        during = wait_for(lambda: baking(sm), "the canary's bake")
+        assert during["EndpointStatus"] == "Updating"
+        assert during["EndpointConfigName"] == "blue"
+        (new_fleet,) = during["PendingDeploymentSummary"]["ProductionVariants"]
+        assert new_fleet["CurrentInstanceCount"] == 1
+        assert new_fleet["CurrentWeight"] == pytest.approx(0.25)
+        assert during["ProductionVariants"][0]["CurrentWeight"] == pytest.approx(0.75)
+        mark = len(traffic.factors)
+        wait_for(lambda: GREEN in traffic.factors[mark:], "a call on the canary")
+        canary_calls = traffic.factors[mark:]
+        assert BLUE in canary_calls  # the rest still on blue
+        described = in_service_on(sm, "green")
+        assert described["LastDeploymentConfig"] == config
+        assert "FailureReason" not in described
+        mark = len(traffic.factors)
+        wait_for(lambda: len(traffic.factors) >= mark + 5, "answers after the deployment")
+        assert set(traffic.factors[mark:]) == {GREEN}
+    finally:
+        traffic.stop()
+    assert traffic.failures == []
+
+
+def test_canary_rolled_back_by_an_alarm_on_a_published_metric(emulator: Module) -> None:
+    sm, cw = emulator.client("sagemaker"), emulator.client("cloudwatch")
+    traffic = Traffic(emulator.url)
+    try:
+        sm.update_endpoint(EndpointName="ep", EndpointConfigName="blue",
+                           DeploymentConfig=canary(50, wait=3600))  # a 60 s bake
+        wait_for(lambda: baking(sm), "the canary's bake")
+        mark = len(traffic.factors)
+        wait_for(lambda: BLUE in traffic.factors[mark:], "a call on the canary")
+        cw.put_metric_data(Namespace="CI/Health",
+                           MetricData=[{"MetricName": "Failures", "Value": 1.0}])
+        described = in_service_on(sm, "green")  # through RollingBack
+        assert '"ci-health"' in described["FailureReason"]
+        assert "PendingDeploymentSummary" not in described
+        mark = len(traffic.factors)
+        wait_for(lambda: len(traffic.factors) >= mark + 5, "answers after the rollback")
+        assert set(traffic.factors[mark:]) == {GREEN}
+    finally:
+        traffic.stop()
+    assert traffic.failures == []
+    wait_for(lambda: cw.describe_alarms(AlarmNames=["ci-health"])["MetricAlarms"][0][
+        "StateValue"] == "OK", "the health alarm back to OK", timeout=60)
+
+
+def test_green_model_failing_is_rolled_back_by_the_endpoints_own_metric(
+        emulator: Module) -> None:
+    sm = emulator.client("sagemaker")
+    traffic = Traffic(emulator.url)
+    try:
+        sm.update_endpoint(EndpointName="ep", EndpointConfigName="broken",
+                           DeploymentConfig=canary(50, wait=3600, alarms=("ep-model-errors",)))
+        described = in_service_on(sm, "green")  # through RollingBack
+        assert '"ep-model-errors"' in described["FailureReason"]
+        mark = len(traffic.factors)
+        failed = len(traffic.failures)
+        wait_for(lambda: len(traffic.factors) >= mark + 5, "answers after the rollback")
+        assert set(traffic.factors[mark:]) == {GREEN}
+        assert len(traffic.failures) == failed  # once rolled back, nothing fails
+    finally:
+        traffic.stop()
+    # Every failure was the broken model's own answer on the canary, never the deployment's.
+    assert traffic.failures and all("ModelError" in f for f in traffic.failures)
+
+
+def test_linear_then_all_at_once(emulator: Module) -> None:
+    sm = emulator.client("sagemaker")
+    traffic = Traffic(emulator.url)
+    try:
+        sm.update_endpoint(EndpointName="ep", EndpointConfigName="blue", DeploymentConfig={
+            "BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {
+                "Type": "LINEAR", "WaitIntervalInSeconds": 120,
+                "LinearStepSize": {"Type": "CAPACITY_PERCENT", "Value": 50}}}})
+        seen: set[str] = set()
+
+        def steps() -> bool:
+            described = sm.describe_endpoint(EndpointName="ep")
+            for variant in (described.get("PendingDeploymentSummary") or {}).get(
+                    "ProductionVariants") or []:
+                for status in variant.get("VariantStatus") or []:
+                    seen.add(status.get("StatusMessage", "")[:11])
+            return described["EndpointStatus"] == "InService"
+
+        wait_for(steps, "the linear deployment")
+        assert {"Step 1 of 2", "Step 2 of 2"} <= seen
+        in_service_on(sm, "blue")
+        sm.update_endpoint(EndpointName="ep", EndpointConfigName="green", DeploymentConfig={
+            "BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {
+                "Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 0}}})
+        in_service_on(sm, "green")
+        mark = len(traffic.factors)
+        wait_for(lambda: len(traffic.factors) >= mark + 5, "answers after all at once")
+        assert set(traffic.factors[mark:]) == {GREEN}
+    finally:
+        traffic.stop()
+    assert traffic.failures == []
+
+
+def test_a_restart_mid_deployment_resumes_it(emulator: Module) -> None:
+    sm = emulator.client("sagemaker")
+    sm.update_endpoint(EndpointName="ep", EndpointConfigName="blue",
+                       DeploymentConfig=canary(25, wait=600))  # a 10 s bake
+    wait_for(lambda: baking(sm), "the canary's bake")
+    emulator.restart()
+    sm = emulator.client("sagemaker")
+    resumed = wait_for(lambda: baking(sm), "the resumed bake")
+    message = resumed["PendingDeploymentSummary"]["ProductionVariants"][0]["VariantStatus"][0][
+        "StatusMessage"]
+    assert "Step 1 of 2" in message and "resumed after an emulator restart" in message
+    assert resumed["EndpointConfigName"] == "green"  # blue (the running config) came back
+    rt = runtime_client(emulator.url)
+    answer = rt.invoke_endpoint(EndpointName="ep", TargetModel="scale.tar.gz",
+                                ContentType="application/json",
+                                Body=scale_request([1.0, 1.0, 1.0, 1.0]))
+    assert float(output_of(answer["Body"].read())[0]) in (BLUE, GREEN)
+    in_service_on(sm, "blue")
