@@ -125,7 +125,8 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.alarms = alarms
     metrics_api = cloudwatch.CloudWatchService(metric_store, clock, alarms)
     scaling = autoscaling.AutoScalingService(autoscaling.SageMakerVariants(control), clock,
-                                             settings.region, settings.account_id)
+                                             settings.region, settings.account_id, alarms,
+                                             settings.cache_dir / "autoscaling.json")
     app.include_router(build_control_router(control, others={
         (Service.AUTOSCALING, Protocol.JSON): autoscaling.json_handler(scaling),
         (Service.CLOUDWATCH, Protocol.JSON): cloudwatch.json_handler(metrics_api),

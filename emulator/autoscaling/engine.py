@@ -1,9 +1,15 @@
-"""Target tracking that really happens: alarms evaluated over the metric store, capacity changed
-through SageMaker's API, every decision logged and listed as a scaling activity.
+"""Scaling that really happens: policies run by their CloudWatch alarms' actions, capacity
+changed through SageMaker's API, every decision logged and listed as a scaling activity.
 
-One asyncio task evaluates every registered target each ``TICK_S`` emulated seconds (so, with
-``--clock-scale 60``, six times per real second). The rules (thresholds, datapoints, cooldowns,
-the [U] choices) are in ``emulator/autoscaling/rules.py``.
+The alarms (target tracking's AlarmHigh/AlarmLow, the alarms a user points at a step scaling
+policy) are evaluated by the ``AlarmStore`` on the emulated clock; an alarm in ALARM calls
+``run_actions`` with its policy ARN, at the state change and again at every evaluation while
+it stays in ALARM. All the calls of one evaluation round come together: per scalable target the
+largest proposed capacity wins (AWS's rule for policies that disagree).
+
+A loop also visits every target each ``TICK_S`` emulated seconds to settle activities and to
+bring a capacity outside MinCapacity/MaxCapacity back within them. The rules (thresholds,
+datapoints, cooldowns, the [U] choices) are in ``rules.py`` and ``step.py``.
 """
 
 from __future__ import annotations
@@ -14,21 +20,18 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import numpy as np
-
-from emulator.autoscaling import rules
+from emulator.autoscaling import rules, step
 from emulator.autoscaling.capacity import CapacityError, VariantCapacity
-from emulator.autoscaling.service import AutoScalingService, metric_query
+from emulator.autoscaling.service import AutoScalingService
 from emulator.autoscaling.state import ScalableTarget, ScalingActivity, ScalingPolicy
 from emulator.clock import Clock
-from emulator.cloudwatch import statistics
-from emulator.cloudwatch.series import MetricStore, SeriesKey
+from emulator.cloudwatch.alarms import ALARM, ActionCall
+from emulator.cloudwatch.series import MetricStore
 
 log = logging.getLogger(__name__)
 
-# [U] Alarms are re-evaluated over sliding one-minute windows every 10 emulated seconds (AWS
-#     evaluates once a minute): a breach is seen at most 10 s after it is complete.
-TICK_S = 10.0
+TICK_S = 10.0  # emulated seconds between two visits of every target (activities, bounds)
+POLICY_ARN_PREFIX = "arn:aws:autoscaling:"
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class Proposal:
     capacity: int
     cause: str
     scale_in: bool
+    policy_arn: str | None = None
 
 
 class ScalingEngine:
@@ -43,6 +47,8 @@ class ScalingEngine:
         self.service = service
         self.store = store
         self.clock = clock
+        if service.alarms is not None:
+            service.alarms.add_action_handler(POLICY_ARN_PREFIX, self.run_actions)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -64,34 +70,45 @@ class ScalingEngine:
             await self.clock.sleep(TICK_S)
 
     # -----------------------------------------------------------------------------------------
+    # The periodic visit: settle activities, keep within Min/Max
 
     async def evaluate(self, target: ScalableTarget) -> None:
         endpoint, variant = target.endpoint_and_variant
         capacity = await self.service.variants.capacity(endpoint, variant)
         if capacity is None:
             return  # the endpoint is gone; the target stays registered, as on AWS
+        if not self._settle(target, capacity):
+            return
+        proposal = self._bounds(target, capacity.desired)
+        if proposal is not None and proposal.capacity != capacity.desired:
+            await self._act(target, proposal, capacity.desired)
+
+    def _settle(self, target: ScalableTarget, capacity: VariantCapacity) -> bool:
+        """Finish what is done; True when the target is free for a new activity."""
         now = self.clock.now()
         history = self.service.activities.get(target.resource_id, [])
-        in_progress = [a for a in history if a.status == "InProgress"]
-        for activity in in_progress:
-            self._finish(activity, capacity, now)
-        if capacity.status != "InService" or any(a.status == "InProgress" for a in history):
-            return
-        proposal = self._bounds(target, capacity.desired) or self._track(target, capacity, now)
-        if proposal is not None and proposal.capacity != capacity.desired:
-            await self._act(target, proposal, now)
+        changed = False
+        for activity in [a for a in history if a.status == "InProgress"]:
+            changed |= self._finish(activity, capacity, now)
+        if changed:
+            self.service.save()
+        return capacity.status == "InService" and not any(
+            a.status == "InProgress" for a in history)
 
-    def _finish(self, activity: ScalingActivity, capacity: VariantCapacity, now: float) -> None:
+    def _finish(self, activity: ScalingActivity, capacity: VariantCapacity, now: float) -> bool:
         # Done once the endpoint has settled: at the count asked for or, when someone else's update
         # came since, at theirs (an activity must not stay InProgress and block the target).
         if capacity.status == "InService" and capacity.current == capacity.desired:
             activity.status, activity.ended = "Successful", now
             activity.message = (f"Successfully set desired instance count to {activity.desired}."
                                 " Change successfully fulfilled by sagemaker.")
-        elif capacity.status == "Failed":
+            return True
+        if capacity.status == "Failed":
             activity.status, activity.ended = "Failed", now
             activity.message = (f"Failed to set desired instance count to {activity.desired}. "
                                 "Reason: the endpoint is Failed.")
+            return True
+        return False
 
     def _bounds(self, target: ScalableTarget, desired: int) -> Proposal | None:
         if desired < target.min_capacity:
@@ -102,77 +119,138 @@ class ScalingEngine:
                             f"maximum capacity was set to {target.max_capacity}", True)  # [U]
         return None
 
-    def _track(self, target: ScalableTarget, capacity: VariantCapacity,
-               now: float) -> Proposal | None:
-        policies = [p for p in self.service.policies.values()
-                    if p.resource_id == target.resource_id]
-        if not policies:
-            return None
-        outs: list[Proposal] = []
-        ins: list[Proposal | None] = []
-        for policy in policies:
-            out, scale_in = self._policy(policy, target, capacity.desired, now)
-            if out is not None:
-                outs.append(out)
-            ins.append(scale_in)
-        if outs and not target.suspended.get("DynamicScalingOutSuspended"):
-            if now >= self._last(target, scale_in=False, ended=False) + self._cooldown(
-                    policies, "ScaleOutCooldown"):
-                return max(outs, key=lambda p: p.capacity)
-            return None
-        if ins and all(p is not None for p in ins) and not target.suspended.get(
-                "DynamicScalingInSuspended"):
-            if now >= self._last(target, scale_in=True, ended=True) + self._cooldown(
-                    policies, "ScaleInCooldown"):
-                return max((p for p in ins if p is not None), key=lambda p: p.capacity)
-        return None
+    # -----------------------------------------------------------------------------------------
+    # Alarm actions: the policies
 
-    def _policy(self, policy: ScalingPolicy, target: ScalableTarget, desired: int,
-                now: float) -> tuple[Proposal | None, Proposal | None]:
-        """(scale-out proposal, scale-in proposal) of one target tracking policy."""
-        query = metric_query(policy.configuration)
+    async def run_actions(self, calls: list[ActionCall]) -> list[str | None]:
+        """One evaluation round's calls of policy ARNs; per call None, or why it failed."""
+        results: list[str | None] = []
+        by_target: dict[str, list[tuple[ScalingPolicy, ActionCall]]] = {}
+        for call in calls:
+            policy = self.service.policy_by_arn(call.arn)
+            if policy is None:
+                results.append(f"No scaling policy found for {call.arn}")  # [U] wording
+                continue
+            results.append(None)
+            by_target.setdefault(policy.resource_id, []).append((policy, call))
+        for resource, items in by_target.items():
+            target = self.service.targets.get(resource)
+            if target is None:
+                continue
+            try:
+                await self._decide(target, items)
+            except Exception:  # noqa: BLE001 - one target's failure must not stop the others
+                log.exception("resource=%s scaling failed", resource)
+        return results
+
+    async def _decide(self, target: ScalableTarget,
+                      items: list[tuple[ScalingPolicy, ActionCall]]) -> None:
         endpoint, variant = target.endpoint_and_variant
-        dims = query.dimensions or (("EndpointName", endpoint), ("VariantName", variant))
-        points = self._datapoints(SeriesKey(query.namespace, query.metric_name, dims),
-                                  query, rules.LOW_DATAPOINTS, now)
-        value = policy.target_value
-        out = scale_in = None
-        high = [p for p in points[: rules.HIGH_DATAPOINTS] if p is not None and p > value]
-        if high and len(high) == len(points[: rules.HIGH_DATAPOINTS]):
-            latest = high[0]
-            capacity = rules.scale_out_capacity(desired, latest, value, target.max_capacity)
-            if capacity > desired:
-                out = Proposal(capacity, self._cause(policy, policy.high.name), False)
-        low_threshold = value * rules.LOW_THRESHOLD_FACTOR
-        low = [p for p in points if p is not None and p < low_threshold]
-        if not policy.configuration.get("DisableScaleIn") and low and len(low) == len(points):
-            latest = low[0]
-            capacity = rules.scale_in_capacity(desired, latest, value, target.min_capacity)
-            if capacity < desired:
-                scale_in = Proposal(capacity, self._cause(policy, policy.low.name), True)
-        return out, scale_in
+        capacity = await self.service.variants.capacity(endpoint, variant)
+        if capacity is None or not self._settle(target, capacity):
+            return  # not now: the alarm stays in ALARM and calls again next evaluation
+        now = self.clock.now()
+        proposals = [p for policy, call in items
+                     if call.state == ALARM
+                     and (p := self._propose(target, policy, call, capacity.desired, now))
+                     is not None and p.capacity != capacity.desired]
+        if proposals:
+            # AWS: "the policy that provides the largest capacity" wins, out and in alike
+            await self._act(target, max(proposals, key=lambda p: p.capacity), capacity.desired)
 
-    def _datapoints(self, key: SeriesKey, query: rules.MetricQuery, count: int,
-                    now: float) -> list[float | None]:
-        """The last ``count`` one-minute datapoints, most recent first (None: no data)."""
-        width = self.clock.real_duration(rules.PERIOD_S)
-        times, values = self.store.samples(key, now - count * width, now, query.unit)
-        index = np.floor((now - times) / width).astype(np.int64)
-        points: list[float | None] = []
-        for k in range(count):
-            selected = values[index == k]
-            points.append(statistics.compute(query.statistic, selected) if selected.size
-                          else None)
-        return points
+    def _propose(self, target: ScalableTarget, policy: ScalingPolicy, call: ActionCall,
+                 desired: int, now: float) -> Proposal | None:
+        if policy.tracking:
+            return self._tracking(target, policy, call, desired, now)
+        return self._step(target, policy, call, desired, now)
 
     @staticmethod
-    def _cause(policy: ScalingPolicy, alarm: str) -> str:
+    def _cause(alarm: str, policy: ScalingPolicy) -> str:
         return f"monitor alarm {alarm} in state ALARM triggered policy {policy.name}"
+
+    def _tracking(self, target: ScalableTarget, policy: ScalingPolicy, call: ActionCall,
+                  desired: int, now: float) -> Proposal | None:
+        value = call.value
+        if value is None:
+            return None
+        policies = [p for p in self.service.policies.values()
+                    if p.resource_id == target.resource_id and p.tracking]
+        if policy.high is not None and call.alarm_name == policy.high.name:
+            if target.suspended.get("DynamicScalingOutSuspended"):
+                return None
+            if now < self._last(target, scale_in=False, ended=False) + self._cooldown(
+                    policies, "ScaleOutCooldown"):
+                return None
+            capacity = rules.scale_out_capacity(desired, value, policy.target_value,
+                                                target.max_capacity)
+            return Proposal(capacity, self._cause(call.alarm_name, policy), False, policy.arn)
+        if target.suspended.get("DynamicScalingInSuspended"):
+            return None
+        if now < self._last(target, scale_in=True, ended=True) + self._cooldown(
+                policies, "ScaleInCooldown"):
+            return None
+        # [U] scale in only when every target tracking policy of the target would (each one's
+        # AlarmLow in ALARM), to the largest of their capacities
+        capacities = []
+        for each in policies:
+            if each.configuration.get("DisableScaleIn") or each.low is None:
+                return None
+            alarm = self.service.alarms.get(each.low.name) if self.service.alarms else None
+            if alarm is None or alarm.state != ALARM or alarm.value is None:
+                return None
+            capacities.append(rules.scale_in_capacity(desired, alarm.value, each.target_value,
+                                                      target.min_capacity))
+        if policy.low is None:
+            return None
+        return Proposal(max(capacities), self._cause(call.alarm_name, policy), True, policy.arn)
+
+    def _step(self, target: ScalableTarget, policy: ScalingPolicy, call: ActionCall,
+              desired: int, now: float) -> Proposal | None:
+        config = policy.configuration
+        threshold = float(call.config.get("Threshold", 0.0))
+        # [U] an alarm in ALARM with no datapoint (missing data treated as breaching) is taken
+        # as breaching by nothing: the step that holds 0.
+        value = call.value if call.value is not None else threshold
+        adjustment = step.adjustment(config, value - threshold)
+        if adjustment is None:
+            return None  # no step holds the breach: nothing to do, as on AWS
+        capacity = step.capacity(config, desired, adjustment, target.min_capacity,
+                                 target.max_capacity)
+        cooldown = self.clock.real_duration(float(config.get("Cooldown",
+                                                             step.DEFAULT_COOLDOWN_S)))
+        last = self._last_of(target, policy)
+        cause = self._cause(call.alarm_name, policy)
+        if capacity > desired:
+            if target.suspended.get("DynamicScalingOutSuspended"):
+                return None
+            if last is not None and not last.scale_in and now < last.started + cooldown:
+                # During the cooldown the capacity the last scale-out added counts as part of
+                # this one: only a larger scale-out goes through.
+                base = last.previous if last.previous is not None else desired
+                capacity = step.capacity(config, base, adjustment, target.min_capacity,
+                                         target.max_capacity)
+                if capacity <= last.desired:
+                    return None
+            return Proposal(capacity, cause, False, policy.arn)
+        if capacity < desired:
+            if target.suspended.get("DynamicScalingInSuspended"):
+                return None
+            if last is not None and last.scale_in and now < (last.ended or last.started) \
+                    + cooldown:
+                return None
+            return Proposal(capacity, cause, True, policy.arn)
+        return None
+
+    def _last_of(self, target: ScalableTarget, policy: ScalingPolicy) -> ScalingActivity | None:
+        for activity in reversed(self.service.activities.get(target.resource_id, [])):
+            if activity.policy_arn == policy.arn and activity.status == "Successful":
+                return activity
+        return None
 
     def _cooldown(self, policies: list[ScalingPolicy], name: str) -> float:
         """The longest cooldown of the target's policies, in real seconds."""
-        seconds = max(float(p.configuration.get(name, rules.DEFAULT_COOLDOWN_S))
-                      for p in policies)
+        seconds = max((float(p.configuration.get(name, rules.DEFAULT_COOLDOWN_S))
+                       for p in policies), default=float(rules.DEFAULT_COOLDOWN_S))
         return self.clock.real_duration(seconds)
 
     def _last(self, target: ScalableTarget, *, scale_in: bool, ended: bool) -> float:
@@ -181,13 +259,13 @@ class ScalingEngine:
                 return (activity.ended or activity.started) if ended else activity.started
         return float("-inf")
 
-    async def _act(self, target: ScalableTarget, proposal: Proposal, now: float) -> None:
+    async def _act(self, target: ScalableTarget, proposal: Proposal, desired: int) -> None:
         endpoint, variant = target.endpoint_and_variant
         activity = ScalingActivity(
             resource_id=target.resource_id,
             description=f"Setting desired instance count to {proposal.capacity}.",
-            cause=proposal.cause, started=now, desired=proposal.capacity,
-            scale_in=proposal.scale_in)
+            cause=proposal.cause, started=self.clock.now(), desired=proposal.capacity,
+            scale_in=proposal.scale_in, previous=desired, policy_arn=proposal.policy_arn)
         self.service.record_activity(activity)
         log.info("resource=%s scaling to %d instances: %s", target.resource_id,
                  proposal.capacity, proposal.cause)
@@ -198,3 +276,4 @@ class ScalingEngine:
             activity.message = (f"Failed to set desired instance count to {proposal.capacity}."
                                 f" Reason: {exc}")
             log.warning("resource=%s scaling refused by sagemaker: %s", target.resource_id, exc)
+        self.service.save()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 PERIOD_S = 60  # emulated seconds per alarm datapoint
 HIGH_DATAPOINTS = 3
@@ -24,8 +25,10 @@ DEFAULT_COOLDOWN_S = 300
 
 # [U] The low alarm's threshold: the guide says "typically 10% or more below the target".
 LOW_THRESHOLD_FACTOR = 0.9
-# [U] An alarm is in ALARM only when every one of its datapoints exists and breaches (missing
-#     data is not breaching); the formula uses the most recent datapoint.
+# The two alarms are real CloudWatch alarms (emulator/cloudwatch/alarms.py), visible in
+# DescribeAlarms, evaluated with TreatMissingData missing; the policy runs when one is in ALARM,
+# again at every evaluation while it stays there. The formula uses the most recent datapoint.
+# When policies disagree (target tracking and step scaling alike), the largest capacity wins.
 # [U] While the endpoint is not InService (an update in progress) nothing is evaluated; the next
 #     period tries again, as Application Auto Scaling retries a refused change.
 # [U] During ScaleOutCooldown no further scale-out starts (AWS lets a larger one through); during
@@ -43,6 +46,8 @@ class MetricQuery:
     unit: str | None = None
     # None: the variant's own (EndpointName, VariantName), as for the predefined metrics.
     dimensions: tuple[tuple[str, str], ...] | None = None
+    # CustomizedMetricSpecification.Metrics (metric math), as given; then the rest is unused.
+    metrics: tuple[dict[str, Any], ...] = ()
 
 
 # Predefined metric types that make sense for ``sagemaker:variant:DesiredInstanceCount``;

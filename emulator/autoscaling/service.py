@@ -1,7 +1,9 @@
 """Application Auto Scaling's API for SageMaker variants: behaviour only (the wire is ``wire``).
 
-Scalable targets and policies live in memory (they are not restored after a restart). Policies
-are target tracking; the evaluation that acts on them is ``emulator/autoscaling/engine.py``.
+Scalable targets, policies and activities are kept in a JSON file in the cache folder and come
+back after a restart. Policies are target tracking (whose two CloudWatch alarms this service
+creates in the ``AlarmStore``, as AWS does) or step scaling (run by the alarms a user points at
+the policy's ARN); ``emulator/autoscaling/engine.py`` runs them when their alarms fire.
 """
 
 from __future__ import annotations
@@ -9,18 +11,33 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
+import os
 import re
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from botocore import xform_name  # boto3's own operation -> method name
 
-from emulator.autoscaling import rules
+from emulator.autoscaling import rules, step
 from emulator.autoscaling.capacity import SageMakerVariants
-from emulator.autoscaling.state import Alarm, ScalableTarget, ScalingActivity, ScalingPolicy
+from emulator.autoscaling.state import (
+    Alarm,
+    ScalableTarget,
+    ScalingActivity,
+    ScalingPolicy,
+    policy_from,
+)
 from emulator.autoscaling.wire import MAX_RESULTS, ScalingError, not_found
 from emulator.clock import Clock
+from emulator.cloudwatch.alarm_api import check_metric_alarm
+from emulator.cloudwatch.alarms import METRIC_ALARM, AlarmStore
+from emulator.cloudwatch.errors import CloudWatchError
+
+log = logging.getLogger(__name__)
 
 _RESOURCE_ID = re.compile(r"endpoint/([^/]+)/variant/([^/]+)")
 SUSPENDED = ("DynamicScalingInSuspended", "DynamicScalingOutSuspended",
@@ -35,19 +52,61 @@ def _key_text(params: dict[str, Any]) -> str:
 
 class AutoScalingService:
     def __init__(self, variants: SageMakerVariants, clock: Clock, region: str,
-                 account: str) -> None:
+                 account: str, alarms: AlarmStore | None = None,
+                 state_file: Path | None = None) -> None:
         self.variants = variants
         self.clock = clock
         self.region = region
         self.account = account
+        self.alarms = alarms
+        self.state_file = state_file
         self.targets: dict[str, ScalableTarget] = {}  # by ResourceId
         self.policies: dict[tuple[str, str], ScalingPolicy] = {}  # (ResourceId, PolicyName)
         self.activities: dict[str, list[ScalingActivity]] = {}  # by ResourceId, oldest first
+        self._load()
+
+    # -----------------------------------------------------------------------------------------
+    # Persistence: the whole state, written after every change (a handful of objects)
+
+    def _load(self) -> None:
+        if self.state_file is None or not self.state_file.exists():
+            return
+        try:
+            saved = json.loads(self.state_file.read_text())
+            self.targets = {t["resource_id"]: ScalableTarget(**t) for t in saved["targets"]}
+            for item in saved["policies"]:
+                policy = policy_from(item)
+                self.policies[(policy.resource_id, policy.name)] = policy
+            for item in saved["activities"]:
+                activity = ScalingActivity(**item)  # InProgress: the next visit settles it
+                self.activities.setdefault(activity.resource_id, []).append(activity)
+        except (ValueError, TypeError, KeyError) as exc:
+            log.warning("scaling state not restored: %s is unreadable (%s)", self.state_file,
+                        exc)
+
+    def save(self) -> None:
+        if self.state_file is None:
+            return
+        text = json.dumps({
+            "targets": [asdict(t) for t in self.targets.values()],
+            "policies": [asdict(p) for p in self.policies.values()],
+            "activities": [asdict(a) for history in self.activities.values() for a in history],
+        })
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.state_file.with_suffix(".tmp")
+        temporary.write_text(text)
+        os.replace(temporary, self.state_file)
+
+    def policy_by_arn(self, arn: str) -> ScalingPolicy | None:
+        return next((p for p in self.policies.values() if p.arn == arn), None)
 
     async def handle(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
         handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] = getattr(
             self, "_" + xform_name(operation))
-        return await handler(params)
+        out = await handler(params)
+        if not operation.startswith("Describe"):
+            self.save()
+        return out
 
     # -----------------------------------------------------------------------------------------
     # Helpers
@@ -141,7 +200,7 @@ class AutoScalingService:
             raise not_found(f"No scalable target found for {_key_text(params)}")
         del self.targets[params["ResourceId"]]
         for key in [k for k in self.policies if k[0] == params["ResourceId"]]:
-            del self.policies[key]
+            self._drop_alarms(self.policies.pop(key))
         return {}
 
     async def _describe_scalable_targets(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -166,16 +225,28 @@ class AutoScalingService:
         self._check_dimension(params)
         target = self._target(params)
         policy_type = params.get("PolicyType", "StepScaling")
-        if policy_type != "TargetTrackingScaling":
-            # [U] step and predictive scaling are not emulated: refused, not silently ignored.
+        tracking_config = params.get("TargetTrackingScalingPolicyConfiguration")
+        step_config = params.get("StepScalingPolicyConfiguration")
+        if policy_type == "TargetTrackingScaling":
+            if not tracking_config:
+                raise ScalingError("TargetTrackingScalingPolicyConfiguration is required for "
+                                   "a TargetTrackingScaling policy.")
+            if step_config:
+                raise ScalingError("StepScalingPolicyConfiguration cannot be given for a "
+                                   "TargetTrackingScaling policy.")  # [U] wording
+            metric_query(tracking_config)  # refuses what cannot be tracked, before storing
+            _check_tracking_numbers(tracking_config)
+            config = dict(tracking_config)
+        elif policy_type == "StepScaling":
+            if tracking_config:
+                raise ScalingError("TargetTrackingScalingPolicyConfiguration cannot be given "
+                                   "for a StepScaling policy.")  # [U] wording
+            step.check(step_config)
+            config = dict(step_config or {})
+        else:
+            # [U] predictive scaling is not emulated: refused, not silently ignored.
             raise ScalingError(f"PolicyType {policy_type} is not supported by the emulator; "
-                               "use TargetTrackingScaling.")
-        config = params.get("TargetTrackingScalingPolicyConfiguration")
-        if not config:
-            raise ScalingError("TargetTrackingScalingPolicyConfiguration is required for a "
-                               "TargetTrackingScaling policy.")
-        metric_query(config)  # refuses what cannot be tracked, before anything is stored
-        _check_tracking_numbers(config)
+                               "use TargetTrackingScaling or StepScaling.")
         key = (target.resource_id, params["PolicyName"])
         existing = self.policies.get(key)
         if existing is None and sum(1 for resource, _ in self.policies
@@ -185,29 +256,57 @@ class AutoScalingService:
                 f"The scalable target {target.resource_id} already has "
                 f"{rules.MAX_POLICIES_PER_TARGET} scaling policies, the most it may have; "
                 "delete one or update an existing one.", "LimitExceededException")
-        if existing is not None:
-            existing.configuration = dict(config)
-            policy = existing
-        else:
-            guid = str(uuid.uuid4())
-            prefix = f"TargetTracking-{target.resource_id}"
-            policy = ScalingPolicy(
-                name=params["PolicyName"], resource_id=target.resource_id,
-                policy_type=policy_type, configuration=dict(config),
-                arn=(f"arn:aws:autoscaling:{self.region}:{self.account}:scalingPolicy:{guid}:"
-                     f"resource/sagemaker/{target.resource_id}:policyName/{params['PolicyName']}"),
-                created=self.clock.now(),
-                high=self._alarm(f"{prefix}-AlarmHigh-{uuid.uuid4()}"),
-                low=self._alarm(f"{prefix}-AlarmLow-{uuid.uuid4()}"))
-            self.policies[key] = policy
+        if existing is not None and existing.policy_type != policy_type:
+            # [U] AWS's answer is not published; a policy keeps its type
+            raise ScalingError(f"The policy {existing.name} is a {existing.policy_type} "
+                               "policy; delete it first to make it another type.")
+        guid = str(uuid.uuid4())
+        prefix = f"TargetTracking-{target.resource_id}"
+        policy = existing or ScalingPolicy(
+            name=params["PolicyName"], resource_id=target.resource_id,
+            policy_type=policy_type, configuration=config,
+            arn=(f"arn:aws:autoscaling:{self.region}:{self.account}:scalingPolicy:{guid}:"
+                 f"resource/sagemaker/{target.resource_id}:policyName/{params['PolicyName']}"),
+            created=self.clock.now())
+        if policy_type == "TargetTrackingScaling":
+            high = policy.high or self._alarm(f"{prefix}-AlarmHigh-{uuid.uuid4()}")
+            low = policy.low or self._alarm(f"{prefix}-AlarmLow-{uuid.uuid4()}")
+            alarm_configs = [(a, tracking_alarm(policy.arn, config, target, a is high))
+                             for a in (high, low)]
+            for _, alarm_config in alarm_configs:  # both checked before either is stored
+                try:
+                    check_metric_alarm(alarm_config)
+                except CloudWatchError as exc:
+                    raise ScalingError(f"The metric cannot be tracked: {exc.message}") from exc
+            if self.alarms is not None:
+                for alarm, alarm_config in alarm_configs:
+                    self.alarms.put(alarm.name, METRIC_ALARM, alarm_config, {})
+            policy.high, policy.low = high, low
+        policy.configuration = config
+        self.policies[key] = policy
         return {"PolicyARN": policy.arn, "Alarms": self._alarms(policy)}
 
     def _alarm(self, name: str) -> Alarm:
         return Alarm(name, f"arn:aws:cloudwatch:{self.region}:{self.account}:alarm:{name}")
 
-    @staticmethod
-    def _alarms(policy: ScalingPolicy) -> list[dict[str, str]]:
-        return [{"AlarmName": a.name, "AlarmARN": a.arn} for a in (policy.high, policy.low)]
+    def _drop_alarms(self, policy: ScalingPolicy) -> None:
+        """A target tracking policy's alarms go with it, as on AWS."""
+        if self.alarms is None:
+            return
+        names = [a.name for a in (policy.high, policy.low)
+                 if a is not None and self.alarms.exists(a.name)]
+        if names:
+            self.alarms.delete(names)
+
+    def _alarms(self, policy: ScalingPolicy) -> list[dict[str, str]]:
+        if policy.tracking:
+            return [{"AlarmName": a.name, "AlarmARN": a.arn} for a in (policy.high, policy.low)
+                    if a is not None]
+        if self.alarms is None:  # step scaling: the alarms whose actions run it
+            return []
+        return [{"AlarmName": a.name, "AlarmARN": a.arn} for a in self.alarms.all()
+                if any(policy.arn in a.actions_for(s) for s in ("OK", "ALARM",
+                                                                "INSUFFICIENT_DATA"))]
 
     async def _describe_scaling_policies(self, params: dict[str, Any]) -> dict[str, Any]:
         self._check_dimension(params)
@@ -221,7 +320,8 @@ class AutoScalingService:
             "PolicyARN": p.arn, "PolicyName": p.name, "ServiceNamespace": rules.NAMESPACE,
             "ResourceId": p.resource_id, "ScalableDimension": rules.DIMENSION,
             "PolicyType": p.policy_type,
-            "TargetTrackingScalingPolicyConfiguration": p.configuration,
+            ("TargetTrackingScalingPolicyConfiguration" if p.tracking
+             else "StepScalingPolicyConfiguration"): p.configuration,
             "Alarms": self._alarms(p), "CreationTime": self._time(p.created, now),
         } for p in page], "NextToken": token}
 
@@ -231,7 +331,7 @@ class AutoScalingService:
         if key not in self.policies:
             raise not_found(f"No scaling policy found for {_key_text(params)}, "
                             f"policy name: {params['PolicyName']}")
-        del self.policies[key]
+        self._drop_alarms(self.policies.pop(key))
         return {}
 
     # -----------------------------------------------------------------------------------------
@@ -302,13 +402,49 @@ def metric_query(config: dict[str, Any]) -> rules.MetricQuery:
                                f"{rules.DIMENSION}.")
         return rules.PREDEFINED[kind]
     if customized.get("Metrics"):
-        # [U] metric math in a customized metric is not emulated.
-        raise ScalingError("CustomizedMetricSpecification.Metrics (metric math) is not "
-                           "supported by the emulator; give MetricName, Namespace, Dimensions "
-                           "and Statistic.")
+        others = [m for m in ("MetricName", "Namespace", "Statistic", "Dimensions", "Unit")
+                  if customized.get(m) is not None]
+        if others:
+            raise ScalingError("CustomizedMetricSpecification.Metrics cannot be combined with "
+                               f"{', '.join(others)}.")  # [U] wording
+        return rules.MetricQuery("", "", "", metrics=tuple(customized["Metrics"]))
     missing = [m for m in ("MetricName", "Namespace", "Statistic") if not customized.get(m)]
     if missing:
         raise ScalingError(f"CustomizedMetricSpecification is missing {', '.join(missing)}.")
     dimensions = tuple(sorted((d["Name"], d["Value"]) for d in customized.get("Dimensions") or []))
     return rules.MetricQuery(customized["Namespace"], customized["MetricName"],
                              customized["Statistic"], customized.get("Unit"), dimensions)
+
+
+def tracking_alarm(policy_arn: str, config: dict[str, Any], target: ScalableTarget,
+                   high: bool) -> dict[str, Any]:
+    """The PutMetricAlarm parameters of a target tracking policy's AlarmHigh or AlarmLow, with
+    the settings AWS gives them (rules.py): one-minute periods, 3 of 3 above the target, 15 of
+    15 below 90 % of it, the policy as the alarm's only action."""
+    query = metric_query(config)
+    value = float(config["TargetValue"])
+    periods = rules.HIGH_DATAPOINTS if high else rules.LOW_DATAPOINTS
+    alarm: dict[str, Any] = {
+        "AlarmDescription": ("DO NOT EDIT OR DELETE. For TargetTrackingScaling policy "
+                             f"{policy_arn}."),
+        "ActionsEnabled": True, "OKActions": [], "AlarmActions": [policy_arn],
+        "InsufficientDataActions": [],
+        "EvaluationPeriods": periods, "DatapointsToAlarm": periods,
+        "Threshold": value if high else value * rules.LOW_THRESHOLD_FACTOR,
+        "ComparisonOperator": "GreaterThanThreshold" if high else "LessThanThreshold",
+    }
+    if query.metrics:
+        alarm["Metrics"] = [{
+            **{k: v for k, v in q.items() if k != "MetricStat"},
+            **({"MetricStat": {**q["MetricStat"], "Period": rules.PERIOD_S}}
+               if q.get("MetricStat") else {}),
+        } for q in query.metrics]
+        return alarm
+    endpoint, variant = target.endpoint_and_variant
+    dims = query.dimensions or (("EndpointName", endpoint), ("VariantName", variant))
+    alarm.update({"MetricName": query.metric_name, "Namespace": query.namespace,
+                  "Statistic": query.statistic, "Period": rules.PERIOD_S,
+                  "Dimensions": [{"Name": k, "Value": v} for k, v in dims]})
+    if query.unit:
+        alarm["Unit"] = query.unit
+    return alarm

@@ -1,4 +1,5 @@
-"""Application Auto Scaling's resources: scalable targets, policies, activities (in memory)."""
+"""Application Auto Scaling's resources: scalable targets, policies, activities; kept in a JSON
+file in the cache folder (``AutoScalingService.save``) so that they survive a restart."""
 
 from __future__ import annotations
 
@@ -33,16 +34,21 @@ class Alarm:
 class ScalingPolicy:
     name: str
     resource_id: str
-    policy_type: str
-    configuration: dict[str, Any]  # TargetTrackingScalingPolicyConfiguration as sent
+    policy_type: str  # TargetTrackingScaling | StepScaling
+    # TargetTrackingScalingPolicyConfiguration or StepScalingPolicyConfiguration, as sent
+    configuration: dict[str, Any]
     arn: str
     created: float
-    high: Alarm
-    low: Alarm
+    high: Alarm | None = None  # target tracking only: the alarms it created
+    low: Alarm | None = None
 
     @property
     def target_value(self) -> float:
         return float(self.configuration["TargetValue"])
+
+    @property
+    def tracking(self) -> bool:
+        return self.policy_type == "TargetTrackingScaling"
 
 
 @dataclass
@@ -57,3 +63,11 @@ class ScalingActivity:
     ended: float | None = None
     status: str = "InProgress"
     message: str | None = None
+    previous: int | None = None  # the desired count before it (step scaling's cooldown)
+    policy_arn: str | None = None
+
+
+def policy_from(saved: dict[str, Any]) -> ScalingPolicy:
+    high, low = saved.pop("high", None), saved.pop("low", None)
+    return ScalingPolicy(**saved, high=Alarm(**high) if high else None,
+                         low=Alarm(**low) if low else None)
