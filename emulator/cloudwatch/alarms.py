@@ -440,13 +440,17 @@ class AlarmStore:
                 # A SetAlarmState or a new alarm is acted on at once, not at the next tick.
                 await asyncio.wait_for(self._changed.wait(), self.clock.real_duration(TICK_S))
 
-    async def evaluate_due(self) -> None:
+    async def evaluate_all(self) -> None:
+        """A round in which every metric alarm is due (tests that step a fake clock)."""
+        await self.evaluate_due(every=True)
+
+    async def evaluate_due(self, every: bool = False) -> None:
         """One round: the metric alarms that are due, the composite alarms, then the actions
         (state changes' and, every evaluation while in ALARM, Auto Scaling policies' again)."""
         now = self.clock.now()
         with self.lock:
-            due = [a for a in self.alarms.values()
-                   if a.alarm_type == METRIC_ALARM and now >= self._due.get(a.name, 0.0)]
+            due = [a for a in self.alarms.values() if a.alarm_type == METRIC_ALARM
+                   and (every or now >= self._due.get(a.name, 0.0))]
             for alarm in due:
                 self._due[alarm.name] = now + self.clock.real_duration(
                     evaluation_interval(alarm.config))

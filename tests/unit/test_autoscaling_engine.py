@@ -1,5 +1,5 @@
 """Target tracking decisions, step by step: a fake SageMaker (the two operations the autoscaler
-uses), the real metric store and engine, and a fake clock so every period is exact."""
+uses), the real metric store, alarms and engine, and a fake clock so every period is exact."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from emulator.autoscaling import AutoScalingService, SageMakerVariants, ScalingEngine
 from emulator.clock import Clock
-from emulator.cloudwatch import MetricStore
+from emulator.cloudwatch import AlarmStore, MetricStore
 from emulator.contract.control_plane import ControlPlaneError
 
 RESOURCE = "endpoint/mme/variant/AllTraffic"
@@ -58,8 +58,9 @@ class Rig:
         self.clock = Clock(60, time_fn=self.time)
         self.store = MetricStore(self.clock)
         self.sagemaker = FakeSageMaker()
+        self.alarms = AlarmStore(self.store, self.clock, "us-east-1", "123456789012")
         self.service = AutoScalingService(SageMakerVariants(self.sagemaker), self.clock,
-                                          "us-east-1", "123456789012")
+                                          "us-east-1", "123456789012", self.alarms)
         self.engine = ScalingEngine(self.service, self.store, self.clock)
         key = {"ServiceNamespace": "sagemaker", "ResourceId": RESOURCE,
                "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
@@ -87,6 +88,9 @@ class Rig:
             self.time.now += 1
 
     def evaluate(self) -> None:
+        """One evaluation: the policy's alarms (their actions run the policy), then the
+        engine's visit of the target (activities settled, Min/Max kept)."""
+        self.run(self.alarms.evaluate_all())
         self.run(self.engine.evaluate(self.service.targets[RESOURCE]))
 
     def activities(self) -> list[dict[str, Any]]:
