@@ -285,3 +285,40 @@ def test_a_restart_mid_deployment_resumes_it(emulator: Module) -> None:
                                 Body=scale_request([1.0, 1.0, 1.0, 1.0]))
     assert float(output_of(answer["Body"].read())[0]) in (BLUE, GREEN)
     in_service_on(sm, "blue")
+
+
+def test_mme_deploy_runs_a_guarded_update_and_exits_3_on_a_rollback(
+        emulator: Module, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.deploy_cli import main as mme
+
+    cw = emulator.client("cloudwatch")
+    # No data counts as breaching: this alarm is in ALARM from its first evaluation on.
+    cw.put_metric_alarm(AlarmName="release-blocked", Namespace="CI/Release",
+                        MetricName="Blocked", Statistic="Sum", Period=60, EvaluationPeriods=1,
+                        Threshold=0, ComparisonOperator="GreaterThanThreshold",
+                        TreatMissingData="breaching")
+    common = ["--target", "local", "--endpoint-name", "demo", "--store-dir", str(tmp_path / "s"),
+              "--emulator-url", emulator.url, "--instance-type", "ml.m5.xlarge",
+              "--wait-delay", "0.2", "--no-progress"]
+    guarded = ["--traffic", "canary", "--canary-size", "50%", "--bake", "120",
+               "--termination-wait", "0"]
+
+    def repo(factor: float) -> str:
+        return str(write_scale_model(tmp_path / f"x{factor:g}", "scale", factor))
+
+    assert mme(["deploy", *common, repo(2)]) == 0
+    capsys.readouterr()
+    assert mme(["deploy", *common, *guarded, "--rollback-alarm", "ci-health", repo(3)]) == 0
+    out = capsys.readouterr().out
+    assert '"DeploymentConfig": {"AutoRollbackConfiguration"' in out
+    assert "deployment of demo: Updating; AllTraffic Baking: Step 1 of 2: 50% of traffic" in out
+    assert "deployment of demo: InService on demo-" in out
+    assert "smoke scale.tar.gz: ok" in out
+    wait_for(lambda: cw.describe_alarms(AlarmNames=["release-blocked"])["MetricAlarms"][0][
+        "StateValue"] == "ALARM", "the blocking alarm")
+    assert mme(["deploy", *common, *guarded, "--rollback-alarm", "release-blocked",
+                repo(4)]) == 3
+    captured = capsys.readouterr()
+    assert "deployment of demo: RollingBack" in captured.out
+    assert "rolled back" in captured.err and '"release-blocked"' in captured.err
+    assert mme(["teardown", *common[:8], "--wait-delay", "0.2"]) == 0
