@@ -136,7 +136,7 @@ def build_app(settings: Settings) -> FastAPI:
     app.include_router(autoscaling.build_autoscaling_router(
         autoscaling.ScalingEngine(scaling, metric_store, clock)))
     app.include_router(build_runtime_router(settings, registry))
-    app.include_router(build_introspection_router(registry))
+    app.include_router(build_introspection_router(registry, alarms))
     install_page(app, registry, feed)  # the live page at /_emulator/
     invocations = InvocationsApp(Invocations(settings, registry))
     app.invocations = invocations

@@ -12,7 +12,8 @@ dashboard can be matched against CloudWatch's:
   utilization as a ratio (CloudWatch's percent / 100).
 
 Labels are ``endpoint_name``, ``variant_name`` and, per instance, ``instance_id`` (not
-``instance``, which Prometheus sets to the scraped target).
+``instance``, which Prometheus sets to the scraped target). CloudWatch alarms' states are
+``cloudwatch_alarm_state{alarm_name, alarm_type, state}`` (``AlarmCollector``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from emulator.cloudwatch.alarms import STATES as ALARM_STATES
+from emulator.cloudwatch.alarms import AlarmStore
 from emulator.hosting.registry import EndpointRegistry
 from emulator.metrics import DURATION_BUCKETS_S, METRICS, EndpointMetrics
 
@@ -181,8 +184,31 @@ class FleetCollector(Collector):
                     in_flight, *utilization.values())
 
 
-def exposition(registry: EndpointRegistry) -> bytes:
-    """The text format of every metric of the fleet, as a scrape gets it."""
+class AlarmCollector(Collector):
+    """Every CloudWatch alarm's state as a state set: ``cloudwatch_alarm_state`` is 1 for the
+    state the alarm is in and 0 for the other two, so ``cloudwatch_alarm_state{state="ALARM"}
+    == 1`` selects the alarms firing now."""
+
+    def __init__(self, alarms: AlarmStore) -> None:
+        self._alarms = alarms
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "cloudwatch_alarm_state", "CloudWatch alarm state (DescribeAlarms' StateValue): 1 "
+            "for the alarm's state, 0 for the others", labels=["alarm_name", "alarm_type",
+                                                              "state"])
+        for alarm in self._alarms.all():
+            for state in ALARM_STATES:
+                family.add_metric([alarm.name, alarm.alarm_type, state],
+                                  1.0 if alarm.state == state else 0.0)
+        yield family
+
+
+def exposition(registry: EndpointRegistry, alarms: AlarmStore | None = None) -> bytes:
+    """The text format of every metric of the fleet (and the alarms' states), as a scrape
+    gets it."""
     collectors = CollectorRegistry(auto_describe=False)
     collectors.register(FleetCollector(registry))
+    if alarms is not None:
+        collectors.register(AlarmCollector(alarms))
     return generate_latest(collectors)

@@ -18,5 +18,6 @@ __all__ = ["Feed", "install_page"]
 
 
 def install_page(app: FastAPI, registry: EndpointRegistry, feed: Feed) -> None:
-    app.include_router(build_page_router(registry, feed))
+    # the alarms' states too, when the app has an AlarmStore (emulator/cloudwatch/alarms.py)
+    app.include_router(build_page_router(registry, feed, getattr(app.state, "alarms", None)))
     app.state.page_feed = feed

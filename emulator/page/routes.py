@@ -24,6 +24,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 
+from emulator.cloudwatch.alarms import AlarmStore
 from emulator.hosting.registry import EndpointRegistry
 from emulator.metrics import endpoint_snapshot
 from emulator.page.feed import Feed
@@ -36,9 +37,17 @@ COALESCE_S = 0.05  # events of one step (unloading, loading, loaded) go out toge
 ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 
 
-def page_state(registry: EndpointRegistry, feed: Feed) -> dict[str, Any]:
+def alarm_states(alarms: AlarmStore | None) -> list[dict[str, Any]]:
+    """Every CloudWatch alarm: name, type, state, why, since when (real epoch seconds)."""
+    return [{"Name": a.name, "Type": a.alarm_type, "State": a.state, "Reason": a.reason,
+             "Since": a.state_transitioned} for a in (alarms.all() if alarms else [])]
+
+
+def page_state(registry: EndpointRegistry, feed: Feed,
+               alarms: AlarmStore | None = None) -> dict[str, Any]:
     now = time.time()
     return {
+        "Alarms": alarm_states(alarms),
         "Time": now,
         "Endpoints": {e.name: {**describe_endpoint(e), "MultiModel": e.is_multi_model,
                                "Metrics": endpoint_snapshot(e.name, [v.metrics
@@ -54,7 +63,8 @@ def _asset(name: str) -> bytes:
     return resources.files("emulator.page").joinpath("static").joinpath(name).read_bytes()
 
 
-def build_page_router(registry: EndpointRegistry, feed: Feed) -> APIRouter:
+def build_page_router(registry: EndpointRegistry, feed: Feed,
+                      alarms: AlarmStore | None = None) -> APIRouter:
     router = APIRouter()
 
     @router.get("/_emulator", include_in_schema=False)
@@ -68,7 +78,7 @@ def build_page_router(registry: EndpointRegistry, feed: Feed) -> APIRouter:
 
     @router.get("/_emulator/page/state")
     async def state() -> dict[str, Any]:
-        return page_state(registry, feed)
+        return page_state(registry, feed, alarms)
 
     @router.get("/_emulator/page/stream")
     async def stream(request: Request) -> StreamingResponse:
@@ -78,7 +88,7 @@ def build_page_router(registry: EndpointRegistry, feed: Feed) -> APIRouter:
             yield f"retry: {RETRY_MS}\n\n"
             while loop.time() < ends and not await request.is_disconnected():
                 change = feed.next_change()
-                snapshot = json.dumps(page_state(registry, feed), default=str)
+                snapshot = json.dumps(page_state(registry, feed, alarms), default=str)
                 yield f"event: state\ndata: {snapshot}\n\n"
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(change.wait(),

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
 from emulator import prometheus
+from emulator.cloudwatch.alarms import AlarmStore
 from emulator.hosting.endpoint import Endpoint
 from emulator.hosting.registry import EndpointRegistry
 from emulator.metrics import endpoint_snapshot
@@ -37,7 +38,8 @@ def describe_endpoint(endpoint: Endpoint) -> dict[str, object]:
     return {**summary, "Models": models, **endpoint.describe()}
 
 
-def build_introspection_router(registry: EndpointRegistry) -> APIRouter:
+def build_introspection_router(registry: EndpointRegistry,
+                               alarms: AlarmStore | None = None) -> APIRouter:
     router = APIRouter()
 
     @router.get("/ping")
@@ -46,7 +48,8 @@ def build_introspection_router(registry: EndpointRegistry) -> APIRouter:
 
     @router.get("/metrics")
     async def metrics() -> Response:
-        return Response(prometheus.exposition(registry), media_type=prometheus.CONTENT_TYPE)
+        return Response(prometheus.exposition(registry, alarms),
+                        media_type=prometheus.CONTENT_TYPE)
 
     @router.get("/_emulator/metrics")
     async def metrics_json() -> dict[str, object]:

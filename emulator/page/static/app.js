@@ -214,6 +214,14 @@ function renderErrors() {
     ...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 6, class: "empty" }, "No errors."))]));
 }
 
+function renderAlarms() {
+  const rows = (state.Alarms || []).map(a => el("tr", { "data-state": a.State },
+    el("td", { class: "name" }, a.Name), el("td", {}, el("span", { class: "badge alarm-state" }, a.State)),
+    el("td", {}, clock(a.Since)), el("td", { class: "message" }, a.Reason)));
+  document.querySelector("#alarms tbody").replaceChildren(
+    ...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 4, class: "empty" }, "No alarms."))]));
+}
+
 function renderDetail() {
   const panel = document.getElementById("detail");
   if (!selected) { panel.hidden = true; return; }
@@ -248,6 +256,7 @@ function render() {
   renderTimeline();
   renderEvents();
   renderErrors();
+  renderAlarms();
   renderDetail();
 }
 
