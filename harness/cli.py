@@ -72,12 +72,13 @@ def _add_loadtest(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     p = subparsers.add_parser(
         "loadtest",
         help="phased load against an endpoint, Inference Recommender style",
-        description="Closed-loop load (one asyncio task per user) over one or many TargetModels, "
-        "with a report: invocations/minute, ModelLatency and OverheadLatency "
-        "percentiles, errors by code, cold starts, cache hit ratio and loaded models "
-        "over time (JSON, Markdown, PNG).",
+        description="Closed-loop load on Locust (boto3 InvokeEndpoint users, retries off) over "
+        "one or many TargetModels, with a report: invocations/minute, ModelLatency and "
+        "OverheadLatency percentiles, errors by code, cold starts, cache hit ratio and loaded "
+        "models over time (JSON, Markdown, PNG). One process by default; --processes N for "
+        "the cores of this machine; --master/--worker for many machines.",
     )
-    where = p.add_mutually_exclusive_group(required=True)
+    where = p.add_mutually_exclusive_group()
     where.add_argument("--url", help="an emulator already running at this URL")
     where.add_argument(
         "--model-data",
@@ -113,6 +114,28 @@ def _add_loadtest(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
                         "phase low, so the endpoint can scale in")
     g.add_argument("--clock-scale", type=float,
                    help="the started emulator's clock scale (60: a minute per second)")
+    g = p.add_argument_group("Locust: the engine (one process by default)")
+    g.add_argument("--processes", type=int, metavar="N",
+                   help="N Locust worker processes on this machine under a local master "
+                        "(-1: one per core)")
+    g.add_argument("--master", action="store_true",
+                   help="wait for --expect-workers workers (mme loadtest --worker on other "
+                        "machines); they get the plan from here, this writes the report")
+    g.add_argument("--expect-workers", type=int, default=1, metavar="N",
+                   help="workers the master waits for before it starts (1)")
+    g.add_argument("--master-bind-port", type=int, metavar="PORT",
+                   help="the master's port (Locust's 5557)")
+    g.add_argument("--worker", action="store_true",
+                   help="be a worker of a master at --master-host: no plan or target here")
+    g.add_argument("--master-host", metavar="HOST", help="the master a --worker connects to")
+    g.add_argument("--master-port", type=int, metavar="PORT",
+                   help="the master's port for --worker (Locust's 5557)")
+    g.add_argument("--web", action="store_true",
+                   help="Locust's web UI while it runs (started at once, closed at the end)")
+    g.add_argument("--web-port", type=int, metavar="PORT", help="the web UI's port (8089)")
+    g.add_argument("--write-spec", type=Path, metavar="FILE",
+                   help="write the plan, target and payload for plain `locust -f "
+                        "harness/locustfile.py --mme-plan FILE` and exit")
     p.set_defaults(func=run_loadtest)
 
 
@@ -144,6 +167,7 @@ def _add_sweep(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _plan(args: argparse.Namespace, targets: list[str | None], popularity: str = "uniform"):
     from harness.loadtest.config import (
         LoadPlan,
+        PlanError,
         Popularity,
         StoppingConditions,
         parse_phase,
@@ -153,12 +177,20 @@ def _plan(args: argparse.Namespace, targets: list[str | None], popularity: str =
 
     pop = Popularity.parse(popularity)
     if args.config:
-        plan = plan_from_api(
-            json.loads(args.config.read_text()),
-            target_models=targets,
-            popularity=pop,
-            seed=args.seed,
-        )
+        try:
+            plan = plan_from_api(
+                json.loads(args.config.read_text()),
+                target_models=targets,
+                popularity=pop,
+                seed=args.seed,
+            )
+        except PlanError as exc:
+            raise PlanError(f"{args.config}: {exc}") from exc
+        except (OSError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise PlanError(f"{args.config}: not a load plan ({what}); expected "
+                            "TrafficPattern.Phases and StoppingConditions as in "
+                            "CreateInferenceRecommendationsJob") from exc
     else:
         plan = LoadPlan(
             phases=tuple(parse_phase(s) for s in args.phase or [DEFAULT_PHASE]),
@@ -223,10 +255,20 @@ def run_loadtest(args: argparse.Namespace) -> int:
     (every call failing, the endpoint gone), 130 when interrupted; the report is written in
     each case, with what was measured."""
     from harness.loadtest.config import PlanError
+    from harness.loadtest.locust_run import EngineError, worker_main
     from harness.loadtest.report import summarize, to_markdown, write_report
     from harness.loadtest.runner import INTERRUPTED
     from harness.model_store import StoreError, prepare_store, store_digests
 
+    if args.worker:  # everything else comes from the master
+        if not args.master_host:
+            print("mme loadtest: --worker needs --master-host HOST", file=sys.stderr)
+            return 2
+        return worker_main(args.master_host, args.master_port, args.processes)
+    problem = _engine_problem(args)
+    if problem:
+        print(f"mme loadtest: {problem}", file=sys.stderr)
+        return 2
     out = _out_dir(args, "loadtest")
     try:
         with tempfile.TemporaryDirectory(prefix="mme-loadtest-") as tmp:
@@ -240,19 +282,61 @@ def run_loadtest(args: argparse.Namespace) -> int:
             first = store / targets[0] if store is not None and targets[0] else None
             request = _request(args, first)
             plan = _plan(args, targets, args.popularity)
+            if args.write_spec:
+                return _write_spec(args, plan, request)
             result = asyncio.run(_loadtest(args, plan, request, store, work))
-    except (PlanError, StoreError) as exc:
+    except (PlanError, StoreError, ValueError) as exc:
         print(f"mme loadtest: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before the load started (while the emulator was starting)
         print("mme loadtest: interrupted before any traffic was sent; no report", file=sys.stderr)
         return 130
+    except EngineError as exc:
+        interrupted = str(exc).startswith("interrupted")
+        print(f"mme loadtest: {exc}{'; no report' if interrupted else ''}", file=sys.stderr)
+        return 130 if interrupted else 1
     paths = write_report(result, out, png=not args.no_png)
     print(to_markdown(summarize(result)))
     print("report: " + ", ".join(str(p) for p in paths.values()))
     if result.stop_reason.startswith(INTERRUPTED):
         return 130
     return 1 if result.stop_reason.startswith("aborted") else 0
+
+
+def _engine_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the target and engine flags, before anything starts."""
+    if not (args.url or args.model_data or args.aws):
+        return "give the endpoint: --url URL, --model-data STORE or --aws (or --worker)"
+    if args.master and args.processes:
+        return "--master and --processes: a master's workers are other processes (--worker)"
+    if args.master and args.expect_workers < 1:
+        return "--expect-workers must be at least 1"
+    if args.processes is not None and (args.processes == 0 or args.processes < -1):
+        return "--processes N: N workers, or -1 for one per core"
+    return None
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from harness.loadtest.locust_run import Engine
+
+    return Engine(processes=args.processes, master=args.master,
+                  expect_workers=args.expect_workers if args.master else 0,
+                  master_bind_port=args.master_bind_port, web=args.web, web_port=args.web_port)
+
+
+def _write_spec(args: argparse.Namespace, plan: Any, request: Any) -> int:
+    from harness.loadtest.locust_run import Target, spec_json
+
+    url = None if args.aws else (args.url.rstrip("/") if args.url else None)
+    if url is None and not args.aws:
+        print("mme loadtest: --write-spec needs --url or --aws (a started emulator ends with "
+              "this command)", file=sys.stderr)
+        return 2
+    args.write_spec.write_text(spec_json(plan, Target(args.endpoint_name, url), request,
+                                         think_s=args.think_time, label=args.endpoint_name))
+    print(f"wrote {args.write_spec}: locust -f {Path(__file__).parent / 'locustfile.py'} "
+          f"--mme-plan {args.write_spec} --mme-report REPORT_DIR")
+    return 0
 
 
 def _interruptible() -> asyncio.Event:
@@ -278,8 +362,7 @@ def _interruptible() -> asyncio.Event:
 async def _loadtest(
     args: argparse.Namespace, plan: Any, request: Any, store: Path | None, work: Path
 ) -> Any:
-    from harness.loadtest.invokers import Boto3Invoker
-    from harness.loadtest.runner import run_load
+    from harness.loadtest.locust_run import Target, run_load
     from harness.loadtest.scaling import ScalingWatch, autoscale
     from harness.loadtest.session import emulator, run_http
 
@@ -288,22 +371,14 @@ async def _loadtest(
             autoscale(args.endpoint_name, args.autoscale, url)
         return ScalingWatch(args.endpoint_name, url)
 
-    extra: dict[str, Any] = {"think_s": args.think_time}
+    extra: dict[str, Any] = {"think_s": args.think_time, "engine": _engine(args)}
+    if args.web:
+        print(f"mme loadtest: Locust's web UI at http://localhost:{args.web_port or 8089}",
+              file=sys.stderr)
     if args.aws:
         extra["interrupt"] = _interruptible()
-        invoker = Boto3Invoker.for_endpoint(
-            args.endpoint_name,
-            request.body,
-            request.content_type,
-            max_workers=max(plan.peak_users, 1),
-        )
-        try:
-            return await run_load(
-                plan, invoker, None, generator="boto3 threads", label=args.endpoint_name,
-                scaling=scaling(None), **extra,
-            )
-        finally:
-            await invoker.close()
+        return await run_load(plan, Target(args.endpoint_name), request,
+                              label=args.endpoint_name, scaling=scaling(None), **extra)
     if args.url:
         url = args.url.rstrip("/")
         extra["interrupt"] = _interruptible()

@@ -149,6 +149,7 @@ class Run:
         self.interrupted = False
         self.finished = False
         self.drained: set[str] = set()
+        self.applied = False  # a count was handed to Locust already
         self.lost: set[str] = set()
         self._progress_at = 0.0
         self._progress_count = 0
@@ -266,7 +267,12 @@ class Run:
 
 
 class PlanShape(LoadTestShape):
-    """The plan's phases, as Inference Recommender runs them, asked every ~50 ms."""
+    """The plan's phases, as Inference Recommender runs them.
+
+    Locust asks ``tick`` about once a second; a phase that adds a user every half second needs
+    finer steps, so the tick watches the plan for ~1 s in 50 ms steps, applies each change to
+    the runner itself, and returns the count it ended on (Locust then finds nothing to change).
+    """
 
     def tick(self) -> tuple[int, float] | None:
         run = RUN
@@ -274,19 +280,29 @@ class PlanShape(LoadTestShape):
             return None
         if run.start is None:
             run.begin()
-        deadline = time.monotonic() + 0.9  # Locust calls again at once after a long tick
-        last = run.users[-1][1] if run.users else None
+        deadline = time.monotonic() + 0.95
+        runner = run.environment.runner
         while True:
             users, stop = run.step()
             if stop is not None:
                 run.drain()
                 run.finish(stop)
                 return None
-            if users != last or time.monotonic() >= deadline:
+            rate = _spawn_rate(runner, users)
+            if not run.users or run.users[-1][1] != users:
                 run.set_users(users)
-                # New users all at once (within ~50 ms): the phase's count is the plan's.
-                return users, float(max(users, 1) * 20)
+                if run.applied:  # the first count is Locust's own to apply
+                    runner.start(user_count=users, spawn_rate=rate)
+            run.applied = True
+            if time.monotonic() >= deadline:
+                return users, rate
             gevent.sleep(0.05)
+
+
+def _spawn_rate(runner: Any, users: int) -> float:
+    """New users all at once (within ~50 ms), under Locust's 100 per worker per second."""
+    workers = len(runner.clients) if isinstance(runner, MasterRunner) else 1
+    return float(min(max(users, 1) * 20, 100 * max(workers, 1)))
 
 
 class SageMakerUser(User):

@@ -231,7 +231,23 @@ async def run_load(
     locust_log: Path | None = None,
 ) -> LoadResult:
     """Run ``plan`` on Locust against ``target``; ``interrupt`` set (Ctrl-C) asks Locust to end
-    the run and keep what it measured. Raises ``EngineError`` if Locust wrote no result."""
+    the run and keep what it measured. Raises ``EngineError`` if Locust wrote no result.
+    ``metrics`` and ``fleet`` are closed at the end."""
+    try:
+        return await _run_load(plan, target, request, metrics, fleet, scaling, poll_s, think_s,
+                               label, engine, interrupt, drain_timeout_s, locust_log)
+    finally:
+        for source in (metrics, fleet):
+            if source is not None:
+                await source.close()
+
+
+async def _run_load(
+    plan: LoadPlan, target: Target, request: Request, metrics: MetricsSource | None,
+    fleet: FleetSource | None, scaling: ScalingWatch | None, poll_s: float, think_s: float,
+    label: str, engine: Engine, interrupt: asyncio.Event | None, drain_timeout_s: float,
+    locust_log: Path | None,
+) -> LoadResult:
     import time
 
     polls: list[tuple[float, dict[str, Any]]] = []
@@ -277,28 +293,28 @@ async def run_load(
         spec_path.write_text(spec_json(plan, target, request, think_s=think_s, label=label,
                                        drain_timeout_s=drain_timeout_s))
         env = {**os.environ, PARENT_ENV: str(os.getpid())}
-        # Locust's own lines (the progress line, its summary) go to stderr: stdout is the report.
-        log_file = open(locust_log, "ab") if locust_log else None  # noqa: SIM115
         process = await asyncio.create_subprocess_exec(
             *locust_command(spec_path, result_path, engine), env=env,
-            stdout=log_file or sys.stderr, stderr=log_file or sys.stderr,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             start_new_session=True)
+        assert process.stdout is not None
         tasks = [asyncio.create_task(job()) for job, source in
                  ((poller, metrics), (fleet_poller, fleet), (scaling_poller, scaling))
                  if source is not None]
+        # Locust's own lines (the progress line, its summary) go to stderr: stdout is the report.
+        relay = asyncio.create_task(_relay(process.stdout, locust_log))
         try:
             await _wait(process, interrupt)
+            await relay
         finally:
             if process.returncode is None:  # this side was cancelled or failed: no orphan
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
-            for task in tasks:
+            for task in [*tasks, relay]:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            if log_file is not None:
-                log_file.close()
         if not result_path.exists():
             raise EngineError(f"Locust exited with code {process.returncode} without a result "
                               "(its messages are above)")
@@ -316,17 +332,30 @@ async def run_load(
         final = await metrics.poll()
         if final is not None:
             result.polls.append(MetricsPoll(result.duration_s, final))
-        await metrics.close()
     if fleet is not None:
         result.fleet = [FleetPoll(max(t - start, 0.0), f) for t, f in fleet_polls if t <= end]
         last = await fleet.poll()
         if last is not None:
             result.fleet.append(FleetPoll(result.duration_s, last))
-        await fleet.close()
     result.instances = [(max(t - start, 0.0), counts) for t, counts in instances]
     result.events += [Event(max(t - start, 0.0), "scaling", d) for t, d in scaling_events]
     finish_events(result)
     return result
+
+
+async def _relay(stream: asyncio.StreamReader, log_path: Path | None) -> None:
+    """Locust's output, line by line, to this process's stderr (or to ``log_path``)."""
+    log_file = open(log_path, "ab") if log_path else None  # noqa: SIM115
+    try:
+        while line := await stream.readline():
+            if log_file is not None:
+                log_file.write(line)
+            else:
+                sys.stderr.write(line.decode(errors="replace"))
+                sys.stderr.flush()
+    finally:
+        if log_file is not None:
+            log_file.close()
 
 
 async def _wait(process: asyncio.subprocess.Process, interrupt: asyncio.Event | None) -> None:
