@@ -8,6 +8,7 @@ into SageMaker's answer. It knows nothing of other instances or variants: the ro
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from emulator.metrics import InstanceMetrics
 from emulator.public_names import public_text
 from emulator.triton.client import TritonClient, TritonUnreachable
 from emulator.triton.launcher import TritonLauncher
+
+log = logging.getLogger(__name__)
 
 # SingleModel endpoints have one model; the manager keys it by this TargetModel.
 SINGLE_MODEL = ""
@@ -213,7 +216,12 @@ class Instance:
         deadline = loop.time() + RECYCLE_DRAIN_S
         while self._calling and loop.time() < deadline:
             await asyncio.sleep(0.01)
-        if not await self.launcher.recycle(reason):
+        try:
+            recycled = await self.launcher.recycle(reason)
+        except Exception:  # the launcher's bug: keep serving from the Triton there is
+            log.exception("instance %s: its Triton could not be recycled", self.id)
+            recycled = False
+        if not recycled:
             self.manager.triton_recycle_failed()
 
     # --- the request path -------------------------------------------------------------------

@@ -472,12 +472,16 @@ class ModelManager:
             epoch = await self._triton_ready()
             try:
                 await self._load_in_triton(record)
-                return
             except TritonUnreachable:
                 if attempt == 2 or self._triton_epoch == epoch:
                     raise
-                log.info("model=%s step=load outcome=again reason=\"Triton was recycled during "
-                         "the load\"", self.name_of(record.target))
+            else:
+                # Loaded, unless by a Triton that a recycle has meanwhile given up (it is ended
+                # once the requests under way are done): then by the new one too.
+                if attempt == 2 or self._triton_epoch == epoch:
+                    return
+            log.info("model=%s step=load outcome=again reason=\"Triton was recycled during "
+                     "the load\"", self.name_of(record.target))
 
     async def _triton_ready(self) -> int:
         """Wait while Triton is being recycled (within the load timeout); its epoch then."""
