@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -289,11 +288,13 @@ class PlanShape(LoadTestShape):
                 run.finish(stop)
                 return None
             rate = _spawn_rate(runner, users)
-            if not run.users or run.users[-1][1] != users:
+            if not run.applied:  # the first count is Locust's own to apply, at once
+                run.applied = True
                 run.set_users(users)
-                if run.applied:  # the first count is Locust's own to apply
-                    runner.start(user_count=users, spawn_rate=rate)
-            run.applied = True
+                return users, rate
+            if run.users[-1][1] != users:
+                run.set_users(users)
+                runner.start(user_count=users, spawn_rate=rate)
             if time.monotonic() >= deadline:
                 return users, rate
             gevent.sleep(0.05)

@@ -15,9 +15,11 @@ import pytest
 
 from harness.loadtest.config import LoadPlan, Phase, Popularity
 from harness.loadtest.fleet import fleet_summary
-from harness.loadtest.invokers import Outcome, fleet_snapshot, served_by
+from harness.loadtest.invokers import fleet_snapshot, served_by
+from harness.loadtest.locust_run import Target, run_load
 from harness.loadtest.report import summarize, to_markdown, write_report
-from harness.loadtest.runner import PHASES_COMPLETE, FleetPoll, LoadResult, Sample, run_load
+from harness.loadtest.runner import PHASES_COMPLETE, FleetPoll, LoadResult, Sample
+from tests.loadtest_support import Answer, FakeEndpoint, json_body, served
 
 PLAN = LoadPlan(phases=(Phase(1, 0, 10),))
 
@@ -125,17 +127,12 @@ class FleetInvoker:
         self.loaded: dict[str, set[str | None]] = {"AllTraffic/i-0": set(),
                                                    "AllTraffic/i-1": set()}
 
-    async def invoke(self, target_model: str | None) -> Outcome:
-        await asyncio.sleep(0.002)
+    def __call__(self, target_model: str | None) -> Answer:
         self.turn += 1
         instance = f"AllTraffic/i-{self.turn % 2}"
         hit = target_model in self.loaded[instance]
         self.loaded[instance].add(target_model)
-        return Outcome(200, model_latency_us=500.0, cache_hit=hit, variant="AllTraffic",
-                       instance=instance)
-
-    async def close(self) -> None:
-        pass
+        return served("AllTraffic", instance, model_latency_us=500.0, cache_hit=hit)
 
 
 class FakeFleet:
@@ -153,8 +150,9 @@ class FakeFleet:
 def test_generator_samples_the_fleet_and_the_report_shows_it(tmp_path: Path) -> None:
     plan = LoadPlan(phases=(Phase(2, 0, 0.5),), target_models=("a", "b", "c"))
     invoker = FleetInvoker()
-    result = asyncio.run(run_load(plan, invoker, fleet=FakeFleet(invoker), tick_s=0.01,
-                                  poll_s=0.05))
+    with FakeEndpoint(invoker).running() as endpoint:
+        result = asyncio.run(run_load(plan, Target("local", endpoint.url), json_body(),
+                                      fleet=FakeFleet(invoker), poll_s=0.05))
     assert len(result.fleet) >= 2 and result.fleet[-1].t == pytest.approx(result.duration_s)
     assert {s.instance for s in result.samples} == {"AllTraffic/i-0", "AllTraffic/i-1"}
     summary = summarize(result)

@@ -1,5 +1,6 @@
 """The load test's view of scaling: instance counts per variant and scaling activities, in the
-summary, the Markdown and the plot (a fake endpoint; ``test_autoscaling.py`` scales a real one)."""
+summary, the Markdown and the plot (Locust on a fake endpoint; ``test_autoscaling.py`` scales a
+real one)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,10 @@ import json
 from pathlib import Path
 
 from harness.loadtest.config import LoadPlan, Phase
-from harness.loadtest.invokers import Outcome
+from harness.loadtest.locust_run import Target, run_load
 from harness.loadtest.report import write_report
-from harness.loadtest.runner import run_load
 from harness.loadtest.scaling import ScalingPoll
-
-
-class QuickInvoker:
-    async def invoke(self, target_model: str | None) -> Outcome:
-        await asyncio.sleep(0.002)
-        return Outcome(200)
-
-    async def close(self) -> None:
-        pass
+from tests.loadtest_support import FakeEndpoint, json_body
 
 
 class FakeWatch:
@@ -40,10 +32,12 @@ class FakeWatch:
 
 
 def test_instances_and_activities_are_reported_and_plotted(tmp_path: Path) -> None:
-    plan = LoadPlan(phases=(Phase(2, 0, 0.6),))
+    plan = LoadPlan(phases=(Phase(2, 0, 1.0),))
     watch = FakeWatch()
-    result = asyncio.run(run_load(plan, QuickInvoker(), None, poll_s=0.05, scaling=watch,
-                                  think_s=0.01))
+    with FakeEndpoint().running() as endpoint:
+        result = asyncio.run(run_load(plan, Target("local", endpoint.url), json_body(),
+                                      poll_s=0.05, scaling=watch,  # type: ignore[arg-type]
+                                      think_s=0.01))
     paths = write_report(result, tmp_path)
     summary = json.loads(paths["json"].read_text())
     series = summary["instances"]["AllTraffic"]

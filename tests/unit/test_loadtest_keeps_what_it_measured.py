@@ -1,44 +1,37 @@
 """``mme loadtest`` keeps what it measured and says what went wrong (issue #34): an interrupted
 run still returns its samples, a dead endpoint ends the run instead of counting connection
-errors, errors carry the endpoint's message, and two different figures never share a name."""
+errors, errors carry the endpoint's message, and two different figures never share a name.
+The runs are Locust's (issue #33) against a fake endpoint in this process."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from harness.cli import add_subcommands
 from harness.loadtest.config import LatencyThreshold, LoadPlan, Phase, StoppingConditions
-from harness.loadtest.invokers import Outcome, error_message_from
+from harness.loadtest.invokers import error_message_from
+from harness.loadtest.locust_run import Target, run_load
 from harness.loadtest.report import summarize, to_markdown
-from harness.loadtest.runner import INTERRUPTED, Controller, run_load
+from harness.loadtest.runner import INTERRUPTED, Controller, LoadResult
+from tests.loadtest_support import Answer, FakeEndpoint, json_body, model_error, served
 
 PLAN = LoadPlan(phases=(Phase(1, 0, 60),))
 
 
-class DiesAfter:
-    """Answers ``good`` calls, then nothing answers (connection refused), as a killed server."""
-
-    def __init__(self, good: int) -> None:
-        self.left = good
-
-    async def invoke(self, target_model: str | None) -> Outcome:
-        await asyncio.sleep(0)
-        if self.left > 0:
-            self.left -= 1
-            return Outcome(200, model_latency_us=500.0, variant="AllTraffic")
-        return Outcome(0, "ClientConnectorError",
-                       error_message="Cannot connect to host 127.0.0.1:8080")
-
-    async def close(self) -> None:
-        pass
+def _run(endpoint: FakeEndpoint, plan: LoadPlan = PLAN, **kwargs: object) -> LoadResult:
+    return asyncio.run(run_load(plan, Target("local", endpoint.url), json_body(),
+                                **kwargs))  # type: ignore[arg-type]
 
 
 def test_a_dead_endpoint_ends_the_run_and_says_so() -> None:
-    result = asyncio.run(run_load(PLAN, DiesAfter(30), tick_s=0.01))
+    with FakeEndpoint(lambda target: served(model_latency_us=500.0),
+                      die_after=30).running() as endpoint:
+        result = _run(endpoint)
     assert result.stop_reason.startswith("aborted: the endpoint stopped answering")
     assert "after 30 succeeded" in result.stop_reason
-    assert "Cannot connect to host 127.0.0.1:8080" in result.stop_reason
-    assert result.duration_s < PLAN.duration_s / 10  # not the whole phase of errors
+    assert "Could not connect to the endpoint URL" in result.stop_reason  # boto3's words
+    assert result.duration_s < PLAN.duration_s / 4  # not the whole phase of errors
     assert sum(1 for s in result.samples if s.ok) == 30
 
 
@@ -76,39 +69,40 @@ def test_calls_that_loaded_their_model_are_not_judged_by_the_thresholds() -> Non
 
 
 def test_an_interrupt_ends_the_run_with_what_was_measured() -> None:
-    async def run() -> object:
-        interrupt = asyncio.Event()
+    with FakeEndpoint().running() as endpoint:
+        async def run() -> LoadResult:
+            interrupt = asyncio.Event()
 
-        class Interrupting(DiesAfter):
-            async def invoke(self, target_model: str | None) -> Outcome:
-                if self.left == 9_990:
-                    interrupt.set()  # Ctrl-C after 10 calls
-                return await super().invoke(target_model)
+            async def ctrl_c_after_ten_calls() -> None:
+                while endpoint.total < 10:
+                    await asyncio.sleep(0.01)
+                interrupt.set()
 
-        return await run_load(PLAN, Interrupting(10_000), tick_s=0.01, interrupt=interrupt)
+            task = asyncio.create_task(ctrl_c_after_ten_calls())
+            try:
+                return await run_load(PLAN, Target("local", endpoint.url), json_body(),
+                                      interrupt=interrupt)
+            finally:
+                task.cancel()
 
-    result = asyncio.run(run())
-    assert result.stop_reason.startswith(INTERRUPTED)  # type: ignore[attr-defined]
-    assert result.samples  # type: ignore[attr-defined]
+        result = asyncio.run(run())
+        assert result.stop_reason.startswith(INTERRUPTED)
+        assert result.duration_s < PLAN.duration_s / 4
+        # Drained, not cut: every call the endpoint answered is in the report, once.
+        assert len(result.samples) == endpoint.total >= 10
 
 
 def test_the_report_names_messages_unattributed_errors_and_distinct_latencies() -> None:
-    class Flaky:
-        calls = 0
+    flip = itertools.cycle([True, False])
 
-        async def invoke(self, target_model: str | None) -> Outcome:
-            await asyncio.sleep(0.001)
-            Flaky.calls += 1
-            if Flaky.calls % 2:
-                return Outcome(424, "ModelError", error_message="model exploded")
-            return Outcome(200, model_latency_us=500.0, variant="AllTraffic",
-                           instance="AllTraffic/i-1", cache_hit=True)
+    def flaky(target: str | None) -> Answer:
+        if next(flip):
+            return model_error("model exploded")
+        return served("AllTraffic", "AllTraffic/i-1", model_latency_us=500.0, cache_hit=True)
 
-        async def close(self) -> None:
-            pass
-
-    plan = LoadPlan(phases=(Phase(1, 0, 0.3),))
-    summary = summarize(asyncio.run(run_load(plan, Flaky(), tick_s=0.01)))
+    plan = LoadPlan(phases=(Phase(1, 0, 1.0),))
+    with FakeEndpoint(flaky).running() as endpoint:
+        summary = summarize(_run(endpoint, plan))
     errors = summary["errors_by_code"]["ModelError"]
     assert errors > 0 and summary["error_messages"] == {"ModelError": "model exploded"}
     assert summary["fleet"]["unattributed"]["errors"] == errors

@@ -20,12 +20,14 @@ from harness.loadtest.config import (
     parse_threshold,
     plan_from_api,
 )
-from harness.loadtest.invokers import Outcome, error_code_from, find_endpoint_snapshot
+from harness.loadtest.invokers import error_code_from, find_endpoint_snapshot
+from harness.loadtest.locust_run import Target, run_load
 from harness.loadtest.popularity import Chooser, weights
 from harness.loadtest.report import summarize, to_markdown, write_report
-from harness.loadtest.runner import PHASES_COMPLETE, Controller, MetricsPoll, run_load
+from harness.loadtest.runner import PHASES_COMPLETE, Controller, MetricsPoll
 from harness.loadtest.schedule import position
 from harness.loadtest.stopping import StopMonitor, percentile
+from tests.loadtest_support import Answer, FakeEndpoint, json_body, model_error, served
 
 # --- phases -----------------------------------------------------------------------------------
 
@@ -241,31 +243,13 @@ def test_find_endpoint_snapshot_in_nested_metrics() -> None:
     assert find_endpoint_snapshot(data, "c") is None
 
 
-# --- the asyncio generator against a fake endpoint, then the report ---------------------------
+# --- Locust against a fake endpoint, then the report ------------------------------------------
 
 
-class FakeInvoker:
-    """Answers after a short await, counting concurrency; every 10th model call is an error."""
-
-    def __init__(self) -> None:
-        self.in_flight = 0
-        self.peak = 0
-        self.calls: Counter[str | None] = Counter()
-
-    async def invoke(self, target_model: str | None) -> Outcome:
-        self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
-        self.calls[target_model] += 1
-        try:
-            await asyncio.sleep(0.002)
-        finally:
-            self.in_flight -= 1
-        if target_model == "bad":
-            return Outcome(424, "ModelError")
-        return Outcome(200, model_latency_us=1000.0)
-
-    async def close(self) -> None:
-        pass
+def _answer(target: str | None) -> Answer:
+    if target == "bad":
+        return model_error("bad model")
+    return served(model_latency_us=1000.0)
 
 
 class FakeMetrics:
@@ -289,22 +273,25 @@ class FakeMetrics:
 
 def test_generator_runs_the_phases_and_reports(tmp_path: Path) -> None:
     plan = LoadPlan(
-        phases=(Phase(2, 0, 0.4), Phase(4, 0, 0.4)),
+        phases=(Phase(2, 0, 1.0), Phase(4, 0, 1.0)),
         target_models=("a", "b", "bad"),
         popularity=Popularity("zipf", 1.0),
     )
-    invoker = FakeInvoker()
     metrics = FakeMetrics()
-    result = asyncio.run(run_load(plan, invoker, metrics, tick_s=0.01, poll_s=0.1))
+    with FakeEndpoint(_answer).running() as endpoint:
+        result = asyncio.run(run_load(plan, Target("local", endpoint.url), json_body(),
+                                      metrics=metrics, poll_s=0.1))
+    calls = endpoint.calls
     assert result.stop_reason == PHASES_COMPLETE
-    assert invoker.peak == 4
+    assert endpoint.peak == 4
     assert max(u for _, u in result.users) == 4 and result.users[-1][1] == 0
     assert {s.phase for s in result.samples} == {0, 1}
-    assert invoker.calls["a"] > invoker.calls["b"] > 0 and invoker.calls["bad"] > 0
+    assert calls["a"] > calls["b"] > 0 and calls["bad"] > 0
     assert [e.kind for e in result.events if e.kind == "phase"] == ["phase", "phase"]
     summary = summarize(result)
-    assert summary["invocations"] == len(result.samples)
-    assert summary["errors_by_code"] == {"ModelError": invoker.calls["bad"]}
+    assert summary["invocations"] == len(result.samples) == endpoint.total  # each call once
+    assert summary["errors_by_code"] == {"ModelError": calls["bad"]}
+    assert summary["error_messages"] == {"ModelError": "bad model"}
     assert summary["latency_ms"]["ModelLatency"]["p50"] == pytest.approx(1.0)
     assert summary["latency_ms"]["client_minus_ModelLatency"] is not None
     assert summary["endpoint_average_ms"]["ModelLatency"] == pytest.approx(2.0)
@@ -312,6 +299,7 @@ def test_generator_runs_the_phases_and_reports(tmp_path: Path) -> None:
     assert 0 < summary["cache_hit_ratio"] < 1
     assert summary["loaded_models"]["max"] == 3
     assert [row["phase"] for row in summary["phases"]] == [1, 2]
+    assert summary["generator"].startswith("locust ")
     markdown = to_markdown(summary)
     assert "| invocations per minute |" in markdown and "| ModelLatency |" in markdown
     paths = write_report(result, tmp_path)
@@ -323,7 +311,8 @@ def test_generator_stops_on_a_stopping_condition() -> None:
     plan = LoadPlan(
         phases=(Phase(2, 0, 30),), stopping=StoppingConditions(max_invocations=60, min_window_s=0.2)
     )
-    result = asyncio.run(run_load(plan, FakeInvoker(), tick_s=0.01))
+    with FakeEndpoint().running() as endpoint:
+        result = asyncio.run(run_load(plan, Target("local", endpoint.url), json_body()))
     assert result.stop_reason.startswith("MaxInvocations")
     assert result.duration_s < 30
     assert [e.kind for e in result.events][-1] == "stop"
