@@ -40,6 +40,9 @@ class Proposal:
     cause: str
     scale_in: bool
     policy_arn: str | None = None
+    # The capacity the adjustment was applied to, when not the desired count (a step scale-out
+    # within its cooldown counts from before the activity that started it).
+    base: int | None = None
 
 
 class ScalingEngine:
@@ -231,6 +234,7 @@ class ScalingEngine:
                                          target.max_capacity)
                 if capacity <= last.desired:
                     return None
+                return Proposal(capacity, cause, False, policy.arn, base)
             return Proposal(capacity, cause, False, policy.arn)
         if capacity < desired:
             if target.suspended.get("DynamicScalingInSuspended"):
@@ -265,7 +269,8 @@ class ScalingEngine:
             resource_id=target.resource_id,
             description=f"Setting desired instance count to {proposal.capacity}.",
             cause=proposal.cause, started=self.clock.now(), desired=proposal.capacity,
-            scale_in=proposal.scale_in, previous=desired, policy_arn=proposal.policy_arn)
+            scale_in=proposal.scale_in, policy_arn=proposal.policy_arn,
+            previous=proposal.base if proposal.base is not None else desired)
         self.service.record_activity(activity)
         log.info("resource=%s scaling to %d instances: %s", target.resource_id,
                  proposal.capacity, proposal.cause)

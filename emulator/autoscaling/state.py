@@ -63,7 +63,8 @@ class ScalingActivity:
     ended: float | None = None
     status: str = "InProgress"
     message: str | None = None
-    previous: int | None = None  # the desired count before it (step scaling's cooldown)
+    # The count it was computed from (step scaling's cooldown counts from there)
+    previous: int | None = None
     policy_arn: str | None = None
 
 

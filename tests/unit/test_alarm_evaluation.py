@@ -1,0 +1,144 @@
+"""CloudWatch alarm evaluation, period by period: the real metric store and AlarmStore, the API
+behind the wire, and a fake clock (scale 60: one emulated minute per real second)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+
+from emulator.clock import Clock
+from emulator.cloudwatch import AlarmStore, CloudWatchService, MetricStore, alarm_rule, metric_math
+from emulator.cloudwatch.errors import CloudWatchError
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.time = FakeTime()
+        self.clock = Clock(60, time_fn=self.time)
+        self.metrics = MetricStore(self.clock)
+        self.alarms = AlarmStore(self.metrics, self.clock, "us-east-1", "123456789012")
+        self.api = CloudWatchService(self.metrics, self.clock, self.alarms)
+        self.changes: list[tuple[str, str, str]] = []
+        self.unsubscribe = self.alarms.subscribe(lambda *c: self.changes.append(c))
+
+    def put(self, **overrides: Any) -> None:
+        self.api.call("PutMetricAlarm", {
+            "AlarmName": "a", "Namespace": "CI", "MetricName": "m", "Statistic": "Maximum",
+            "Period": 60, "EvaluationPeriods": 3, "DatapointsToAlarm": 2, "Threshold": 1.0,
+            "ComparisonOperator": "GreaterThanThreshold", **overrides})
+
+    def minute(self, *values: float) -> str | None:
+        """One emulated minute with these samples, then an evaluation; the state after it."""
+        for value in values:
+            self.metrics.record("CI", "m", {}, value, "None")
+        self.time.now += 1.0
+        asyncio.run(self.alarms.evaluate_all())
+        return self.alarms.state("a")
+
+
+def test_m_out_of_n_and_the_listeners() -> None:
+    rig = Rig()
+    rig.put()
+    assert rig.alarms.exists("a") and rig.alarms.state("a") == "INSUFFICIENT_DATA"
+    assert rig.minute(0.0) == "OK"
+    assert rig.minute(5.0) == "OK"  # one breaching of the last three: not two
+    assert rig.minute(0.0) == "OK"
+    assert rig.minute(5.0) == "ALARM"  # 5, 0, 5: two out of three
+    reason = rig.alarms.get("a").reason  # type: ignore[union-attr]
+    assert reason.startswith("Threshold Crossed: 2 out of the last 3 datapoints [5.0 (")
+    assert reason.endswith("were greater than the threshold (1.0) (minimum 2 datapoints for "
+                           "OK -> ALARM transition).")
+    assert rig.changes == [("a", "INSUFFICIENT_DATA", "OK"), ("a", "OK", "ALARM")]
+    rig.unsubscribe()
+    assert rig.minute(0.0) == "OK"  # 0, 5, 0: one breaching
+    assert len(rig.changes) == 2  # unsubscribed: told nothing more
+
+
+@pytest.mark.parametrize(("treat", "states"), [
+    ("missing", ["ALARM", "ALARM", "OK", "INSUFFICIENT_DATA"]),
+    ("ignore", ["ALARM", "ALARM", "ALARM", "ALARM"]),
+    ("breaching", ["ALARM", "ALARM", "ALARM", "ALARM"]),
+    ("notBreaching", ["ALARM", "ALARM", "OK", "OK"]),
+])
+def test_treat_missing_data_after_the_data_stops(treat: str, states: list[str]) -> None:
+    rig = Rig()
+    rig.put(TreatMissingData=treat)
+    rig.minute(5.0)
+    seen = [rig.minute(5.0)] + [rig.minute() for _ in range(3)]
+    assert seen == states
+
+
+def test_ignore_keeps_a_state_until_enough_good_data() -> None:
+    rig = Rig()
+    rig.put(TreatMissingData="ignore", EvaluationPeriods=3, DatapointsToAlarm=3)
+    rig.minute(5.0), rig.minute(5.0)
+    assert rig.minute(5.0) == "ALARM"
+    rig.minute(), rig.minute()
+    # one good datapoint among missing ones: three breaching are no longer possible
+    assert rig.minute(0.0) == "OK"
+
+
+def test_low_sample_count_percentile_keeps_its_state() -> None:
+    rig = Rig()
+    rig.put(Statistic=None, ExtendedStatistic="p99", EvaluationPeriods=1,
+            DatapointsToAlarm=None, EvaluateLowSampleCountPercentile="ignore")
+    assert rig.minute(5.0) == "INSUFFICIENT_DATA"  # 1 sample < 10 / (1 - 0.99)
+    assert rig.minute(*([5.0] * 1000)) == "ALARM"
+
+
+def test_metric_math() -> None:
+    series = {"m1": np.array([1.0, np.nan, 4.0]), "m2": np.array([2.0, 2.0, 0.0])}
+    ratio = metric_math.evaluate(metric_math.parse("m1 / m2"), series, 3)
+    assert ratio[0] == 0.5 and np.isnan(ratio[1]) and np.isnan(ratio[2])  # x/0: no datapoint
+    total = metric_math.evaluate(metric_math.parse("SUM(METRICS()) / 2"), series, 3)
+    assert total.tolist() == [1.5, 1.0, 2.0]
+    filled = metric_math.evaluate(metric_math.parse("FILL(m1, 0) - 2 ^ 2"), series, 3)
+    assert filled.tolist() == [-3.0, -4.0, 0.0]
+    for bad in ("ANOMALY_DETECTION_BAND(m1)", "m1 +", "(m1", "SEARCH('x', 'Sum', 60)"):
+        with pytest.raises(metric_math.MathError):
+            metric_math.parse(bad)
+
+
+def test_alarm_rule() -> None:
+    rule = alarm_rule.parse('ALARM("a") OR ALARM(b) AND NOT OK('
+                            'arn:aws:cloudwatch:us-east-1:123456789012:alarm:c)')
+    assert rule.alarms() == {"a", "b", "c"}
+    states = {"a": "OK", "b": "ALARM", "c": "INSUFFICIENT_DATA"}
+    assert rule.holds(states.get)  # AND before OR: a OR (b AND NOT OK(c))
+    states["c"] = "OK"
+    assert not rule.holds(states.get)
+    assert alarm_rule.parse("TRUE").holds(states.get)
+    for bad in ("", "ALARM(a) AND", "ALARM(a", "SOMETIMES(a)", '(ALARM("a")'):
+        with pytest.raises(alarm_rule.RuleError):
+            alarm_rule.parse(bad)
+
+
+def test_a_metric_math_alarm_refuses_what_it_cannot_evaluate() -> None:
+    rig = Rig()
+    stat = {"Metric": {"Namespace": "CI", "MetricName": "m"}, "Period": 60, "Stat": "Sum"}
+    base = {"AlarmName": "x", "EvaluationPeriods": 1, "Threshold": 1.0,
+            "ComparisonOperator": "GreaterThanThreshold"}
+    for metrics, words in [
+        ([{"Id": "m1", "MetricStat": stat}, {"Id": "e1", "Expression": "m1 * 2"}],
+         "Exactly one element"),
+        ([{"Id": "m1", "MetricStat": stat, "ReturnData": False},
+          {"Id": "e1", "Expression": "RATE(m1)"}], "RATE"),
+        ([{"Id": "m1", "MetricStat": stat, "ReturnData": False},
+          {"Id": "e1", "Expression": "m2 * 2"}], "m2"),
+        ([{"Id": "M1", "MetricStat": stat}], "lowercase"),
+    ]:
+        with pytest.raises(CloudWatchError) as raised:
+            rig.api.call("PutMetricAlarm", {**base, "Metrics": metrics})
+        assert words in raised.value.message
+    assert not rig.alarms.exists("x")
