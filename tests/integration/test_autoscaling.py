@@ -148,6 +148,76 @@ def test_issue_code_scales_out_under_load_and_back_in(emulator: EmulatorServer) 
         StartTime=now - dt.timedelta(hours=2), EndTime=now)
     assert hits["Datapoints"] and all(0 <= d["Average"] <= 1 for d in hits["Datapoints"])
 
+    # the policy's two alarms are real CloudWatch alarms, with AWS's settings
+    alarms = cw.describe_alarms(AlarmNamePrefix="TargetTracking-")["MetricAlarms"]
+    assert sorted(a["AlarmName"] for a in alarms) == sorted(a["AlarmName"]
+                                                            for a in policy["Alarms"])
+    settings = {a["ComparisonOperator"]: (a["MetricName"], a["Statistic"], a["Period"],
+                                          a["EvaluationPeriods"], a["Threshold"],
+                                          a["AlarmActions"]) for a in alarms}
+    assert settings == {
+        "GreaterThanThreshold": ("InvocationsPerInstance", "Sum", 60, 3, 70.0,
+                                 [policy["PolicyARN"]]),
+        "LessThanThreshold": ("InvocationsPerInstance", "Sum", 60, 15, 63.0,
+                              [policy["PolicyARN"]])}
+    history = cw.describe_alarm_history(AlarmName=policy["Alarms"][0]["AlarmName"],
+                                        HistoryItemType="Action")["AlarmHistoryItems"]
+    assert history and history[0]["HistorySummary"] == (
+        f"Successfully executed action {policy['PolicyARN']}")
+
+
+def test_step_scaling_on_alarms_over_a_published_metric(emulator: EmulatorServer) -> None:
+    """A queue length the test publishes: an alarm over 10 runs a +1 step policy, one under 5
+    a -1 step policy; the endpoint scales out to 2 instances and back to 1."""
+    asg = _client("application-autoscaling", emulator.url)
+    cw = _client("cloudwatch", emulator.url)
+    sm = _client("sagemaker", emulator.url)
+    asg.register_scalable_target(**KEY, MinCapacity=1, MaxCapacity=2)
+
+    def policy(name: str, steps: list[dict[str, Any]]) -> str:
+        arn: str = asg.put_scaling_policy(
+            **KEY, PolicyName=name, PolicyType="StepScaling", StepScalingPolicyConfiguration={
+                "AdjustmentType": "ChangeInCapacity", "StepAdjustments": steps,
+                "Cooldown": 60, "MetricAggregationType": "Average"})["PolicyARN"]
+        return arn
+
+    out = policy("queue-out", [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}])
+    back = policy("queue-in", [{"MetricIntervalUpperBound": 0, "ScalingAdjustment": -1}])
+    for name, operator, threshold, arn in (("queue-long", "GreaterThanOrEqualToThreshold", 10,
+                                            out),
+                                           ("queue-short", "LessThanThreshold", 5, back)):
+        cw.put_metric_alarm(AlarmName=name, Namespace="CI/Queue", MetricName="Length",
+                            Statistic="Average", Period=60, EvaluationPeriods=1,
+                            Threshold=threshold, ComparisonOperator=operator,
+                            AlarmActions=[arn])
+    length = {"value": 20.0}
+    stop = threading.Event()
+
+    def publish() -> None:
+        client = _client("cloudwatch", emulator.url)
+        while not stop.is_set():
+            client.put_metric_data(Namespace="CI/Queue", MetricData=[
+                {"MetricName": "Length", "Value": length["value"]}])
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    try:
+        _wait(lambda: _counts(sm) == (2, 2), 60, "the scale-out to 2 instances")
+        length["value"] = 1.0
+        _wait(lambda: _counts(sm) == (1, 1), 60, "the scale-in back to 1 instance")
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    causes = [a["Cause"] for a in asg.describe_scaling_activities(
+        ServiceNamespace="sagemaker")["ScalingActivities"]]
+    assert causes[0] == "monitor alarm queue-short in state ALARM triggered policy queue-in"
+    assert causes[-1] == "monitor alarm queue-long in state ALARM triggered policy queue-out"
+    described = asg.describe_scaling_policies(ServiceNamespace="sagemaker",
+                                              PolicyNames=["queue-out"])["ScalingPolicies"][0]
+    assert described["StepScalingPolicyConfiguration"]["MetricAggregationType"] == "Average"
+    assert [a["AlarmName"] for a in described["Alarms"]] == ["queue-long"]
+
 
 # ---------------------------------------------------------------------------------------------
 # Bad requests, answered as AWS answers them
