@@ -105,8 +105,10 @@ class DeploymentRun:
 
     def __init__(self, name: str, green: EndpointSpec, progress: Progress,
                  registry: Generations, clock: Clock, alarms: AlarmStates | None,
-                 save: Callable[[Progress], None], promoted: Callable[[], None]) -> None:
+                 save: Callable[[Progress], None], promoted: Callable[[], None],
+                 config_name: str = "") -> None:
         self.name = name
+        self.config_name = config_name
         self.green_spec = green
         self.progress = progress
         self.plan = Plan.from_doc(progress.plan)
@@ -220,7 +222,9 @@ class DeploymentRun:
         left = None
         if self._bake_ends is not None and self.progress.phase in (BAKING, TERMINATING):
             left = self._clock.emulated_duration(max(0.0, self._bake_ends - now))
+        green = self._registry.green(self.name)
         return {
+            "NewConfig": self.config_name,
             "Kind": self.plan.kind,
             "Routing": self.plan.routing,
             "Phase": self.progress.phase,
@@ -230,7 +234,9 @@ class DeploymentRun:
             "BakeSeconds": self.plan.bake_s,
             "BakeSecondsLeft": left,
             "TerminationWaitSeconds": self.plan.termination_wait_s,
-            "NewConfigInstances": _instances(self._registry.green(self.name)),
+            "NewConfigInstances": _instances(green),
+            # The new fleet as the page draws a fleet (``Endpoint.describe``), until promoted.
+            "Green": green.describe() if green is not None else None,
             "Resumed": self.progress.resumed,
             "Alarms": {name: (self._alarms.state(name) if self._alarms else None)
                        for name in self.plan.alarms},

@@ -513,7 +513,8 @@ class ControlPlaneService:
                 self._save(record)
 
         run = DeploymentRun(name, EndpointSpec.from_doc(deployment.spec), progress,
-                            self.registry, self.emulated_clock, self.alarms, save, promoted)
+                            self.registry, self.emulated_clock, self.alarms, save, promoted,
+                            config_name=deployment.config_name)
         try:
             await run.run()
         except RolledBack as exc:

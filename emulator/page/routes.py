@@ -51,7 +51,10 @@ def page_state(registry: EndpointRegistry, feed: Feed,
         "Time": now,
         "Endpoints": {e.name: {**describe_endpoint(e), "MultiModel": e.is_multi_model,
                                "Metrics": endpoint_snapshot(e.name, [v.metrics
-                                                                     for v in e.variants])}
+                                                                     for v in e.variants]),
+                               # A guarded deployment in progress (emulator/control/deployments)
+                               "Deployment": (registry.deployments[e.name].describe()
+                                              if e.name in registry.deployments else None)}
                       for e in registry.all()},
         "Timeline": feed.timeline(now),
         "Events": feed.recent_events(),

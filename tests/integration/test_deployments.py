@@ -9,8 +9,10 @@ call may fail because of the deployment itself (shift, promotion, rollback, drai
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,9 +24,12 @@ from botocore.config import Config
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.integration import test_page
 from tests.support import output_of, package, scale_request, write_scale_model
 
 pytestmark = pytest.mark.slow
+browser_page = test_page.browser_page  # the page test's headless Chromium, as a fixture here
+WAIT_MS = test_page.WAIT_MS
 
 SCALE = 60.0
 FAST = {"Delay": 0.25, "MaxAttempts": 480}
@@ -154,6 +159,12 @@ def canary(percent: int, wait: int, alarms: tuple[str, ...] = ("ci-health",),
         "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": a} for a in alarms]}}
 
 
+def running_and_other(sm: Any) -> tuple[str, str]:
+    """The config the endpoint runs and the other one (tests run alone or in any order)."""
+    running = sm.describe_endpoint(EndpointName="ep")["EndpointConfigName"]
+    return running, "green" if running == "blue" else "blue"
+
+
 def in_service_on(sm: Any, config: str) -> dict[str, Any]:
     sm.get_waiter("endpoint_in_service").wait(EndpointName="ep", WaiterConfig=FAST)
     described: dict[str, Any] = sm.describe_endpoint(EndpointName="ep")
@@ -175,6 +186,15 @@ def test_canary_bakes_and_completes_without_a_failed_call(emulator: Module) -> N
         assert new_fleet["CurrentInstanceCount"] == 1
         assert new_fleet["CurrentWeight"] == pytest.approx(0.25)
         assert during["ProductionVariants"][0]["CurrentWeight"] == pytest.approx(0.75)
+        page = json.loads(urllib.request.urlopen(f"{emulator.url}/_emulator/page/state",
+                                                 timeout=10).read())["Endpoints"]["ep"]
+        shown = page["Deployment"]  # what the live page draws
+        assert (shown["NewConfig"], shown["Routing"], shown["Phase"]) == ("green", "CANARY",
+                                                                         "baking")
+        assert (shown["Step"], shown["Steps"], shown["GreenShare"]) == (1, 2, 0.25)
+        assert 0 <= shown["BakeSecondsLeft"] <= 240
+        assert shown["Alarms"] == {"ci-health": "OK"}
+        assert shown["NewConfigInstances"] == 1
         mark = len(traffic.factors)
         wait_for(lambda: GREEN in traffic.factors[mark:], "a call on the canary")
         canary_calls = traffic.factors[mark:]
@@ -267,9 +287,33 @@ def test_linear_then_all_at_once(emulator: Module) -> None:
     assert traffic.failures == []
 
 
+def test_the_live_page_shows_the_deployment(emulator: Module, browser_page: Any) -> None:
+    sm, cw = emulator.client("sagemaker"), emulator.client("cloudwatch")
+    page = browser_page
+    page.goto(f"{emulator.url}/_emulator/")
+    page.wait_for_selector('#connection[data-connected="true"]', timeout=WAIT_MS)
+    running, other = running_and_other(sm)
+    sm.update_endpoint(EndpointName="ep", EndpointConfigName=other,
+                       DeploymentConfig=canary(25, wait=3600))  # a 60 s bake
+    block = '[data-deployment="ep"][data-phase="baking"]'
+    page.wait_for_selector(block, timeout=WAIT_MS)
+    assert page.get_attribute(f"{block} .split", "data-green-share") == "25"
+    assert f"deployment to {other}" in page.inner_text(f"{block} h4")
+    assert "baking step 1 of 2" in page.inner_text(f"{block} h4")
+    assert page.inner_text(f'{block} [data-alarm="ci-health"]') == "ci-health OK"
+    assert page.inner_text(f'{block} [data-figure="bake-left"]').endswith(" s")
+    cw.set_alarm_state(AlarmName="ci-health", StateValue="ALARM", StateReason="a test says so")
+    page.wait_for_selector('[data-deployment="ep"]', state="detached", timeout=WAIT_MS)
+    described = in_service_on(sm, running)
+    assert '"ci-health"' in described["FailureReason"]
+    wait_for(lambda: cw.describe_alarms(AlarmNames=["ci-health"])["MetricAlarms"][0][
+        "StateValue"] == "OK", "the health alarm back to OK", timeout=60)
+
+
 def test_a_restart_mid_deployment_resumes_it(emulator: Module) -> None:
     sm = emulator.client("sagemaker")
-    sm.update_endpoint(EndpointName="ep", EndpointConfigName="blue",
+    running, other = running_and_other(sm)
+    sm.update_endpoint(EndpointName="ep", EndpointConfigName=other,
                        DeploymentConfig=canary(25, wait=600))  # a 10 s bake
     wait_for(lambda: baking(sm), "the canary's bake")
     emulator.restart()
@@ -278,13 +322,13 @@ def test_a_restart_mid_deployment_resumes_it(emulator: Module) -> None:
     message = resumed["PendingDeploymentSummary"]["ProductionVariants"][0]["VariantStatus"][0][
         "StatusMessage"]
     assert "Step 1 of 2" in message and "resumed after an emulator restart" in message
-    assert resumed["EndpointConfigName"] == "green"  # blue (the running config) came back
+    assert resumed["EndpointConfigName"] == running  # blue (the running config) came back
     rt = runtime_client(emulator.url)
     answer = rt.invoke_endpoint(EndpointName="ep", TargetModel="scale.tar.gz",
                                 ContentType="application/json",
                                 Body=scale_request([1.0, 1.0, 1.0, 1.0]))
     assert float(output_of(answer["Body"].read())[0]) in (BLUE, GREEN)
-    in_service_on(sm, "blue")
+    in_service_on(sm, other)
 
 
 def test_mme_deploy_runs_a_guarded_update_and_exits_3_on_a_rollback(

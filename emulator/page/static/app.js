@@ -121,6 +121,32 @@ function modelRow(endpoint, variant, instance, model) {
     el("td", {}, ago(model.LastUsed)));
 }
 
+// A guarded deployment in progress: which fleet takes what share, the step, the bake, the alarms.
+function deploymentBlock(name, d) {
+  if (!d) return null;
+  const green = Math.round(d.GreenShare * 100);
+  const left = d.BakeSecondsLeft == null ? "–" : `${Math.ceil(d.BakeSecondsLeft)} s`;
+  const phase = { starting: "new fleet starting", baking: `baking step ${d.Step} of ${d.Steps}`,
+    terminating: "new fleet serves; old fleet waits to stop", rolling_back: "rolling back" }[d.Phase] || d.Phase;
+  const kind = d.Kind === "RollingUpdatePolicy" ? "rolling" : "blue/green";
+  const alarms = Object.entries(d.Alarms);
+  const instances = d.Green ? Object.entries(d.Green.Variants).flatMap(([vname, v]) => v.Instances.map(i =>
+    el("span", { class: "badge", title: i.TritonUrl || "" },
+      `${vname}/${i.InstanceId} · ${i.InFlight} in flight · ${(i.Models || []).filter(m => m.State === "loaded").length} loaded`))) : [];
+  return el("div", { class: "deployment", "data-deployment": name, "data-phase": d.Phase },
+    el("h4", {}, `deployment to ${d.NewConfig}`, el("small", {},
+      ` ${kind} · ${d.Routing.toLowerCase().replace(/_/g, " ")} · ${phase}${d.Resumed ? " · resumed after a restart" : ""}`)),
+    el("div", { class: "split", "data-green-share": green, title: `blue (running config) ${100 - green} % · green (new config) ${green} %` },
+      el("span", { class: "split-blue", style: `width:${100 - green}%` }, `blue ${100 - green} %`),
+      el("span", { class: "split-green", style: `width:${green}%` }, green ? `green ${green} %` : "")),
+    el("p", {}, `bake ${d.BakeSeconds} s per step · left: `, el("strong", { "data-figure": "bake-left" }, left),
+      d.TerminationWaitSeconds ? ` · then ${d.TerminationWaitSeconds} s before the old fleet stops` : ""),
+    el("p", {}, "rollback alarms: ", ...(alarms.length ? alarms.map(([alarm, s]) =>
+      el("span", { class: `badge alarm-${(s || "missing").toLowerCase()}`, "data-alarm": alarm }, `${alarm} ${s || "missing"}`))
+      : [el("span", { class: "muted" }, "none")])),
+    el("p", {}, `green fleet: ${d.NewConfigInstances} instance(s) serving `, ...instances));
+}
+
 function renderFleet() {
   const blocks = [];
   for (const [name, ep] of Object.entries(state.Endpoints)) {
@@ -148,7 +174,8 @@ function renderFleet() {
             el("tbody", {}, ...models.map(m => modelRow(name, vname, instance, m))))
             : el("p", { class: "empty" }, "No model yet: the first request for a TargetModel downloads and loads it."));
       })));
-    blocks.push(el("div", { class: "endpoint", "data-endpoint": name }, el("h3", {}, `endpoint ${name}`), ...variants));
+    blocks.push(el("div", { class: "endpoint", "data-endpoint": name }, el("h3", {}, `endpoint ${name}`),
+      deploymentBlock(name, ep.Deployment), ...variants));
   }
   document.getElementById("fleet").replaceChildren(...blocks);
 }
