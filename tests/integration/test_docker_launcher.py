@@ -23,6 +23,7 @@ from emulator.triton.docker_launcher import (
     HOST_LABEL,
     OWNER_LABEL,
     OWNER_START_LABEL,
+    TRITON_GRPC_PORT,
     DockerLauncher,
     PullProgress,
     _mount_roots,
@@ -30,7 +31,7 @@ from emulator.triton.docker_launcher import (
     connect,
     remove_leftover_containers,
 )
-from emulator.triton.launcher import LauncherError, TritonOptions, free_port
+from emulator.triton.launcher import LauncherError, TritonOptions, control_args, free_port
 
 T = TypeVar("T")
 
@@ -448,7 +449,10 @@ def test_sagemaker_environment_reaches_the_container_command(
             await launcher.stop()
 
     attrs = run(scenario)
-    # The model's flags come after the launcher's own, so they win where both set one.
-    assert attrs["Args"][-len(translated.args):] == translated.args
+    # The model's flags come after the launcher's own, so they win where both set one; only the
+    # emulator's gRPC control channel (load, unload: docs/isolation.md) comes after them.
+    control = control_args("0.0.0.0", TRITON_GRPC_PORT)
+    assert attrs["Args"][-len(control):] == control
+    assert attrs["Args"][-len(control) - len(translated.args):-len(control)] == translated.args
     assert "--backend-config=python,shm-default-byte-size=33554432" in attrs["Args"]
     assert "MY_MODEL_SETTING=x" in attrs["Config"]["Env"]
