@@ -138,7 +138,8 @@ class AlarmStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Event | None = None
         self._due: dict[str, float] = {}  # next evaluation, real epoch seconds
-        self._pending: list[ActionCall] = []
+        self._pending: list[ActionCall] = []  # actions to run in the next round (lock)
+        self._save_lock = threading.Lock()
         self._load()
         # SNS topics: published to --sns-endpoint-url, else recorded in the history only.
         self.add_action_handler("arn:aws:sns:", SnsPublisher(sns_endpoint_url, self).publish)
@@ -227,15 +228,17 @@ class AlarmStore:
             log.warning("alarms not restored: %s is unreadable (%s)", self.state_file, exc)
 
     def save(self) -> None:
+        """Write the whole state (alarms, states, history) atomically; one writer at a time."""
         if self.state_file is None:
             return
-        with self.lock:
-            text = json.dumps({"alarms": [asdict(a) for a in self.alarms.values()],
-                               "history": [asdict(h) for h in self.history]})
-        temporary = self.state_file.with_suffix(".tmp")
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(text)
-        os.replace(temporary, self.state_file)
+        with self._save_lock:
+            with self.lock:
+                text = json.dumps({"alarms": [asdict(a) for a in self.alarms.values()],
+                                   "history": [asdict(h) for h in self.history]})
+            temporary = self.state_file.with_suffix(".tmp")
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(text)
+            os.replace(temporary, self.state_file)
 
     # -----------------------------------------------------------------------------------------
     # Changes from the API
@@ -306,6 +309,7 @@ class AlarmStore:
         """SetAlarmState: the state is set now, its actions run; the next evaluation may
         change it back (AWS: "the alarm returns to its actual state ... the next time")."""
         self._transition(name, state, reason, reason_data, None, manual=True)
+        self.save()
 
     def tag(self, name: str, tags: dict[str, str]) -> None:
         with self.lock:
@@ -336,10 +340,10 @@ class AlarmStore:
             if alarm is None:
                 return False
             old = alarm.state
-            alarm.reason, alarm.reason_data, alarm.state_updated = reason, reason_data, now
             alarm.value = value
             if old == state and not manual:
-                return False
+                return False  # the reason stays the transition's, as AWS shows it
+            alarm.reason, alarm.reason_data, alarm.state_updated = reason, reason_data, now
             if old != state:
                 alarm.state_transitioned = now
             alarm.state = state
@@ -350,12 +354,12 @@ class AlarmStore:
             self._record(alarm, "StateUpdate", f"Alarm updated from {old} to {state}",
                          {"version": "1.0", "oldState": {"stateValue": old},
                           "newState": new_state}, now)
-            calls = self._calls(alarm, False, old) if alarm.actions_enabled else []
+            if alarm.actions_enabled:
+                self._pending.extend(self._calls(alarm, False, old))
             alarm.last_repeat = now
         log.info("alarm %s: %s -> %s (%s)", name, old, state, reason)
         if old != state:
             self._notify(name, old, state)
-        self._pending.extend(calls)
         self._wake()
         return True
 
@@ -373,7 +377,8 @@ class AlarmStore:
                 if not repeated or arn.startswith(REPEATING_PREFIX)]
 
     async def _run_actions(self) -> None:
-        calls, self._pending = self._pending, []
+        with self.lock:
+            calls, self._pending = self._pending, []
         if not calls:
             return
         by_handler: dict[int, list[ActionCall]] = {}
@@ -394,7 +399,7 @@ class AlarmStore:
                 results = [f"{type(exc).__name__}: {exc}" for _ in batch]
             for call, error in zip(batch, results, strict=True):
                 self._action_done(call, error)
-        self.save()
+        await asyncio.to_thread(self.save)
 
     def _action_done(self, call: ActionCall, error: str | None) -> None:
         now = self.clock.now()
@@ -471,7 +476,7 @@ class AlarmStore:
         if self._evaluate_composites():
             changed = True
         if changed:
-            self.save()
+            await asyncio.to_thread(self.save)  # off the event loop: the history can be MBs
         await self._run_actions()
 
     def _evaluate_all(self, work: list[tuple[str, dict[str, Any], str]],
