@@ -160,12 +160,14 @@ class DeploymentRun:
         bake_real = self._clock.real_duration(self.plan.bake_s)
         deadline = self._deadline()
         self._bake_ends = time.time() + bake_real
+        # The bake, or what is left before MaximumExecutionTimeoutInSeconds if that is less.
+        cut = deadline is not None and deadline - time.time() < bake_real
         timeout = bake_real if deadline is None else min(bake_real, deadline - time.time())
         try:
             alarm = await asyncio.wait_for(fired.get(), max(0.0, timeout))
         except asyncio.TimeoutError:
             self._raise_if_alarming()
-            if deadline is not None and time.time() >= deadline:
+            if cut:
                 raise RolledBack(self._timeout_reason()) from None
             return
         self._rolled_back_by(alarm, step)

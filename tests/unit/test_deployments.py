@@ -451,3 +451,48 @@ def test_delete_during_a_deployment_stops_both_generations(sm, runtimes: FakeGen
     sm.delete_endpoint(EndpointName="ep")
     sm.get_waiter("endpoint_deleted").wait(EndpointName="ep", WaiterConfig=FAST)
     assert ("delete", "ep") in runtimes.calls
+
+
+def test_a_deployment_past_its_maximum_execution_time_rolls_back(  # type: ignore[no-untyped-def]
+        sm, runtimes: FakeGenerations) -> None:
+    # Two bakes of 500 s cannot finish within 600 s: the second step is cut at the deadline.
+    sm.update_endpoint(EndpointName="ep", EndpointConfigName="green", DeploymentConfig=canary(
+        25, wait=500, MaximumExecutionTimeoutInSeconds=600))
+    wait_for(lambda: ("drop_green", "ep") in runtimes.steps, "the rollback")
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="ep", WaiterConfig=FAST)
+    described = sm.describe_endpoint(EndpointName="ep")
+    assert described["EndpointConfigName"] == "blue"
+    assert "MaximumExecutionTimeoutInSeconds (600 s)" in described["FailureReason"]
+    assert ("shift", 1.0) in runtimes.steps and ("promote", "ep") not in runtimes.steps
+
+
+@pytest.mark.parametrize(("phase", "status", "config"), [
+    ("rolling_back", "RollingBack", "c1"),  # the rollback finishes: the old config serves
+    ("terminating", "Updating", "c2"),  # green was the endpoint already: the update is done
+])
+def test_a_restart_while_rolling_back_or_terminating_ends_the_deployment(
+        tmp_path: Path, phase: str, status: str, config: str) -> None:
+    from emulator.control.deployments import Progress
+    from emulator.control.state_db import Deployment, EndpointRecord
+
+    store = ControlStore(tmp_path / "control.sqlite3")
+    spec = {"name": "ep", "variants": [{"name": "AllTraffic", "container": {
+        "model_data": f"s3://bucket/{config}/", "mode": "MultiModel"}}]}
+    plan = guardrails.plan(canary(), [1]).to_doc()
+    store.add_endpoint(EndpointRecord(
+        name="ep", created=1.0, modified=1.0, status=status,
+        current=Deployment(config, [], spec),
+        pending=Deployment("c2", [], spec) if phase == "rolling_back" else None,
+        failure_reason="alarm x" if phase == "rolling_back" else None,
+        deployment=Progress(plan=plan, started=1.0, phase=phase).to_doc()))
+    store.close()
+    runtimes = FakeGenerations()
+    runtimes.green_gate.set()
+    app, _ = build(tmp_path / "control.sqlite3", runtimes, StandInAlarms())
+    with ServerThread(app) as server:
+        described = unchecked_client(server.url).describe_endpoint(EndpointName="ep")
+    assert described["EndpointStatus"] == "InService"
+    assert described["EndpointConfigName"] == config
+    assert "PendingDeploymentSummary" not in described
+    assert runtimes.calls == [("create", "ep")] and runtimes.steps == []
+    assert described.get("FailureReason") == ("alarm x" if phase == "rolling_back" else None)
