@@ -169,7 +169,7 @@ def test_page_assets_are_served_by_the_emulator(start_emulator, store: Path,  # 
         with urllib.request.urlopen(f"{server.url}/_emulator/page/{asset}") as resp:
             assert resp.headers["Content-Type"].startswith(kind)
     state = get_json(f"{server.url}/_emulator/page/state")
-    assert set(state) == {"Time", "Endpoints", "Timeline", "Events", "Errors"}
+    assert set(state) == {"Time", "Endpoints", "Timeline", "Events", "Errors", "Alarms"}
     assert state["Endpoints"]["local"]["Variants"]["AllTraffic"]["Instances"][0]["InstanceId"] \
         == "i-1"
     with pytest.raises(urllib.error.HTTPError) as excinfo:
