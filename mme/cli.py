@@ -28,6 +28,7 @@ BENCH_MODULES = (
     "mme.bench_scale",
     "mme.bench_coldstart",
     "ensembles.cli",
+    "harness.loadtest.bench",  # mme bench loadgen
 )
 
 

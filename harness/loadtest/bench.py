@@ -1,12 +1,15 @@
-"""Is the load generator the bottleneck? ``python -m harness.loadtest.bench`` prints the figure.
+"""How many calls per second each load engine reaches against a target that is never the
+bottleneck: ``mme bench loadgen`` (or ``python -m harness.loadtest.bench``).
 
-Two runs of the same generator with the same users and payload:
-1. against the emulator (embedded Triton, a trivial Python model): the endpoint's throughput,
-   and the generator's own CPU time per request (``time.process_time`` of this process);
-2. against a null HTTP server (a child process that answers 200 at once): the generator's
-   ceiling on this machine.
-The ratio ceiling / emulator throughput is the headroom: above ~2, the generator is not what
-limits a load test of the emulator.
+The target is a null HTTP server (a child process answering every InvokeEndpoint at once); the
+same phase of users is run, in one run, by:
+1. the asyncio + aiohttp loop ``mme loadtest`` used before Locust (issue #33), kept for this
+   benchmark only in ``harness/loadtest/legacy_asyncio.py``;
+2. Locust with one process (``mme loadtest``'s default): boto3 users, SigV4-signed, retries off;
+3. Locust with ``--processes 2`` (two workers under a local master).
+Calls per second is what each reached; CPU ms per call is the generator's own CPU time (this
+process for the asyncio loop, the Locust processes for Locust), the cost a load test takes from
+the endpoint when both share a machine.
 """
 
 from __future__ import annotations
@@ -14,17 +17,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import resource
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Any
 
 from emulator.processes import free_port, wait_until
 from harness.live_endpoint import ping
 from harness.loadtest.config import LoadPlan, Phase
-from harness.loadtest.session import auto_request, emulator, invoke_once, run_http
+from harness.payloads import Request
 
 NULL_SERVER = """
 import sys
@@ -62,61 +66,89 @@ def null_server() -> Iterator[str]:
         process.wait(10)
 
 
-def measure(url: str, users: int, seconds: float, request: object, target: str | None) -> dict:
-    plan = LoadPlan(phases=(Phase(users, 0, seconds),), target_models=(target,))
-    cpu0, wall0 = time.process_time(), time.monotonic()
-    result = asyncio.run(run_http(url, "local", plan, request, metrics=False))  # type: ignore[arg-type]
-    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+@dataclass(frozen=True)
+class Measured:
+    engine: str
+    calls_per_s: float
+    cpu_ms_per_call: float
+    errors: int
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_asyncio(url: str, users: int, seconds: float, request: Request) -> Measured:
+    from harness.loadtest.invokers import HttpInvoker
+    from harness.loadtest.legacy_asyncio import run_asyncio_load
+
+    async def go() -> Any:
+        invoker = HttpInvoker(url, "local", request.body, request.content_type)
+        try:
+            return await run_asyncio_load(LoadPlan(phases=(Phase(users, 0, seconds),)), invoker)
+        finally:
+            await invoker.close()
+
+    cpu0 = time.process_time()
+    result = asyncio.run(go())
+    cpu = time.process_time() - cpu0
     ok = sum(1 for s in result.samples if s.ok)
-    return {
-        "requests_per_s": ok / result.duration_s,
-        "generator_cpu_ms_per_request": 1000 * cpu / max(ok, 1),
-        "generator_cpu_share": cpu / wall,
-        "errors": len(result.samples) - ok,
-    }
+    return Measured("asyncio + aiohttp (before Locust)", ok / result.duration_s,
+                    1000 * cpu / max(ok, 1), len(result.samples) - ok)
+
+
+def measure_locust(url: str, users: int, seconds: float, request: Request,
+                   processes: int | None) -> Measured:
+    from harness.loadtest.locust_run import Engine, Target, run_load
+
+    plan = LoadPlan(phases=(Phase(users, 0, seconds),))
+    cpu0 = _children_cpu()
+    result = asyncio.run(run_load(plan, Target("local", url), request,
+                                  engine=Engine(processes=processes)))
+    cpu = _children_cpu() - cpu0  # the Locust processes (waited for), startup included
+    ok = sum(1 for s in result.samples if s.ok)
+    name = f"Locust + boto3, {processes or 1} process{'es' if processes else ''}"
+    return Measured(name, ok / result.duration_s, 1000 * cpu / max(ok, 1),
+                    len(result.samples) - ok)
+
+
+def run_bench(users: int, seconds: float) -> list[Measured]:
+    request = Request(b'{"inputs": []}', "application/json")
+    with null_server() as url:
+        return [measure_asyncio(url, users, seconds, request),
+                measure_locust(url, users, seconds, request, None),
+                measure_locust(url, users, seconds, request, 2)]
+
+
+def table(rows: list[Measured], users: int, seconds: float) -> str:
+    lines = [f"{users} users for {seconds:g} s against a null server (never the bottleneck):", "",
+             "| engine | calls/s | generator CPU ms per call | errors |", "|---|---|---|---|"]
+    lines += [f"| {r.engine} | {r.calls_per_s:.0f} | {r.cpu_ms_per_call:.3f} | {r.errors} |"
+              for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``mme bench loadgen``."""
+    p = commands.add_parser("loadgen", help="calls/s of the load engines (the asyncio loop before "
+                                            "Locust, Locust with 1 and 2 processes), same run")
+    p.add_argument("--users", type=int, default=16)
+    p.add_argument("--seconds", type=float, default=8.0)
+    p.set_defaults(func=lambda args: _print_bench(args.users, args.seconds))
+
+
+def _print_bench(users: int, seconds: float) -> int:
+    print(table(run_bench(users, seconds), users, seconds))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--users", type=int, nargs="+", default=[1, 8, 32])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--users", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=8.0)
     args = parser.parse_args(argv)
-    from harness.examples.add_model import write_add_repository
-    from harness.model_store import package_repository
-
-    with tempfile.TemporaryDirectory(prefix="mme-genbench-") as tmp:
-        work = Path(tmp)
-        tarball = package_repository(
-            write_add_repository(work / "add"), work / "store" / "add.tar.gz"
-        )
-        request = auto_request(tarball)
-        rows = []
-        with emulator(work / "store", work) as url:
-            warm = asyncio.run(invoke_once(url, "local", "add.tar.gz", request))
-            assert warm.ok, warm
-            for users in args.users:
-                rows.append(
-                    ("emulator", users, measure(url, users, args.seconds, request, "add.tar.gz"))
-                )
-        with null_server() as url:
-            for users in args.users:
-                rows.append(
-                    ("null server", users, measure(url, users, args.seconds, request, "add.tar.gz"))
-                )
-    print("| target | users | requests/s | generator CPU ms/request | generator CPU share |")
-    print("|---|---|---|---|---|")
-    for target, users, r in rows:
-        print(
-            f"| {target} | {users} | {r['requests_per_s']:.0f} | "
-            f"{r['generator_cpu_ms_per_request']:.3f} | {r['generator_cpu_share']:.0%} |"
-        )
-    best_emulator = max(r["requests_per_s"] for t, _, r in rows if t == "emulator")
-    ceiling = max(r["requests_per_s"] for t, _, r in rows if t == "null server")
-    print(
-        f"\ngenerator ceiling {ceiling:.0f} req/s vs emulator {best_emulator:.0f} req/s: "
-        f"headroom {ceiling / best_emulator:.1f}x"
-    )
-    return 0
+    return _print_bench(args.users, args.seconds)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,28 @@ def _phase_rows(result: LoadResult) -> list[dict[str, Any]]:
     return rows
 
 
+def _model_rows(result: LoadResult) -> list[dict[str, Any]]:
+    """Per TargetModel: calls, errors, cold starts (calls that loaded it), client latency."""
+    by_model: dict[str | None, list[Sample]] = {}
+    for sample in result.samples:
+        by_model.setdefault(sample.target_model, []).append(sample)
+    order = {m: i for i, m in enumerate(result.plan.target_models)}
+    rows = []
+    for model in sorted(by_model, key=lambda m: order.get(m, len(order))):
+        samples = by_model[model]
+        ok = [s.latency_ms for s in samples if s.ok]
+        known = any(s.cache_hit is not None for s in samples)
+        rows.append({
+            "target_model": model,
+            "invocations": len(samples),
+            "errors": sum(1 for s in samples if not s.ok),
+            "cold_starts": sum(1 for s in samples if s.cache_hit is False) if known else None,
+            "p50_ms": round(percentile(ok, 50), 3) if ok else None,
+            "p99_ms": round(percentile(ok, 99), 3) if ok else None,
+        })
+    return rows
+
+
 def timeline(result: LoadResult, bin_s: float = 1.0) -> list[dict[str, Any]]:
     """Per-``bin_s`` throughput and latency, with the users and loaded models of that moment."""
     bins = max(1, math.ceil(result.duration_s / bin_s))
@@ -174,6 +196,8 @@ def summarize(result: LoadResult) -> dict[str, Any]:
             "series": loaded,
         },
         "phases": _phase_rows(result),
+        # Per TargetModel, in the plan's order (cold starts from the emulator's header)
+        "models": _model_rows(result),
         # Per variant and per instance (None when the endpoint names neither): fleet.py
         "fleet": fleet_summary(result),
         # Per variant: [t, current, desired] instance counts (empty without a ScalingWatch).
@@ -275,6 +299,14 @@ def to_markdown(summary: dict[str, Any]) -> str:
                 f"{_fmt(row['invocations_per_minute'])} | {_fmt(row.get('client_p50_ms'))} | "
                 f"{_fmt(row.get('client_p90_ms'))} | {_fmt(row.get('client_p99_ms'))} |"
             )
+    models = summary.get("models") or []
+    if len(models) > 1 or (models and models[0]["target_model"] is not None):
+        lines += ["", "| TargetModel | invocations | errors | cold starts | p50 ms | p99 ms |",
+                  "|---|---|---|---|---|---|"]
+        for row in models:
+            lines.append(
+                f"| {row['target_model']} | {row['invocations']} | {row['errors']} | "
+                f"{_fmt(row['cold_starts'])} | {_fmt(row['p50_ms'])} | {_fmt(row['p99_ms'])} |")
     lines += fleet_markdown(summary.get("fleet"))
     return "\n".join(lines) + "\n"
 
