@@ -266,7 +266,10 @@ class SageMakerContainer(SupervisedLauncher):
             raise ContainerUnreachable(f"{self.label} did not answer with an HTTP response "
                                        f"({reason})") from exc
         except aiohttp.ClientConnectorError as exc:
-            raise ContainerUnreachable(f"{self.label} refused the connection on its port "
-                                       f"{self.ports.port} ({exc.strerror})") from exc
+            # The OS's words for it ("Connection refused"); asyncio's text names this machine's
+            # address, which is nobody's business either.
+            why = os.strerror(exc.errno) if exc.errno else "connection failed"
+            raise ContainerUnreachable(f"{self.label} is unreachable: it refused the connection "
+                                       f"on its port {self.ports.port} ({why})") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise ContainerUnreachable(f"{self.label} is unreachable: {exc}") from exc

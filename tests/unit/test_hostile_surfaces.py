@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -354,3 +355,25 @@ def test_a_query_id_must_start_with_a_lowercase_letter() -> None:
             service.get_metric_data({"StartTime": began - 60, "EndTime": began,
                                      "MetricDataQueries": [_data_query(bad, "A")]})
         assert caught.value.code == "ValidationError", bad
+
+
+def test_a_container_that_refuses_the_connection_is_named_not_its_address() -> None:
+    async def scenario() -> BaseException:
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        container = SageMakerContainer(image="byoc:latest", label="container-1", environment={},
+                                       model_dir=None)
+        container._session = aiohttp.ClientSession()
+        container._host_port = port
+        try:
+            with pytest.raises(ContainerUnreachable) as caught:
+                await container.invoke(b"{}", "application/json", None, None, 10)
+        finally:
+            await container._session.close()
+        return caught.value
+
+    refused = str(asyncio.run(scenario()))
+    assert refused.startswith("container-1 is unreachable: it refused the connection on its port")
+    assert "(Connection refused)" in refused
+    assert "127.0.0.1" not in refused and "Connect call failed" not in refused
