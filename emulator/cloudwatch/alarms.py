@@ -383,6 +383,7 @@ class AlarmStore:
             return
         by_handler: dict[int, list[ActionCall]] = {}
         handlers: dict[int, ActionHandler] = {}
+        recorded = False
         for call in calls:
             for index, (prefix, handler) in enumerate(self._action_handlers):
                 if call.arn.startswith(prefix):
@@ -391,6 +392,7 @@ class AlarmStore:
                     break
             else:
                 self._action_done(call, "no handler for this kind of action in the emulator")
+                recorded = True
         for index, batch in by_handler.items():
             try:
                 results = await handlers[index](batch)
@@ -398,8 +400,12 @@ class AlarmStore:
                 log.exception("alarm actions failed")
                 results = [f"{type(exc).__name__}: {exc}" for _ in batch]
             for call, error in zip(batch, results, strict=True):
+                if call.repeated and error is None:
+                    continue  # [U] a repeat that ran is not history (one item per minute)
                 self._action_done(call, error)
-        await asyncio.to_thread(self.save)
+                recorded = True
+        if recorded:
+            await asyncio.to_thread(self.save)
 
     def _action_done(self, call: ActionCall, error: str | None) -> None:
         now = self.clock.now()

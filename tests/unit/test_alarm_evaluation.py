@@ -142,3 +142,46 @@ def test_a_metric_math_alarm_refuses_what_it_cannot_evaluate() -> None:
             rig.api.call("PutMetricAlarm", {**base, "Metrics": metrics})
         assert words in raised.value.message
     assert not rig.alarms.exists("x")
+
+
+def test_auto_scaling_actions_repeat_while_in_alarm_and_sns_does_not() -> None:
+    rig = Rig()
+    ran: list[tuple[str, bool]] = []
+
+    async def handler(calls: list[Any]) -> list[str | None]:
+        ran.extend((c.arn, c.repeated) for c in calls)
+        return [None for _ in calls]
+
+    rig.alarms.add_action_handler("arn:aws:autoscaling:", handler)
+    policy = ("arn:aws:autoscaling:us-east-1:123456789012:scalingPolicy:x:resource/sagemaker/"
+              "endpoint/e/variant/v:policyName/p")
+    topic = "arn:aws:sns:us-east-1:123456789012:t"
+    rig.put(EvaluationPeriods=1, DatapointsToAlarm=1, AlarmActions=[policy, topic])
+    assert rig.minute(5.0) == "ALARM" and rig.minute(5.0) == "ALARM"
+    assert rig.minute(5.0) == "ALARM"
+    assert ran == [(policy, False), (policy, True), (policy, True)]
+    actions = rig.api.call("DescribeAlarmHistory", {"AlarmName": "a",
+                                                    "HistoryItemType": "Action"})
+    # the state change's two actions; the repeats that ran are not history
+    assert sorted(i["HistorySummary"] for i in actions["AlarmHistoryItems"]) == [
+        f"Successfully executed action {policy}", f"Successfully executed action {topic}"]
+    assert rig.minute(0.0) == "OK"
+    assert len(ran) == 3  # no repeat once OK
+
+
+def test_history_by_date() -> None:
+    rig = Rig()
+    rig.put()
+    created = rig.time.now
+    rig.minute(0.0)  # 60 emulated seconds later: INSUFFICIENT_DATA -> OK
+    history = rig.api.call("DescribeAlarmHistory", {"AlarmName": "a"})["AlarmHistoryItems"]
+    assert [i["HistoryItemType"] for i in history] == ["StateUpdate", "ConfigurationUpdate"]
+    later = rig.api.call("DescribeAlarmHistory", {"AlarmName": "a",
+                                                  "StartDate": created + 1})
+    assert [i["HistoryItemType"] for i in later["AlarmHistoryItems"]] == ["StateUpdate"]
+    oldest_first = rig.api.call("DescribeAlarmHistory", {"AlarmName": "a",
+                                                         "ScanBy": "TimestampAscending"})
+    assert [i["HistoryItemType"] for i in oldest_first["AlarmHistoryItems"]] == [
+        "ConfigurationUpdate", "StateUpdate"]
+    with pytest.raises(CloudWatchError):
+        rig.api.call("DescribeAlarmHistory", {"StartDate": created + 10, "EndDate": created})
