@@ -43,6 +43,9 @@ HISTORY_PAGE = 100  # DescribeAlarmHistory's MaxRecords default (1-100)
 MAX_METRIC_DATA = 1000  # PutMetricData: "up to 1000 different metrics"
 MAX_VALUES = 150  # "each PutMetricData request can include up to 150 values" per datum
 MAX_VALUE = 2.0 ** 360
+# [U] Counts are expanded into raw samples: at most this many per request (a series keeps at
+# most 256 Ki; a count of 1e12 would take the server's memory).
+MAX_EXPANDED_SAMPLES = 150_000
 PAST_S = 14 * 86_400  # PutMetricData: timestamps up to two weeks in the past
 FUTURE_S = 2 * 3600  # and up to two hours in the future
 TREAT_MISSING = ("breaching", "notBreaching", "ignore", "missing")
@@ -405,6 +408,7 @@ class AlarmApi:
                           f"{MAX_METRIC_DATA}.")
         now = self.clock.now()
         batches = []
+        expanded_total = 0
         for index, datum in enumerate(data, start=1):
             where = f"MetricData.member.{index}"
             if datum.get("StatisticValues") is not None:
@@ -427,7 +431,7 @@ class AlarmApi:
                 if len(counts) != len(samples):
                     raise invalid(f"The parameters {where}.Values and {where}.Counts must be "
                                   "of the same size.")
-                if any(c < 0 or c != math.floor(c) or not math.isfinite(c) for c in counts):
+                if any(not math.isfinite(c) or c < 0 or c != math.floor(c) for c in counts):
                     # [U] counts are whole numbers here: samples are kept raw
                     raise invalid(f"The parameter {where}.Counts must hold whole numbers of "
                                   "0 or more in the emulator.")
@@ -443,6 +447,10 @@ class AlarmApi:
             if stamp is not None and not (now - PAST_S <= float(stamp) <= now + FUTURE_S):
                 raise invalid(f"The parameter {where}.Timestamp must be within the last two "
                               "weeks and at most two hours in the future.")
+            expanded_total += int(sum(counts)) if counts is not None else len(samples)
+            if expanded_total > MAX_EXPANDED_SAMPLES:
+                raise invalid(f"The Counts of one PutMetricData request must add up to at most "
+                              f"{MAX_EXPANDED_SAMPLES} in the emulator (it keeps raw samples).")
             expanded = ([v for v, c in zip(samples, counts, strict=True)
                          for _ in range(int(c))] if counts is not None else samples)
             batches.append((datum["MetricName"], _dimensions(datum.get("Dimensions")),

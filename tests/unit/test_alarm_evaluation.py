@@ -185,3 +185,17 @@ def test_history_by_date() -> None:
         "ConfigurationUpdate", "StateUpdate"]
     with pytest.raises(CloudWatchError):
         rig.api.call("DescribeAlarmHistory", {"StartDate": created + 10, "EndDate": created})
+
+
+def test_put_metric_data_counts_are_bounded() -> None:
+    """A count of 1e12 expanded into raw samples took the server's memory."""
+    rig = Rig()
+    with pytest.raises(CloudWatchError) as raised:
+        rig.api.call("PutMetricData", {"Namespace": "CI", "MetricData": [
+            {"MetricName": "m", "Values": [1.0], "Counts": [1e12]}]})
+    assert "Counts" in raised.value.message
+    assert list(rig.metrics.keys()) == []
+    rig.api.call("PutMetricData", {"Namespace": "CI", "MetricData": [
+        {"MetricName": "m", "Values": [1.0, 2.0], "Counts": [3.0, 1.0]}]})
+    key = next(rig.metrics.keys())
+    assert sorted(rig.metrics.samples(key, 0, float("inf"))[1].tolist()) == [1.0, 1.0, 1.0, 2.0]
