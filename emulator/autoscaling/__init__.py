@@ -1,6 +1,7 @@
 """Application Auto Scaling for SageMaker variants: ``wire`` (JSON 1.1 via botocore's model),
-``service`` (the API and its state), ``engine`` (target tracking that acts), ``capacity`` (how
-the endpoint is reached: SageMaker's API), ``rules`` (AWS's documented behaviour and the [U])."""
+``service`` (the API and its state, kept across restarts), ``engine`` (the policies, run by
+their CloudWatch alarms' actions), ``step`` (step scaling), ``capacity`` (how the endpoint is
+reached: SageMaker's API), ``rules`` (target tracking as AWS documents it, and the [U])."""
 
 from emulator.autoscaling.capacity import SageMakerVariants
 from emulator.autoscaling.engine import ScalingEngine
