@@ -2,7 +2,7 @@
 
 Imported only in Locust's processes (``harness/locustfile.py``): Locust monkey-patches the
 interpreter with gevent on import. Every process (the local runner, the master, each worker) has
-one ``Engine``: the plan, a boto3 ``sagemaker-runtime`` client (SigV4, retries off, as a client
+one ``LoadProcess``: the plan, a boto3 ``sagemaker-runtime`` client (SigV4, retries off, as a client
 would call: every throttle and error counted, none hidden) and the calls it made. Workers send
 their calls to the master with Locust's stats reports (``report_to_master``, every second) and a
 last batch when the master drains them; the master feeds each call to the ``Controller`` (phases,
@@ -51,25 +51,44 @@ DRAIN, DRAINED = "mme_drain", "mme_drained"
 PROGRESS_EVERY_S = 2.0
 
 
+_SESSION: Any = None
+
+
+def _session() -> Any:
+    """One boto3 session per process: its loader keeps the service model once read."""
+    global _SESSION
+    if _SESSION is None:
+        import boto3
+
+        _SESSION = boto3.session.Session()
+    return _SESSION
+
+
+def _warm_up_boto3() -> None:
+    """A worker reads botocore's sagemaker-runtime model before the plan arrives, so its users
+    start calling as soon as the master spawns them (not a second into the first phase)."""
+    _session().client("sagemaker-runtime", region_name="us-east-1", aws_access_key_id="x",
+                      aws_secret_access_key="x")
+
+
 def _client(spec: Spec, pool: int) -> Any:
-    import boto3
     from botocore.config import Config
 
+    session = _session()
     extra: dict[str, Any] = {}
     if spec.target.url is not None:  # the emulator: any credentials sign (unless it checks)
-        session = boto3.session.Session()
         extra = {"endpoint_url": spec.target.url,
                  "region_name": spec.target.region or session.region_name or "us-east-1"}
         if session.get_credentials() is None:
             extra.update(aws_access_key_id="x", aws_secret_access_key="x")
     elif spec.target.region:
         extra["region_name"] = spec.target.region
-    return boto3.client("sagemaker-runtime", config=Config(
+    return session.client("sagemaker-runtime", config=Config(
         max_pool_connections=pool, read_timeout=70, connect_timeout=10,
         retries={"total_max_attempts": 1, "mode": "standard"}), **extra)
 
 
-class Engine:
+class LoadProcess:
     """One Locust process's share of the run: its calls, not yet sent to the master."""
 
     def __init__(self, spec: Spec, seed_offset: int = 0) -> None:
@@ -124,7 +143,7 @@ class _Failure(Exception):
         super().__init__(f"{code}: {outcome.error_message}" if outcome.error_message else code)
 
 
-ENGINE: Engine | None = None
+ENGINE: LoadProcess | None = None
 RUN: Run | None = None
 
 
@@ -345,6 +364,7 @@ def _init(environment: Environment, **_: Any) -> None:
     runner = environment.runner
     if isinstance(runner, WorkerRunner):  # the plan comes with the master's spawn message
         runner.register_message(DRAIN, _on_drain)
+        _warm_up_boto3()
         return
     if options is None or not options.mme_plan:
         _refuse("give the load-test spec with --mme-plan FILE (mme loadtest writes one)")
@@ -360,7 +380,7 @@ def _init(environment: Environment, **_: Any) -> None:
     if isinstance(runner, MasterRunner):
         runner.register_message(DRAINED, _on_drained)
     else:
-        ENGINE = Engine(spec)
+        ENGINE = LoadProcess(spec)
         ENGINE.listener = RUN
     gevent.signal_handler(END_SIGNAL, _interrupt)
     parent = os.environ.get(PARENT_ENV)
@@ -396,7 +416,7 @@ def _test_start(environment: Environment, **_: Any) -> None:
         if not text:
             log.error("the master sent no load-test spec: is it `mme loadtest --master`?")
             return
-        ENGINE = Engine(Spec.parse(text), seed_offset=int(getattr(runner, "worker_index", 0)))
+        ENGINE = LoadProcess(Spec.parse(text), seed_offset=int(getattr(runner, "worker_index", 0)))
 
 
 @events.report_to_master.add_listener
