@@ -35,6 +35,7 @@ from typing import Any
 
 from emulator.clock import Clock
 from emulator.cloudwatch import alarm_rule, evaluation
+from emulator.cloudwatch.errors import invalid
 from emulator.cloudwatch.notifications import SnsPublisher
 from emulator.cloudwatch.series import MetricStore
 
@@ -245,14 +246,13 @@ class AlarmStore:
 
     def put(self, name: str, alarm_type: str, config: dict[str, Any],
             tags: dict[str, str]) -> None:
-        """Create or replace an alarm. A changed metric alarm keeps its state until the next
-        evaluation (AWS: the new configuration is evaluated at once, here at the next tick)."""
+        """Create or replace an alarm. A replaced alarm keeps its state until it is evaluated,
+        at once (AWS: "its state is left unchanged, but the update completely overwrites the
+        previous configuration")."""
         now = self.clock.now()
         with self.lock:
             existing = self.alarms.get(name)
             if existing is not None and existing.alarm_type != alarm_type:
-                from emulator.cloudwatch.errors import invalid
-
                 raise invalid(f"The alarm {name} already exists as a {existing.alarm_type}; "
                               "delete it first to reuse its name.")  # [U] wording
             if existing is None:
