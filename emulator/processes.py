@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
@@ -63,6 +64,23 @@ def bound_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def dies_with_parent(command: Sequence[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """``command`` (and the ``preexec_fn`` to start it with) so that it gets SIGTERM when its
+    parent dies: no orphan remains.
+
+    ``setpriv --pdeathsig`` (util-linux, on every Linux) sets it and execs the command: no Python
+    runs in the child between fork and exec. A ``preexec_fn`` would, and with it subprocess must
+    fork() instead of vfork(): in a process whose other threads hold locks (gRPC's, the manager's
+    Triton client) the child can crash or hang before exec (seen: a Triton that "exited with code
+    -11 while starting", with no line of output). Where setpriv is missing: ``die_with_parent``.
+    (The signal is set once setpriv runs, a few microseconds after the start returns: a parent
+    killed within them leaves its child.)"""
+    setpriv = shutil.which("setpriv")
+    if setpriv:
+        return [setpriv, "--pdeathsig", "TERM", *command], None
+    return list(command), die_with_parent
 
 
 def die_with_parent() -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator.processes import bound_socket, die_with_parent, stop_process, wait_until
+from emulator.processes import bound_socket, dies_with_parent, stop_process, wait_until
 
 LOCAL_REGION = "us-east-1"
 DEFAULT_ENDPOINT = "local"
@@ -81,14 +81,15 @@ class EmulatorProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         try:
+            command, preexec_fn = dies_with_parent(self.command())  # pytest killed: none lingers
             self._process = subprocess.Popen(
-                self.command(),
+                command,
                 env=env,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 pass_fds=() if listening is None else (listening.fileno(),),
-                preexec_fn=die_with_parent,  # pytest killed: no emulator lingers
+                preexec_fn=preexec_fn,
                 # Ctrl-C in the terminal reaches the parent only, which stops the emulator
                 # when it is done with it (a load test first writes its report).
                 start_new_session=True,

@@ -34,7 +34,7 @@ import sysconfig
 from pathlib import Path
 
 from emulator.manager import stubs
-from emulator.processes import die_with_parent, free_port
+from emulator.processes import dies_with_parent, free_port
 from emulator.triton.launcher import (
     LauncherError,
     SupervisedLauncher,
@@ -248,7 +248,8 @@ class EmbeddedLauncher(SupervisedLauncher):
     async def _spawn_on_a_free_port(self) -> None:
         self._http_port = free_port(self._host)
         self._grpc_port = free_port(self._host)
-        cmd = [*await asyncio.to_thread(private_shm_wrapper), *self.command()]
+        cmd, preexec_fn = dies_with_parent(
+            [*await asyncio.to_thread(private_shm_wrapper), *self.command()])
         # The whole command is long (paths, a dozen flags): shown with --log-level DEBUG.
         log.info("starting %s on port %d", self._name, self._http_port)
         log.debug("%s command: %s", self._name, " ".join(cmd))
@@ -261,7 +262,7 @@ class EmbeddedLauncher(SupervisedLauncher):
                 env=child_environment(self.options.environment),
                 cwd=str(self._work_dir),
                 start_new_session=True,  # Ctrl-C reaches us, not Triton: we stop it in order
-                preexec_fn=die_with_parent,
+                preexec_fn=preexec_fn,  # None: the command sets it, and no Python runs
             )
         except BaseException:
             os.close(read_end)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +67,41 @@ def test_a_child_that_started_is_left_running() -> None:
     stop_process(child, timeout_s=30)
     assert child.stdout is not None
     child.stdout.close()
+
+
+def test_a_child_started_with_dies_with_parent_ends_with_its_parent(tmp_path: Path) -> None:
+    """SIGKILL the parent: the child (here a sleep) gets SIGTERM, with no Python run in it
+    between fork and exec where setpriv exists."""
+    import os
+
+    from emulator.processes import dies_with_parent, wait_until
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "from emulator.processes import dies_with_parent\n"
+        "command, preexec_fn = dies_with_parent(['sleep', '300'])\n"
+        "child = subprocess.Popen(command, preexec_fn=preexec_fn)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(300)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    assert dies_with_parent(["x"])[1] is None  # setpriv, on this machine: no preexec_fn
+
+    def child_ended() -> bool:
+        try:
+            with open(f"/proc/{child}/stat") as stat:
+                return stat.read().split(") ")[1].startswith("Z")  # a zombie: it has ended
+        except FileNotFoundError:
+            return True
+
+    def sleeping() -> bool:  # setpriv has set the signal and exec'd the command
+        with open(f"/proc/{child}/comm") as comm:
+            return comm.read().strip() == "sleep"
+
+    assert wait_until(sleeping, 30) and not child_ended()
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    parent.stdout.close()
+    assert wait_until(child_ended, 30)
