@@ -65,6 +65,8 @@ class Generations(Protocol):
 
     async def start_green(self, spec: EndpointSpec) -> Any: ...
 
+    async def resize_generation(self, name: str, green: bool, count: int) -> None: ...
+
     def shift(self, name: str, share: float) -> None: ...
 
     def traffic_share(self, name: str) -> float: ...
@@ -106,9 +108,10 @@ class DeploymentRun:
     def __init__(self, name: str, green: EndpointSpec, progress: Progress,
                  registry: Generations, clock: Clock, alarms: AlarmStates | None,
                  save: Callable[[Progress], None], promoted: Callable[[], None],
-                 config_name: str = "") -> None:
+                 config_name: str = "", blue_count: int = 1) -> None:
         self.name = name
         self.config_name = config_name
+        self.blue_count = blue_count  # a rolling update's old fleet, per variant
         self.green_spec = green
         self.progress = progress
         self.plan = Plan.from_doc(progress.plan)
@@ -130,8 +133,12 @@ class DeploymentRun:
         try:
             if self.progress.phase in (STARTING, BAKING):
                 self._record(phase=STARTING)
-                await self._registry.start_green(self.green_spec)
-                for step in range(self.progress.step, self.plan.steps):
+                first = self.progress.step
+                await self._registry.start_green(self._green_at(first))
+                for step in range(first, self.plan.steps):
+                    if self.plan.rolling and step != first:  # the next batch starts
+                        await self._registry.resize_generation(self.name, True,
+                                                               self._count_at(step))
                     await self._bake(step, fired)
                 self._record(phase=TERMINATING, step=self.plan.steps - 1)
                 old = self._registry.promote(self.name)
@@ -149,10 +156,25 @@ class DeploymentRun:
             if self._registry.deployments.get(self.name) is self:
                 del self._registry.deployments[self.name]
 
+    def _count_at(self, step: int) -> int:
+        """A rolling update's green instances (per variant) at ``step``."""
+        full = self.green_spec.variants[0].instance_count
+        return max(1, round(self.plan.shares[step] * full))
+
+    def _green_at(self, step: int) -> EndpointSpec:
+        if not self.plan.rolling:
+            return self.green_spec  # blue/green: the new fleet starts whole
+        count = self._count_at(step)
+        return self.green_spec.with_capacities({v.name: (None, count)
+                                                for v in self.green_spec.variants})
+
     async def _bake(self, step: int, fired: asyncio.Queue[str]) -> None:
         share = self.plan.shares[step]
         self._record(phase=BAKING, step=step, step_started=time.time())
         self._registry.shift(self.name, share)
+        if self.plan.rolling and share < 1:  # as many old instances go as new ones came
+            await self._registry.resize_generation(
+                self.name, False, max(1, self.blue_count - self._count_at(step)))
         log.info("endpoint=%s deployment step %d/%d: %.0f%% of traffic on the new fleet, "
                  "baking %.0f s", self.name, step + 1, self.plan.steps, share * 100,
                  self.plan.bake_s)

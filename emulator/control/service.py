@@ -76,6 +76,8 @@ class EndpointRuntimes(Protocol):
 
     async def start_green(self, spec: EndpointSpec) -> Any: ...
 
+    async def resize_generation(self, name: str, green: bool, count: int) -> None: ...
+
     def shift(self, name: str, share: float) -> None: ...
 
     def traffic_share(self, name: str) -> float: ...
@@ -512,13 +514,17 @@ class ControlPlaneService:
                 record.pending = None
                 self._save(record)
 
+        record = self._get(name)
+        blue_count = (EndpointSpec.from_doc(record.current.spec).variants[0].instance_count
+                      if record is not None and record.current.spec else 1)
         run = DeploymentRun(name, EndpointSpec.from_doc(deployment.spec), progress,
                             self.registry, self.emulated_clock, self.alarms, save, promoted,
-                            config_name=deployment.config_name)
+                            config_name=deployment.config_name, blue_count=blue_count)
+        rolling = run.plan.rolling
         try:
             await run.run()
         except RolledBack as exc:
-            await self._roll_back(name, str(exc))
+            await self._roll_back(name, str(exc), rolling)
             return
         except Exception as exc:  # noqa: BLE001 - green never took traffic, or blue is gone
             log.warning("endpoint %s: deployment failed: %s", name, exc)
@@ -526,16 +532,20 @@ class ControlPlaneService:
                 self._transition(name, ("Updating",), "InService", failure_reason=None,
                                  pending=None, deployment=None)
             else:
-                await self._roll_back(name, failure_reason(exc))
+                await self._roll_back(name, failure_reason(exc), rolling)
             return
         self._transition(name, ("Updating",), "InService", failure_reason=None, pending=None,
                          deployment=None)
 
-    async def _roll_back(self, name: str, reason: str) -> None:
-        """Every new call back to blue at once, then green drained and stopped."""
+    async def _roll_back(self, name: str, reason: str, rolling: bool = False) -> None:
+        """Every new call back to blue at once, then green drained and stopped. A rolling
+        update first brings blue back to its size (it gave up instances batch by batch)."""
         log.warning("endpoint %s: rolling back: %s", name, reason)
         self._transition(name, ("Updating",), "RollingBack", failure_reason=reason)
+        record = self._get(name)
         try:
+            if rolling and record is not None and self.registry.get(name) is not None:
+                await self.registry.resize(EndpointSpec.from_doc(record.current.spec))
             await self.registry.drop_green(name)
         except Exception as exc:  # noqa: BLE001
             self._transition(name, ("RollingBack",), "UpdateRollbackFailed",

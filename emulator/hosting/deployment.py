@@ -21,8 +21,11 @@ What SageMaker documents and this module follows:
   a canary). An INSTANCE_COUNT size moves ``count / instance count`` of it.
 - Where an endpoint has several variants, sizes are checked against each variant and the share
   is taken from the smallest variant (the strictest reading).
-- A rolling update runs as a blue/green update in the batch's steps: the green fleet is started
-  whole, not batch by batch.
+- A rolling update moves whole instances: a batch of ``ceil(MaximumBatchSize)`` new instances
+  starts, takes its instances' share of the traffic, then as many old instances drain and stop;
+  every batch is baked. The old fleet keeps at least one instance until the new config serves.
+  A rollback brings the old fleet back to its size at once, moves all traffic back, then stops
+  the new instances (RollbackMaximumBatchSize is not used: SageMaker's default when absent).
 """
 
 from __future__ import annotations
@@ -66,6 +69,10 @@ class Plan:
     def steps(self) -> int:
         return len(self.shares)
 
+    @property
+    def rolling(self) -> bool:
+        return self.kind == ROLLING
+
     def to_doc(self) -> dict[str, Any]:
         return {"kind": self.kind, "routing": self.routing, "shares": list(self.shares),
                 "bake_s": self.bake_s, "termination_wait_s": self.termination_wait_s,
@@ -98,7 +105,11 @@ def plan(config: dict[str, Any], instance_counts: Sequence[int]) -> Plan:
                             "production variants; use BlueGreenUpdatePolicy.")
         step = _fraction(rolling["MaximumBatchSize"], instance_counts, "MaximumBatchSize",
                          0.05, 0.5)
-        return Plan(ROLLING, LINEAR, _linear(step), float(rolling["WaitIntervalInSeconds"]),
+        count = instance_counts[0]
+        batch = max(1, math.ceil(step * count - 1e-9))  # whole instances
+        batches = tuple(min(count, batch * (i + 1)) / count
+                        for i in range(math.ceil(count / batch)))
+        return Plan(ROLLING, LINEAR, batches, float(rolling["WaitIntervalInSeconds"]),
                     0.0, _optional(rolling.get("MaximumExecutionTimeoutInSeconds")), alarms)
     if not blue_green:
         # SageMaker's documented default: blue/green, all at once. [U] Given only an

@@ -142,6 +142,16 @@ class EndpointRegistry:
         blue = self._endpoints.get(name)
         return blue.green_share if blue is not None and blue.green is not None else 0.0
 
+    async def resize_generation(self, name: str, green: bool, count: int) -> None:
+        """A rolling update's move: the green (or blue) generation to ``count`` instances per
+        variant; new ones start before they take traffic, removed ones drain first."""
+        blue = self._endpoints.get(name)
+        endpoint = (blue.green if green else blue) if blue is not None else None
+        if endpoint is None:
+            raise LookupError(f"endpoint {name} has no {'green' if green else 'blue'} generation")
+        await endpoint.resize(endpoint.spec.with_capacities(
+            {v.name: (None, count) for v in endpoint.spec.variants}))
+
     async def drop_green(self, name: str) -> None:
         """A rollback: every new call goes to blue at once, then green drains and stops."""
         blue = self._endpoints.get(name)

@@ -110,6 +110,9 @@ class FakeGenerations(FakeRuntimes):
     def green(self, name: str) -> Any:
         return self.greens.get(name)
 
+    async def resize_generation(self, name: str, green: bool, count: int) -> None:
+        self.steps.append(("green" if green else "blue", count))
+
     async def drop_green(self, name: str) -> None:
         self.steps.append(("drop_green", name))
         self.greens.pop(name, None)
@@ -496,3 +499,22 @@ def test_a_restart_while_rolling_back_or_terminating_ends_the_deployment(
     assert "PendingDeploymentSummary" not in described
     assert runtimes.calls == [("create", "ep")] and runtimes.steps == []
     assert described.get("FailureReason") == ("alarm x" if phase == "rolling_back" else None)
+
+
+@pytest.mark.parametrize("scale", [36.0])
+def test_a_rolling_update_moves_batches_and_rolls_back_to_full_size(  # type: ignore[no-untyped-def]
+        sm, runtimes: FakeGenerations, alarms: StandInAlarms) -> None:
+    sm.update_endpoint(EndpointName="ep", EndpointConfigName="green", DeploymentConfig={
+        "RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1},
+                                "WaitIntervalInSeconds": 3600},  # bakes of 100 s
+        "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "errors-high"}]}})
+    wait_for(lambda: ("blue", 1) in runtimes.steps, "the first batch")
+    alarms.set("errors-high", "ALARM")
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="ep", WaiterConfig=FAST)
+    assert sm.describe_endpoint(EndpointName="ep")["EndpointConfigName"] == "blue"
+    # green (4 instances in its config) starts with one; blue (2) gives one up; the rollback
+    # brings blue back to its size before green stops.
+    assert runtimes.steps[:3] == [("start_green", "s3://bucket/green/"), ("shift", 0.25),
+                                  ("blue", 1)]
+    assert ("resize", "ep") in runtimes.calls
+    assert runtimes.steps[-1] == ("drop_green", "ep")
