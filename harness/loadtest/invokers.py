@@ -1,11 +1,11 @@
-"""How the load generator reaches an endpoint: asyncio+aiohttp locally, boto3 threads on AWS.
+"""How a load test reaches an endpoint, and what it reads from the answers.
 
-Locally there is no SigV4 to compute, so requests go straight over a keep-alive aiohttp pool:
-the cheapest client per request, which matters when the generator shares two CPU cores with the
-emulator and Triton (``harness/README.md`` has the measurement against Locust;
-``python -m harness.loadtest.bench`` repeats it). Against a real endpoint requests must be
-signed, so boto3 runs in a thread pool as large as the peak user count, with retries off so
-every throttle or error is counted rather than hidden.
+``mme loadtest`` calls through ``Boto3Invoker._call`` inside Locust (``locust_engine``): boto3's
+``sagemaker-runtime`` with retries off, so every throttle or error is counted rather than hidden,
+signed as any client's calls are. ``HttpInvoker`` (asyncio + aiohttp, no signing) is for one-off
+calls against the emulator (a sweep's warm-up) and the benchmark of the loop that came before
+Locust (``mme bench loadgen``). The metrics and fleet sources poll the emulator's introspection
+while a run goes on.
 """
 
 from __future__ import annotations

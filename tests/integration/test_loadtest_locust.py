@@ -95,6 +95,7 @@ def _shape(value: Any) -> Any:
     return "value"
 
 
+@pytest.mark.slow  # three runs of 3 s, five Locust processes: ~20 s on 2 cores
 def test_one_process_all_cores_and_many_machines_give_the_same_report(
         endpoint: FakeEndpoint, tmp_path: Path) -> None:
     reports: dict[str, dict[str, Any]] = {}
@@ -145,6 +146,7 @@ def test_one_process_all_cores_and_many_machines_give_the_same_report(
     assert _shape(reports["one"]) == _shape(reports["cores"]) == _shape(reports["machines"])
 
 
+@pytest.mark.slow  # ~10 s: Locust marks a worker missing after ~3 s without heartbeat
 def test_a_worker_that_dies_is_reported_and_the_run_keeps_what_was_measured(
         endpoint: FakeEndpoint, tmp_path: Path) -> None:
     port = free_port()
