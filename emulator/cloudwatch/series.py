@@ -51,6 +51,9 @@ class _Series:
     def __init__(self, unit: str) -> None:
         self.unit = unit
         self.chunks: list[tuple[array[float], array[float]]] = [(array("d"), array("d"))]
+        # The latest time in each chunk: a read skips the chunks that end before its window
+        # (an alarm reads its last few minutes of a series of 256 Ki samples every minute).
+        self.latest: list[float] = [0.0]
         self.last_time = 0.0
 
     def append(self, when: float, value: float) -> bool:
@@ -60,23 +63,28 @@ class _Series:
         if started:
             times, values = array("d"), array("d")
             self.chunks.append((times, values))
+            self.latest.append(when)
             if len(self.chunks) > MAX_SAMPLES_PER_SERIES // CHUNK:
-                del self.chunks[0]
+                del self.chunks[0], self.latest[0]
         times.append(when)
         values.append(value)
+        if when > self.latest[-1]:
+            self.latest[-1] = when
         if when > self.last_time:
             self.last_time = when
         return started
 
     def expire(self, before: float) -> None:
         """Drop whole chunks older than ``before`` (a partly expired chunk stays until full)."""
-        while len(self.chunks) > 1 and max(self.chunks[0][0]) < before:
-            del self.chunks[0]
+        while len(self.chunks) > 1 and self.latest[0] < before:
+            del self.chunks[0], self.latest[0]
 
     def window(self, start: float, end: float) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         # Copies (the caller holds the store's lock): an array viewed by numpy cannot grow.
-        times = np.concatenate([np.frombuffer(t, dtype=np.float64) for t, _v in self.chunks])
-        values = np.concatenate([np.frombuffer(v, dtype=np.float64) for _t, v in self.chunks])
+        chunks = [c for c, latest in zip(self.chunks, self.latest, strict=True)
+                  if latest >= start] or self.chunks[-1:]
+        times = np.concatenate([np.frombuffer(t, dtype=np.float64) for t, _v in chunks])
+        values = np.concatenate([np.frombuffer(v, dtype=np.float64) for _t, v in chunks])
         keep = (times >= start) & (times < end)
         return times[keep], values[keep]
 
