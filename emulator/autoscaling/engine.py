@@ -154,8 +154,7 @@ class ScalingEngine:
             return  # not now: the alarm stays in ALARM and calls again next evaluation
         now = self.clock.now()
         proposals = [p for policy, call in items
-                     if call.state == ALARM
-                     and (p := self._propose(target, policy, call, capacity.desired, now))
+                     if (p := self._propose(target, policy, call, capacity.desired, now))
                      is not None and p.capacity != capacity.desired]
         if proposals:
             # AWS: "the policy that provides the largest capacity" wins, out and in alike
@@ -164,12 +163,18 @@ class ScalingEngine:
     def _propose(self, target: ScalableTarget, policy: ScalingPolicy, call: ActionCall,
                  desired: int, now: float) -> Proposal | None:
         if policy.tracking:
+            # its own two alarms call it in ALARM only; any other alarm pointed at it does
+            # nothing ([U]: what AWS does with such an alarm is not published)
+            if call.state != ALARM:
+                return None
             return self._tracking(target, policy, call, desired, now)
+        # a step policy runs in whatever state its alarm's action is for (OKActions too): the
+        # step that holds the breach decides, as for EC2 Auto Scaling's step policies
         return self._step(target, policy, call, desired, now)
 
     @staticmethod
-    def _cause(alarm: str, policy: ScalingPolicy) -> str:
-        return f"monitor alarm {alarm} in state ALARM triggered policy {policy.name}"
+    def _cause(alarm: str, policy: ScalingPolicy, state: str = ALARM) -> str:
+        return f"monitor alarm {alarm} in state {state} triggered policy {policy.name}"
 
     def _tracking(self, target: ScalableTarget, policy: ScalingPolicy, call: ActionCall,
                   desired: int, now: float) -> Proposal | None:
@@ -222,7 +227,7 @@ class ScalingEngine:
         cooldown = self.clock.real_duration(float(config.get("Cooldown",
                                                              step.DEFAULT_COOLDOWN_S)))
         last = self._last_of(target, policy)
-        cause = self._cause(call.alarm_name, policy)
+        cause = self._cause(call.alarm_name, policy, call.state)
         if capacity > desired:
             if target.suspended.get("DynamicScalingOutSuspended"):
                 return None

@@ -60,8 +60,14 @@ def not_supported(what: str) -> CloudWatchError:
     return CloudWatchError("ValidationError", f"{what} is not supported by the emulator.")
 
 
-def _dimensions(items: list[dict[str, str]] | None) -> dict[str, str]:
-    return {d["Name"]: d["Value"] for d in items or []}
+def _dimensions(items: list[dict[str, str]] | None, where: str = "Dimensions") -> dict[str, str]:
+    """Name -> value; a name given twice is refused (a metric has each dimension once)."""
+    found: dict[str, str] = {}
+    for item in items or []:
+        if item["Name"] in found:
+            raise invalid(f"The dimension {item['Name']} is given twice in {where}.")  # [U]
+        found[item["Name"]] = item["Value"]
+    return found
 
 
 def _check_alarm_period(period: int, name: str = "Period") -> None:
@@ -453,7 +459,8 @@ class AlarmApi:
                               f"{MAX_EXPANDED_SAMPLES} in the emulator (it keeps raw samples).")
             expanded = ([v for v, c in zip(samples, counts, strict=True)
                          for _ in range(int(c))] if counts is not None else samples)
-            batches.append((datum["MetricName"], _dimensions(datum.get("Dimensions")),
+            batches.append((datum["MetricName"],
+                            _dimensions(datum.get("Dimensions"), f"{where}.Dimensions"),
                             min(real, now), expanded, datum.get("Unit") or "None"))
         for metric, dims, when, values_, unit in batches:
             self.metrics.record_at(namespace, metric, dims, when, values_, unit)
@@ -520,6 +527,7 @@ def check_metric_alarm(config: dict[str, Any]) -> None:
                               "(ExtendedStatistic) only.")
         period = int(config["Period"])
         _check_alarm_period(period)
+        _dimensions(config.get("Dimensions"))
     if period * periods > MAX_EVALUATION_SECONDS:
         raise CloudWatchError("ValidationError", "Metrics cannot be checked across more than "
                               "a day (EvaluationPeriods * Period must be <= 86400).")
@@ -558,6 +566,8 @@ def _check_metrics(queries: list[dict[str, Any]]) -> int:
             if not stat["Metric"].get("MetricName") or not stat["Metric"].get("Namespace"):
                 raise CloudWatchError("MissingParameter", f"The query {query_id} needs "
                                       "MetricStat.Metric.MetricName and Namespace.")
+            _dimensions(stat["Metric"].get("Dimensions"),
+                        f"the dimensions of query {query_id}")
         else:
             try:
                 node = metric_math.parse(str(expression))

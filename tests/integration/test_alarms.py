@@ -315,6 +315,8 @@ BAD_ALARMS: list[tuple[dict[str, Any], str, str]] = [
     ({"OKActions": [f"arn:aws:sns:us-east-1:123456789012:t{i}" for i in range(6)]},
      "InvalidParameterValue", "5"),
     ({"EvaluationInterval": 60}, "ValidationError", "EvaluationInterval"),
+    ({"Dimensions": [{"Name": "Job", "Value": "a"}, {"Name": "Job", "Value": "b"}]},
+     "InvalidParameterValue", "given twice"),
     ({"Metrics": [{"Id": "m1", "MetricStat": {"Metric": {"Namespace": NAMESPACE,
                                                          "MetricName": "x"},
                                               "Period": 60, "Stat": "Sum"}}]},

@@ -205,3 +205,26 @@ def test_targets_policies_and_activities_survive_a_restart(tmp_path: Path) -> No
     assert again.activities() == before
     assert again.call("DescribeScalableTargets")["ScalableTargets"][0]["MaxCapacity"] == 10
     assert again.alarms.state("queue-high") == "ALARM"
+
+
+def test_a_step_policy_runs_from_ok_actions_too() -> None:
+    """An alarm's OKActions may name a step policy: it runs at the change to OK (once: only
+    ALARM repeats), with the step that holds the breach below the threshold."""
+    rig = Rig()
+    out = rig.step_policy("out", "queue", 20.0, "GreaterThanOrEqualToThreshold",
+                          AdjustmentType="ChangeInCapacity", StepAdjustments=OUT_STEPS)
+    back: str = rig.call("PutScalingPolicy", PolicyName="back", PolicyType="StepScaling",
+                         StepScalingPolicyConfiguration={
+                             "AdjustmentType": "ChangeInCapacity", "StepAdjustments": [
+                                 {"MetricIntervalUpperBound": 0, "ScalingAdjustment": -1}]})[
+        "PolicyARN"]
+    alarm = rig.alarms.get("queue")
+    assert alarm is not None
+    rig.cloudwatch.call("PutMetricAlarm", {"AlarmName": "queue", **alarm.config,
+                                           "AlarmActions": [out], "OKActions": [back]})
+    rig.minute(queue=25.0)
+    assert rig.sagemaker.updates == [2]
+    rig.minute(queue=1.0)
+    rig.minute(queue=1.0)
+    assert rig.sagemaker.updates == [2, 1]
+    assert rig.activities()[0]["Cause"] == "monitor alarm queue in state OK triggered policy back"
