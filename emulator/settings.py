@@ -11,7 +11,7 @@ import argparse
 import os
 import re
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +35,10 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
-from emulator.triton.shared_memory import MIN_BODY_BYTES as MIN_SHARED_BODY_BYTES
-
 ENV_PREFIX = "MME_"
+# Request bodies smaller than this go to Triton over HTTP, not through shared memory (measured:
+# emulator/triton/shared_memory.py); --triton-shared-memory must hold at least one of them.
+MIN_SHARED_BODY_BYTES = 64 * 1024
 
 _UNITS = {
     "": 1, "b": 1,
@@ -99,10 +100,36 @@ def _image_list(value: Any) -> Any:
 
 
 def _checked_images(value: list[str]) -> list[str]:
-    from emulator.containers.images import ImageMap  # the one parser of the mappings
-
-    ImageMap.parse(value)
+    parse_image_mappings(value)
     return value
+
+
+def parse_image_mappings(values: str | Iterable[str] | None) -> tuple[dict[str, str], str | None]:
+    """``--image``: ``["URI=LOCAL", ..., "LOCAL"]`` or one string of them separated by commas or
+    spaces (``MME_IMAGE``), as (production URI -> local image, the Triton default). The one
+    parser of the flag (``containers.images.ImageMap`` is built from it); a key without a tag
+    maps every tag of that repository."""
+    if values is None:
+        return {}, None
+    items = values.replace(",", " ").split() if isinstance(values, str) else list(values)
+    mappings: dict[str, str] = {}
+    default = None
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        production, sep, local = item.partition("=")
+        if not sep:
+            if default is not None and default != item:
+                raise ValueError(f"--image {item}: a second image without a mapping (the "
+                                 f"first was {default}); map production images with "
+                                 "--image PRODUCTION_URI=LOCAL_IMAGE")
+            default = item
+        elif not production or not local:
+            raise ValueError(f"--image {item!r}: expected PRODUCTION_URI=LOCAL_IMAGE")
+        else:
+            mappings[production] = local
+    return mappings, default
 
 
 def _expand(path: Path | None) -> Path | None:
@@ -168,6 +195,9 @@ class Settings(BaseSettings):
     """the default endpoint's production variant"""
     instances: int = 1
     """instances of the default endpoint; each has its own Triton, disk cache and the budgets below"""  # noqa: E501
+    instance_type: Annotated[str | None, BeforeValidator(_blank_is_none),
+                             Flag(default_text="none")] = None
+    """the default endpoint's InstanceType (`ml.m5.xlarge`): its memory less the platform's share is each instance's memory budget unless `--memory-budget` is given (docs/memory.md)"""  # noqa: E501
     routing_seed: Annotated[OptionalInt, Flag(default_text="random")] = None
     """seeds the weighted choice of variant, so a run repeats exactly"""
     host: str = "127.0.0.1"
@@ -237,6 +267,18 @@ class Settings(BaseSettings):
     def _at_least_one(cls, value: int) -> int:
         if value < 1:
             raise ValueError(f"--instances must be 1 or more, not {value}")
+        return value
+
+    @field_validator("instance_type")
+    @classmethod
+    def _a_known_instance_type(cls, value: str | None) -> str | None:
+        from emulator import instance_types  # a leaf: the ml.* types' memory
+
+        if value is not None and instance_types.lookup(value) is None:
+            raise ValueError(
+                f"--instance-type {value!r}: not an ml.* instance type whose memory the "
+                f"emulator knows (examples: ml.m5.xlarge, ml.c5.2xlarge, ml.g5.xlarge); give "
+                f"--memory-budget instead")
         return value
 
     @field_validator("triton_shared_memory", mode="before")

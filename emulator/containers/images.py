@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from emulator.settings import parse_image_mappings
 from emulator.triton.launcher import LauncherError
 
 if TYPE_CHECKING:
@@ -146,28 +147,8 @@ class ImageMap:
 
     @classmethod
     def parse(cls, values: str | Iterable[str] | None) -> ImageMap:
-        """``["URI=LOCAL", ..., "LOCAL"]`` or one string of them separated by commas or spaces
-        (``MME_IMAGE``). A key without a tag maps every tag of that repository."""
-        if values is None:
-            return cls()
-        items = values.replace(",", " ").split() if isinstance(values, str) else list(values)
-        mappings: dict[str, str] = {}
-        default = None
-        for item in items:
-            item = item.strip()
-            if not item:
-                continue
-            production, sep, local = item.partition("=")
-            if not sep:
-                if default is not None and default != item:
-                    raise ValueError(f"--image {item}: a second image without a mapping (the "
-                                     f"first was {default}); map production images with "
-                                     "--image PRODUCTION_URI=LOCAL_IMAGE")
-                default = item
-            elif not production or not local:
-                raise ValueError(f"--image {item!r}: expected PRODUCTION_URI=LOCAL_IMAGE")
-            else:
-                mappings[production] = local
+        """The ``--image`` flag's values (``settings.parse_image_mappings`` reads them)."""
+        mappings, default = parse_image_mappings(values)
         return cls(mappings, default)
 
     def mapped(self, production: str | None) -> str | None:

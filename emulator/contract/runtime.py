@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from emulator.contract import errors, multi_container, triton_guard
 from emulator.contract.body import Body
-from emulator.triton.shared_memory import KSERVE_HEADER_LENGTH
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 
@@ -28,6 +27,8 @@ _HEADER_SIZE = re.compile(r"json-header-size=([^;\s]*)")
 H_TARGET_MODEL = "x-amzn-sagemaker-target-model"
 H_CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 H_INFERENCE_ID = "x-amzn-sagemaker-inference-id"
+# KServe's header for the length of a binary body's JSON part.
+KSERVE_HEADER_LENGTH = "Inference-Header-Content-Length"
 H_TARGET_VARIANT = "x-amzn-sagemaker-target-variant"
 
 # botocore: ContentType, Accept and CustomAttributes are each at most 1,024 characters.

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.contract.body import Body
-from emulator.manager import failures, repository, stubs
+from emulator.manager import failures, repository
 from emulator.manager.extract import (
     ArchiveTooLarge,
     extract_archive,
@@ -58,6 +58,7 @@ from emulator.manager.lru import DoesNotFit, LruIndex
 from emulator.manager.sources import ModelSource
 from emulator.metrics import InstanceMetrics
 from emulator.public_names import public_text
+from emulator.triton import stubs
 from emulator.triton.client import (
     TritonClient,
     TritonError,

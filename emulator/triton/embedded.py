@@ -14,7 +14,7 @@ Two things that are not obvious, both checked on a CPU machine:
 
 Leftovers: Triton leads its own process group, which its stubs share, so ending the group ends
 them all (a stub can outlive a SIGKILLed Triton and ignore SIGTERM). The stubs are started through
-a recording wrapper (``emulator/manager/stubs.py``) so that, once the group is gone, the
+a recording wrapper (``emulator/triton/stubs.py``) so that, once the group is gone, the
 ``/dev/shm`` regions they used can be removed, and so the model manager can see a stub die.
 """
 
@@ -33,8 +33,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from emulator.manager import stubs
 from emulator.processes import dies_with_parent, free_port
+from emulator.triton import stubs
 from emulator.triton.launcher import (
     LauncherError,
     SupervisedLauncher,

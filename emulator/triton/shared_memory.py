@@ -45,6 +45,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from emulator.contract.runtime import KSERVE_HEADER_LENGTH as KSERVE_HEADER_LENGTH
+from emulator.settings import MIN_SHARED_BODY_BYTES
+
 log = logging.getLogger(__name__)
 
 # Bodies smaller than this go over HTTP. `mme bench overhead --workload binary --binary-size S`
@@ -52,12 +55,10 @@ log = logging.getLogger(__name__)
 # memory was a little ahead (x0.39 / x0.60 of direct against x0.36 / x0.58) and ahead by far from
 # 256 KiB (x0.49 / x0.63 against x0.44 / x0.51; at 1 MiB x0.76 / x0.78 against x0.58 / x0.56);
 # at 16 KiB it lost at 8 (x0.60 against x0.67).
-MIN_BODY_BYTES = 64 * 1024
+MIN_BODY_BYTES = MIN_SHARED_BODY_BYTES  # the figure lives in settings (its flag's floor)
 # Where each piece starts: a cache line, so tensors are as aligned as Triton's own buffers.
 ALIGNMENT = 64
 REGION_NAME = "mme-request-bodies"
-# KServe's header for the length of a binary body's JSON part.
-KSERVE_HEADER_LENGTH = "Inference-Header-Content-Length"
 
 # Bytes per element of KServe's fixed-size datatypes (BYTES tensors are length-prefixed).
 ELEMENT_BYTES = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2,

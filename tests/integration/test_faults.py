@@ -28,8 +28,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from emulator.manager.stubs import process_state as stubs_state
 from emulator.triton.launcher import free_port
+from emulator.triton.stubs import process_state as stubs_state
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.fault_support import (
     error_of,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from emulator.manager import stubs
+from emulator.triton import stubs
 from tests.client_support import runtime_client
 from tests.fault_support import instance_of, invoke, models_of
 from tests.support import package, wait_until, write_scale_model

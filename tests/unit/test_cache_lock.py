@@ -1,5 +1,5 @@
 """One live server per cache folder (emulator/cache_lock.py), and a leftover sweep that takes
-only what names its own folder (emulator/manager/stubs.py)."""
+only what names its own folder (emulator/triton/stubs.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from emulator.cache_lock import CacheDirInUse, CacheDirLock
-from emulator.manager.stubs import names_folder, sweep_stale
+from emulator.triton.stubs import names_folder, sweep_stale
 from tests.support import wait_until
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from emulator.manager import stubs
+from emulator.triton import stubs
 
 
 def _record(registry: Path, pid: int, *args: str) -> None:

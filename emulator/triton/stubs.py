@@ -151,7 +151,7 @@ def sweep_stale(backends_dir: Path) -> list[int]:
 
 
 WRAPPER = """#!/bin/sh
-# Written by the emulator (emulator/manager/stubs.py): record this stub, then become it.
+# Written by the emulator (emulator/triton/stubs.py): record this stub, then become it.
 printf '%s\\n' "$@" > "{registry}/$$" 2>/dev/null
 exec "{real}" "$@"
 """
