@@ -49,6 +49,7 @@ test: $(STAMP) wrk
 	$(BIN)/python tests/lint_ci_files.py
 	bash tests/install-chromium.sh
 	$(BIN)/mypy
+	$(BIN)/lint-imports  # the layers: .importlinter
 ifeq ($(SKIP_DOCKER),1)
 	$(BIN)/python -m pytest --no-docker $(XDIST) $(PYTEST_ARGS)
 else
@@ -66,6 +67,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check emulator ensembles harness tests docker mme
 	$(BIN)/python tests/lint_ci_files.py
 	$(BIN)/mypy
+	$(BIN)/lint-imports  # the layers: .importlinter
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
