@@ -127,18 +127,17 @@ def test_an_alarm_on_a_published_metric_fires_notifies_and_recovers(served: Emul
     # no data at all: INSUFFICIENT_DATA (TreatMissingData missing), within 3 periods
     _wait(lambda: _state(cw, "ci-failures") == "INSUFFICIENT_DATA", 10, "INSUFFICIENT_DATA")
 
-    def notifications() -> list[dict[str, Any]]:
-        found = []
+    received: list[dict[str, Any]] = []
+
+    def three_received() -> bool:
         while True:
             got = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get(
                 "Messages", [])
             if not got:
-                return found
-            found += [json.loads(m["Body"]) for m in got]
+                return len(received) >= 3
+            received.extend(json.loads(m["Body"]) for m in got)
 
-    received: list[dict[str, Any]] = []
-    _wait(lambda: received.extend(notifications()) or len(received) >= 3, 10,
-          "the SNS notifications")
+    _wait(three_received, 10, "the SNS notifications")
     received.sort(key=lambda m: m["StateChangeTime"])
     assert [(m["OldStateValue"], m["NewStateValue"]) for m in received][:3] == [
         ("INSUFFICIENT_DATA", "OK"), ("OK", "ALARM"), ("ALARM", "OK")]
