@@ -307,6 +307,11 @@ def _engine_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the target and engine flags, before anything starts."""
     if not (args.url or args.model_data or args.aws):
         return "give the endpoint: --url URL, --model-data STORE or --aws (or --worker)"
+    if args.aws and not args.write_spec:
+        import boto3
+
+        if boto3.session.Session().region_name is None:
+            return ("--aws: no AWS region (set AWS_DEFAULT_REGION or the profile's region)")
     if args.master and args.processes:
         return "--master and --processes: a master's workers are other processes (--worker)"
     if args.master and args.expect_workers < 1:

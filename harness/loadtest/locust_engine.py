@@ -167,7 +167,6 @@ class Run:
         self.interrupted = False
         self.finished = False
         self.drained: set[str] = set()
-        self.applied = False  # a count was handed to Locust already
         self.lost: set[str] = set()
         self._progress_at = 0.0
         self._progress_count = 0
@@ -287,9 +286,10 @@ class Run:
 class PlanShape(LoadTestShape):
     """The plan's phases, as Inference Recommender runs them.
 
-    Locust asks ``tick`` about once a second; a phase that adds a user every half second needs
-    finer steps, so the tick watches the plan for ~1 s in 50 ms steps, applies each change to
-    the runner itself, and returns the count it ended on (Locust then finds nothing to change).
+    Locust asks ``tick`` about once a second; a phase that adds a user every half second, or a
+    run that must abort after its first 50 failures, needs finer steps, so the tick watches the
+    plan for ~1 s in 50 ms steps, applies each change to the runner itself (the first too), and
+    returns the count it ended on (Locust then finds nothing to change).
     """
 
     def tick(self) -> tuple[int, float] | None:
@@ -307,11 +307,7 @@ class PlanShape(LoadTestShape):
                 run.finish(stop)
                 return None
             rate = _spawn_rate(runner, users)
-            if not run.applied:  # the first count is Locust's own to apply, at once
-                run.applied = True
-                run.set_users(users)
-                return users, rate
-            if run.users[-1][1] != users:
+            if not run.users or run.users[-1][1] != users:
                 run.set_users(users)
                 runner.start(user_count=users, spawn_rate=rate)
             if time.monotonic() >= deadline:
@@ -380,7 +376,12 @@ def _init(environment: Environment, **_: Any) -> None:
     if isinstance(runner, MasterRunner):
         runner.register_message(DRAINED, _on_drained)
     else:
-        ENGINE = LoadProcess(spec)
+        from botocore.exceptions import BotoCoreError
+
+        try:
+            ENGINE = LoadProcess(spec)
+        except BotoCoreError as exc:  # no region, a bad endpoint URL: before any load
+            _refuse(f"cannot call the endpoint: {exc}")
         ENGINE.listener = RUN
     gevent.signal_handler(END_SIGNAL, _interrupt)
     parent = os.environ.get(PARENT_ENV)

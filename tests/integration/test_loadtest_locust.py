@@ -261,3 +261,26 @@ def test_the_benchmark_prints_each_engine(capsys: pytest.CaptureFixture[str]) ->
         row = next(line for line in printed.splitlines() if line.startswith(f"| {engine} |"))
         calls_per_s = float(row.split("|")[2])
         assert calls_per_s > 0 and row.endswith("| 0 |"), row  # calls, no errors
+
+
+def test_aws_goes_where_boto3_is_configured_to_and_needs_a_region(
+        endpoint: FakeEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    args = ["loadtest", "--aws", "--endpoint-name", "prod", "--target-model", "a.tar.gz",
+            "--body", str(_body(tmp_path)), "--content-type", "application/json",
+            "--phase", "1:1", "--out", str(tmp_path / "report"), "--no-png"]
+    assert main(args) == 2
+    assert "--aws: no AWS region" in capsys.readouterr().err and endpoint.total == 0
+    # boto3's own configuration picks the endpoint (here the fake one), as for any client
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", endpoint.url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER", endpoint.url)  # no DescribeEndpoint: n/a
+    monkeypatch.setenv("AWS_ENDPOINT_URL_APPLICATION_AUTO_SCALING", endpoint.url)
+    assert main(args) == 0
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["invocations"] == endpoint.total > 0 and report["errors_by_code"] == {}
