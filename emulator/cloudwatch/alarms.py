@@ -262,7 +262,7 @@ class AlarmStore:
                 kind = "Create"
             else:
                 existing.config, existing.config_updated = config, now
-                existing.tags.update(tags)
+                # tags given with an update are ignored, as AWS documents (TagResource adds)
                 existing.last_repeat = 0.0
                 alarm, kind = existing, "Update"
             self._due[name] = 0.0

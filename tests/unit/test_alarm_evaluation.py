@@ -199,3 +199,16 @@ def test_put_metric_data_counts_are_bounded() -> None:
         {"MetricName": "m", "Values": [1.0, 2.0], "Counts": [3.0, 1.0]}]})
     key = next(rig.metrics.keys())
     assert sorted(rig.metrics.samples(key, 0, float("inf"))[1].tolist()) == [1.0, 1.0, 1.0, 2.0]
+
+
+def test_an_update_keeps_the_state_and_ignores_new_tags() -> None:
+    rig = Rig()
+    rig.put(Tags=[{"Key": "team", "Value": "ml"}])
+    rig.minute(5.0)
+    assert rig.minute(5.0) == "ALARM"
+    rig.put(Threshold=10.0, Tags=[{"Key": "team", "Value": "other"}])
+    assert rig.alarms.state("a") == "ALARM"  # until it is evaluated again
+    alarm = rig.alarms.get("a")
+    assert alarm is not None and alarm.tags == {"team": "ml"}
+    assert alarm.config["Threshold"] == 10.0
+    assert rig.minute(5.0) == "OK"  # 5 is not over the new threshold
