@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from pathlib import Path
 
 from emulator.containers.images import ImageMap, is_triton_image, names_triton
@@ -30,11 +31,12 @@ from emulator.hosting.multi_container import (
     TritonMember,
 )
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
+from emulator.instance_types import Budget, budget_for, lookup, machine_memory_bytes
 from emulator.manager.extract import extract_archive
 from emulator.manager.model_manager import ModelManager
 from emulator.manager.sources import source_for
 from emulator.metrics import EndpointMetrics, InstanceMetrics
-from emulator.settings import Settings
+from emulator.settings import Settings, format_size
 from emulator.triton.client import TritonClient
 from emulator.triton.docker_launcher import DockerLauncher
 from emulator.triton.embedded import EmbeddedLauncher
@@ -47,12 +49,15 @@ from emulator.triton.sagemaker_env import SageMakerEnvironmentError, triton_args
 # setting container_startup_timeout_s says otherwise (SageMaker's default is not published).
 DEFAULT_STARTUP_TIMEOUT_S = 600.0
 
+log = logging.getLogger(__name__)
+
 
 class InstanceFactory:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.images = ImageMap.parse(settings.image)
         self._gpu_turn = itertools.count()
+        self._budgets_said: set[tuple[str, str, Budget]] = set()
 
     def _gpu_for_next_instance(self) -> str | None:
         gpus = count_gpus() if self.settings.launcher != "external" else 0
@@ -232,13 +237,14 @@ class InstanceFactory:
         launcher = self.make_launcher(endpoint, variant, options, work_dir, name, container)
         triton = TritonClient(launcher.http_url if launcher.is_running() else "http://0",
                               shared_memory_bytes=settings.triton_shared_memory or 0)
+        budget = self.budget_of(endpoint, variant)
         manager = ModelManager(
             source=source_for(container.model_data, settings.s3_endpoint_url, settings.region),
             cache_dir=work_dir,
             triton=triton,
             triton_repository=launcher.repository,
             metrics=metrics,
-            memory_budget=settings.memory_budget,
+            memory_budget=budget.memory_bytes,
             max_loaded_models=settings.max_loaded_models,
             disk_budget=settings.disk_budget,
             max_extracted_bytes=settings.max_extracted_bytes,
@@ -250,4 +256,32 @@ class InstanceFactory:
         )
         return Instance(instance_id, container, launcher, triton, manager, metrics, work_dir,
                         ErrorContext(endpoint.name, settings.region, settings.account_id, label),
-                        settings.model_load_timeout_s)
+                        settings.model_load_timeout_s, budget)
+
+    def budget_of(self, endpoint: EndpointSpec, variant: VariantSpec) -> Budget:
+        """Each instance's memory budget: ``--memory-budget``, else its InstanceType's memory
+        less the platform's share (``emulator/instance_types.py``), else none.
+
+        The default endpoint (``mme serve``) has no InstanceType of its own: ``--instance-type``
+        is its. A budget beyond this machine's memory is kept as bookkeeping (models are then
+        evicted where the real instance would evict them, while this machine may swap or kill
+        first): said once per endpoint and variant, never shrunk.
+        """
+        instance_type = variant.instance_type or self.settings.instance_type
+        budget = budget_for(instance_type, self.settings.memory_budget)
+        said = (endpoint.name, variant.name, budget)
+        if said in self._budgets_said:
+            return budget
+        self._budgets_said.add(said)
+        if instance_type and lookup(instance_type) is None:
+            log.warning("endpoint %s, variant %s: the emulator does not know the memory of %s; "
+                        "its instances have %s memory budget (give --memory-budget for one)",
+                        endpoint.name, variant.name, instance_type,
+                        "the --memory-budget" if budget.memory_bytes else "no")
+        if budget.beyond_machine:
+            log.warning("endpoint %s, variant %s: memory budget %s (%s) is more than this "
+                        "machine's memory (%s); kept as bookkeeping: models are evicted as on "
+                        "the instance, but this machine may run out of memory first",
+                        endpoint.name, variant.name, format_size(budget.memory_bytes),
+                        budget.source, format_size(machine_memory_bytes()))
+        return budget

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from emulator.contract import errors, multi_container, runtime
 from emulator.hosting.spec import ContainerSpec
+from emulator.instance_types import Budget
 from emulator.manager.extract import UnsafeArchive
 from emulator.manager.model_manager import ModelLoadFailed, ModelManager, ModelNotReady, ModelState
 from emulator.manager.repository import SEPARATOR, InvalidModelRepository
@@ -90,7 +91,8 @@ class ContainerAnswer:
 class Instance:
     def __init__(self, instance_id: str, container: ContainerSpec, launcher: TritonLauncher,
                  triton: TritonClient, manager: ModelManager, metrics: InstanceMetrics,
-                 work_dir: Path, errors_context: ErrorContext, load_timeout_s: float) -> None:
+                 work_dir: Path, errors_context: ErrorContext, load_timeout_s: float,
+                 budget: Budget | None = None) -> None:
         self.id = instance_id
         self.container = container
         self.launcher = launcher
@@ -100,6 +102,10 @@ class Instance:
         self.work_dir = work_dir
         self._errors = errors_context
         self._load_timeout_s = load_timeout_s
+        # Where the memory budget came from (--memory-budget, the InstanceType or none).
+        self.budget = budget or Budget(manager.memory.capacity_bytes, None,
+                                       "--memory-budget" if manager.memory.capacity_bytes
+                                       else "none")
         self.in_flight = 0
         self.draining = False
         self._idle = asyncio.Event()
@@ -307,7 +313,11 @@ class Instance:
             "SharedMemoryBodies": self.triton.shared_bodies,
             "Draining": self.draining,
             "InFlight": self.in_flight,
+            "InstanceType": self.budget.instance_type,
             "MemoryBudgetBytes": memory.capacity_bytes,
+            "MemoryBudgetSource": self.budget.source,
+            "MemoryBudgetBeyondMachine": self.budget.beyond_machine,
+            "GpuMemoryBudgetBytes": self.budget.gpu_memory_bytes,
             "MaxLoadedModels": memory.capacity_count,
             "DiskBudgetBytes": disk.capacity_bytes,
             "LoadedBytes": memory.total_bytes,
