@@ -1,6 +1,6 @@
 """How a load test reaches an endpoint, and what it reads from the answers.
 
-``mme loadtest`` calls through ``Boto3Invoker._call`` inside Locust (``locust_engine``): boto3's
+``mme loadtest`` calls through ``call_boto3`` inside Locust (``locust_engine``): boto3's
 ``sagemaker-runtime`` with retries off, so every throttle or error is counted rather than hidden,
 signed as any client's calls are. ``HttpInvoker`` (asyncio + aiohttp, no signing) is for one-off
 calls against the emulator (a sweep's warm-up) and the benchmark of the loop that came before
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -174,90 +173,42 @@ class HttpInvoker:
             self._session = None
 
 
-class Boto3Invoker:
-    """``invoke_endpoint`` from a thread pool (boto3 is blocking and signs every request)."""
+def call_boto3(client: Any, endpoint_name: str, body: bytes, content_type: str,
+               target_model: str | None) -> Outcome:
+    """One ``invoke_endpoint`` (blocking), its answer or error as an ``Outcome``: what each
+    Locust user does per call."""
+    from botocore.exceptions import BotoCoreError, ClientError
 
-    def __init__(
-        self,
-        client: Any,
-        endpoint_name: str,
-        body: bytes,
-        content_type: str,
-        *,
-        max_workers: int = 16,
-    ) -> None:
-        self._client = client
-        self._endpoint = endpoint_name
-        self._body = body
-        self._content_type = content_type
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="invoke")
-
-    @classmethod
-    def for_endpoint(
-        cls,
-        endpoint_name: str,
-        body: bytes,
-        content_type: str,
-        *,
-        max_workers: int = 16,
-        region: str | None = None,
-        endpoint_url: str | None = None,
-    ) -> Boto3Invoker:
-        import boto3
-        from botocore.config import Config
-
-        client = boto3.client(
-            "sagemaker-runtime",
-            region_name=region,
-            endpoint_url=endpoint_url,
-            config=Config(
-                max_pool_connections=max_workers,
-                read_timeout=70,
-                retries={"total_max_attempts": 1, "mode": "standard"},
-            ),
+    kwargs: dict[str, Any] = {
+        "EndpointName": endpoint_name,
+        "Body": body,
+        "ContentType": content_type,
+    }
+    if target_model is not None:
+        kwargs["TargetModel"] = target_model
+    try:
+        response = client.invoke_endpoint(**kwargs)
+        response["Body"].read()
+        headers = response["ResponseMetadata"].get("HTTPHeaders", {})
+        variant, instance = served_by(headers)
+        return Outcome(
+            status=response["ResponseMetadata"]["HTTPStatusCode"],
+            model_latency_us=_float(headers.get(MODEL_LATENCY_HEADER.lower())),
+            cache_hit=_bool(headers.get(CACHE_HIT_HEADER.lower())),
+            variant=response.get("InvokedProductionVariant") or variant,
+            instance=instance,
         )
-        return cls(client, endpoint_name, body, content_type, max_workers=max_workers)
-
-    def _call(self, target_model: str | None) -> Outcome:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        kwargs: dict[str, Any] = {
-            "EndpointName": self._endpoint,
-            "Body": self._body,
-            "ContentType": self._content_type,
-        }
-        if target_model is not None:
-            kwargs["TargetModel"] = target_model
-        try:
-            response = self._client.invoke_endpoint(**kwargs)
-            response["Body"].read()
-            headers = response["ResponseMetadata"].get("HTTPHeaders", {})
-            variant, instance = served_by(headers)
-            return Outcome(
-                status=response["ResponseMetadata"]["HTTPStatusCode"],
-                model_latency_us=_float(headers.get(MODEL_LATENCY_HEADER.lower())),
-                cache_hit=_bool(headers.get(CACHE_HIT_HEADER.lower())),
-                variant=response.get("InvokedProductionVariant") or variant,
-                instance=instance,
-            )
-        except ClientError as exc:
-            meta = exc.response.get("ResponseMetadata", {})
-            error = exc.response.get("Error", {})
-            return Outcome(
-                status=int(meta.get("HTTPStatusCode", 0)),
-                error_code=error.get("Code", "ClientError"),
-                error_message=shorten(str(error.get("Message", ""))) or None,
-            )
-        except BotoCoreError as exc:
-            return Outcome(status=0, error_code=type(exc).__name__,
-                           error_message=shorten(str(exc)) or None)
-
-    async def invoke(self, target_model: str | None) -> Outcome:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._call, target_model)
-
-    async def close(self) -> None:
-        await asyncio.to_thread(self._pool.shutdown, True)
+    except ClientError as exc:
+        meta = exc.response.get("ResponseMetadata", {})
+        error = exc.response.get("Error", {})
+        return Outcome(
+            status=int(meta.get("HTTPStatusCode", 0)),
+            error_code=error.get("Code", "ClientError"),
+            error_message=shorten(str(error.get("Message", ""))) or None,
+        )
+    except BotoCoreError as exc:
+        return Outcome(status=0, error_code=type(exc).__name__,
+                       error_message=shorten(str(exc)) or None)
 
 
 class MetricsSource(Protocol):

@@ -32,7 +32,7 @@ from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from harness.loadtest.config import PlanError
-from harness.loadtest.invokers import Boto3Invoker, Outcome
+from harness.loadtest.invokers import Outcome, call_boto3
 from harness.loadtest.locust_run import (
     END_SIGNAL,
     PARENT_ENV,
@@ -93,9 +93,7 @@ class LoadProcess:
 
     def __init__(self, spec: Spec, seed_offset: int = 0) -> None:
         self.spec = spec
-        pool = max(spec.plan.peak_users, 10)
-        self.invoker = Boto3Invoker(_client(spec, pool), spec.target.endpoint, spec.request.body,
-                                    spec.request.content_type, max_workers=1)
+        self.client = _client(spec, pool=max(spec.plan.peak_users, 10))
         self.chooser = Chooser(spec.plan.target_models, spec.plan.popularity,
                                spec.plan.seed + seed_offset)
         self.pending: list[list[Any]] = []
@@ -109,7 +107,9 @@ class LoadProcess:
         self.in_flight += 1
         try:
             t0 = time.time()
-            outcome = self.invoker._call(target)  # boto3 blocks; gevent makes it cooperative
+            # boto3 blocks; gevent's patched sockets make it cooperative
+            outcome = call_boto3(self.client, self.spec.target.endpoint,
+                                 self.spec.request.body, self.spec.request.content_type, target)
             t1 = time.time()
         finally:
             self.in_flight -= 1
@@ -162,8 +162,6 @@ class Run:
         self.messages: dict[str, str] = {}
         self.users: list[list[float]] = []
         self.events: list[list[Any]] = []
-        self.phase = -1
-        self.stop_reason: str | None = None
         self.interrupted = False
         self.finished = False
         self.drained: set[str] = set()
