@@ -297,6 +297,17 @@ def test_rolling_update_refused_for_several_variants_and_variant_names_must_matc
                            DeploymentConfig=rolling)
     assert "same variant names" in error_of(excinfo)[1]
     assert status(sm) == "InService"
+    # An endpoint with two variants: the names match, and a rolling update is refused
+    # (documented exclusion); a blue/green one is accepted.
+    sm.create_endpoint(EndpointName="ep2", EndpointConfigName="two-variants")
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="ep2", WaiterConfig=FAST)
+    with pytest.raises(ClientError) as excinfo:
+        sm.update_endpoint(EndpointName="ep2", EndpointConfigName="two-variants",
+                           DeploymentConfig=rolling)
+    assert error_of(excinfo)[:1] == ("ValidationException",)
+    assert "not supported for endpoints with multiple production variants" in \
+        error_of(excinfo)[1]
+    assert sm.describe_endpoint(EndpointName="ep2")["EndpointStatus"] == "InService"
 
 
 def test_update_while_updating_is_refused(sm, runtimes: FakeGenerations) -> None:  # type: ignore[no-untyped-def]
@@ -469,12 +480,13 @@ def test_a_deployment_past_its_maximum_execution_time_rolls_back(  # type: ignor
     assert ("shift", 1.0) in runtimes.steps and ("promote", "ep") not in runtimes.steps
 
 
-@pytest.mark.parametrize(("phase", "status", "config"), [
-    ("rolling_back", "RollingBack", "c1"),  # the rollback finishes: the old config serves
-    ("terminating", "Updating", "c2"),  # green was the endpoint already: the update is done
+@pytest.mark.parametrize(("phase", "status", "config", "after"), [
+    ("rolling_back", "RollingBack", "c1", "InService"),  # the rollback finishes
+    ("terminating", "Updating", "c2", "InService"),  # green was the endpoint: the update is done
+    ("rolling_back", "RollingBack", "broken", "UpdateRollbackFailed"),  # blue cannot come back
 ])
 def test_a_restart_while_rolling_back_or_terminating_ends_the_deployment(
-        tmp_path: Path, phase: str, status: str, config: str) -> None:
+        tmp_path: Path, phase: str, status: str, config: str, after: str) -> None:
     from emulator.control.deployments import Progress
     from emulator.control.state_db import Deployment, EndpointRecord
 
@@ -494,11 +506,15 @@ def test_a_restart_while_rolling_back_or_terminating_ends_the_deployment(
     app, _ = build(tmp_path / "control.sqlite3", runtimes, StandInAlarms())
     with ServerThread(app) as server:
         described = unchecked_client(server.url).describe_endpoint(EndpointName="ep")
-    assert described["EndpointStatus"] == "InService"
+    assert described["EndpointStatus"] == after
     assert described["EndpointConfigName"] == config
     assert "PendingDeploymentSummary" not in described
     assert runtimes.calls == [("create", "ep")] and runtimes.steps == []
-    assert described.get("FailureReason") == ("alarm x" if phase == "rolling_back" else None)
+    if after == "UpdateRollbackFailed":
+        assert "NoSuchBucket" in described["FailureReason"]
+    else:
+        assert described.get("FailureReason") == ("alarm x" if phase == "rolling_back"
+                                                  else None)
 
 
 @pytest.mark.parametrize("scale", [36.0])
