@@ -248,6 +248,7 @@ def test_the_web_ui_serves_while_the_plan_runs(endpoint: FakeEndpoint, tmp_path:
             run.kill()
             run.communicate()
     assert run.returncode == 0, stderr  # closed by itself when the plan ended
+    assert "users    1" in stderr and "calls/s" in stderr  # the progress line, every 2 s
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["invocations"] == endpoint.total > 0
 
