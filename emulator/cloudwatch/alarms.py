@@ -135,7 +135,9 @@ class AlarmStore:
         self.alarms: dict[str, Alarm] = {}
         self.history: list[HistoryItem] = []
         self._listeners: list[StateListener] = []
-        self._action_handlers: list[tuple[str, ActionHandler]] = []
+        # (ARN prefix, handler, run in the background: not awaited by the round)
+        self._action_handlers: list[tuple[str, ActionHandler, bool]] = []
+        self._background: set[asyncio.Task[bool]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Event | None = None
         self._due: dict[str, float] = {}  # next evaluation, real epoch seconds
@@ -143,7 +145,8 @@ class AlarmStore:
         self._save_lock = threading.Lock()
         self._load()
         # SNS topics: published to --sns-endpoint-url, else recorded in the history only.
-        self.add_action_handler("arn:aws:sns:", SnsPublisher(sns_endpoint_url, self).publish)
+        self.add_action_handler("arn:aws:sns:", SnsPublisher(sns_endpoint_url, self).publish,
+                                background=True)
 
     # -----------------------------------------------------------------------------------------
     # The interface deployments (emulator/control) rely on
@@ -173,9 +176,12 @@ class AlarmStore:
     # -----------------------------------------------------------------------------------------
     # Actions
 
-    def add_action_handler(self, arn_prefix: str, handler: ActionHandler) -> None:
-        """Alarm actions whose ARN starts with ``arn_prefix`` are run by ``handler``."""
-        self._action_handlers.append((arn_prefix, handler))
+    def add_action_handler(self, arn_prefix: str, handler: ActionHandler,
+                           background: bool = False) -> None:
+        """Alarm actions whose ARN starts with ``arn_prefix`` are run by ``handler``; in the
+        background when it talks to another server (SNS), so that a slow or absent server
+        never holds up the evaluation of every alarm (and a deployment's rollback)."""
+        self._action_handlers.append((arn_prefix, handler, background))
 
     def arn(self, name: str) -> str:
         return f"arn:aws:cloudwatch:{self.region}:{self.account}:alarm:{name}"
@@ -382,30 +388,43 @@ class AlarmStore:
         if not calls:
             return
         by_handler: dict[int, list[ActionCall]] = {}
-        handlers: dict[int, ActionHandler] = {}
         recorded = False
         for call in calls:
-            for index, (prefix, handler) in enumerate(self._action_handlers):
+            for index, (prefix, _handler, _background) in enumerate(self._action_handlers):
                 if call.arn.startswith(prefix):
                     by_handler.setdefault(index, []).append(call)
-                    handlers[index] = handler
                     break
             else:
                 self._action_done(call, "no handler for this kind of action in the emulator")
                 recorded = True
         for index, batch in by_handler.items():
-            try:
-                results = await handlers[index](batch)
-            except Exception as exc:  # noqa: BLE001 - a failed action is history, not a crash
-                log.exception("alarm actions failed")
-                results = [f"{type(exc).__name__}: {exc}" for _ in batch]
-            for call, error in zip(batch, results, strict=True):
-                if call.repeated and error is None:
-                    continue  # [U] a repeat that ran is not history (one item per minute)
-                self._action_done(call, error)
-                recorded = True
+            _prefix, handler, background = self._action_handlers[index]
+            if background:
+                task = asyncio.create_task(self._run_batch(handler, batch))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+            else:
+                recorded |= await self._run_batch(handler, batch, save=False)
         if recorded:
             await asyncio.to_thread(self.save)
+
+    async def _run_batch(self, handler: ActionHandler, batch: list[ActionCall],
+                         save: bool = True) -> bool:
+        """Run one handler's calls and write their history; True when it wrote any."""
+        try:
+            results = await handler(batch)
+        except Exception as exc:  # noqa: BLE001 - a failed action is history, not a crash
+            log.exception("alarm actions failed")
+            results = [f"{type(exc).__name__}: {exc}" for _ in batch]
+        recorded = False
+        for call, error in zip(batch, results, strict=True):
+            if call.repeated and error is None:
+                continue  # [U] a repeat that ran is not history (one item per minute)
+            self._action_done(call, error)
+            recorded = True
+        if recorded and save:
+            await asyncio.to_thread(self.save)
+        return recorded
 
     def _action_done(self, call: ActionCall, error: str | None) -> None:
         now = self.clock.now()
@@ -434,9 +453,11 @@ class AlarmStore:
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for running_task in (task, *self._background):
+                running_task.cancel()
+            for running_task in (task, *self._background):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running_task
             self._loop = None
 
     async def _run(self) -> None:
@@ -452,8 +473,11 @@ class AlarmStore:
                 await asyncio.wait_for(self._changed.wait(), self.clock.real_duration(TICK_S))
 
     async def evaluate_all(self) -> None:
-        """A round in which every metric alarm is due (tests that step a fake clock)."""
+        """A round in which every metric alarm is due, and its background actions finished
+        (tests that step a fake clock)."""
         await self.evaluate_due(every=True)
+        if self._background:
+            await asyncio.gather(*self._background)
 
     async def evaluate_due(self, every: bool = False) -> None:
         """One round: the metric alarms that are due, the composite alarms, then the actions

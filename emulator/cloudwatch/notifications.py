@@ -14,6 +14,8 @@ import logging
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from botocore.config import Config
+
 if TYPE_CHECKING:
     from emulator.cloudwatch.alarms import ActionCall, AlarmStore
 
@@ -94,8 +96,12 @@ class SnsPublisher:
             session = boto3.session.Session()
             credentials = {} if session.get_credentials() is not None else {
                 "aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"}
+            # Short timeouts, one retry: an SNS server that is down costs seconds, not minutes
+            config = Config(connect_timeout=2, read_timeout=10,
+                            retries={"max_attempts": 2, "mode": "standard"})
             client = self._clients[region] = session.client(
-                "sns", endpoint_url=self.endpoint_url, region_name=region, **credentials)
+                "sns", endpoint_url=self.endpoint_url, region_name=region, config=config,
+                **credentials)
         return client
 
     async def publish(self, calls: list[ActionCall]) -> list[str | None]:

@@ -212,3 +212,34 @@ def test_an_update_keeps_the_state_and_ignores_new_tags() -> None:
     assert alarm is not None and alarm.tags == {"team": "ml"}
     assert alarm.config["Threshold"] == 10.0
     assert rig.minute(5.0) == "OK"  # 5 is not over the new threshold
+
+
+def test_a_slow_notification_never_holds_up_the_alarms() -> None:
+    """An SNS server that does not answer must not stop every alarm from being evaluated
+    (nor a deployment's rollback that waits on one)."""
+    rig = Rig()
+    release = asyncio.Event()
+
+    async def hangs(calls: list[Any]) -> list[str | None]:
+        await release.wait()
+        return [None for _ in calls]
+
+    rig.alarms.add_action_handler("arn:aws:lambda:", hangs, background=True)
+
+    async def scenario() -> list[str | None]:
+        rig.put(EvaluationPeriods=1, DatapointsToAlarm=1,
+                AlarmActions=["arn:aws:sns:us-east-1:123456789012:t"])
+        alarm = rig.alarms.get("a")
+        assert alarm is not None  # a background action the API would refuse, put directly
+        rig.alarms.put("a", "MetricAlarm", {**alarm.config, "AlarmActions": [
+            "arn:aws:lambda:us-east-1:123456789012:function:f"]}, {})
+        states = []
+        for value in (5.0, 0.0):
+            rig.metrics.record("CI", "m", {}, value, "None")
+            rig.time.now += 1.0
+            await asyncio.wait_for(rig.alarms.evaluate_due(every=True), 5)
+            states.append(rig.alarms.state("a"))
+        release.set()
+        return states
+
+    assert asyncio.run(scenario()) == ["ALARM", "OK"]
