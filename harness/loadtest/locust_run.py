@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from emulator.processes import free_port
 from harness.loadtest.config import (
     LoadPlan,
     PlanError,
@@ -197,7 +198,10 @@ def locust_command(spec_path: Path, result_path: Path, engine: Engine) -> list[s
         if engine.master_bind_port:
             cmd += ["--master-bind-port", str(engine.master_bind_port)]
     elif engine.processes:
-        cmd += ["--processes", str(engine.processes)]
+        # Its own port: Locust's default 5557 would collide with another run on this machine.
+        port = engine.master_bind_port or free_port()
+        cmd += ["--processes", str(engine.processes), "--master-bind-port", str(port),
+                "--master-port", str(port)]
     return cmd
 
 
