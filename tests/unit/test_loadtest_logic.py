@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -300,6 +301,8 @@ def test_generator_runs_the_phases_and_reports(tmp_path: Path) -> None:
     assert summary["loaded_models"]["max"] == 3
     assert [row["phase"] for row in summary["phases"]] == [1, 2]
     assert summary["generator"].startswith("locust ")
+    # Locust ran in its own processes: gevent patched nothing in this one (issue #33)
+    assert "locust" not in sys.modules and "gevent.monkey" not in sys.modules
     markdown = to_markdown(summary)
     assert "| invocations per minute |" in markdown and "| ModelLatency |" in markdown
     paths = write_report(result, tmp_path)
