@@ -48,3 +48,21 @@ def test_the_documented_masters_and_workers_are_valid_commands() -> None:
     services = {d["metadata"]["name"] for d in _documents() if d.get("kind") == "Service"}
     assert parser.parse_args(["loadtest", *commands["k8s worker"]]).master_host in services
     assert parser.parse_args(["loadtest", *commands["compose worker"]]).master_host == "master"
+
+
+def test_the_compose_example_is_a_valid_compose_file(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    checker = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent))
+    if checker is None:
+        import pytest
+
+        pytest.skip("check-jsonschema (the dev extras) is not installed")
+    compose = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), flags=re.S)[1]
+    (tmp_path / "loadtest.compose.yaml").write_text(compose)
+    done = subprocess.run([checker, "--builtin-schema", "vendor.compose-spec",
+                           str(tmp_path / "loadtest.compose.yaml")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
