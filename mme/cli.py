@@ -10,7 +10,8 @@ import importlib
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from emulator.settings import InvalidSettings, Settings, add_flags, flag_fields
 
@@ -58,7 +59,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings.from_env(**{name: getattr(args, name, None) for name, _, _ in flag_fields()})
 
 
-def run_serve(args: argparse.Namespace) -> int:
+def run_serve(args: argparse.Namespace,
+              prepare_app: Callable[[Any], None] | None = None) -> int:
+    """``mme serve`` (and the server ``mme ci up`` starts, which passes ``prepare_app``)."""
     from emulator.malloc import tune_malloc
 
     tune_malloc()  # this process is the server: large bodies reused, one arena (before threads)
@@ -70,7 +73,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"mme serve: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
-    return serve(settings, sys.stderr)
+    return serve(settings, sys.stderr, prepare_app=prepare_app)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from emulator.settings import InvalidSettings, add_flags
+from emulator.settings import add_flags
 from mme.ci.state import STATE_ENV, StateDir
 from mme.ci.stats import ModelStats
 
@@ -34,19 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace, stats: ModelStats) -> int:
-    from emulator.malloc import tune_malloc
+    from mme.cli import run_serve
 
-    tune_malloc()  # this process is the server, as under mme serve
-    from mme.cli import configure_logging, settings_from_args
-    from mme.serve import serve
-
-    try:
-        settings = settings_from_args(args)
-    except InvalidSettings as exc:
-        print(f"mme serve: {exc}", file=sys.stderr)
-        return 2
-    configure_logging(settings.log_level)
-    return serve(settings, sys.stderr, prepare_app=stats.install)
+    return run_serve(args, prepare_app=stats.install)  # as under mme serve, figures recorded
 
 
 if __name__ == "__main__":
