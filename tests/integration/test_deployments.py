@@ -259,7 +259,7 @@ def test_linear_then_all_at_once(emulator: Module) -> None:
     try:
         sm.update_endpoint(EndpointName="ep", EndpointConfigName="blue", DeploymentConfig={
             "BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {
-                "Type": "LINEAR", "WaitIntervalInSeconds": 120,
+                "Type": "LINEAR", "WaitIntervalInSeconds": 180,
                 "LinearStepSize": {"Type": "CAPACITY_PERCENT", "Value": 50}}}})
         seen: set[str] = set()
 
