@@ -80,6 +80,7 @@ class FakeGenerations(FakeRuntimes):
     deployments: dict[str, Any] = field(default_factory=dict)
     steps: list[tuple[str, Any]] = field(default_factory=list)
     green_gate: threading.Event = field(default_factory=threading.Event)
+    drop_gate: threading.Event = field(default_factory=threading.Event)
 
     async def start_green(self, spec: Any) -> None:
         self.steps.append(("start_green", spec.variants[0].container.model_data))
@@ -114,6 +115,9 @@ class FakeGenerations(FakeRuntimes):
         self.steps.append(("green" if green else "blue", count))
 
     async def drop_green(self, name: str) -> None:
+        self.shares[name] = 0.0  # every new call back to blue at once, then the drain
+        while not self.drop_gate.is_set():  # a test holds the drain
+            await asyncio.sleep(0.01)
         self.steps.append(("drop_green", name))
         self.greens.pop(name, None)
         self.shares.pop(name, None)
@@ -144,6 +148,7 @@ def scale() -> float:
 def runtimes() -> FakeGenerations:
     runtimes = FakeGenerations()
     runtimes.green_gate.set()
+    runtimes.drop_gate.set()
     return runtimes
 
 
@@ -360,7 +365,17 @@ def test_alarm_rolls_the_canary_back(sm, runtimes: FakeGenerations,  # type: ign
     sm.update_endpoint(EndpointName="ep", EndpointConfigName="green",
                        DeploymentConfig=canary(25, wait=3600))  # a bake of 100 s
     wait_for(lambda: ("shift", 0.25) in runtimes.steps, "the canary's traffic")
+    runtimes.drop_gate.clear()  # green drains until the test lets it go
     alarms.set("errors-high", "ALARM")
+    rolling_back = wait_for(lambda: (d := sm.describe_endpoint(EndpointName="ep"))[
+        "EndpointStatus"] == "RollingBack" and d, "RollingBack")
+    assert '"errors-high"' in rolling_back["FailureReason"]
+    assert rolling_back["EndpointConfigName"] == "blue"
+    assert rolling_back["ProductionVariants"][0]["CurrentWeight"] == 1.0  # all back on blue
+    with pytest.raises(ClientError) as excinfo:
+        sm.update_endpoint(EndpointName="ep", EndpointConfigName="green")
+    assert "Cannot update in-progress endpoint" in error_of(excinfo)[1]
+    runtimes.drop_gate.set()
     sm.get_waiter("endpoint_in_service").wait(EndpointName="ep", WaiterConfig=FAST)
     described = sm.describe_endpoint(EndpointName="ep")
     assert described["EndpointConfigName"] == "blue"
@@ -418,6 +433,7 @@ def test_a_restart_mid_deployment_resumes_at_its_step(tmp_path: Path) -> None:
     alarms.states["errors-high"] = "OK"
     first = FakeGenerations()
     first.green_gate.set()
+    first.drop_gate.set()
     app, _ = build(store, first, alarms, scale=36.0)  # a bake of 100 s: still baking at stop
     with ServerThread(app) as server:
         sm = client(server.url)
@@ -439,6 +455,7 @@ def test_a_restart_mid_deployment_resumes_at_its_step(tmp_path: Path) -> None:
     # The server stopped mid-bake (its lifespan cancelled the deployment, as a SIGTERM does).
     second = FakeGenerations()
     second.green_gate.set()
+    second.drop_gate.set()
     app, _ = build(store, second, copy.copy(alarms))  # now 1 s bakes
     with ServerThread(app) as server:
         sm = client(server.url)
@@ -503,6 +520,7 @@ def test_a_restart_while_rolling_back_or_terminating_ends_the_deployment(
     store.close()
     runtimes = FakeGenerations()
     runtimes.green_gate.set()
+    runtimes.drop_gate.set()
     app, _ = build(tmp_path / "control.sqlite3", runtimes, StandInAlarms())
     with ServerThread(app) as server:
         described = unchecked_client(server.url).describe_endpoint(EndpointName="ep")
