@@ -102,20 +102,22 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
 
 
 class Traffic:
-    """One client calling the endpoint back to back; each answer's factor (2 blue, 3 green)."""
+    """Clients calling the endpoint back to back, each in its own thread; every answer's factor
+    (2 blue, 3 green) in order of arrival, and every failure."""
 
-    def __init__(self, url: str) -> None:
-        self.rt = runtime_client(url)
+    def __init__(self, url: str, clients: int = 3) -> None:
         self.factors: list[float] = []
         self.failures: list[str] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, args=(runtime_client(url),),
+                                          daemon=True) for _ in range(clients)]
+        for thread in self._threads:
+            thread.start()
 
-    def _run(self) -> None:
+    def _run(self, rt: Any) -> None:
         while not self._stop.is_set():
             try:
-                answer = self.rt.invoke_endpoint(
+                answer = rt.invoke_endpoint(
                     EndpointName="ep", TargetModel="scale.tar.gz",
                     ContentType="application/json", Body=scale_request([1.0, 1.0, 1.0, 1.0]))
                 self.factors.append(float(output_of(answer["Body"].read())[0]))
@@ -125,7 +127,8 @@ class Traffic:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=120)
+        for thread in self._threads:
+            thread.join(timeout=120)
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 120) -> Any:
