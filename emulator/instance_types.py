@@ -151,6 +151,9 @@ class Budget:
     gpu_memory_bytes: int | None
     source: str  # "--memory-budget", "ml.m5.xlarge", or "none"
     instance_type: str | None = None
+    # The whole instance's memory (MemoryUtilization's denominator): the type's, else the
+    # budget, else None (this machine's).
+    instance_bytes: int | None = None
 
     @property
     def beyond_machine(self) -> bool:
@@ -163,7 +166,9 @@ def budget_for(instance_type: str | None, memory_budget: int | None) -> Budget:
     known = lookup(instance_type) if instance_type else None
     gpu = known.gpu_memory_bytes or None if known else None
     if memory_budget is not None:
-        return Budget(memory_budget, gpu, "--memory-budget", instance_type)
+        return Budget(memory_budget, gpu, "--memory-budget", instance_type,
+                      known.memory_bytes if known else memory_budget)
     if known is None:
         return Budget(None, None, "none", instance_type)
-    return Budget(known.model_memory_bytes, gpu, instance_type or "none", instance_type)
+    return Budget(known.model_memory_bytes, gpu, instance_type or "none", instance_type,
+                  known.memory_bytes)

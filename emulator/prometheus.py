@@ -149,9 +149,14 @@ class FleetCollector(Collector):
         loaded = gauge("sagemaker_loaded_models", _help(Mapping("", "LoadedModelCount"),
                                                         "now, per instance"))
         loaded_bytes = gauge("mme_loaded_model_bytes",
-                             "Bytes of the loaded models (extracted files), per instance", "bytes")
+                             "Memory of the loaded models as eviction counts it (measured, else "
+                             "their files' bytes), per instance", "bytes")
+        loaded_file_bytes = gauge("mme_loaded_model_file_bytes",
+                                  "Bytes of the loaded models' extracted files, per instance",
+                                  "bytes")
         memory_budget = gauge("mme_memory_budget_bytes",
-                              "--memory-budget of each instance (absent when unlimited)", "bytes")
+                              "Memory budget of each instance: --memory-budget, else its "
+                              "InstanceType's (absent when unlimited)", "bytes")
         max_models = gauge("mme_max_loaded_models",
                            "--max-loaded-models of each instance (absent when unlimited)")
         disk_bytes = gauge("mme_disk_model_bytes",
@@ -169,6 +174,7 @@ class FleetCollector(Collector):
                     memory, disk = instance.manager.memory, instance.manager.disk
                     loaded.add_metric(labels, instance.metrics.loaded_model_count)
                     loaded_bytes.add_metric(labels, memory.total_bytes)
+                    loaded_file_bytes.add_metric(labels, instance.manager.loaded_file_bytes())
                     disk_bytes.add_metric(labels, disk.total_bytes)
                     in_flight.add_metric(labels, instance.in_flight)
                     if memory.capacity_bytes is not None:
@@ -180,8 +186,8 @@ class FleetCollector(Collector):
                     for name, value in instance.metrics.latest.items():
                         if name in utilization:
                             utilization[name].add_metric(labels, value / 100)
-        yield from (loaded, loaded_bytes, memory_budget, max_models, disk_bytes, disk_budget,
-                    in_flight, *utilization.values())
+        yield from (loaded, loaded_bytes, loaded_file_bytes, memory_budget, max_models,
+                    disk_bytes, disk_budget, in_flight, *utilization.values())
 
 
 class AlarmCollector(Collector):

@@ -42,6 +42,7 @@ from emulator.triton.docker_launcher import DockerLauncher
 from emulator.triton.embedded import EmbeddedLauncher
 from emulator.triton.external import ExternalLauncher
 from emulator.triton.launcher import LauncherError, TritonLauncher, TritonOptions, count_gpus
+from emulator.triton.memory import probe_for
 from emulator.triton.sagemaker_env import SageMakerEnvironmentError, triton_args_from_environment
 
 # [U] How long a SageMaker container may take to answer GET /ping with 200 before the endpoint
@@ -253,6 +254,7 @@ class InstanceFactory:
             single_model=not container.is_multi_model,
             default_model=container.environment.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"),
             gpus_available=count_gpus() > 0,
+            memory_probe=probe_for(launcher) if settings.model_memory == "measured" else None,
         )
         return Instance(instance_id, container, launcher, triton, manager, metrics, work_dir,
                         ErrorContext(endpoint.name, settings.region, settings.account_id, label),

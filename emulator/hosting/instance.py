@@ -16,7 +16,7 @@ from pathlib import Path
 
 from emulator.contract import errors, multi_container, runtime
 from emulator.hosting.spec import ContainerSpec
-from emulator.instance_types import Budget
+from emulator.instance_types import Budget, machine_memory_bytes
 from emulator.manager.extract import UnsafeArchive
 from emulator.manager.model_manager import ModelLoadFailed, ModelManager, ModelNotReady, ModelState
 from emulator.manager.repository import SEPARATOR, InvalidModelRepository
@@ -303,6 +303,24 @@ class Instance:
             custom_attributes=response.headers.get("X-Amzn-SageMaker-Custom-Attributes"),
             model_latency_s=model_latency, cache_hit=model.cache_hit)
 
+    def memory_utilization(self) -> dict[str, float]:
+        """MemoryUtilization and GPUMemoryUtilization as the instance would publish them: what
+        its Triton's processes hold (measured, docs/memory.md) in percent of the instance's
+        memory (its type's; else its budget; else this machine's) and GPU memory. Empty when
+        nothing can be measured (an external Triton: the sampler's figures stand)."""
+        probe = self.manager.memory_probe
+        if probe is None:
+            return {}
+        figures: dict[str, float] = {}
+        total = probe.total_bytes()
+        if total is not None:
+            whole = self.budget.instance_bytes or machine_memory_bytes()
+            figures["MemoryUtilization"] = 100.0 * total / whole
+        gpu = probe.gpu_bytes()
+        if gpu is not None and self.budget.gpu_memory_bytes:
+            figures["GPUMemoryUtilization"] = 100.0 * gpu / self.budget.gpu_memory_bytes
+        return figures
+
     def describe(self) -> dict[str, object]:
         memory, disk = self.manager.memory, self.manager.disk
         return {
@@ -320,7 +338,9 @@ class Instance:
             "GpuMemoryBudgetBytes": self.budget.gpu_memory_bytes,
             "MaxLoadedModels": memory.capacity_count,
             "DiskBudgetBytes": disk.capacity_bytes,
-            "LoadedBytes": memory.total_bytes,
+            "LoadedBytes": memory.total_bytes,  # as eviction counts them: measured
+            "LoadedFileBytes": self.manager.loaded_file_bytes(),
+            "MemoryMeasured": self.manager.memory_probe is not None,
             "DiskBytes": disk.total_bytes,
             "LoadedModelCount": self.metrics.loaded_model_count,
             "Utilization": dict(self.metrics.latest),

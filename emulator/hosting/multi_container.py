@@ -291,6 +291,9 @@ class MembersModels:
     def disk(self) -> _Budget:
         return _Budget(sum(m.disk.total_bytes for m in self._managers.values()))
 
+    def loaded_file_bytes(self) -> int:
+        return sum(m.loaded_file_bytes() for m in self._managers.values())
+
     def describe(self) -> list[dict[str, Any]]:
         return [{**model, "ContainerName": label} for label, manager in self._managers.items()
                 for model in manager.describe()]

@@ -230,6 +230,8 @@ class EndpointRegistry:
                         disk.total_bytes if disk is not None else 0,
                         disk.capacity_bytes if disk is not None else None,
                         Path(instance.work_dir))
+                    # Memory as measured against the instance's own memory (docs/memory.md).
+                    figures.update(getattr(instance, "memory_utilization", dict)())
                     # One LoadedModelCount sample per instance and period, so that, as in
                     # CloudWatch, its Sum adds the instances up and its Average is per instance.
                     figures["LoadedModelCount"] = instance.metrics.loaded_model_count

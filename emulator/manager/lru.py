@@ -101,3 +101,19 @@ class LruIndex:
         if self.capacity_bytes is not None and total + incoming > self.capacity_bytes:
             return False
         return self.capacity_count is None or count + 1 <= self.capacity_count
+
+    def over_budget(self, exclude: frozenset[str] = frozenset()) -> list[str]:
+        """Keys to evict, least recent first, to bring the bytes within capacity again (after
+        an item's size grew to what it measured); pinned and excluded items stay."""
+        if self.capacity_bytes is None:
+            return []
+        total = self.total_bytes
+        chosen: list[str] = []
+        for entry in self._entries.values():
+            if total <= self.capacity_bytes:
+                break
+            if entry.pins or entry.key in exclude:
+                continue
+            chosen.append(entry.key)
+            total -= entry.size
+        return chosen

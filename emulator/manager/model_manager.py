@@ -3,9 +3,13 @@
 - ``acquire(target)`` pins a loaded model for the duration of one request. On a miss, one
   *single-flight* task per TargetModel downloads, extracts, installs and loads it; every concurrent
   request for that model waits on the same task, and loads of different models run side by side.
-- Memory: a model's size is estimated as the bytes of its extracted files. Before a load, the
-  least-recently-used models that are neither pinned (serving) nor wanted (a request is waiting
-  for them) are unloaded until the new one fits ``memory_budget`` and ``max_loaded_models``.
+- Memory: a model counts as what its serving processes really hold once loaded (measured
+  through ``memory_probe``: the growth of Triton's memory over the load plus the model's own
+  stub processes; docs/memory.md), or as the bytes of its extracted files where nothing can be
+  measured. Before a load, the least-recently-used models that are neither pinned (serving) nor
+  wanted (a request is waiting for them) are unloaded until the new one fits ``memory_budget``
+  and ``max_loaded_models``, the new one counted as it measured last time (its files' bytes the
+  first time); once loaded and measured, more are unloaded if it holds more than that.
 - Disk: artifacts that are not loaded, waited for or being brought in are deleted
   least-recently-used first to stay under ``disk_budget``.
 - A waiting request gives up after the invocation timeout (ModelNotReadyException) while the load
@@ -65,6 +69,7 @@ from emulator.triton.client import (
     TritonResponse,
     TritonUnreachable,
 )
+from emulator.triton.memory import MemoryProbe
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +156,13 @@ class ModelRecord:
     last_used: float = 0.0
     # Bumped when Triton's copy is abandoned (its stub died): the next load uses new names.
     generation: int = 0
+    # What its serving processes held after its last load (None: never measured).
+    measured: int | None = None
+
+    @property
+    def memory_size(self) -> int:
+        """What the memory budget counts it as: measured, else its files' bytes."""
+        return self.measured if self.measured is not None else self.size
 
     @property
     def triton_key(self) -> str:
@@ -241,6 +253,7 @@ class ModelManager:
         single_model: bool = False,
         default_model: str | None = None,
         gpus_available: bool = True,
+        memory_probe: MemoryProbe | None = None,
     ) -> None:
         self.source = source
         self.artifacts_dir = cache_dir / "artifacts"
@@ -254,6 +267,7 @@ class ModelManager:
         self.single_model = single_model
         self.default_model = default_model
         self.gpus_available = gpus_available
+        self.memory_probe = memory_probe
         self.memory = LruIndex(memory_budget, max_loaded_models)
         self.disk = LruIndex(disk_budget)
         self.records: dict[str, ModelRecord] = {}
@@ -429,6 +443,7 @@ class ModelManager:
         record.state = ModelState.LOADING
         self._emit("loading", record.target, size=record.size)
         started = time.monotonic()
+        before = await self._triton_memory()
         try:
             await self._load_across_recycle(record)
         except (TritonError, TritonUnreachable, asyncio.TimeoutError, _StubDied) as exc:
@@ -456,15 +471,53 @@ class ModelManager:
             body = f'{{"error":"model load did not complete: {exc!r}"}}'
             raise ModelLoadFailed(500, body) from exc
         elapsed = time.monotonic() - started
+        await self._measure(record, before)
         self.metrics.record("ModelLoadingTime", elapsed * 1e6)
         record.state = ModelState.LOADED
         self.loads += 1
         self.metrics.set_loaded_model_count(self.loaded_count())
-        log.info("model=%s step=load seconds=%.3f size=%d entry=%s", self.name_of(record.target),
-                 elapsed, record.size, record.entry)
-        self._emit("loaded", record.target, seconds=elapsed, size=record.size)
+        log.info("model=%s step=load seconds=%.3f size=%d measured=%s entry=%s",
+                 self.name_of(record.target), elapsed, record.size, record.measured, record.entry)
+        self._emit("loaded", record.target, seconds=elapsed, size=record.size,
+                   measured=record.measured)
+        await self._evict_over_measured(record)
         self._changed.notify()
         return record
+
+    async def _triton_memory(self) -> int | None:
+        probe = self.memory_probe
+        return None if probe is None else await asyncio.to_thread(probe.triton_bytes)
+
+    async def _measure(self, record: ModelRecord, before: int | None) -> None:
+        """What the model's serving processes hold now that it is loaded (docs/memory.md).
+
+        Triton's growth over the load is shared evenly by the loads under way at its end (they
+        grew it together); a shrink counts as none. The model's own stubs are its alone.
+        """
+        probe = self.memory_probe
+        if probe is None or before is None:
+            return
+        after = await asyncio.to_thread(probe.triton_bytes)
+        own = await asyncio.to_thread(probe.own_bytes, record.installed)
+        if after is None:
+            return
+        loading = sum(1 for r in self.records.values() if r.state is ModelState.LOADING)
+        growth = max(after - before, 0) // max(loading, 1)
+        record.measured = growth + own
+        if record.target in self.memory:
+            self.memory.add(record.target, record.measured)  # its reservation, as measured
+
+    async def _evict_over_measured(self, record: ModelRecord) -> None:
+        """A model that holds more than it was counted as: unload LRU others until the budget
+        holds again (as a SageMaker instance does when memory runs short)."""
+        async with self._memory_lock:
+            spared = frozenset(t for t, r in self.records.items()
+                               if t == record.target or r.demand
+                               or r.state is not ModelState.LOADED)
+            for target in self.memory.over_budget(exclude=spared):
+                log.info("model=%s step=evict reason=measured for=%s measured=%d",
+                         self.name_of(target), self.name_of(record.target), record.measured or 0)
+                self._start_unload(self.records[target], "lru", record.target)
 
     async def _load_across_recycle(self, record: ModelRecord) -> None:
         """Load ``record`` once a Triton is up to take it; a load that a recycle of Triton cut
@@ -715,14 +768,15 @@ class ModelManager:
                 spared = frozenset(t for t, r in self.records.items() if t != record.target
                                    and (r.demand or r.state is not ModelState.LOADED))
                 try:
-                    victims = self.memory.victims(record.size, exclude=spared)
+                    victims = self.memory.victims(record.memory_size, exclude=spared)
                 except DoesNotFit as exc:
                     raise ModelLoadFailed(507, f'{{"error":"out of memory: model {record.target} '
-                                               f'needs {record.size} bytes; {exc}"}}') from exc
+                                               f'needs {record.memory_size} bytes; {exc}"}}'
+                                          ) from exc
                 if victims is not None:
                     unloads = [self._start_unload(self.records[t], "lru", record.target)
                                for t in victims]
-                    self.memory.add(record.target, record.size)  # the reservation
+                    self.memory.add(record.target, record.memory_size)  # the reservation
                     self.disk.pin(record.target)
                     break
             remaining = deadline - loop.time()
@@ -931,6 +985,10 @@ class ModelManager:
 
     # --- introspection ----------------------------------------------------------------------
 
+    def loaded_file_bytes(self) -> int:
+        """The extracted files' bytes of the models counted in memory (beside the measured)."""
+        return sum(r.size for t, r in self.records.items() if t in self.memory)
+
     def loaded_count(self) -> int:
         return sum(1 for t in self.memory.keys_lru_first()
                    if self.records[t].state is ModelState.LOADED)
@@ -948,6 +1006,8 @@ class ModelManager:
                 "Pinned": bool(entry and entry.pins),
                 "InFlight": entry.pins if entry else 0,
                 "SizeBytes": record.size,
+                "MeasuredBytes": record.measured,
+                "MemoryBytes": entry.size if entry else record.memory_size,
                 "LruPosition": lru.index(target) if target in lru else None,
                 "TritonModel": record.entry,
                 "LastUsed": record.last_used,

@@ -177,6 +177,15 @@ class DockerLauncher(SupervisedLauncher):
     def container_id(self) -> str | None:
         return self._container.id if self._container is not None else None
 
+    @property
+    def container_pid(self) -> int | None:
+        """The container's first process on this machine (its cgroup is the container's);
+        None when the engine is another machine's (over TCP)."""
+        if self._client is None or not str(self._client.api.base_url).startswith(
+                "http+docker://"):
+            return None
+        return self._container_pid
+
     def is_running(self) -> bool:
         return self._alive
 

@@ -217,7 +217,7 @@ def test_headline_two_ensembles_one_endpoint(model_data: Path, repos: dict[str, 
 
     # Room for both: two misses, then only hits; nothing is unloaded.
     roomy = start_emulator(model_data, tmp_path / "cache-roomy", triton_launcher,
-                           memory_budget=sum(sizes) * 2)
+                           memory_budget=sum(sizes) * 2, model_memory="files")
     try:
         _alternate(runtime_client(roomy.url), 3, want_text, want_image)
         metrics = endpoint_metrics(roomy.url)
@@ -230,7 +230,8 @@ def test_headline_two_ensembles_one_endpoint(model_data: Path, repos: dict[str, 
 
     # Room for either one alone but not both: every switch evicts the other ensemble.
     tight = start_emulator(model_data, tmp_path / "cache-tight", triton_launcher,
-                           memory_budget=sizes[1] + sizes[0] // 2)
+                           memory_budget=sizes[1] + sizes[0] // 2,
+                           model_memory="files")
     try:
         _alternate(runtime_client(tight.url), 2, want_text, want_image)
         metrics = endpoint_metrics(tight.url)

@@ -87,7 +87,8 @@ def test_lru_eviction_by_count(start_emulator, store: Path, tmp_path: Path) -> N
 
 def test_lru_eviction_by_memory_budget(start_emulator, store: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     make_store(store, tmp_path, 3, pad_bytes=400_000)
-    server = start_emulator(model_data=str(store), memory_budget="1MiB")  # room for two
+    server = start_emulator(model_data=str(store), memory_budget="1MiB",
+                            model_memory="files")  # room for two
     rt = runtime_client(server.url)
     for target in ("m0.tar.gz", "m1.tar.gz", "m2.tar.gz"):
         invoke(rt, target)
@@ -101,7 +102,8 @@ def test_lru_eviction_by_memory_budget(start_emulator, store: Path, tmp_path: Pa
 def test_model_larger_than_the_budget_is_a_507_model_error(start_emulator, store: Path,  # type: ignore[no-untyped-def]
                                                             tmp_path: Path) -> None:
     make_store(store, tmp_path, 1, pad_bytes=2_000_000)
-    server = start_emulator(model_data=str(store), memory_budget="1MiB")
+    server = start_emulator(model_data=str(store), memory_budget="1MiB",
+                            model_memory="files")
     with pytest.raises(ClientError) as caught:
         invoke(runtime_client(server.url), "m0.tar.gz")
     assert caught.value.response["Error"]["Code"] == "ModelError"

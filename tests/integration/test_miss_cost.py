@@ -86,7 +86,8 @@ def test_a_byte_budget_loads_only_once_the_victims_memory_is_free(  # type: igno
         start_emulator, store: Path, tmp_path: Path) -> None:
     gate = tmp_path / "finalize-gate"
     _store(store, tmp_path / "w", gate, pad_bytes=600_000)
-    server = start_emulator(model_data=str(store), memory_budget="1MiB")  # room for one
+    server = start_emulator(model_data=str(store), memory_budget="1MiB",
+                            model_memory="files")  # room for one
     rt = runtime_client(server.url)
     events = _observe(server)
     invoke(rt, "slow.tar.gz")

@@ -98,7 +98,9 @@ function modelRow(endpoint, variant, instance, model) {
   const eviction = lastEvent(endpoint, variant, instance.InstanceId, model.TargetModel, "unloading");
   const evictedFor = model.State !== "loaded" && eviction && eviction.evicted ? eviction.details.for : null;
   const budget = instance.MemoryBudgetBytes;
-  const share = budget ? Math.min(model.SizeBytes / budget, 1) : null;
+  // The budget counts what the model's processes hold (measured) once it has loaded.
+  const counted = model.MemoryBytes ?? model.SizeBytes;
+  const share = budget ? Math.min(counted / budget, 1) : null;
   const isSelected = selected && selected.model === model.TargetModel && selected.instance === instance.InstanceId
     && selected.endpoint === endpoint && selected.variant === variant;
   return el("tr", {
@@ -112,7 +114,9 @@ function modelRow(endpoint, variant, instance, model) {
       model.ContainerName ? el("span", { class: "muted" }, ` in ${model.ContainerName}`) : null),
     el("td", {}, el("span", { class: `badge state-${shown}` }, STATE_LABELS[shown] || shown),
       evictedFor ? el("span", { class: "note" }, ` evicted for ${evictedFor}`) : null),
-    el("td", { class: "num" }, bytes(model.SizeBytes)),
+    el("td", { class: "num", title: "extracted files" }, bytes(model.SizeBytes)),
+    el("td", { class: "num", title: "what its serving processes held after its last load" },
+      model.MeasuredBytes == null ? el("span", { class: "muted" }, "–") : bytes(model.MeasuredBytes)),
     el("td", {}, share === null ? el("span", { class: "muted" }, "no memory budget")
       : el("span", { class: "meter-track small", title: `${(share * 100).toFixed(1)} % of the memory budget` },
         el("span", { class: "meter-fill", style: `width:${(share * 100).toFixed(1)}%` }))),
@@ -161,7 +165,9 @@ function renderFleet() {
         const head = containers
           ? [el("span", { class: "muted" }, ` ${instance.InFlight} in flight · ${instance.ExecutionMode || ""} containers: `),
              ...containers.map(c => el("span", { class: "badge", title: c.Url || "" }, `${c.ContainerName} (${c.Kind})`))]
-          : [el("span", { class: "muted" }, ` ${instance.InFlight} in flight · Triton ${instance.TritonUrl || "-"}`),
+          : [el("span", { class: "muted" }, ` ${instance.InFlight} in flight · Triton ${instance.TritonUrl || "-"}`
+               + (instance.InstanceType ? ` · ${instance.InstanceType}` : "")
+               + (instance.MemoryBudgetBeyondMachine ? " · budget beyond this machine (bookkeeping)" : "")),
              meter("memory", instance.LoadedBytes, instance.MemoryBudgetBytes, "bytes"),
              meter("loaded models", instance.LoadedModelCount, instance.MaxLoadedModels, "count"),
              meter("disk", instance.DiskBytes, instance.DiskBudgetBytes, "bytes")];
@@ -170,7 +176,7 @@ function renderFleet() {
             el("strong", {}, instance.InstanceId), instance.Draining ? el("span", { class: "badge state-unloading" }, "draining") : null,
             ...head),
           models.length ? el("table", { class: "models" },
-            el("thead", {}, el("tr", {}, ...["LRU", "model", "state", "size", "of memory budget", "in flight", "on disk", "last used"].map(h => el("th", {}, h)))),
+            el("thead", {}, el("tr", {}, ...["LRU", "model", "state", "files", "measured", "of memory budget", "in flight", "on disk", "last used"].map(h => el("th", {}, h)))),
             el("tbody", {}, ...models.map(m => modelRow(name, vname, instance, m))))
             : el("p", { class: "empty" }, "No model yet: the first request for a TargetModel downloads and loads it."));
       })));
@@ -263,7 +269,8 @@ function renderDetail() {
   const fields = model ? {
     state: STATE_LABELS[displayState(model)], endpoint: selected.endpoint,
     instance: `${selected.variant}/${selected.instance}`, size: bytes(model.SizeBytes),
-    "share of memory budget": instance.MemoryBudgetBytes ? `${(model.SizeBytes / instance.MemoryBudgetBytes * 100).toFixed(1)} %` : "no budget",
+    "measured memory": model.MeasuredBytes == null ? "not measured yet" : bytes(model.MeasuredBytes),
+    "share of memory budget": instance.MemoryBudgetBytes ? `${((model.MemoryBytes ?? model.SizeBytes) / instance.MemoryBudgetBytes * 100).toFixed(1)} %` : "no budget",
     "share of disk budget": instance.DiskBudgetBytes ? `${(model.SizeBytes / instance.DiskBudgetBytes * 100).toFixed(1)} %` : "no budget",
     "LRU position": model.LruPosition ?? "not loaded", "in flight": model.InFlight,
     "on disk": model.OnDisk ? "yes" : "no", "Triton model": model.TritonModel ?? "–", "last used": ago(model.LastUsed),

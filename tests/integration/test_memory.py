@@ -1,0 +1,108 @@
+"""Memory as SageMaker sees it (issue #32): measured model memory and instance-type budgets.
+
+A Python model whose tarball is a few KB but whose ``initialize`` fills 300 MiB counts as what
+its stub holds, not as its files: two of them do not fit a 500 MiB budget, whatever their files
+weigh. An endpoint created through boto3 with an InstanceType gets that type's budget.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from emulator import instance_types
+from tests.client_support import runtime_client
+from tests.fault_support import get_json, instance_of, invoke, models_of
+from tests.prometheus_support import scrape, value
+from tests.support import package, wait_until, write_scale_model
+
+pytestmark = pytest.mark.slow
+MIB = 1024**2
+BALLAST_MIB = 300
+# Filled, not only reserved: np.ones writes every page, so the stub really holds them.
+BALLAST = f'        self.ballast = np.ones({BALLAST_MIB} * 1024 * 1024 // 8)\n'
+LOAD_LINE = '        time.sleep(float(params.get("load_seconds", "0")))\n'
+
+
+def _ballast_store(store: Path, work: Path) -> None:
+    for name, scale in (("big1", 2), ("big2", 3)):
+        folder = write_scale_model(work / name, name, scale=scale)
+        model_py = folder / "1" / "model.py"
+        model_py.write_text(model_py.read_text().replace(LOAD_LINE, LOAD_LINE + BALLAST))
+        package(folder, store / f"{name}.tar.gz", "folder")
+
+
+def _events(server: Any) -> list[tuple[str, str, Any]]:
+    """(step, model, the model an unload made room for) of every lifecycle step."""
+    events: list[tuple[str, str, Any]] = []
+    instance_of(server).manager.add_observer(
+        lambda step, target, details: events.append((step, target, details.get("for"))))
+    return events
+
+
+def test_a_model_counts_as_what_its_processes_hold_and_evicts_by_it(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    _ballast_store(store, tmp_path / "w")
+    server = start_emulator(model_data=str(store), memory_budget="500MiB")
+    rt = runtime_client(server.url)
+    events = _events(server)
+
+    invoke(rt, "big1.tar.gz")
+    big1 = models_of(server)["big1.tar.gz"]
+    assert big1["SizeBytes"] < MIB  # its files
+    assert big1["MeasuredBytes"] >= BALLAST_MIB * MIB  # what its stub holds
+    assert big1["MemoryBytes"] == big1["MeasuredBytes"]  # what the budget counts
+
+    # Its files and big2's fit the budget many times over; their memory does not: once big2
+    # has loaded and measured, big1 (the least recently used) is unloaded for it.
+    invoke(rt, "big2.tar.gz")
+    wait_until(lambda: models_of(server)["big1.tar.gz"]["State"] == "on_disk",
+               what="big1 unloaded for big2's measured memory")
+    assert ("unloading", "big1.tar.gz", "big2.tar.gz") in events
+    assert models_of(server)["big2.tar.gz"]["Loaded"]
+
+    # Back again: big1 is now known to hold 300 MiB, so big2 is unloaded before big1 loads.
+    del events[:]
+    invoke(rt, "big1.tar.gz")
+    assert events.index(("unloading", "big2.tar.gz", "big1.tar.gz")) < events.index(
+        ("loading", "big1.tar.gz", None))
+    listing = get_json(f"{server.url}/_emulator/models")["Endpoints"]["local"]
+    assert BALLAST_MIB * MIB <= listing["LoadedBytes"] <= 500 * MIB
+
+    # The metrics show both figures; MemoryUtilization is the processes' memory against the
+    # instance's (here its budget: no InstanceType).
+    _types, samples = scrape(server.url)
+    labels = {"endpoint_name": "local", "variant_name": "AllTraffic",
+              "instance_id": instance_of(server).id}
+    assert value(samples, "mme_loaded_model_bytes", **labels) >= BALLAST_MIB * MIB
+    assert value(samples, "mme_loaded_model_file_bytes", **labels) < MIB
+    server.registry.sample_utilization()
+    utilization = instance_of(server).metrics.latest["MemoryUtilization"]
+    assert utilization >= 100 * BALLAST_MIB / 500
+
+
+def test_an_endpoint_created_with_an_instance_type_gets_its_budget(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    write_scale_model(tmp_path / "w", "small")
+    package(tmp_path / "w" / "small", store / "small.tar.gz", "folder")
+    server = start_emulator()
+    sm = boto3.client("sagemaker", endpoint_url=server.url, region_name="us-east-1",
+                      aws_access_key_id="x", aws_secret_access_key="x")
+    sm.create_model(ModelName="typed", PrimaryContainer={
+        "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": f"file://{store}/"})
+    sm.create_endpoint_config(EndpointConfigName="typed", ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": "typed", "InstanceType": "ml.c5.large",
+        "InitialInstanceCount": 1}])
+    sm.create_endpoint(EndpointName="typed", EndpointConfigName="typed")
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="typed",
+                                              WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+    invoke(runtime_client(server.url), "small.tar.gz", endpoint="typed")
+    described = get_json(f"{server.url}/_emulator/models")["Endpoints"]["typed"]
+    c5_large = instance_types.lookup("ml.c5.large")
+    assert c5_large is not None
+    assert described["MemoryBudgetBytes"] == c5_large.model_memory_bytes == int(4 * 1024**3 * 0.9)
+    instance = instance_of(server, "typed").describe()
+    assert (instance["InstanceType"], instance["MemoryBudgetSource"]) == ("ml.c5.large",) * 2
