@@ -254,7 +254,9 @@ class DeploymentRun:
             "Phase": self.progress.phase,
             "Step": self.progress.step + 1,
             "Steps": self.plan.steps,
-            "GreenShare": self._registry.traffic_share(self.name),
+            # Once promoted, the new fleet is the endpoint: all of the traffic is on it.
+            "GreenShare": (1.0 if self.progress.phase == TERMINATING
+                           else self._registry.traffic_share(self.name)),
             "BakeSeconds": self.plan.bake_s,
             "BakeSecondsLeft": left,
             "TerminationWaitSeconds": self.plan.termination_wait_s,
