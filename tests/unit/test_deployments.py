@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -552,3 +553,26 @@ def test_a_rolling_update_moves_batches_and_rolls_back_to_full_size(  # type: ig
                                   ("blue", 1)]
     assert ("resize", "ep") in runtimes.calls
     assert runtimes.steps[-1] == ("drop_green", "ep")
+
+
+def test_the_page_view_of_each_phase() -> None:
+    from emulator.control.deployments import DeploymentRun, Progress
+    from emulator.hosting.spec import single_variant
+
+    registry = FakeGenerations()
+    registry.greens["ep"] = SimpleNamespace(  # what the view reads of a running generation
+        variants=[SimpleNamespace(serving=lambda: [object()])],
+        describe=lambda: {"Variants": {"AllTraffic": {"Instances": []}}})
+    registry.shares["ep"] = 0.25
+    plan = guardrails.plan(canary(25), [1]).to_doc()
+    views = {}
+    for phase in ("starting", "baking", "terminating"):
+        run = DeploymentRun("ep", single_variant("ep", "s3://bucket/green/"),
+                            Progress(plan=plan, started=0.0, phase=phase), registry, Clock(),
+                            None, lambda _: None, lambda: None, config_name="green")
+        views[phase] = run.describe()
+    assert views["baking"]["GreenShare"] == 0.25
+    assert views["terminating"]["GreenShare"] == 1.0  # the new fleet is the endpoint by then
+    assert views["baking"]["Alarms"] == {"errors-high": None}  # no alarm store: state unknown
+    assert (views["baking"]["Step"], views["baking"]["Steps"]) == (1, 2)
+    assert views["starting"]["NewConfigInstances"] == 1 and views["starting"]["Green"]
