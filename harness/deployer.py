@@ -540,6 +540,9 @@ class Deployer:
                 self._wait_deleted(config, name)
             current, action = None, "recreated"
         if current is None:
+            if config.deployment_config:
+                self._say(f"endpoint {name} does not exist yet: it is created; the guarded "
+                          "update (DeploymentConfig) applies to the next deployment")
             self._mutate(
                 self.clients.sagemaker,
                 "CreateEndpoint",

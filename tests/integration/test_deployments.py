@@ -389,8 +389,9 @@ def test_mme_deploy_runs_a_guarded_update_and_exits_3_on_a_rollback(
     def repo(factor: float) -> str:
         return str(write_scale_model(tmp_path / f"x{factor:g}", "scale", factor))
 
-    assert mme(["deploy", *common, repo(2)]) == 0
-    capsys.readouterr()
+    assert mme(["deploy", *common, *guarded, repo(2)]) == 0
+    assert "the guarded update (DeploymentConfig) applies to the next deployment" in \
+        capsys.readouterr().out
     assert mme(["deploy", *common, *guarded, "--rollback-alarm", "ci-health", repo(3)]) == 0
     out = capsys.readouterr().out
     assert '"DeploymentConfig": {"AutoRollbackConfiguration"' in out
