@@ -157,7 +157,8 @@ class InstanceFactory:
             return DockerLauncher(options, work_dir, image=self.local_image(container),
                                   cache_dir=settings.cache_dir, mounts=settings.docker_mounts,
                                   shm_size=settings.shm_size, gpus=settings.gpus,
-                                  name=name.replace("/", "-"), gpu_device=gpu)
+                                  name=name.replace("/", "-"), gpu_device=gpu,
+                                  memory_limit=self._instance_memory(variant))
         if settings.launcher == "external":
             if not settings.triton_url:
                 raise LauncherError("--launcher external needs --triton-url")
@@ -259,6 +260,12 @@ class InstanceFactory:
         return Instance(instance_id, container, launcher, triton, manager, metrics, work_dir,
                         ErrorContext(endpoint.name, settings.region, settings.account_id, label),
                         settings.model_load_timeout_s, budget)
+
+    def _instance_memory(self, variant: VariantSpec) -> int | None:
+        """The whole memory of the variant's instance type, when the table knows it (beyond
+        it the kernel's OOM killer takes a process, there as here)."""
+        known = lookup(variant.instance_type or self.settings.instance_type or "")
+        return known.memory_bytes if known else None
 
     def budget_of(self, endpoint: EndpointSpec, variant: VariantSpec) -> Budget:
         """Each instance's memory budget: ``--memory-budget``, else its InstanceType's memory

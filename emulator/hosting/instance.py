@@ -16,7 +16,7 @@ from pathlib import Path
 
 from emulator.contract import errors, multi_container, runtime
 from emulator.hosting.spec import ContainerSpec
-from emulator.instance_types import Budget, machine_memory_bytes
+from emulator.instance_types import Budget, lookup, machine_memory_bytes
 from emulator.manager.extract import UnsafeArchive
 from emulator.manager.model_manager import ModelLoadFailed, ModelManager, ModelNotReady, ModelState
 from emulator.manager.repository import SEPARATOR, InvalidModelRepository
@@ -25,6 +25,7 @@ from emulator.metrics import InstanceMetrics
 from emulator.public_names import public_text
 from emulator.triton.client import TritonClient, TritonUnreachable
 from emulator.triton.launcher import TritonLauncher
+from emulator.triton.memory import MemoryProbe
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,9 @@ PRIMARY = "primary"
 # [U] A recycle lets the inferences under way in the old Triton finish first (their models are
 # healthy: a stuck load does not hold them up), for at most this long.
 RECYCLE_DRAIN_S = 5.0
+# How often an instance with a known InstanceType checks its Triton's memory against the type's
+# (the emulator's stand-in for the kernel's OOM killer; docs/memory.md).
+OOM_POLL_S = 0.25
 
 
 def public_name(entry: str) -> str:
@@ -114,6 +118,7 @@ class Instance:
         self._calling: dict[str, set[asyncio.Task[object]]] = {}
         self._cut_short: dict[asyncio.Task[object], str] = {}
         self._recycling: asyncio.Task[None] | None = None
+        self._memory_watch: asyncio.Task[None] | None = None
         launcher.on_restart = self._triton_restarted
         manager.add_observer(self._model_event)
         manager.request_recycle = self._recycle_soon
@@ -149,6 +154,10 @@ class Instance:
     async def start(self) -> None:
         await self.launcher.start()
         self._rebind()
+        probe, limit = self.manager.memory_probe, self.oom_limit
+        if probe is not None and limit is not None:
+            self._memory_watch = asyncio.get_running_loop().create_task(
+                self._watch_memory(probe, limit), name=f"oom-watch:{self.id}")
         if not self.container.is_multi_model:
             # A SingleModel container loads its model at start-up; failing that, it never
             # becomes healthy and CreateEndpoint fails with the reason.
@@ -170,6 +179,8 @@ class Instance:
     async def stop(self) -> None:
         if self._recycling is not None:
             self._recycling.cancel()
+        if self._memory_watch is not None:
+            self._memory_watch.cancel()
         await self.manager.close()
         # Close our keep-alive connections first: Triton waits for open connections on exit.
         await self.triton.close()
@@ -302,6 +313,31 @@ class Instance:
             body=body, content_type=runtime.sagemaker_content_type(header_length),
             custom_attributes=response.headers.get("X-Amzn-SageMaker-Custom-Attributes"),
             model_latency_s=model_latency, cache_hit=model.cache_hit)
+
+    @property
+    def oom_limit(self) -> int | None:
+        """The instance type's whole memory, past which a process is killed (None: no type)."""
+        known = lookup(self.budget.instance_type) if self.budget.instance_type else None
+        return known.memory_bytes if known else None
+
+    async def _watch_memory(self, probe: MemoryProbe, limit: int) -> None:
+        """Kill the largest model process once the Triton's processes hold more than the
+        instance has, as the kernel's OOM killer does there: the model's next answer is then
+        Triton's "Stub process ... is not healthy", and the model is taken out and reloads on
+        demand (docs/isolation.md), as users see it on SageMaker."""
+        while True:
+            await asyncio.sleep(OOM_POLL_S)
+            try:
+                killed = await asyncio.to_thread(probe.oom_kill, limit)
+            except Exception:  # noqa: BLE001 - a failed check must not end the watch
+                log.exception("instance %s: memory check failed", self.id)
+                continue
+            if killed is not None:
+                self.manager.process_killed(
+                    killed.model, f"out of memory: the instance's processes held "
+                    f"{killed.total_bytes} bytes, more than the {limit} bytes of "
+                    f"{self.budget.instance_type}; the largest model process (pid {killed.pid}, "
+                    f"{killed.process_bytes} bytes, instance {killed.instance}) was killed")
 
     def memory_utilization(self) -> dict[str, float]:
         """MemoryUtilization and GPUMemoryUtilization as the instance would publish them: what

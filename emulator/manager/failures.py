@@ -90,5 +90,15 @@ def recycle_after_dead_stubs(count: int) -> str:
             "of Triton, which never ends such a load: its Triton is replaced")
 
 
+def out_of_memory(target: str, needs: int, budget: int, measured: bool) -> str:
+    """[U] The words: SageMaker's client sees a ModelError with the container's 507; what the
+    container says is Triton's (SageMakerMMECheckOOM), which names no sizes."""
+    what = "holds once loaded (measured)" if measured else "takes (its files)"
+    return (f"out of memory: TargetModel {target} {what} {needs} bytes, more than the "
+            f"{budget} bytes of memory its instance has for models even with every other model "
+            "unloaded. Use an instance type with more memory (or a larger --memory-budget), or a "
+            "smaller model.")
+
+
 def stub_unhealthy(answer: str) -> bool:
     return all(marker in answer for marker in STUB_UNHEALTHY_MARKERS)

@@ -472,6 +472,7 @@ class ModelManager:
             raise ModelLoadFailed(500, body) from exc
         elapsed = time.monotonic() - started
         await self._measure(record, before)
+        await self._refuse_if_too_large(record)
         self.metrics.record("ModelLoadingTime", elapsed * 1e6)
         record.state = ModelState.LOADED
         self.loads += 1
@@ -506,6 +507,19 @@ class ModelManager:
         record.measured = growth + own
         if record.target in self.memory:
             self.memory.add(record.target, record.measured)  # its reservation, as measured
+
+    async def _refuse_if_too_large(self, record: ModelRecord) -> None:
+        """A model that holds more than the whole budget once loaded cannot stay: it is
+        unloaded and its load fails with the 507 a container out of memory answers (the next
+        request is refused before loading: its measured size is known)."""
+        budget = self.memory.capacity_bytes
+        if budget is None or record.measured is None or record.measured <= budget:
+            return
+        log.warning("model=%s step=load outcome=out-of-memory measured=%d budget=%d",
+                    self.name_of(record.target), record.measured, budget)
+        await self._start_unload(record, "out of memory")
+        raise ModelLoadFailed(failures.INSUFFICIENT_STORAGE, failures.body(
+            failures.out_of_memory(record.target, record.measured, budget, True)))
 
     async def _evict_over_measured(self, record: ModelRecord) -> None:
         """A model that holds more than it was counted as: unload LRU others until the budget
@@ -770,9 +784,11 @@ class ModelManager:
                 try:
                     victims = self.memory.victims(record.memory_size, exclude=spared)
                 except DoesNotFit as exc:
-                    raise ModelLoadFailed(507, f'{{"error":"out of memory: model {record.target} '
-                                               f'needs {record.memory_size} bytes; {exc}"}}'
-                                          ) from exc
+                    assert self.memory.capacity_bytes is not None
+                    raise ModelLoadFailed(failures.INSUFFICIENT_STORAGE, failures.body(
+                        failures.out_of_memory(record.target, record.memory_size,
+                                               self.memory.capacity_bytes,
+                                               record.measured is not None))) from exc
                 if victims is not None:
                     unloads = [self._start_unload(self.records[t], "lru", record.target)
                                for t in victims]
@@ -984,6 +1000,16 @@ class ModelManager:
             task.cancel()
 
     # --- introspection ----------------------------------------------------------------------
+
+    def process_killed(self, triton_model: str, reason: str) -> str | None:
+        """A model's process was killed for memory (the instance's watch): say it, naming the
+        TargetModel whose Triton model it was. Its next answer is Triton's "not healthy", which
+        takes it out as any dead stub (``_infer_failed``). The TargetModel, or None."""
+        target = next((t for t, r in self.records.items() if triton_model in r.installed), None)
+        name = self.name_of(target) if target is not None else triton_model
+        log.warning("model=%s step=oom-kill reason=%r", name, reason)
+        self._emit("oom-killed", target if target is not None else triton_model, reason=reason)
+        return target
 
     def loaded_file_bytes(self) -> int:
         """The extracted files' bytes of the models counted in memory (beside the measured)."""

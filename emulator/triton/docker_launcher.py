@@ -111,6 +111,7 @@ class DockerLauncher(SupervisedLauncher):
         name: str = "triton",
         client: DockerClient | None = None,
         shims_dir: Path | None = SHIMS_DIR,
+        memory_limit: int | None = None,
     ) -> None:
         """``cache_dir`` and ``mounts`` are bind-mounted at the same paths (the repository always
         is); ``work_dir`` holds the staged backend shims (a temporary folder if None)."""
@@ -134,6 +135,8 @@ class DockerLauncher(SupervisedLauncher):
         self._client = client
         self._owns_client = client is None  # then it is closed at stop, reopened at start
         self._shims_dir = shims_dir
+        # The instance type's memory: the kernel kills a process past it, as on the instance.
+        self.memory_limit = memory_limit
         self._work_dir = work_dir
         self._staged_shims: Path | None = None
         self._image_labels: dict[str, str] = {}
@@ -285,6 +288,7 @@ class DockerLauncher(SupervisedLauncher):
                 volumes=self.volumes(),
                 shm_size=self.shm_size,
                 device_requests=device_requests or None,
+                **({"mem_limit": self.memory_limit} if self.memory_limit else {}),
             )
         except docker.errors.APIError as exc:
             hint = ""

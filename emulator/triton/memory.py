@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -67,6 +69,19 @@ class MemoryProbe(Protocol):
     def gpu_bytes(self) -> int | None:
         """GPU memory the Triton's processes hold; None without a GPU NVML sees."""
 
+    def oom_kill(self, limit: int) -> OomKill | None:
+        """Past ``limit`` bytes in all, kill the largest model process as the kernel's OOM
+        killer would; what was killed, or None (within the limit, or nothing to kill)."""
+
+
+@dataclass(frozen=True)
+class OomKill:
+    model: str  # the Triton model whose process was killed
+    instance: str
+    pid: int
+    process_bytes: int
+    total_bytes: int
+
 
 class EmbeddedProbe:
     """A Triton running here: its process tree through /proc, its stubs through the registry."""
@@ -97,6 +112,18 @@ class EmbeddedProbe:
     def gpu_bytes(self) -> int | None:
         pid = self._pid_of()
         return None if pid is None else gpu_bytes_of(set(process_tree(pid)))
+
+    def oom_kill(self, limit: int) -> OomKill | None:
+        total = self.total_bytes()
+        if total is None or total <= limit:
+            return None
+        sizes = [(process_bytes(s.pid), s) for s in self._live_stubs()]
+        if not sizes:
+            return None  # Triton itself: the kernel would take it, the watchdog does not
+        size, stub = max(sizes, key=lambda pair: pair[0])
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stub.pid, signal.SIGKILL)
+        return OomKill(stub.model, stub.instance, stub.pid, size, total)
 
 
 class CgroupProbe:
@@ -137,6 +164,9 @@ class CgroupProbe:
     def gpu_bytes(self) -> int | None:
         pid = self._pid_of()
         return None if pid is None else gpu_bytes_of(set(process_tree(pid)))
+
+    def oom_kill(self, limit: int) -> OomKill | None:
+        return None  # the container's own memory limit (docker --memory) has the kernel do it
 
 
 def gpu_bytes_of(pids: set[int]) -> int | None:

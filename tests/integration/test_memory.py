@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import numpy as np
 import pytest
+from botocore.exceptions import ClientError
 
 from emulator import instance_types
 from tests.client_support import runtime_client
-from tests.fault_support import get_json, instance_of, invoke, models_of
+from tests.fault_support import error_of, get_json, instance_of, invoke, models_of
 from tests.prometheus_support import scrape, value
 from tests.support import package, wait_until, write_scale_model
 
@@ -106,3 +108,58 @@ def test_an_endpoint_created_with_an_instance_type_gets_its_budget(  # type: ign
     assert described["MemoryBudgetBytes"] == c5_large.model_memory_bytes == int(4 * 1024**3 * 0.9)
     instance = instance_of(server, "typed").describe()
     assert (instance["InstanceType"], instance["MemoryBudgetSource"]) == ("ml.c5.large",) * 2
+
+
+def test_a_model_too_large_for_the_instance_gets_sagemakers_out_of_memory_error(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    _ballast_store(store, tmp_path / "w")
+    server = start_emulator(model_data=str(store), memory_budget="200MiB")
+    rt = runtime_client(server.url)
+    events = _events(server)
+    for attempt in ("measured at its load", "known before loading"):
+        with pytest.raises(ClientError) as caught:
+            invoke(rt, "big1.tar.gz")
+        code, status, message = error_of(caught.value)
+        assert (code, status) == ("ModelError", 507), (attempt, message)
+        assert "out of memory" in message and "instance type with more memory" in message
+        assert "(measured)" in message
+        wait_until(lambda: models_of(server)["big1.tar.gz"]["State"] == "on_disk",
+                   what="the model that does not fit unloaded")
+    # The second time it was refused without loading: its measured size was known.
+    assert [e for e in events if e[:2] == ("loading", "big1.tar.gz")] == [
+        ("loading", "big1.tar.gz", None)]
+    assert models_of(server)["big1.tar.gz"]["MeasuredBytes"] >= BALLAST_MIB * MIB
+
+
+# The model fills memory in steps when asked (X[0] == 99) until it is killed (or 6 GiB).
+HOG = '''        if pb_utils.get_input_tensor_by_name(requests[0], "X").as_numpy().flat[0] == 99:
+            self.hog = []
+            for _ in range(24):
+                self.hog.append(np.ones(256 * 1024 * 1024 // 8))
+                time.sleep(0.05)
+            self.hog = []
+'''
+EXECUTE_LINE = "    def execute(self, requests):\n"
+
+
+def test_a_model_process_past_the_instances_memory_is_killed_as_on_the_endpoint(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    """ml.t2.medium has 4 GiB: a model that fills more has its process killed (the kernel's OOM
+    killer there, the instance's memory watch here) and the client gets Triton's "Stub process
+    ... is not healthy", what users of such an endpoint see; the model then reloads."""
+    folder = write_scale_model(tmp_path / "w", "hog")
+    model_py = folder / "1" / "model.py"
+    model_py.write_text(model_py.read_text().replace(EXECUTE_LINE, EXECUTE_LINE + HOG))
+    package(folder, store / "hog.tar.gz", "folder")
+    server = start_emulator(model_data=str(store), instance_type="ml.t2.medium")
+    rt = runtime_client(server.url)
+    events = _events(server)
+    invoke(rt, "hog.tar.gz")  # loaded, small
+    with pytest.raises(ClientError) as caught:
+        invoke(rt, "hog.tar.gz", [99, 1, 1, 1])
+    code, status, message = error_of(caught.value)
+    assert code == "ModelError" and status == 500, message
+    assert "Stub process" in message and "is not healthy" in message
+    assert any(e[:2] == ("oom-killed", "hog.tar.gz") for e in events)
+    # Taken out as any dead stub: the next request loads it afresh and is served.
+    np.testing.assert_allclose(invoke(rt, "hog.tar.gz"), [2, 4, 6, 8])
