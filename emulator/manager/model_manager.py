@@ -158,6 +158,16 @@ class ModelRecord:
     generation: int = 0
     # What its serving processes held after its last load (None: never measured).
     measured: int | None = None
+    # The store's object as downloaded (mtime:size of a file, an S3 ETag), the one it holds
+    # now when that differs (overwritten: the copy on disk and in memory is still served), and
+    # when the store was last asked.
+    version: str | None = None
+    store_version: str | None = None
+    store_checked: float = 0.0
+
+    @property
+    def store_changed(self) -> bool:
+        return self.version is not None and self.store_version not in (None, self.version)
 
     @property
     def memory_size(self) -> int:
@@ -235,6 +245,9 @@ class ModelManager:
     # (see _make_room). False: wait for the unload to complete (``mme bench scale`` measures
     # both).
     overlap_count_evictions: bool = True
+    # [U] How often, at most, a served model's object is looked up in the store to see whether
+    # it was overwritten (an emulator-only check: SageMaker does not look; it only warns).
+    store_check_s: float = 30.0
 
     def __init__(
         self,
@@ -349,6 +362,7 @@ class ModelManager:
         self.metrics.record_soon(samples)  # once the request has gone on to Triton
         record.last_used = time.time()
         self.disk.touch(target)
+        self._check_store_soon(record)
         return Lease(record, hit, record.entry, record.generation)
 
     async def _release(self, lease: Lease) -> None:
@@ -703,9 +717,10 @@ class ModelManager:
             if destination.exists():
                 await asyncio.to_thread(shutil.rmtree, destination)
             if self.stream_downloads:
-                await asyncio.to_thread(self._stream_in, record.target or None,
-                                        destination / "model", limit)
+                record.version = await asyncio.to_thread(
+                    self._stream_in, record.target or None, destination / "model", limit)
             else:
+                record.version = await asyncio.to_thread(self._store_version, record.target)
                 await asyncio.to_thread(self.source.fetch, record.target or None, archive)
                 step = "extracting"
                 await asyncio.to_thread(extract_archive, archive, destination / "model", limit)
@@ -720,6 +735,7 @@ class ModelManager:
         self.metrics.record("ModelDownloadingTime", elapsed * 1e6)
         self.downloads += 1
         record.artifact_dir = destination
+        record.store_version, record.store_checked = record.version, time.monotonic()
         record.size = await asyncio.to_thread(tree_size, destination)
         record.state = ModelState.ON_DISK
         # The one line per model a download logs when no terminal shows a bar (store.py).
@@ -728,15 +744,53 @@ class ModelManager:
         self._emit("downloaded", record.target, seconds=elapsed, size=record.size)
         await self._make_disk_room(record)
 
-    def _stream_in(self, target: str | None, destination: Path, limit: int | None) -> None:
+    def _stream_in(self, target: str | None, destination: Path,
+                   limit: int | None) -> str | None:
         """Extract the object while it downloads: no ``.tar.gz`` on disk, no wait between steps.
 
         The temporary folder sits in the artifacts folder as ``.download-<key>-*`` until the
         archive is complete, then becomes ``<key>/model``; on any failure it is deleted.
+        Returns the version of the object read (``sources``), when the store says it.
         """
         with self.source.open(target) as stream:
             extract_stream(stream, destination, limit, staging_parent=self.artifacts_dir,
                            staging_prefix=f".download-{destination.parent.name}-")
+            version = getattr(stream, "version", None)
+        return version if isinstance(version, str) else None
+
+    def _store_version(self, target: str) -> str | None:
+        version_of = getattr(self.source, "version", None)
+        return version_of(target or None) if version_of is not None else None
+
+    def _check_store_soon(self, record: ModelRecord) -> None:
+        """Same key, new bytes: ask the store (off the request path, at most once per
+        ``store_check_s``) whether the object behind a model it serves has changed. SageMaker
+        keeps serving the copy it loaded until that copy is evicted (unloaded and deleted from
+        the instance's disk), so does the emulator; it says so in the log and on the page."""
+        now = time.monotonic()
+        if record.version is None or now - record.store_checked < self.store_check_s:
+            return
+        record.store_checked = now
+        task = asyncio.get_running_loop().create_task(self._check_store(record))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _check_store(self, record: ModelRecord) -> None:
+        try:
+            found = await asyncio.to_thread(self._store_version, record.target)
+        except Exception:  # noqa: BLE001 - a failed check changes nothing; the next one retries
+            return
+        if found is None or found == record.store_version:
+            return
+        record.store_version = found
+        if not record.store_changed:
+            return
+        log.warning("model=%s step=store-changed served=%s store=%s (the object in the model "
+                    "store was overwritten; as on SageMaker the endpoint keeps serving the copy "
+                    "it loaded until that copy is evicted from memory and deleted from disk; "
+                    "upload new bytes under a new TargetModel name to serve them at once)",
+                    self.name_of(record.target), record.version, found)
+        self._emit("store-changed", record.target, served=record.version, store=found)
 
     def _raise_download_failure(self, record: ModelRecord, exc: BaseException, step: str,
                                 limit: int | None, room: int | None) -> None:
@@ -1033,6 +1087,7 @@ class ModelManager:
                 "InFlight": entry.pins if entry else 0,
                 "SizeBytes": record.size,
                 "MeasuredBytes": record.measured,
+                "StoreChanged": record.store_changed,
                 "MemoryBytes": entry.size if entry else record.memory_size,
                 "LruPosition": lru.index(target) if target in lru else None,
                 "TritonModel": record.entry,

@@ -121,8 +121,17 @@ class FolderSource:
             raise ObjectNotFound(target or str(source)) from exc
         except OSError as exc:  # ENAMETOOLONG and the like: S3 would have no such key either
             raise ObjectNotFound(target or str(source)) from exc
-        with file, progress_bar(target or source.name, os.fstat(file.fileno()).st_size) as tick:
-            yield _ProgressReader(file, tick)  # type: ignore[misc]  # read() is all tarfile uses
+        stat = os.fstat(file.fileno())
+        with file, progress_bar(target or source.name, stat.st_size) as tick:
+            yield _ProgressReader(file, tick,  # type: ignore[misc]  # read() is all tarfile uses
+                                  _file_version(stat))
+
+    def version(self, target: str | None) -> str | None:
+        """What changes when the object is overwritten: its mtime and size (None: gone)."""
+        try:
+            return _file_version(self._path(target).stat())
+        except (OSError, ObjectNotFound):
+            return None
 
 
 ProgressCallback = Callable[[int], None]
@@ -149,11 +158,17 @@ def progress_bar(name: str, total: int | None, stream: Any = None) -> Iterator[P
             bar.close()
 
 
+def _file_version(stat: os.stat_result) -> str:
+    return f"{stat.st_mtime_ns}:{stat.st_size}"
+
+
 class _ProgressReader:
     """A readable stream that reports the bytes read through it."""
 
-    def __init__(self, raw: IO[bytes], progress: ProgressCallback) -> None:
+    def __init__(self, raw: IO[bytes], progress: ProgressCallback,
+                 version: str | None = None) -> None:
         self._raw, self._progress = raw, progress
+        self.version = version  # of the object being read (see ``version``)
 
     def read(self, size: int = -1) -> bytes:
         chunk = self._raw.read(size)
@@ -202,6 +217,17 @@ class S3Source:
                     destination,
                 )
 
+    def version(self, target: str | None) -> str | None:
+        """What changes when the object is overwritten: its ETag (None: gone or unreadable)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            head = self._client.head_object(Bucket=self.bucket, Key=self._key(target))
+        except (ClientError, BotoCoreError):
+            return None
+        etag = head.get("ETag")
+        return str(etag) if etag is not None else None
+
     @contextlib.contextmanager
     def open(self, target: str | None) -> Iterator[IO[bytes]]:
         key = self._key(target)
@@ -211,7 +237,8 @@ class S3Source:
         try:
             with progress_bar(key, stream.total) as tick:
                 # Both have the read() that tarfile streams from, not all of IO.
-                yield _ProgressReader(stream, tick)  # type: ignore[arg-type,misc]
+                yield _ProgressReader(stream, tick,  # type: ignore[arg-type,misc]
+                                      response.get("ETag"))
         finally:
             stream.close()
 

@@ -163,3 +163,35 @@ def test_a_model_process_past_the_instances_memory_is_killed_as_on_the_endpoint(
     assert any(e[:2] == ("oom-killed", "hog.tar.gz") for e in events)
     # Taken out as any dead stub: the next request loads it afresh and is served.
     np.testing.assert_allclose(invoke(rt, "hog.tar.gz"), [2, 4, 6, 8])
+
+
+def test_an_overwritten_tarball_is_served_old_until_evicted_with_a_warning(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Same key, new bytes: as SageMaker, the copy loaded (and on disk) keeps being served
+    until it is evicted; the log and /_emulator/models (the page) say why."""
+    def publish(name: str, scale: float) -> None:
+        folder = write_scale_model(tmp_path / f"w{scale}", name, scale=scale)
+        (folder / "1" / "weights.bin").write_bytes(b"\0" * 400_000)
+        package(folder, store / f"{name}.tar.gz", "folder")
+
+    for name in ("a", "b", "c"):
+        publish(name, 2)
+    server = start_emulator(model_data=str(store), max_loaded_models=1, disk_budget="1MiB")
+    rt = runtime_client(server.url)
+    events = _events(server)
+    np.testing.assert_allclose(invoke(rt, "a.tar.gz"), [2, 4, 6, 8])
+    publish("a", 3)  # overwritten in the store
+    instance_of(server).manager.store_check_s = 0.0  # look at every request (30 s by default)
+    np.testing.assert_allclose(invoke(rt, "a.tar.gz"), [2, 4, 6, 8])  # the copy it loaded
+    wait_until(lambda: models_of(server)["a.tar.gz"]["StoreChanged"],
+               what="the page to say the store changed")
+    assert any(e[:2] == ("store-changed", "a.tar.gz") for e in events)
+    assert "step=store-changed" in caplog.text and "keeps serving the copy" in caplog.text
+    np.testing.assert_allclose(invoke(rt, "a.tar.gz"), [2, 4, 6, 8])  # still, while loaded
+    # Evicted from memory (b) and from disk (c needs a's room): the next call downloads anew.
+    invoke(rt, "b.tar.gz")
+    invoke(rt, "c.tar.gz")
+    wait_until(lambda: not models_of(server).get("a.tar.gz", {}).get("OnDisk"),
+               what="a deleted from disk")
+    np.testing.assert_allclose(invoke(rt, "a.tar.gz"), [3, 6, 9, 12])
+    assert not models_of(server)["a.tar.gz"]["StoreChanged"]
