@@ -226,6 +226,9 @@ def test_canary_rolled_back_by_an_alarm_on_a_published_metric(emulator: Module) 
         described = in_service_on(sm, "green")  # through RollingBack
         assert '"ci-health"' in described["FailureReason"]
         assert "PendingDeploymentSummary" not in described
+        # Green stopped and its folder gone: one endpoint, one generation's folder.
+        folders = emulator.cache / "endpoints"
+        wait_for(lambda: len(list(folders.iterdir())) == 1, "the green generation's folder gone")
         mark = len(traffic.factors)
         wait_for(lambda: len(traffic.factors) >= mark + 5, "answers after the rollback")
         assert set(traffic.factors[mark:]) == {GREEN}
