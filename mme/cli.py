@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = (
     "harness.cli",
     "harness.deploy_cli",
     "mme.ci.cli",
+    "mme.plan",
 )
 # Modules that add benchmarks under ``mme bench`` with ``add_bench_subcommands(commands)``.
 BENCH_MODULES = (

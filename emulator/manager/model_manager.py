@@ -156,8 +156,10 @@ class ModelRecord:
     last_used: float = 0.0
     # Bumped when Triton's copy is abandoned (its stub died): the next load uses new names.
     generation: int = 0
-    # What its serving processes held after its last load (None: never measured).
+    # What its serving processes held after its last load (None: never measured), and of it
+    # the part that is Triton's growth (the rest is its own stubs').
     measured: int | None = None
+    measured_growth: int = 0
     # The store's object as downloaded (mtime:size of a file, an S3 ETag), the one it holds
     # now when that differs (overwritten: the copy on disk and in memory is still served), and
     # when the store was last asked.
@@ -494,7 +496,7 @@ class ModelManager:
         log.info("model=%s step=load seconds=%.3f size=%d measured=%s entry=%s",
                  self.name_of(record.target), elapsed, record.size, record.measured, record.entry)
         self._emit("loaded", record.target, seconds=elapsed, size=record.size,
-                   measured=record.measured)
+                   measured=record.measured, growth=record.measured_growth)
         await self._evict_over_measured(record)
         self._changed.notify()
         return record
@@ -519,6 +521,7 @@ class ModelManager:
         loading = sum(1 for r in self.records.values() if r.state is ModelState.LOADING)
         growth = max(after - before, 0) // max(loading, 1)
         record.measured = growth + own
+        record.measured_growth = growth
         if record.target in self.memory:
             self.memory.add(record.target, record.measured)  # its reservation, as measured
 

@@ -1,0 +1,398 @@
+"""``mme plan``: capacity planning for a multi-model endpoint (issue #32 item 4).
+
+Will my models fit on this instance, and how often will they miss? Inference Recommender does
+not serve multi-model endpoints; this does, in two steps:
+
+1. **Measure.** An emulator is started on the model store with no budget; each model is loaded
+   once (an invocation with an empty body: the load happens whatever Triton then answers) and
+   unloaded, recording its measured memory (docs/memory.md), load and unload time.
+2. **Predict.** For each instance type (its memory less the platform's share, or
+   ``--memory-budget``) and instance count, an LRU simulation on the measured sizes replays the
+   traffic (Zipf over the models in name order, as ``mme loadtest --popularity zipf:S`` draws
+   them, or a recorded trace): models resident, hit ratio, misses per minute at ``--rps``, and
+   the latency the misses add (a miss under a full byte budget costs its victims' unloads, then
+   its load: the manager waits for the unloads, docs/isolation.md) at p50 and p99 over all
+   requests. [U] Several instances: each model is served by one instance (SageMaker routes a
+   TargetModel to an instance that has it loaded), models dealt to instances by popularity rank.
+
+The cheapest configuration that meets ``--max-miss-ratio`` and/or ``--p99`` is named: by
+``--price TYPE=USD_PER_HOUR`` when given for every type, else by the instances' total memory
+(a proxy: on SageMaker's price list, more memory costs more within a family).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import itertools
+import json
+import random
+import sys
+import tempfile
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from emulator.instance_types import lookup, machine_memory_bytes
+from emulator.settings import format_size, parse_size
+
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    target: str
+    memory_bytes: int  # measured (its files' bytes where nothing can be measured)
+    file_bytes: int
+    load_s: float
+    unload_s: float
+
+
+@dataclass(frozen=True)
+class Instance:
+    name: str  # an instance type, or "--memory-budget 60MiB"
+    budget_bytes: int
+    memory_bytes: int  # the whole instance's memory (the proxy for its price)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    instance: str
+    count: int
+    budget_bytes: int
+    models_resident: float  # on average per instance, at the end of the replay
+    hit_ratio: float
+    misses_per_minute: float
+    added_p50_ms: float
+    added_p99_ms: float
+    price_per_hour: float | None
+    meets_target: bool
+
+
+# --- traffic --------------------------------------------------------------------------------
+
+def zipf_requests(targets: Sequence[str], s: float, count: int, seed: int) -> list[str]:
+    """``count`` TargetModels drawn as ``mme loadtest --popularity zipf:S --seed SEED`` draws
+    them for one user (harness/loadtest/popularity.py: k-th model in the order given ~ 1/k**s)."""
+    raw = [1.0 / (k**s) for k in range(1, len(targets) + 1)]
+    total = sum(raw)
+    cumulative = list(itertools.accumulate(w / total for w in raw))
+    cumulative[-1] = 1.0
+    draw = random.Random(seed)
+    if len(targets) == 1:
+        return [targets[0]] * count
+    return [targets[bisect.bisect_right(cumulative, draw.random())] for _ in range(count)]
+
+
+def trace_requests(path: Path, count: int) -> list[str]:
+    """A recorded trace: one TargetModel per line (or JSON lines with ``TargetModel``),
+    repeated to ``count`` requests."""
+    names = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        names.append(json.loads(line)["TargetModel"] if line.startswith("{") else line)
+    if not names:
+        raise ValueError(f"{path}: no TargetModel in the trace")
+    return list(itertools.islice(itertools.cycle(names), count))
+
+
+# --- the LRU replay -------------------------------------------------------------------------
+
+def replay(requests: Sequence[str], costs: dict[str, ModelCost], budget: int,
+           count: int) -> tuple[int, list[float], float]:
+    """(hits, the latency each request had added in seconds, models resident per instance)."""
+    calls = Counter(requests)
+    by_popularity = sorted(calls, key=lambda t: (-calls[t], t))
+    home = {t: i % count for i, t in enumerate(by_popularity)}
+    caches: list[OrderedDict[str, int]] = [OrderedDict() for _ in range(count)]
+    hits, added = 0, []
+    for target in requests:
+        cache, cost = caches[home[target]], costs[target]
+        if target in cache:
+            cache.move_to_end(target)
+            hits += 1
+            added.append(0.0)
+            continue
+        seconds = cost.load_s
+        while cache and sum(cache.values()) + cost.memory_bytes > budget:
+            victim, _size = cache.popitem(last=False)
+            seconds += costs[victim].unload_s
+        if cost.memory_bytes <= budget:
+            cache[target] = cost.memory_bytes
+        added.append(seconds)
+    return hits, added, sum(len(c) for c in caches) / count
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+def predict(requests: Sequence[str], costs: dict[str, ModelCost], instances: list[Instance],
+            counts: list[int], rps: float, max_miss_ratio: float | None, p99_ms: float | None,
+            prices: dict[str, float]) -> list[Prediction]:
+    rows = []
+    for instance, count in itertools.product(instances, counts):
+        hits, added, resident = replay(requests, costs, instance.budget_bytes, count)
+        hit_ratio = hits / len(requests)
+        p99 = percentile(added, 0.99) * 1000
+        meets = ((max_miss_ratio is None or 1 - hit_ratio <= max_miss_ratio)
+                 and (p99_ms is None or p99 <= p99_ms))
+        price = prices.get(instance.name)
+        rows.append(Prediction(
+            instance.name, count, instance.budget_bytes, round(resident, 2),
+            round(hit_ratio, 4), round((1 - hit_ratio) * rps * 60, 2),
+            round(percentile(added, 0.50) * 1000, 1), round(p99, 1),
+            None if price is None else round(price * count, 4), meets))
+    return rows
+
+
+def cheapest(rows: list[Prediction], instances: list[Instance]) -> Prediction | None:
+    meeting = [r for r in rows if r.meets_target]
+    if not meeting:
+        return None
+    memory = {i.name: i.memory_bytes for i in instances}
+    if all(r.price_per_hour is not None for r in meeting):
+        return min(meeting, key=lambda r: (r.price_per_hour or 0.0, r.count))
+    return min(meeting, key=lambda r: (memory[r.instance] * r.count, r.count))
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+def measure(model_data: str, targets: list[str] | None, launcher: str) -> dict[str, ModelCost]:
+    """Load and unload every model once on an emulator without a budget."""
+    import urllib.request
+
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+    from tqdm import tqdm
+
+    from emulator.server import EmulatorServer
+    from emulator.settings import Settings
+
+    with tempfile.TemporaryDirectory(prefix="mme-plan-") as work:
+        server = EmulatorServer(Settings.from_env(
+            env={}, model_data=model_data, port=0, cache_dir=Path(work) / "cache",
+            launcher=launcher, log_level="WARNING")).start()
+        try:
+            instance = server.registry.get("local").instances[0]
+            events: dict[tuple[str, str], dict[str, Any]] = {}
+            done = threading.Condition()
+
+            def observe(step: str, target: str, details: dict[str, Any]) -> None:
+                with done:
+                    events[(step, target)] = details
+                    done.notify_all()
+
+            instance.manager.add_observer(observe)
+            names = targets or _store_targets(model_data)
+            client = boto3.client(
+                "sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
+                aws_access_key_id="x", aws_secret_access_key="x",
+                config=Config(read_timeout=900, retries={"max_attempts": 1}))
+            manager = instance.manager
+
+            def unload(target: str) -> None:
+                url = f"{server.url}/_emulator/endpoints/local/models/{target}/unload"
+                urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=900)
+                with done:
+                    done.wait_for(lambda: ("unloaded", target) in events, timeout=900)
+
+            # Loaded side by side (while they take less than half this machine): a stub's pages
+            # shared with the others (the interpreter, numpy) then count as on an instance that
+            # holds several models, not in full as for a model alone (docs/memory.md, PSS).
+            resident: list[str] = []
+            own: dict[str, int] = {}
+            room = machine_memory_bytes() // 2
+            for target in tqdm(names, desc="measuring", unit="model", file=sys.stderr,
+                               disable=None):
+                try:  # an empty body: the model loads, then Triton may refuse the request
+                    client.invoke_endpoint(EndpointName="local", TargetModel=target,
+                                           ContentType="application/json", Body=b"{}")
+                except ClientError:
+                    pass
+                if ("loaded", target) not in events:
+                    failed = events.get(("failed", target), {}).get("error", "it did not load")
+                    raise SystemExit(f"mme plan: {target} could not be measured: {failed}")
+                resident.append(target)
+                while sum(int(events[("loaded", t)].get("measured") or 0)
+                          for t in resident) > room and len(resident) > 1:
+                    oldest = resident.pop(0)
+                    own[oldest] = _own_bytes(manager, oldest)
+                    unload(oldest)
+            for target in resident:
+                own[target] = _own_bytes(manager, target)
+            for target in list(resident):
+                unload(target)
+            costs = {}
+            for target in names:
+                loaded, unloaded = events[("loaded", target)], events[("unloaded", target)]
+                size = int(loaded.get("size") or 0)
+                measured = loaded.get("measured")
+                memory = (int(loaded.get("growth") or 0) + own[target]
+                          if measured is not None and own[target] else
+                          int(measured) if measured is not None else size)
+                costs[target] = ModelCost(target, memory, size, float(loaded.get("seconds", 0.0)),
+                                          float(unloaded.get("seconds", 0.0)))
+            return costs
+        finally:
+            server.stop()
+
+
+def _own_bytes(manager: Any, target: str) -> int:
+    """What the model's own processes hold now (0 where nothing can be measured)."""
+    probe, record = manager.memory_probe, manager.records.get(target)
+    if probe is None or record is None:
+        return 0
+    return int(probe.own_bytes(record.installed))
+
+
+def _store_targets(model_data: str) -> list[str]:
+    folder = Path(model_data)
+    if not folder.is_dir():
+        raise SystemExit("mme plan: give --target-model for an S3 store (the models to plan)")
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*.tar.gz"))
+
+
+# --- the command ----------------------------------------------------------------------------
+
+def _instances(types: list[str], memory_budget: str | None) -> list[Instance]:
+    found = []
+    for name in types:
+        known = lookup(name)
+        if known is None:
+            raise SystemExit(f"mme plan: --instance-type {name}: not an ml.* type whose memory "
+                             "is known (examples: ml.m5.xlarge, ml.c5.2xlarge, ml.g5.xlarge); "
+                             "give --memory-budget instead")
+        found.append(Instance(name, known.model_memory_bytes, known.memory_bytes))
+    if memory_budget:
+        budget = parse_size(memory_budget)
+        if budget is None:
+            raise SystemExit("mme plan: --memory-budget needs a size (60MiB, 4GiB)")
+        found.append(Instance(f"--memory-budget {memory_budget}", budget, budget))
+    if not found:
+        raise SystemExit("mme plan: give at least one --instance-type (or --memory-budget)")
+    return found
+
+
+def _prices(values: list[str]) -> dict[str, float]:
+    prices = {}
+    for value in values:
+        name, sep, price = value.partition("=")
+        try:
+            prices[name] = float(price)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise SystemExit(f"mme plan: --price {value!r}: expected TYPE=USD_PER_HOUR")
+    return prices
+
+
+def table(rows: list[Prediction], best: Prediction | None) -> str:
+    head = ("instance", "count", "budget", "resident", "hit ratio", "misses/min",
+            "added p50 ms", "added p99 ms", "$/h", "meets")
+    lines = [head] + [(
+        r.instance, str(r.count), format_size(r.budget_bytes), f"{r.models_resident:g}",
+        f"{r.hit_ratio:.1%}", f"{r.misses_per_minute:g}", f"{r.added_p50_ms:g}",
+        f"{r.added_p99_ms:g}", "-" if r.price_per_hour is None else f"{r.price_per_hour:g}",
+        ("yes *" if r is best else "yes") if r.meets_target else "no") for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    text = "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+                     for line in lines)
+    return text + ("\n* the cheapest configuration that meets the target" if best else "")
+
+
+def plot(rows: list[Prediction], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r.instance} x{r.count}" for r in rows]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(max(8, len(rows) * 1.2), 4))
+    left.bar(labels, [r.hit_ratio * 100 for r in rows])
+    left.set_ylabel("predicted hit ratio (%)")
+    right.bar(labels, [r.added_p99_ms for r in rows], color="tab:orange")
+    right.set_ylabel("latency added by misses, p99 (ms)")
+    for axis in (left, right):
+        axis.tick_params(axis="x", rotation=45)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def run(args: argparse.Namespace) -> int:
+    instances = _instances(args.instance_type or [], args.memory_budget)
+    prices = _prices(args.price or [])
+    counts = [int(c) for c in str(args.instances).split(",") if c.strip()]
+    if not counts or min(counts) < 1:
+        raise SystemExit("mme plan: --instances needs counts of 1 or more (1,2,4)")
+    costs = measure(args.model_data, args.target_model, args.launcher)
+    targets = list(costs)
+    if args.trace:
+        requests = trace_requests(Path(args.trace), args.requests)
+        unknown = sorted(set(requests) - set(costs))
+        if unknown:
+            raise SystemExit(f"mme plan: the trace names models not in the store: {unknown[:5]}")
+    else:
+        kind, _, s = args.popularity.partition(":")
+        if kind not in ("zipf", "uniform"):
+            raise SystemExit("mme plan: --popularity is uniform or zipf[:S]")
+        exponent = 0.0 if kind == "uniform" else float(s or 1.0)
+        requests = zipf_requests(targets, exponent, args.requests, args.seed)
+    rows = predict(requests, costs, instances, counts, args.rps, args.max_miss_ratio,
+                   args.p99, prices)
+    best = cheapest(rows, instances)
+    print("measured (one load and unload each):")
+    for cost in costs.values():
+        print(f"  {cost.target}: memory {format_size(cost.memory_bytes)} (files "
+              f"{format_size(cost.file_bytes)}), load {cost.load_s:.2f} s, unload "
+              f"{cost.unload_s:.2f} s")
+    print(table(rows, best))
+    if best is None and (args.max_miss_ratio is not None or args.p99 is not None):
+        print("no configuration meets the target: try larger instance types or more instances")
+    report = {"models": [asdict(c) for c in costs.values()],
+              "traffic": {"requests": len(requests), "rps": args.rps,
+                          "popularity": None if args.trace else args.popularity,
+                          "trace": args.trace, "seed": args.seed},
+              "predictions": [asdict(r) for r in rows],
+              "cheapest": asdict(best) if best else None}
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    if args.plot:
+        plot(rows, Path(args.plot))
+    return 0
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "plan", help="capacity planning: measure each model once, predict hit ratio, misses "
+                     "and their latency per instance type and count (docs/memory.md)")
+    p.add_argument("--model-data", required=True, help="the model store (a folder or s3://)")
+    p.add_argument("--target-model", action="append",
+                   help="a model to plan for (repeat; default: every .tar.gz in the folder)")
+    p.add_argument("--instance-type", action="append", help="an ml.* type (repeat)")
+    p.add_argument("--memory-budget", help="plan for an instance with this memory budget")
+    p.add_argument("--instances", default="1", help="instance counts to try, e.g. 1,2,4")
+    p.add_argument("--popularity", default="zipf:1.0",
+                   help="uniform or zipf[:S] over the models in name order (zipf:1.0)")
+    p.add_argument("--trace", help="a recorded trace: one TargetModel per line")
+    p.add_argument("--rps", type=float, default=10.0, help="requests per second (10)")
+    p.add_argument("--requests", type=int, default=20000, help="requests replayed (20000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the Zipf draw (0)")
+    p.add_argument("--max-miss-ratio", type=float, help="target: misses per request at most")
+    p.add_argument("--p99", type=float, help="target: latency added at p99 at most, in ms")
+    p.add_argument("--price", action="append", help="TYPE=USD_PER_HOUR (repeat)")
+    p.add_argument("--json", help="write the report as JSON here")
+    p.add_argument("--plot", help="write a PNG plot here")
+    p.add_argument("--launcher", default="embedded", choices=("embedded", "docker"),
+                   help="how the measuring emulator runs Triton (embedded)")
+    p.set_defaults(func=run)
