@@ -109,8 +109,9 @@ class EndpointRegistry:
         if endpoint is not None:
             green = endpoint.green
             endpoint.green, endpoint.green_share = None, 0.0
-            await asyncio.gather(*(self._stop_surviving(e) for e in (endpoint, green)
-                                   if e is not None))
+            # The stops are tasks from this step on: a cancel of the caller cannot lose them.
+            stops = [self._stop_task(e) for e in (endpoint, green) if e is not None]
+            await asyncio.shield(asyncio.gather(*stops))
 
     # --- deployments: a second generation beside the first ----------------------------------
 
@@ -180,10 +181,13 @@ class EndpointRegistry:
     async def _stop_surviving(self, endpoint: Endpoint) -> None:
         """Stop an endpoint the registry no longer lists; cancelling the caller does not cancel
         the stop, and ``close()`` waits for it, so no Triton or cache folder is left behind."""
+        await asyncio.shield(self._stop_task(endpoint))
+
+    def _stop_task(self, endpoint: Endpoint) -> asyncio.Task[None]:
         task = asyncio.create_task(self._stop(endpoint), name=f"stop {endpoint.work_dir.name}")
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
-        await asyncio.shield(task)
+        return task
 
     @staticmethod
     async def _stop(endpoint: Endpoint) -> None:
