@@ -302,7 +302,10 @@ def test_generator_runs_the_phases_and_reports(tmp_path: Path) -> None:
     assert [row["phase"] for row in summary["phases"]] == [1, 2]
     assert summary["generator"].startswith("locust ")
     # Locust ran in its own processes: gevent patched nothing in this one (issue #33)
-    assert "locust" not in sys.modules and "gevent.monkey" not in sys.modules
+    # (gevent itself may be here: tritonclient's HTTP client imports it, and patches nothing.)
+    monkey = sys.modules.get("gevent.monkey")
+    assert "locust" not in sys.modules
+    assert monkey is None or not monkey.is_anything_patched()
     markdown = to_markdown(summary)
     assert "| invocations per minute |" in markdown and "| ModelLatency |" in markdown
     paths = write_report(result, tmp_path)
