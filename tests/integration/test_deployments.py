@@ -34,6 +34,7 @@ WAIT_MS = test_page.WAIT_MS
 SCALE = 60.0
 FAST = {"Delay": 0.25, "MaxAttempts": 480}
 BLUE, GREEN = 2.0, 3.0
+FACTOR = {"blue": BLUE, "green": GREEN}  # what each config's model answers
 ROLE = "arn:aws:iam::123456789012:role/x"
 
 
@@ -177,14 +178,15 @@ def in_service_on(sm: Any, config: str) -> dict[str, Any]:
 
 def test_canary_bakes_and_completes_without_a_failed_call(emulator: Module) -> None:
     sm = emulator.client("sagemaker")
+    running, other = running_and_other(sm)
     traffic = Traffic(emulator.url)
     try:
-        wait_for(lambda: len(traffic.factors) >= 5, "blue's first answers")
+        wait_for(lambda: len(traffic.factors) >= 5, "the running fleet's first answers")
         config = canary(25, wait=240, TerminationWaitInSeconds=60)
-        sm.update_endpoint(EndpointName="ep", EndpointConfigName="green", DeploymentConfig=config)
+        sm.update_endpoint(EndpointName="ep", EndpointConfigName=other, DeploymentConfig=config)
         during = wait_for(lambda: baking(sm), "the canary's bake")
         assert during["EndpointStatus"] == "Updating"
-        assert during["EndpointConfigName"] == "blue"
+        assert during["EndpointConfigName"] == running
         (new_fleet,) = during["PendingDeploymentSummary"]["ProductionVariants"]
         assert new_fleet["CurrentInstanceCount"] == 1
         assert new_fleet["CurrentWeight"] == pytest.approx(0.25)
@@ -192,21 +194,21 @@ def test_canary_bakes_and_completes_without_a_failed_call(emulator: Module) -> N
         page = json.loads(urllib.request.urlopen(f"{emulator.url}/_emulator/page/state",
                                                  timeout=10).read())["Endpoints"]["ep"]
         shown = page["Deployment"]  # what the live page draws
-        assert (shown["NewConfig"], shown["Routing"], shown["Phase"]) == ("green", "CANARY",
+        assert (shown["NewConfig"], shown["Routing"], shown["Phase"]) == (other, "CANARY",
                                                                          "baking")
         assert (shown["Step"], shown["Steps"], shown["GreenShare"]) == (1, 2, 0.25)
         assert 0 <= shown["BakeSecondsLeft"] <= 240
         assert shown["Alarms"] == {"ci-health": "OK"}
         assert shown["NewConfigInstances"] == 1
         mark = len(traffic.factors)
-        # Calls on the canary, and the rest still on blue.
+        # Calls on the canary, and the rest still on the running fleet.
         wait_for(lambda: {BLUE, GREEN} <= set(traffic.factors[mark:]), "calls on both fleets")
-        described = in_service_on(sm, "green")
+        described = in_service_on(sm, other)
         assert described["LastDeploymentConfig"] == config
         assert "FailureReason" not in described
         mark = len(traffic.factors)
         wait_for(lambda: len(traffic.factors) >= mark + 5, "answers after the deployment")
-        assert set(traffic.factors[mark:]) == {GREEN}
+        assert set(traffic.factors[mark:]) == {FACTOR[other]}
     finally:
         traffic.stop()
     assert traffic.failures == []
@@ -214,16 +216,17 @@ def test_canary_bakes_and_completes_without_a_failed_call(emulator: Module) -> N
 
 def test_canary_rolled_back_by_an_alarm_on_a_published_metric(emulator: Module) -> None:
     sm, cw = emulator.client("sagemaker"), emulator.client("cloudwatch")
+    running, other = running_and_other(sm)
     traffic = Traffic(emulator.url)
     try:
-        sm.update_endpoint(EndpointName="ep", EndpointConfigName="blue",
+        sm.update_endpoint(EndpointName="ep", EndpointConfigName=other,
                            DeploymentConfig=canary(50, wait=3600))  # a 60 s bake
         wait_for(lambda: baking(sm), "the canary's bake")
         mark = len(traffic.factors)
-        wait_for(lambda: BLUE in traffic.factors[mark:], "a call on the canary")
+        wait_for(lambda: FACTOR[other] in traffic.factors[mark:], "a call on the canary")
         cw.put_metric_data(Namespace="CI/Health",
                            MetricData=[{"MetricName": "Failures", "Value": 1.0}])
-        described = in_service_on(sm, "green")  # through RollingBack
+        described = in_service_on(sm, running)  # through RollingBack
         assert '"ci-health"' in described["FailureReason"]
         assert "PendingDeploymentSummary" not in described
         # Green stopped and its folder gone: one endpoint, one generation's folder.
@@ -231,7 +234,7 @@ def test_canary_rolled_back_by_an_alarm_on_a_published_metric(emulator: Module) 
         wait_for(lambda: len(list(folders.iterdir())) == 1, "the green generation's folder gone")
         mark = len(traffic.factors)
         wait_for(lambda: len(traffic.factors) >= mark + 5, "answers after the rollback")
-        assert set(traffic.factors[mark:]) == {GREEN}
+        assert set(traffic.factors[mark:]) == {FACTOR[running]}
     finally:
         traffic.stop()
     assert traffic.failures == []
@@ -242,16 +245,17 @@ def test_canary_rolled_back_by_an_alarm_on_a_published_metric(emulator: Module) 
 def test_green_model_failing_is_rolled_back_by_the_endpoints_own_metric(
         emulator: Module) -> None:
     sm = emulator.client("sagemaker")
+    running, _ = running_and_other(sm)
     traffic = Traffic(emulator.url)
     try:
         sm.update_endpoint(EndpointName="ep", EndpointConfigName="broken",
                            DeploymentConfig=canary(50, wait=3600, alarms=("ep-model-errors",)))
-        described = in_service_on(sm, "green")  # through RollingBack
+        described = in_service_on(sm, running)  # through RollingBack
         assert '"ep-model-errors"' in described["FailureReason"]
         mark = len(traffic.factors)
         failed = len(traffic.failures)
         wait_for(lambda: len(traffic.factors) >= mark + 5, "answers after the rollback")
-        assert set(traffic.factors[mark:]) == {GREEN}
+        assert set(traffic.factors[mark:]) == {FACTOR[running]}
         assert len(traffic.failures) == failed  # once rolled back, nothing fails
     finally:
         traffic.stop()
