@@ -35,6 +35,7 @@ from emulator.control.deployments import (
     TERMINATING,
     AlarmStates,
     DeploymentRun,
+    Generations,
     Progress,
     RolledBack,
 )
@@ -56,8 +57,9 @@ IN_PROGRESS = ("Creating", "Updating", "Deleting", "SystemUpdating", "RollingBac
 _FAILURE_REASON_MAX = 1024
 
 
-class EndpointRuntimes(Protocol):
-    """What the service needs from the endpoint registry (``emulator.hosting.registry``)."""
+class EndpointRuntimes(Generations, Protocol):
+    """What the service needs from the endpoint registry (``emulator.hosting.registry``),
+    guarded deployments' generations (``Generations``) among it."""
 
     async def create(self, spec: EndpointSpec) -> Any: ...
 
@@ -70,23 +72,6 @@ class EndpointRuntimes(Protocol):
     def get(self, name: str) -> Any: ...
 
     def names(self) -> list[str]: ...
-
-    # Guarded deployments: a second generation beside the first (``EndpointRegistry``).
-    deployments: dict[str, Any]
-
-    async def start_green(self, spec: EndpointSpec) -> Any: ...
-
-    async def resize_generation(self, name: str, green: bool, count: int) -> None: ...
-
-    def shift(self, name: str, share: float) -> None: ...
-
-    def traffic_share(self, name: str) -> float: ...
-
-    def promote(self, name: str) -> Any: ...
-
-    async def retire(self, endpoint: Any) -> None: ...
-
-    def green(self, name: str) -> Any: ...
 
     async def drop_green(self, name: str) -> None: ...
 
