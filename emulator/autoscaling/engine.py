@@ -25,7 +25,8 @@ from emulator.autoscaling.capacity import CapacityError, VariantCapacity
 from emulator.autoscaling.service import AutoScalingService
 from emulator.autoscaling.state import ScalableTarget, ScalingActivity, ScalingPolicy
 from emulator.clock import Clock
-from emulator.cloudwatch.alarms import ALARM, ActionCall
+from emulator.cloudwatch.actions import ActionCall
+from emulator.cloudwatch.alarms import ALARM
 from emulator.cloudwatch.series import MetricStore
 
 log = logging.getLogger(__name__)

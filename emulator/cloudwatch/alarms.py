@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,6 +35,7 @@ from typing import Any
 
 from emulator.clock import Clock
 from emulator.cloudwatch import alarm_rule, evaluation
+from emulator.cloudwatch.actions import ActionCall, ActionHandler
 from emulator.cloudwatch.errors import invalid
 from emulator.cloudwatch.notifications import SnsPublisher
 from emulator.cloudwatch.series import MetricStore
@@ -99,28 +100,6 @@ class Alarm:
         member = {OK: "OKActions", ALARM: "AlarmActions",
                   INSUFFICIENT_DATA: "InsufficientDataActions"}[state]
         return list(self.config.get(member) or [])
-
-
-@dataclass(frozen=True)
-class ActionCall:
-    """One alarm action to run: the ARN, and the alarm as it is at that moment."""
-
-    arn: str
-    alarm_name: str
-    alarm_arn: str
-    state: str
-    reason: str
-    reason_data: str | None
-    config: dict[str, Any]
-    repeated: bool  # a repeat while the alarm stays in ALARM, not a state change
-    value: float | None  # the most recent datapoint (step scaling's bounds are against it)
-    transitioned: float  # when the alarm entered ``state``, real epoch seconds
-    old_state: str
-
-
-# Runs one round's calls of its kind together (so that Auto Scaling can take the largest of
-# several policies' capacities); one result per call: None, or why it failed.
-ActionHandler = Callable[[list[ActionCall]], Awaitable[list[str | None]]]
 
 
 class AlarmStore:

@@ -12,12 +12,27 @@ import asyncio
 import json
 import logging
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from botocore.config import Config
 
-if TYPE_CHECKING:
-    from emulator.cloudwatch.alarms import ActionCall, AlarmStore
+from emulator.clock import Clock
+from emulator.cloudwatch.actions import ActionCall
+
+
+class _ConfiguredAlarm(Protocol):
+    @property
+    def config_updated(self) -> float: ...
+
+
+class AlarmStore(Protocol):
+    """What a notification reads of the alarm store (the store itself imports this module)."""
+
+    region: str
+    account: str
+    clock: Clock
+
+    def get(self, name: str) -> _ConfiguredAlarm | None: ...
 
 log = logging.getLogger(__name__)
 
