@@ -401,9 +401,9 @@ def run_sweep(args: argparse.Namespace) -> int:
     from harness.loadtest.config import PlanError
     from harness.loadtest.report import write_report
     from harness.loadtest.session import auto_request, emulator, npz_request
+    from harness.model_config import ModelRepositoryError
     from harness.sweep import (
         BASE,
-        SweepError,
         build_variant_store,
         comparison_table,
         load_variants_file,
@@ -444,7 +444,7 @@ def run_sweep(args: argparse.Namespace) -> int:
 
         with emulator(work / "store", work, _emulator_settings(args)) as url:
             rows = asyncio.run(go(url))
-    except (PlanError, SweepError) as exc:
+    except (PlanError, ModelRepositoryError) as exc:
         print(f"mme sweep: {exc}", file=sys.stderr)
         return 2
     table = comparison_table(rows)

@@ -18,10 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.model_store import is_model_dir, package_repository
+from harness.model_config import (
+    ModelRepositoryError,
+    model_dirs,
+    platform,
+    protobuf,
+)
+from harness.model_store import package_repository
 
 
-class SweepError(ValueError):
+class SweepError(ModelRepositoryError):
     """A variant or repository the sweep cannot use."""
 
 
@@ -108,16 +114,9 @@ def load_variants_file(path: Path) -> list[Variant]:
     return [variant_from_dict(name, dict(values)) for name, values in data.items()]
 
 
-def _pb() -> tuple[Any, Any]:
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    return text_format, model_config_pb2
-
-
 def apply_variant(config_text: str, variant: Variant) -> str:
     """The config with the variant's settings applied (others untouched)."""
-    text_format, pb = _pb()
+    text_format, pb = protobuf()
     config = text_format.Parse(config_text, pb.ModelConfig())
     if variant.max_batch_size is not None:
         config.max_batch_size = variant.max_batch_size
@@ -149,15 +148,6 @@ def apply_variant(config_text: str, variant: Variant) -> str:
     return str(text_format.MessageToString(config))
 
 
-def model_dirs(repository: Path) -> list[Path]:
-    return sorted(p for p in Path(repository).iterdir() if is_model_dir(p))
-
-
-def _platform(config_text: str) -> str:
-    text_format, pb = _pb()
-    return str(text_format.Parse(config_text, pb.ModelConfig()).platform)
-
-
 def pick_model(repository: Path, model: str | None) -> Path:
     """The model folder a sweep varies: ``model``, or the only non-ensemble model."""
     dirs = model_dirs(repository)
@@ -168,39 +158,13 @@ def pick_model(repository: Path, model: str | None) -> Path:
             if d.name == model:
                 return d
         raise SweepError(f"no model {model!r} in {repository}; it has {[d.name for d in dirs]}")
-    candidates = [d for d in dirs if _platform((d / "config.pbtxt").read_text()) != "ensemble"]
+    candidates = [d for d in dirs if platform((d / "config.pbtxt").read_text()) != "ensemble"]
     if len(candidates) != 1:
         raise SweepError(
             f"{repository} has models {[d.name for d in candidates]}: "
             "say which to vary with --model"
         )
     return candidates[0]
-
-
-def entry_model(repository: Path) -> Path:
-    """The model requests go to: the ensemble if there is one, else the single model."""
-    dirs = model_dirs(repository)
-    ensembles = [d for d in dirs if _platform((d / "config.pbtxt").read_text()) == "ensemble"]
-    if len(ensembles) == 1:
-        return ensembles[0]
-    if len(dirs) == 1:
-        return dirs[0]
-    raise SweepError(f"{repository}: cannot tell the entry model among {[d.name for d in dirs]}")
-
-
-def input_specs(config_text: str, batch_size: int = 1) -> list[tuple[str, str, list[int]]]:
-    """``(name, KServe datatype, shape)`` of a config's inputs, batch dimension included."""
-    text_format, pb = _pb()
-    config = text_format.Parse(config_text, pb.ModelConfig())
-    specs = []
-    for item in config.input:
-        datatype = pb.DataType.Name(item.data_type).removeprefix("TYPE_")
-        datatype = "BYTES" if datatype == "STRING" else datatype
-        dims = list(item.dims)
-        if config.max_batch_size > 0:
-            dims = [batch_size, *dims]
-        specs.append((item.name, datatype, dims))
-    return specs
 
 
 def build_variant_store(

@@ -13,6 +13,7 @@ from harness.loadtest.config import LoadPlan
 from harness.loadtest.invokers import EmulatorFleet, EmulatorMetrics, HttpInvoker, Outcome
 from harness.loadtest.locust_run import Engine, Target, run_load
 from harness.loadtest.runner import LoadResult
+from harness.model_config import entry_model, input_specs
 from harness.payloads import Request, build_request, random_inputs
 
 
@@ -42,7 +43,6 @@ def emulator(
 
 def auto_request(tarball: Path, *, binary: bool = True, batch_size: int = 1) -> Request:
     """Random inputs shaped by the entry model's ``config.pbtxt`` inside ``tarball``."""
-    from harness.sweep import entry_model, input_specs
 
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(tarball) as tar:

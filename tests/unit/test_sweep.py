@@ -10,6 +10,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from harness.examples.add_model import config_pbtxt, write_add_repository
+from harness.model_config import entry_model, input_specs
 from harness.sweep import (
     BASE,
     SweepError,
@@ -18,8 +19,6 @@ from harness.sweep import (
     apply_variant,
     build_variant_store,
     comparison_table,
-    entry_model,
-    input_specs,
     parse_variant,
     pick_model,
 )
