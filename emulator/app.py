@@ -27,7 +27,7 @@ from emulator.hosting.spec import EndpointSpec, VariantSpec, single_variant
 from emulator.http_protocol import Answer, BodySource, DirectAnswer
 from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
-from emulator.page.errors import InvocationErrors
+from emulator.page.failed_invocations import InvocationErrors
 from emulator.routes.introspection import build_introspection_router
 from emulator.routes.limits import ApiBodyLimit
 from emulator.routes.runtime import Invocations, InvocationsApp, build_runtime_router

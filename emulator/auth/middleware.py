@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from emulator.auth import errors
+from emulator.auth import auth_errors
 from emulator.auth.credentials import Principal
 from emulator.auth.policy import Decision, evaluate, normalise_context
 from emulator.auth.requests import ApiCall, classify, global_keys
@@ -66,7 +66,7 @@ class SigV4Middleware:
                 # rather than buffer megabytes from an unauthenticated caller.
                 await self.app(scope, receive, send)
                 return
-            await self._refuse(send, errors.incomplete(  # [U] AWS's answer to an oversize body
+            await self._refuse(send, auth_errors.incomplete(  # [U] AWS's answer to an oversize body
                 f"Request body of {declared} bytes is over {self.max_payload_bytes} bytes; "
                 "not read."), api.protocol if api else Protocol.REST_JSON)
             return
@@ -74,11 +74,11 @@ class SigV4Middleware:
         protocol = api.protocol if api else Protocol.REST_JSON
         try:
             if more:
-                raise errors.incomplete("Request body too large to verify.")
+                raise auth_errors.incomplete("Request body too large to verify.")
             try:
                 call = classify(method, path, lookup, body, self.region, self.account, api)
             except RepeatedParameter as exc:
-                raise errors.repeated_parameter(str(exc)) from exc
+                raise auth_errors.repeated_parameter(str(exc)) from exc
             principal = verify(
                 method=method, raw_path=scope.get("raw_path") or scope["path"].encode(),
                 query=scope.get("query_string", b""), headers=headers, body=body,
@@ -87,7 +87,7 @@ class SigV4Middleware:
                 region=self.region, now=self.clock())
             if call is not None:
                 self._authorize(principal, call, scope)
-        except errors.AuthError as exc:
+        except auth_errors.AuthError as exc:
             log.info("auth refused %s %s: %s", method, path, exc)
             await self._refuse(send, exc, protocol)
             return
@@ -103,10 +103,10 @@ class SigV4Middleware:
         decision = evaluate(principal.policies, call.action, call.resource,
                             normalise_context(keys))
         if decision is not Decision.ALLOW:
-            raise errors.access_denied(principal.arn, call.action, call.resource,
+            raise auth_errors.access_denied(principal.arn, call.action, call.resource,
                                        explicit=decision is Decision.EXPLICIT_DENY)
 
-    async def _refuse(self, send: Send, error: errors.AuthError,
+    async def _refuse(self, send: Send, error: auth_errors.AuthError,
                       protocol: Protocol) -> None:
         status, headers, body = error.render(protocol)
         await send({"type": "http.response.start", "status": status, "headers": headers})

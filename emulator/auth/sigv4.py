@@ -20,7 +20,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.compat import HTTPHeaders
 from botocore.credentials import Credentials
 
-from emulator.auth import errors
+from emulator.auth import auth_errors
 from emulator.auth.credentials import Principal
 
 ALGORITHM = "AWS4-HMAC-SHA256"
@@ -40,10 +40,10 @@ class Authorization:
 
 def parse_authorization(value: str | None, amz_date: str | None) -> Authorization:
     if not value:
-        raise errors.unsigned()
+        raise auth_errors.unsigned()
     if not value.startswith(ALGORITHM + " "):
         # [U] AWS's text for another scheme; botocore only ever sends AWS4-HMAC-SHA256.
-        raise errors.incomplete(f"Unsupported authorization scheme; only {ALGORITHM} "
+        raise auth_errors.incomplete(f"Unsupported authorization scheme; only {ALGORITHM} "
                                 f"(SigV4) is accepted. Authorization={value.split(' ')[0]}")
     params = dict(_PARAM.findall(value))
     problems = [f"Authorization header requires '{name}' parameter."
@@ -52,10 +52,10 @@ def parse_authorization(value: str | None, amz_date: str | None) -> Authorizatio
         problems.append("Authorization header requires existence of either a 'X-Amz-Date' or "
                         "a 'Date' header.")
     if problems:
-        raise errors.incomplete(" ".join(problems) + f" Authorization={value}")
+        raise auth_errors.incomplete(" ".join(problems) + f" Authorization={value}")
     scope = params["Credential"].split("/")
     if len(scope) != 5 or scope[4] != "aws4_request":
-        raise errors.incomplete(f"Credential should be of the form "
+        raise auth_errors.incomplete(f"Credential should be of the form "
                                 f"<key>/<YYYYMMDD>/<region>/<service>/aws4_request, "
                                 f"not {params['Credential']!r}.")
     return Authorization(scope[0], scope[1], scope[2], scope[3],
@@ -76,36 +76,37 @@ def verify(*, method: str, raw_path: bytes, query: bytes, headers: Sequence[tupl
     assert amz_date is not None  # parse_authorization refuses a request without it
     principal = principals.get(auth.access_key)
     if principal is None or lookup.get("x-amz-security-token") != principal.session_token:
-        raise errors.unknown_key()
+        raise auth_errors.unknown_key()
     try:
         signed_at = datetime.strptime(amz_date, _AMZ_DATE).replace(tzinfo=timezone.utc)
     except ValueError as exc:
-        raise errors.incomplete(f"X-Amz-Date {amz_date!r} is not in the ISO 8601 basic "
+        raise auth_errors.incomplete(f"X-Amz-Date {amz_date!r} is not in the ISO 8601 basic "
                                 "format YYYYMMDDTHHMMSSZ.") from exc
-    if signed_at < now - errors.CLOCK_SKEW:
-        raise errors.expired(signed_at, now)
-    if signed_at > now + errors.CLOCK_SKEW:
-        raise errors.not_yet_current(signed_at, now)
+    if signed_at < now - auth_errors.CLOCK_SKEW:
+        raise auth_errors.expired(signed_at, now)
+    if signed_at > now + auth_errors.CLOCK_SKEW:
+        raise auth_errors.not_yet_current(signed_at, now)
     if auth.date != amz_date[:8]:
-        raise errors.wrong_scope(f"Date in Credential scope does not match YYYYMMDD from ISO-8601 "
-                                 f"version of date from HTTP: '{auth.date}' != "
-                                 f"'{amz_date[:8]}', from '{amz_date}'.")
+        raise auth_errors.wrong_scope(f"Date in Credential scope does not match YYYYMMDD from "
+                                      f"ISO-8601 version of date from HTTP: '{auth.date}' != "
+                                      f"'{amz_date[:8]}', from '{amz_date}'.")
     if auth.region != region:
-        raise errors.wrong_scope(f"Credential should be scoped to a valid region, not "
-                                 f"'{auth.region}'. ")  # [U] this endpoint serves one region
+        raise auth_errors.wrong_scope(f"Credential should be scoped to a valid region, not "
+                                      f"'{auth.region}'. ")  # [U] this endpoint serves one region
     if auth.service != service:
-        raise errors.wrong_scope(f"Credential should be scoped to correct service: '{service}'. ")
+        raise auth_errors.wrong_scope(
+            f"Credential should be scoped to correct service: '{service}'. ")
     declared_hash = lookup.get("x-amz-content-sha256")
     if declared_hash and declared_hash != "UNSIGNED-PAYLOAD" and \
             not hmac.compare_digest(declared_hash, hashlib.sha256(body).hexdigest()):
-        raise errors.bad_signature()  # the body is not the one whose hash was signed
+        raise auth_errors.bad_signature()  # the body is not the one whose hash was signed
 
     signed = HTTPHeaders()
     for name, value in headers:
         if name in auth.signed_headers:
             signed[name] = value
     if any(name not in signed for name in auth.signed_headers):
-        raise errors.bad_signature()  # a header it signed did not arrive
+        raise auth_errors.bad_signature()  # a header it signed did not arrive
     url = f"http://{lookup.get('host', 'localhost')}{raw_path.decode('latin-1')}"
     if query:
         url += "?" + query.decode("latin-1")
@@ -116,5 +117,5 @@ def verify(*, method: str, raw_path: bytes, query: bytes, headers: Sequence[tupl
     canonical = signer.canonical_request(request)
     expected = signer.signature(signer.string_to_sign(request, canonical), request)
     if not hmac.compare_digest(expected, auth.signature):
-        raise errors.bad_signature()
+        raise auth_errors.bad_signature()
     return principal

@@ -35,7 +35,7 @@ from emulator.autoscaling.wire import MAX_RESULTS, ScalingError, not_found
 from emulator.clock import Clock
 from emulator.cloudwatch.alarm_api import check_metric_alarm
 from emulator.cloudwatch.alarms import METRIC_ALARM, AlarmStore
-from emulator.cloudwatch.errors import CloudWatchError
+from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from emulator.cloudwatch.alarms import (
     Alarm,
     AlarmStore,
 )
-from emulator.cloudwatch.errors import CloudWatchError, combination, invalid
+from emulator.cloudwatch.cloudwatch_errors import CloudWatchError, combination, invalid
 from emulator.cloudwatch.evaluation import OPERATORS
 from emulator.cloudwatch.series import MetricStore
 

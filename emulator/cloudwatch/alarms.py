@@ -36,7 +36,7 @@ from typing import Any
 from emulator.clock import Clock
 from emulator.cloudwatch import alarm_rule, evaluation
 from emulator.cloudwatch.actions import ActionCall, ActionHandler
-from emulator.cloudwatch.errors import invalid
+from emulator.cloudwatch.cloudwatch_errors import invalid
 from emulator.cloudwatch.notifications import SnsPublisher
 from emulator.cloudwatch.series import MetricStore
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from fastapi import APIRouter, FastAPI, Request, Response
 
 from emulator.cloudwatch import wire
-from emulator.cloudwatch.errors import CloudWatchError
+from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 from emulator.cloudwatch.service import CloudWatchService
 
 log = logging.getLogger(__name__)

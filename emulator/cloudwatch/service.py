@@ -24,7 +24,7 @@ from emulator.clock import Clock
 from emulator.cloudwatch import statistics
 from emulator.cloudwatch.alarm_api import AlarmApi
 from emulator.cloudwatch.alarms import AlarmStore
-from emulator.cloudwatch.errors import CloudWatchError, combination, invalid
+from emulator.cloudwatch.cloudwatch_errors import CloudWatchError, combination, invalid
 from emulator.cloudwatch.series import MetricStore, SeriesKey
 
 MAX_DATAPOINTS = 1440  # GetMetricStatistics' documented limit per call

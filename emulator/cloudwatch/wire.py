@@ -23,7 +23,7 @@ from xml.etree import ElementTree
 import cbor2
 from botocore.model import ListShape, MapShape, ServiceModel, Shape, StructureShape
 
-from emulator.cloudwatch.errors import CloudWatchError
+from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 from emulator.contract.apis import RepeatedParameter, parse_form
 from emulator.contract.control_plane import format_errors, project, to_epoch, validate
 from emulator.contract.json_errors import SERIALIZATION, TOO_DEEP, UnreadableBody, read_body

@@ -4,7 +4,8 @@ they all read a request body.
 SageMaker's control plane and Application Auto Scaling (JSON 1.1) both answer
 ``{"__type": <code>, <message member>: <text>}`` with an HTTP status; they differ only in the
 case of the message member, which each service's subclass names. CloudWatch's JSON 1.0 has an
-error of its own (``emulator/cloudwatch/errors.py``) but reads its bodies with ``read_body`` too.
+error of its own (``emulator/cloudwatch/cloudwatch_errors.py``) but reads its bodies with
+``read_body`` too.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ observed from the real service, [D] a rule SageMaker documents without publishin
 
 from __future__ import annotations
 
-from emulator.contract import errors
+from emulator.contract import runtime_errors
 
 # The SageMaker documentation's limit, also botocore's max for ``Containers``.
 MAX_CONTAINERS = 15
@@ -27,36 +27,38 @@ def container_label(hostname: str | None, index: int) -> str:
 
 # --- InvokeEndpoint: the three ValidationErrors the documentation lists [D] ----------------
 
-def unknown_container_hostname(hostname: str, endpoint: str,
-                               known: list[str]) -> errors.ValidationError:  # [D] rule, [U] text
-    return errors.ValidationError(
+def unknown_container_hostname(  # [D] rule, [U] text
+        hostname: str, endpoint: str, known: list[str]) -> runtime_errors.ValidationError:
+    return runtime_errors.ValidationError(
         f"TargetContainerHostname {hostname} does not exist in endpoint {endpoint}; its "
         f"containers are {', '.join(known)}.")
 
 
-def missing_container_hostname(endpoint: str, known: list[str]) -> errors.ValidationError:  # [D]
-    return errors.ValidationError(
+def missing_container_hostname(  # [D]
+        endpoint: str, known: list[str]) -> runtime_errors.ValidationError:
+    return runtime_errors.ValidationError(
         f"Endpoint {endpoint} is configured for direct invocation: specify "
         f"TargetContainerHostname (one of {', '.join(known)}).")
 
 
-def hostname_on_non_direct(endpoint: str) -> errors.ValidationError:  # [D] rule, [U] text
-    return errors.ValidationError(
+def hostname_on_non_direct(endpoint: str) -> runtime_errors.ValidationError:  # [D] rule, [U] text
+    return runtime_errors.ValidationError(
         f"Endpoint {endpoint} is not configured for direct invocation and does not support "
         "the TargetContainerHostname header; remove it, or create the model with "
         "InferenceExecutionConfig={'Mode': 'Direct'}.")
 
 
-def invalid_container_hostname(value: str) -> errors.ValidationError:  # [U] as other members
-    return errors.ValidationError(
+def invalid_container_hostname(  # [U] as other members
+        value: str) -> runtime_errors.ValidationError:
+    return runtime_errors.ValidationError(
         f"1 validation error detected: Value '{value[:80]}' at 'targetContainerHostname' failed "
         "to satisfy constraint: Member must satisfy regular expression pattern: "
         "^[a-zA-Z0-9](-*[a-zA-Z0-9])* and have length less than or equal to 63")
 
 
 def container_model_error(status: int, body: str, container: str, endpoint: str, region: str,
-                          account: str, log_stream_arn: str) -> errors.ModelError:
-    """As ``errors.model_error`` [O] (which names the container "primary"), naming the
+                          account: str, log_stream_arn: str) -> runtime_errors.ModelError:
+    """As ``runtime_errors.model_error`` [O] (which names the container "primary"), naming the
     container of a multi-container endpoint that failed [U]."""
     kind = "client" if 400 <= status < 500 else "server"
     message = (
@@ -65,7 +67,7 @@ def container_model_error(status: int, body: str, container: str, endpoint: str,
         f"#logEventViewer:group=/aws/sagemaker/Endpoints/{endpoint} in account {account} "
         "for more information."
     )
-    return errors.ModelError(message, status, body, log_stream_arn)
+    return runtime_errors.ModelError(message, status, body, log_stream_arn)
 
 
 def container_timed_out(container: str) -> str:  # [O] with "primary" for one container

@@ -3,7 +3,7 @@
 For errors the front door answers before any service sees the request (auth, a body too large
 to read): JSON services (sagemaker-runtime's rest-json, JSON 1.0/1.1) take ``__type`` and
 ``message``, CloudWatch's smithy RPC v2 CBOR the same members in CBOR, and its query protocol an
-XML ``ErrorResponse``. The services' own errors render themselves (``contract/errors.py``,
+XML ``ErrorResponse``. The services' own errors render themselves (``contract/runtime_errors.py``,
 ``cloudwatch/wire.py``, ...).
 """
 

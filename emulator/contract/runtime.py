@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from emulator.contract import errors, multi_container, triton_guard
+from emulator.contract import multi_container, runtime_errors, triton_guard
 from emulator.contract.body import Body
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
@@ -74,31 +74,31 @@ def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes | B
                  max_payload_bytes: int, request_id: str) -> InvokeRequest:
     """Validate what SageMaker's front end validates; raise ValidationError otherwise."""
     if len(endpoint_name) > 63 or not ENDPOINT_NAME.match(endpoint_name):
-        raise errors.ValidationError(
+        raise runtime_errors.ValidationError(
             f"1 validation error detected: Value '{endpoint_name}' at 'endpointName' failed to "
             "satisfy constraint: Member must satisfy regular expression pattern: "
             "^[a-zA-Z0-9](-*[a-zA-Z0-9])*"
         )
     if len(body) > max_payload_bytes:
-        raise errors.oversize_body(request_id, max_payload_bytes)
+        raise runtime_errors.oversize_body(request_id, max_payload_bytes)
     for header, member in _LIMITED_HEADERS:
         value = headers.get(header)
         if value is not None and len(value) > MAX_HEADER_LENGTH:
-            raise errors.header_too_long(header, member, MAX_HEADER_LENGTH)
+            raise runtime_errors.header_too_long(header, member, MAX_HEADER_LENGTH)
     target = headers.get(H_TARGET_MODEL)
     if target is not None:
         if len(target) > 1024:
-            raise errors.invalid_target_model(
+            raise runtime_errors.invalid_target_model(
                 target[:64] + "...", "Member must have length less than or equal to 1024")
         if not TARGET_MODEL.match(target):
-            raise errors.invalid_target_model(
+            raise runtime_errors.invalid_target_model(
                 target, r"Member must satisfy regular expression pattern: \A\S[\p{Print}]*\z")
     inference_id = headers.get(H_INFERENCE_ID)
     if inference_id is not None:  # botocore's model: 1-64 characters, \A\S[\p{Print}]*\z
         if len(inference_id) > 64:
-            raise errors.header_too_long(H_INFERENCE_ID, "inferenceId", 64)
+            raise runtime_errors.header_too_long(H_INFERENCE_ID, "inferenceId", 64)
         if not TARGET_MODEL.match(inference_id):
-            raise errors.ValidationError(
+            raise runtime_errors.ValidationError(
                 f"1 validation error detected: Value '{inference_id}' at 'inferenceId' failed to "
                 r"satisfy constraint: Member must satisfy regular expression pattern: "
                 r"\A\S[\p{Print}]*\z")
@@ -206,5 +206,5 @@ def response_headers(request_id: str, variant: str, content_type: str,
     return headers
 
 
-def error_headers(error: errors.SageMakerError, request_id: str) -> dict[str, str]:
+def error_headers(error: runtime_errors.SageMakerError, request_id: str) -> dict[str, str]:
     return {**error.headers(), "x-amzn-RequestId": request_id}

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.contract import errors, runtime
+from emulator.contract import runtime, runtime_errors
 from emulator.hosting.instance import Instance
 from emulator.hosting.multi_container import MultiContainerInstance, check_container_hostname
 from emulator.hosting.routing import Router
@@ -187,11 +187,11 @@ class Endpoint:
         if request.target_variant is not None:
             variant = self.variant(request.target_variant)
             if variant is None:
-                raise errors.variant_not_found(request.target_variant, self.name)
+                raise runtime_errors.variant_not_found(request.target_variant, self.name)
             return variant
         variant = self._router.variant(self.variants)
         if variant is None:
-            raise errors.no_variant_weight(self.name)
+            raise runtime_errors.no_variant_weight(self.name)
         return variant
 
     async def invoke(self, request: runtime.InvokeRequest) -> InvokeResult:
@@ -206,20 +206,21 @@ class Endpoint:
             target = request.target_model
             multi_model = variant.spec.container.is_multi_model
             if multi_model and target is None:
-                raise errors.missing_target_model(request.request_id)
+                raise runtime_errors.missing_target_model(request.request_id)
             if not multi_model and target is not None:
-                raise errors.not_multi_model(self.name)
+                raise runtime_errors.not_multi_model(self.name)
             check_container_hostname(variant.spec, request, self.name)
             serving = variant.serving()
             if not serving:  # every instance is draining: a moment of a scale-in [U]
-                raise errors.ServiceUnavailable(
+                raise runtime_errors.ServiceUnavailable(
                     f"Variant {variant.name} of endpoint {self.name} has no instance in service.")
             instance = self._router.instance(serving, target)
             answer = await instance.invoke(request, target, started, self._timeout_s)
-        except errors.SageMakerError as exc:
+        except runtime_errors.SageMakerError as exc:
             samples += (("Invocation4XXErrors", 1 if 400 <= exc.status < 500 else 0),
                         ("Invocation5XXErrors", 1 if exc.status >= 500 else 0),
-                        ("InvocationModelErrors", 1 if isinstance(exc, errors.ModelError) else 0))
+                        ("InvocationModelErrors",
+                         1 if isinstance(exc, runtime_errors.ModelError) else 0))
             metrics.record_soon(samples)
             raise
         except BaseException:  # cancelled (the client left, a stop): counted, not answered

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.contract import errors, multi_container, runtime
+from emulator.contract import multi_container, runtime, runtime_errors
 from emulator.hosting.spec import ContainerSpec
 from emulator.instance_types import Budget, lookup, machine_memory_bytes
 from emulator.manager.extract import UnsafeArchive
@@ -63,20 +63,20 @@ class ErrorContext:
 
     @property
     def log_stream_arn(self) -> str:
-        return errors.log_stream_arn(self.region, self.account, self.endpoint)
+        return runtime_errors.log_stream_arn(self.region, self.account, self.endpoint)
 
-    def model_error(self, status: int, body: str) -> errors.ModelError:
+    def model_error(self, status: int, body: str) -> runtime_errors.ModelError:
         if self.container != PRIMARY:
             return multi_container.container_model_error(
                 status, body, self.container, self.endpoint, self.region, self.account,
                 self.log_stream_arn)
-        return errors.model_error(status, body, self.endpoint, self.region, self.account,
+        return runtime_errors.model_error(status, body, self.endpoint, self.region, self.account,
                                   self.log_stream_arn)
 
-    def timed_out(self) -> errors.ModelError:
+    def timed_out(self) -> runtime_errors.ModelError:
         if self.container != PRIMARY:
             return self.model_error(0, multi_container.container_timed_out(self.container))
-        return errors.invocation_timed_out(self.endpoint, self.region, self.account,
+        return runtime_errors.invocation_timed_out(self.endpoint, self.region, self.account,
                                            self.log_stream_arn)
 
 
@@ -289,10 +289,10 @@ class Instance:
                         self._calling.pop(target, None)
                 model_latency = time.monotonic() - infer_started
         except ObjectNotFound:
-            raise errors.target_model_not_found(target or self.container.model_data,
+            raise runtime_errors.target_model_not_found(target or self.container.model_data,
                                                 self.manager.source.location) from None
         except ModelNotReady:
-            raise errors.model_not_ready(target or self._errors.endpoint) from None
+            raise runtime_errors.model_not_ready(target or self._errors.endpoint) from None
         except ModelLoadFailed as exc:
             raise self._errors.model_error(exc.status, exc.body) from None
         except (InvalidModelRepository, UnsafeArchive) as exc:

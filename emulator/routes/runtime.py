@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
-from emulator.contract import errors, runtime
+from emulator.contract import runtime, runtime_errors
 from emulator.contract.body import Body
 from emulator.hosting.registry import EndpointRegistry
 from emulator.http_protocol import Answer, BodySource
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 INVOCATIONS_PATH = re.compile(r"/endpoints/([^/]+)/invocations")
 
 
-def error_response(error: errors.SageMakerError, request_id: str) -> JSONResponse:
+def error_response(error: runtime_errors.SageMakerError, request_id: str) -> JSONResponse:
     return JSONResponse(error.members(), status_code=error.status,
                         headers=runtime.error_headers(error, request_id))
 
@@ -57,14 +57,14 @@ async def read_bounded(source: BodySource, limit: int, request_id: str) -> bytes
     part, more = await source()
     if not more and len(part) == 1:  # the usual: the whole body, in one piece
         if len(part[0]) > limit:
-            raise errors.oversize_body(request_id, limit)
+            raise runtime_errors.oversize_body(request_id, limit)
         return part[0]
     pieces: list[bytes] = []
     size = 0
     while True:
         size += sum(map(len, part))
         if size > limit:
-            raise errors.oversize_body(request_id, limit)  # the rest stays unread
+            raise runtime_errors.oversize_body(request_id, limit)  # the rest stays unread
         pieces.extend(piece for piece in part if piece)
         if not more:
             if len(pieces) > 1:
@@ -105,22 +105,22 @@ class Invocations:
         try:
             declared = headers.get("content-length", "")
             if declared.isdigit() and int(declared) > settings.max_payload_bytes:
-                raise errors.oversize_body(request_id, settings.max_payload_bytes)  # unread
+                raise runtime_errors.oversize_body(request_id, settings.max_payload_bytes)  # unread
             body = await read_bounded(body_source, settings.max_payload_bytes, request_id)
             parsed = runtime.parse_invoke(endpoint_name, headers, body,
                                           settings.max_payload_bytes, request_id)
             endpoint = self.registry.get(endpoint_name)
             if endpoint is None:
-                raise errors.endpoint_not_found(endpoint_name, settings.account_id)
+                raise runtime_errors.endpoint_not_found(endpoint_name, settings.account_id)
             result = await endpoint.invoke(parsed)
-        except errors.SageMakerError as exc:
+        except runtime_errors.SageMakerError as exc:
             return _raw(error_response(exc, request_id))
         except ClientDisconnect:  # the client left mid-body: not an error of ours, nobody to answer
             log.info("request=%s outcome=client-disconnected", request_id)
             return _raw(Response(status_code=400))
         except Exception as exc:  # a bug of ours: say so in SageMaker's shape, log the details
             log.exception("request=%s outcome=internal-failure", request_id)
-            return _raw(error_response(errors.InternalFailure(f"internal failure: {exc}"),
+            return _raw(error_response(runtime_errors.InternalFailure(f"internal failure: {exc}"),
                                        request_id))
         # What Starlette's Response(content=body, headers=...) would send, built directly.
         raw_headers = [(name.lower().encode("latin-1"), value.encode("latin-1"))
@@ -165,10 +165,10 @@ def build_runtime_router(settings: Settings, registry: EndpointRegistry) -> APIR
         operation = ("InvokeEndpointWithResponseStream"
                      if request.url.path.endswith("-response-stream") else "InvokeEndpointAsync")
         if registry.get(endpoint_name) is None:
-            error: errors.SageMakerError = errors.endpoint_not_found(endpoint_name,
+            error: runtime_errors.SageMakerError = runtime_errors.endpoint_not_found(endpoint_name,
                                                                      settings.account_id)
         else:
-            error = errors.unsupported_for_multi_model(operation, endpoint_name)
+            error = runtime_errors.unsupported_for_multi_model(operation, endpoint_name)
         return error_response(error, request_id)
 
     return router

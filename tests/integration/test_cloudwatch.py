@@ -19,7 +19,7 @@ from botocore.serialize import create_serializer
 
 from emulator.clock import Clock
 from emulator.cloudwatch import CloudWatchService, MetricStore
-from emulator.cloudwatch.errors import CloudWatchError
+from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 from emulator.cloudwatch.series import MAX_SAMPLES_PER_SERIES
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.support import package, scale_request, write_scale_model

@@ -11,7 +11,7 @@ import pytest
 
 from emulator.clock import Clock
 from emulator.cloudwatch import AlarmStore, CloudWatchService, MetricStore, alarm_rule, metric_math
-from emulator.cloudwatch.errors import CloudWatchError
+from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 
 
 class FakeTime:

@@ -17,10 +17,9 @@ from botocore.parsers import create_parser
 from fastapi import FastAPI
 from urllib3._collections import HTTPHeaderDict
 
-from emulator.auth import AuthConfigError, install_auth, is_loopback
-from emulator.auth import errors as auth_errors
+from emulator.auth import AuthConfigError, auth_errors, install_auth, is_loopback
+from emulator.auth.auth_errors import AuthError, Failure, Protocol
 from emulator.auth.credentials import load_credentials, load_principals
-from emulator.auth.errors import AuthError, Failure, Protocol
 from emulator.auth.requests import classify
 from emulator.auth.sigv4 import verify
 from emulator.contract.apis import RepeatedParameter, canonical_headers, read_request

@@ -5,7 +5,7 @@ from __future__ import annotations
 import botocore.session
 import pytest
 
-from emulator.contract import errors, runtime
+from emulator.contract import runtime, runtime_errors
 
 
 @pytest.fixture(scope="module")
@@ -13,12 +13,12 @@ def service_model():  # type: ignore[no-untyped-def]
     return botocore.session.get_session().get_service_model("sagemaker-runtime")
 
 
-@pytest.mark.parametrize("error_class", errors.ERROR_TABLE, ids=lambda c: c.shape)
+@pytest.mark.parametrize("error_class", runtime_errors.ERROR_TABLE, ids=lambda c: c.shape)
 def test_error_table_matches_botocore(service_model, error_class) -> None:  # type: ignore[no-untyped-def]
     shape = service_model.shape_for(error_class.shape)
     assert shape.metadata["exception"] is True
     assert shape.metadata["error"]["httpStatusCode"] == error_class.status
-    instance = (error_class("m", 400, "body", "arn") if error_class is errors.ModelError
+    instance = (error_class("m", 400, "body", "arn") if error_class is runtime_errors.ModelError
                 else error_class("m"))
     assert set(instance.members()) <= set(shape.members), "a member botocore does not know"
     assert instance.headers() == {"x-amzn-ErrorType": error_class.shape}
@@ -26,12 +26,13 @@ def test_error_table_matches_botocore(service_model, error_class) -> None:  # ty
 
 def test_every_modeled_invoke_error_is_in_the_table(service_model) -> None:  # type: ignore[no-untyped-def]
     modeled = {s.name for s in service_model.operation_model("InvokeEndpoint").error_shapes}
-    assert modeled == {c.shape for c in errors.ERROR_TABLE}
+    assert modeled == {c.shape for c in runtime_errors.ERROR_TABLE}
 
 
 def test_model_error_members_are_typed_as_botocore_says(service_model) -> None:  # type: ignore[no-untyped-def]
     shape = service_model.shape_for("ModelError")
-    error = errors.model_error(400, '{"error":"x"}', "ep", "us-east-1", "123456789012", "arn")
+    error = runtime_errors.model_error(
+        400, '{"error":"x"}', "ep", "us-east-1", "123456789012", "arn")
     members = error.members()
     assert shape.members["OriginalStatusCode"].type_name == "integer"
     assert isinstance(members["OriginalStatusCode"], int)
@@ -80,14 +81,14 @@ def test_target_model_validation(target, ok) -> None:  # type: ignore[no-untyped
     if ok:
         assert runtime.parse_invoke("ep", headers, b"", 10, "rid").target_model == target
     else:
-        with pytest.raises(errors.ValidationError):
+        with pytest.raises(runtime_errors.ValidationError):
             runtime.parse_invoke("ep", headers, b"", 10, "rid")
 
 
 def test_oversize_body_and_bad_endpoint_name() -> None:
-    with pytest.raises(errors.ValidationError, match="oversize"):
+    with pytest.raises(runtime_errors.ValidationError, match="oversize"):
         runtime.parse_invoke("ep", {}, b"x" * 11, 10, "rid")
-    with pytest.raises(errors.ValidationError, match="endpointName"):
+    with pytest.raises(runtime_errors.ValidationError, match="endpointName"):
         runtime.parse_invoke("bad_name", {}, b"", 10, "rid")
 
 
@@ -100,6 +101,6 @@ def test_inference_id_within_botocores_constraints(inference_id: str,
     if problem is None:
         assert runtime.parse_invoke("ep", headers, b"", 10, "rid").inference_id == inference_id
     else:
-        with pytest.raises(errors.ValidationError, match=problem) as caught:
+        with pytest.raises(runtime_errors.ValidationError, match=problem) as caught:
             runtime.parse_invoke("ep", headers, b"", 10, "rid")
         assert "inferenceId" in str(caught.value)

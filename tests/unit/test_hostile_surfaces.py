@@ -27,10 +27,10 @@ from emulator.autoscaling import wire as scaling_wire
 from emulator.clock import Clock
 from emulator.cloudwatch import CloudWatchService, MetricStore
 from emulator.cloudwatch import wire as cloudwatch_wire
-from emulator.cloudwatch.errors import CloudWatchError
+from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 from emulator.containers.sagemaker import ContainerUnreachable, SageMakerContainer
 from emulator.contract import control_plane
-from emulator.contract.errors import ModelError
+from emulator.contract.runtime_errors import ModelError
 from emulator.hosting.instance import ErrorContext
 from emulator.hosting.multi_container import ServeMember
 from emulator.hosting.routing import Router

@@ -9,8 +9,9 @@ import json
 import pytest
 
 from emulator.containers.images import ImageMap, is_triton_image, names_triton
-from emulator.contract import errors, runtime
+from emulator.contract import runtime
 from emulator.contract.control_plane import ControlPlaneError, parse_request
+from emulator.contract.runtime_errors import ValidationError
 from emulator.hosting.multi_container import check_container_hostname
 from emulator.hosting.spec import DIRECT, SERIAL, ContainerSpec, EndpointSpec, VariantSpec
 
@@ -96,25 +97,25 @@ def request(hostname: str | None) -> runtime.InvokeRequest:
 def test_the_three_validation_errors_of_target_container_hostname() -> None:
     direct = variant(DIRECT, "englishModel", "germanModel")
     check_container_hostname(direct, request("germanModel"), "mce")  # the documented call
-    with pytest.raises(errors.ValidationError, match="does not exist in endpoint mce"):
+    with pytest.raises(ValidationError, match="does not exist in endpoint mce"):
         check_container_hostname(direct, request("frenchModel"), "mce")
-    with pytest.raises(errors.ValidationError, match="configured for direct invocation: "
+    with pytest.raises(ValidationError, match="configured for direct invocation: "
                                                      "specify TargetContainerHostname"):
         check_container_hostname(direct, request(None), "mce")
     serial = variant(SERIAL, "englishModel", "germanModel")
-    with pytest.raises(errors.ValidationError, match="not configured for direct invocation"):
+    with pytest.raises(ValidationError, match="not configured for direct invocation"):
         check_container_hostname(serial, request("englishModel"), "mce")
     single = variant(None, None)  # a single-container endpoint is not Direct either
-    with pytest.raises(errors.ValidationError, match="not configured for direct invocation"):
+    with pytest.raises(ValidationError, match="not configured for direct invocation"):
         check_container_hostname(single, request("primary"), "mce")
     check_container_hostname(serial, request(None), "mce")
     check_container_hostname(single, request(None), "mce")
 
 
 def test_a_malformed_hostname_header_is_a_validation_error() -> None:
-    with pytest.raises(errors.ValidationError, match="targetContainerHostname"):
+    with pytest.raises(ValidationError, match="targetContainerHostname"):
         request("not a hostname")
-    with pytest.raises(errors.ValidationError, match="targetContainerHostname"):
+    with pytest.raises(ValidationError, match="targetContainerHostname"):
         request("a" * 64)
 
 
