@@ -273,15 +273,17 @@ def _accounted(run: Callable[..., Measure], pids: tuple[int | None, int | None],
 
 # --- the benchmark ------------------------------------------------------------------------------
 
-def start_serve(args: list[str], timeout_s: float = 180) -> tuple[subprocess.Popen[bytes], str]:
+def start_serve(args: list[str], timeout_s: float = 180, *, cwd: Path | None = None,
+                env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """``mme serve ARGS`` in its own process on a free port (client and server must not share a
-    GIL); returns once it answers /ping."""
+    GIL); returns once it answers /ping. ``cwd`` and ``env`` choose the code it runs
+    (``--baseline``: another revision's checkout)."""
     from emulator.processes import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([sys.executable, "-m", "mme", "serve", "--port", str(port),
-                               "--log-level", "WARNING", *args])
+                               "--log-level", "WARNING", *args], cwd=cwd, env=env)
 
     def answers() -> bool:
         try:
@@ -499,12 +501,17 @@ def run_overhead(args: argparse.Namespace) -> int:
         print("mme bench overhead: --driver wrk but wrk is not installed "
               "(apt-get install -y wrk)", file=sys.stderr)
         return 2
-    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    if args.baseline is not None:
+        from mme.bench_baseline import compare_with
+
+        return compare_with(args.baseline, _workload_of(args), driver,
+                            [int(c) for c in (args.concurrency or "1,8").split(",")],
+                            args.seconds, args.rounds)
+    concurrencies = [int(c) for c in (args.concurrency or "1,8,32").split(",")]
     with tempfile.TemporaryDirectory(prefix="mme-bench-overhead-") as tmp:
         work = Path(tmp)
         (work / "store").mkdir()
-        workload = (_binary(work / "store", args.binary_size) if args.workload == "binary"
-                    else WORKLOADS[args.workload](work / "store"))
+        workload = _workload_of(args)(work / "store")
         server, url = _serve(work, args.serve_flag or [])
         try:
             _invoke_once(url, workload)  # load the model: cold start is not what is measured
@@ -520,6 +527,14 @@ def run_overhead(args: argparse.Namespace) -> int:
     return 0 if errors == 0 else 1
 
 
+def _workload_of(args: argparse.Namespace) -> Callable[[Path], Workload]:
+    """What builds the chosen workload's model into a store folder."""
+    if args.workload == "binary":
+        size: int = args.binary_size
+        return lambda store: _binary(store, size)
+    return WORKLOADS[args.workload]
+
+
 def _size(text: str) -> int:
     size = parse_size(text)
     if size is None or size < 4:
@@ -531,14 +546,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = commands.add_parser("overhead", help="emulator vs direct Triton on one warm model, "
                                              "driven by wrk")
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="trivial")
-    p.add_argument("--concurrency", default="1,8,32",
-                   help="comma-separated concurrencies (default 1,8,32)")
+    p.add_argument("--concurrency", default=None,
+                   help="comma-separated concurrencies (default 1,8,32; with --baseline 1,8)")
     p.add_argument("--binary-size", type=_size, default=BINARY_BYTES, metavar="SIZE",
                    help="the binary workload's tensor bytes (default 5MiB; e.g. 256KiB)")
     p.add_argument("--seconds", type=float, default=3.0, help="per path and round")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per concurrency")
     p.add_argument("--driver", choices=("auto", "wrk", "python"), default="auto",
                    help="auto: wrk when installed, else the Python client")
+    p.add_argument("--baseline", metavar="REV",
+                   help="instead of the paths table: InvokeEndpoint on mme serve from this tree "
+                        "against mme serve from REV (a commit, checked out into a temporary git "
+                        "worktree), alternating rounds (mme/bench_baseline.py)")
     p.add_argument("--serve-flag", action="append", metavar="FLAG",
                    help="passed on to mme serve (repeat; e.g. --serve-flag=--workers=2)")
     p.set_defaults(func=run_overhead)
