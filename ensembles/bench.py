@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from emulator.cloudwatch.statistics import percentile
 from ensembles import registry
@@ -84,8 +85,9 @@ def _json_body(sentence: str) -> bytes:
                                    "data": [sentence]}]}).encode()
 
 
-def measure(client: object, endpoint: str, target: str, body: bytes, concurrency: int,
+def measure(client: Any, endpoint: str, target: str, body: bytes, concurrency: int,
             requests: int) -> tuple[list[float], int, float]:
+    """``client``: a boto3 sagemaker-runtime client (boto3 ships no types)."""
     latencies: list[float] = []
     errors = 0
     lock = threading.Lock()
@@ -95,7 +97,7 @@ def measure(client: object, endpoint: str, target: str, body: bytes, concurrency
         for _ in range(count):
             started = time.perf_counter()
             try:
-                response = client.invoke_endpoint(  # type: ignore[attr-defined]
+                response = client.invoke_endpoint(
                     EndpointName=endpoint, TargetModel=target, Body=body,
                     ContentType="application/json")
                 response["Body"].read()
@@ -130,7 +132,7 @@ def run(work_dir: Path | None = None, concurrency: int = 8, requests: int = 200,
     from emulator.settings import Settings
 
     owned = work_dir is None
-    root = Path(tempfile.mkdtemp(prefix="mme-bench-")) if owned else Path(work_dir)
+    root = Path(tempfile.mkdtemp(prefix="mme-bench-")) if work_dir is None else Path(work_dir)
     try:
         if base_repo is None:
             print("building text_embedding (the exporters' output is hidden; --verbose shows "

@@ -93,7 +93,7 @@ def run_bench_ensemble(args: argparse.Namespace) -> int:
     return 0 if all(r.errors == 0 for r in results) else 1
 
 
-def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_bench_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``mme bench ensemble``."""
     p = commands.add_parser(
         "ensemble", help="the text ensemble through the emulator: dynamic batching and "
@@ -107,7 +107,7 @@ def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type
     p.set_defaults(func=run_bench_ensemble)
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "build", help="build a bundled ensemble's model repository and tarball",
         description="Write a Triton model repository for a bundled ensemble and package it "

@@ -120,7 +120,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     return 0 if all(r.errors == 0 for r in runs) else 1
 
 
-def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_bench_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``mme bench overhead`` and ``mme bench fleet``."""
     bench_overhead.add_parser(commands)
     f = commands.add_parser("fleet", help="a 3-instance endpoint vs 1 instance with the same "

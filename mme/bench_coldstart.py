@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if now <= 1.1 * parts else 1
 
 
-def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_bench_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``mme bench coldstart``."""
     p = commands.add_parser(
         "coldstart", help="first invocation of a large model from a real HTTP S3 server vs "

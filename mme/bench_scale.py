@@ -412,7 +412,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_bench_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``mme bench scale``."""
     p = commands.add_parser(
         "scale", help="a thousand models under Zipf popularity (hit ratio vs an LRU "

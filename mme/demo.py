@@ -162,7 +162,7 @@ def run(work_dir: Path) -> int:
     return 0
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("demo", help="build the bundled ensembles, serve, invoke, show "
                                            "the MME metrics, stop")
     p.add_argument("--work-dir", default=".mme-demo", help="where models and caches go")

@@ -372,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "plan", help="capacity planning: measure each model once, predict hit ratio, misses "
                      "and their latency per instance type and count (docs/memory.md)")

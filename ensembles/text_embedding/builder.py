@@ -83,7 +83,9 @@ def export_onnx(model_dir: Path, target: Path) -> Path:
             self.inner = inner
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            output = self.inner(input_ids=input_ids, attention_mask=attention_mask)
+            hidden: torch.Tensor = output.last_hidden_state  # a nn.Module's call returns Any
+            return hidden
 
     example = (torch.ones((2, 8), dtype=torch.int64), torch.ones((2, 8), dtype=torch.int64))
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")

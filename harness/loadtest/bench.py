@@ -129,7 +129,7 @@ def table(rows: list[Measured], users: int, seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_bench_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``mme bench loadgen``."""
     p = commands.add_parser("loadgen", help="calls/s of the load engines (the asyncio loop before "
                                             "Locust, Locust with 1 and 2 processes), same run")

@@ -9,13 +9,16 @@ config.pbtxt and point the ``EXECUTION_ENV_PATH`` parameter at it
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+# pb_utils ships no types: its requests and responses are Any to the checker.
+
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         import torch
         from transformers import AutoModel
 
@@ -27,14 +30,17 @@ class TritonPythonModel:
         if threads:
             torch.set_num_threads(int(threads))
         folder = Path(args["model_repository"]) / args["model_version"] / "hf_model"
-        self.model = AutoModel.from_pretrained(str(folder)).to(self.device).eval()
-        self.torch = torch
+        self.model: torch.nn.Module | None = (
+            AutoModel.from_pretrained(str(folder)).to(self.device).eval())
 
-    def execute(self, requests):
-        torch = self.torch
-        responses = []
+    def execute(self, requests: list[Any]) -> list[Any]:
+        import torch  # already loaded by initialize()
+
+        responses: list[Any] = []
         for request in requests:
             try:
+                if self.model is None:  # finalize() released it
+                    raise RuntimeError("the model is finalized")
                 ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()
                 mask = pb_utils.get_input_tensor_by_name(request, "attention_mask").as_numpy()
                 with torch.inference_mode():
@@ -51,7 +57,9 @@ class TritonPythonModel:
                     output_tensors=[], error=pb_utils.TritonError(f"bert-torch: {exc}")))
         return responses
 
-    def finalize(self):
+    def finalize(self) -> None:
+        import torch
+
         self.model = None
-        if self.torch.cuda.is_available():
-            self.torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

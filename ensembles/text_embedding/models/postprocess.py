@@ -5,16 +5,20 @@ SENT_EMBED (FP32 [batch, 384]); the same arithmetic as sentence-transformers' Po
 Normalize modules, in numpy so this step needs no deep-learning framework.
 """
 
+from typing import Any
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+# pb_utils ships no types: its requests and responses are Any to the checker.
+
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         pass
 
-    def execute(self, requests):
-        responses = []
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = []
         for request in requests:
             try:
                 tokens = pb_utils.get_input_tensor_by_name(request, "TOKEN_EMBEDS_POST").as_numpy()

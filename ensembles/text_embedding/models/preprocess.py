@@ -7,25 +7,34 @@ setting of the model), exactly as SentenceTransformer.encode tokenizes.
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+# pb_utils ships no types: its requests and responses are Any to the checker.
+
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         from transformers import AutoTokenizer
 
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         self.max_length = int(params.get("max_seq_length", "256"))
         folder = Path(args["model_repository"]) / args["model_version"] / "tokenizer"
-        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self.tokenizer: PreTrainedTokenizerBase | None = (
+            AutoTokenizer.from_pretrained(str(folder)))
 
-    def execute(self, requests):
-        responses = []
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = []
         for request in requests:
             try:
+                if self.tokenizer is None:  # finalize() released it
+                    raise RuntimeError("the model is finalized")
                 raw = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
                 texts = [
                     item.decode("utf-8") if isinstance(item, bytes) else str(item)
@@ -43,5 +52,5 @@ class TritonPythonModel:
                     output_tensors=[], error=pb_utils.TritonError(f"preprocess: {exc}")))
         return responses
 
-    def finalize(self):
+    def finalize(self) -> None:
         self.tokenizer = None
