@@ -4,8 +4,8 @@ their CloudWatch alarms' actions), ``step`` (step scaling), ``capacity`` (how th
 reached: SageMaker's API), ``rules`` (target tracking as AWS documents it, and the [U])."""
 
 from emulator.autoscaling.capacity import SageMakerVariants
-from emulator.autoscaling.engine import ScalingEngine
 from emulator.autoscaling.routes import build_autoscaling_router, json_handler
+from emulator.autoscaling.scaling_engine import ScalingEngine
 from emulator.autoscaling.service import AutoScalingService
 
 __all__ = ["AutoScalingService", "SageMakerVariants", "ScalingEngine",

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from fastapi import APIRouter, FastAPI, Request, Response
 
 from emulator.autoscaling import wire
-from emulator.autoscaling.engine import ScalingEngine
+from emulator.autoscaling.scaling_engine import ScalingEngine
 from emulator.autoscaling.service import AutoScalingService
 
 log = logging.getLogger(__name__)

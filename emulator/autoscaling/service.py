@@ -3,7 +3,7 @@
 Scalable targets, policies and activities are kept in a JSON file in the cache folder and come
 back after a restart. Policies are target tracking (whose two CloudWatch alarms this service
 creates in the ``AlarmStore``, as AWS does) or step scaling (run by the alarms a user points at
-the policy's ARN); ``emulator/autoscaling/engine.py`` runs them when their alarms fire.
+the policy's ARN); ``emulator/autoscaling/scaling_engine.py`` runs them when their alarms fire.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from emulator.containers.engine import (
+from emulator.containers.docker_engine import (
     connect,
     follow_logs,
     owner_labels,

@@ -78,7 +78,7 @@ class InstanceFactory:
             return None
         import docker.errors
 
-        from emulator.containers.engine import connect
+        from emulator.containers.docker_engine import connect
 
         client = connect()
         try:

@@ -8,8 +8,9 @@ whole cache dir) is bind-mounted at the SAME absolute path inside the container 
 ``--model-repository=<that same path>``: the symlinks resolve in the container as they do here.
 This needs the engine to run on this machine (or to share its file system at the same paths).
 
-Containers carry labels naming the emulator process that owns them (``emulator.containers.engine``);
-leftovers of a killed emulator are removed when any docker launcher starts on this host.
+Containers carry labels naming the emulator process that owns them
+(``emulator.containers.docker_engine``); leftovers of a killed emulator are removed when any docker
+launcher starts on this host.
 
 Images labelled ``com.sagemaker-mme-emulator.shims-dir`` (the CPU test image built by
 ``docker/build-test-image.sh``) get the emulator's Python-based backend shims bind-mounted into
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 # The engine and image helpers live in emulator.containers (shared with the launcher of other
 # SageMaker containers); re-exported here for the callers and tests that import them from here.
-from emulator.containers.engine import (  # noqa: F401
+from emulator.containers.docker_engine import (  # noqa: F401
     ENGINE_HINT,
     HOST_LABEL,
     LABEL_PREFIX,
