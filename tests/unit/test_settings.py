@@ -28,16 +28,17 @@ def test_environment_then_flags() -> None:
     assert format_size(settings.memory_budget) == "2.0GiB"
 
 
-def test_the_readme_configuration_table_is_the_settings() -> None:
-    """Settings are written once: the README's table is rendered from ``emulator/settings.py``."""
+def test_the_documented_configuration_table_is_the_settings() -> None:
+    """Settings are written once: docs/configuration.md's table is rendered from
+    ``emulator/settings.py``."""
     from pathlib import Path
 
     from emulator.settings import configuration_table
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert configuration_table() in readme, (
-        "README.md's configuration table differs from emulator/settings.py: paste the output of "
-        "`python -m emulator.settings` over it")
+    page = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    assert configuration_table() in page, (
+        "docs/configuration.md's configuration table differs from emulator/settings.py: paste the "
+        "output of `python -m emulator.settings` over it")
 
 
 def test_every_setting_is_a_flag_and_a_variable_with_a_description() -> None:
