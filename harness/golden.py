@@ -15,8 +15,10 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 META_KEY = "__meta__"
 FORMAT_VERSION = 1
@@ -75,7 +77,7 @@ class Comparison:
         return not self.diffs
 
 
-def _storable(array: np.ndarray) -> np.ndarray:
+def _storable(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     # Object arrays (Triton BYTES) would need pickle; fixed-width bytes load with
     # allow_pickle=False and compare element-wise the same way.
     if array.dtype.kind == "O":
@@ -94,7 +96,7 @@ def _flat_index(array_shape: tuple[int, ...], flat: int) -> tuple[int, ...]:
 
 
 def compare_tensor(
-    name: str, actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float
+    name: str, actual: npt.NDArray[Any], expected: npt.NDArray[Any], rtol: float, atol: float
 ) -> TensorDiff | None:
     actual = _storable(np.asarray(actual))
     expected = np.asarray(expected)
@@ -161,7 +163,7 @@ def compare_tensor(
     )
 
 
-def _cosine(a: np.ndarray, e: np.ndarray) -> float | None:
+def _cosine(a: npt.NDArray[Any], e: npt.NDArray[Any]) -> float | None:
     """Cosine similarity of the two tensors flattened: 1 for the same direction whatever the
     scale, NaN when either holds a NaN or an infinity, None when either is all zeros."""
     norms = float(np.linalg.norm(a)) * float(np.linalg.norm(e))
@@ -172,7 +174,8 @@ def _cosine(a: np.ndarray, e: np.ndarray) -> float | None:
 
 
 def compare(
-    actual: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray], rtol: float, atol: float
+    actual: Mapping[str, npt.NDArray[Any]], expected: Mapping[str, npt.NDArray[Any]],
+    rtol: float, atol: float,
 ) -> Comparison:
     result = Comparison()
     for name in sorted(set(expected) - set(actual)):
@@ -188,7 +191,7 @@ def compare(
 
 @dataclass
 class Golden:
-    tensors: dict[str, np.ndarray]
+    tensors: dict[str, npt.NDArray[Any]]
     meta: dict[str, object]
 
 
@@ -199,20 +202,20 @@ def load(path: Path) -> Golden:
     return Golden(tensors, meta)
 
 
-def save(path: Path, outputs: Mapping[str, np.ndarray], meta: Mapping[str, object]) -> None:
+def save(path: Path, outputs: Mapping[str, npt.NDArray[Any]], meta: Mapping[str, object]) -> None:
     if META_KEY in outputs:
         raise ValueError(f"an output may not be named {META_KEY!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {name: _storable(np.asarray(value)) for name, value in outputs.items()}
     arrays[META_KEY] = np.array(json.dumps({"format": FORMAT_VERSION, **meta}, sort_keys=True))
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
+    np.savez_compressed(tmp, **arrays)
     os.replace(tmp, path)
 
 
 def check(
     path: Path,
-    outputs: Mapping[str, np.ndarray],
+    outputs: Mapping[str, npt.NDArray[Any]],
     *,
     rtol: float = 1e-5,
     atol: float = 1e-6,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from harness.golden import META_KEY, compare
 
@@ -39,8 +40,8 @@ class GoldenCase:
     path: Path
     model: str  # the TargetModel
     name: str
-    inputs: dict[str, np.ndarray]
-    outputs: dict[str, np.ndarray]
+    inputs: dict[str, npt.NDArray[Any]]
+    outputs: dict[str, npt.NDArray[Any]]
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -87,7 +88,7 @@ def _save(path: Path, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
     arrays.update({f"{OUTPUT_PREFIX}{k}": _storable(np.asarray(v)) for k, v in outputs.items()})
     arrays[META_KEY] = np.array(json.dumps({"format": CASE_FORMAT, **meta}, sort_keys=True))
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
+    np.savez_compressed(tmp, **arrays)
     os.replace(tmp, path)
 
 

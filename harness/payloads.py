@@ -13,8 +13,10 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 JSON = "application/json"
@@ -46,7 +48,7 @@ def json_header_size(content_type: str | None) -> int | None:
     return int(match.group(1))
 
 
-def triton_dtype(array: np.ndarray) -> str:
+def triton_dtype(array: npt.NDArray[Any]) -> str:
     from tritonclient.utils import np_to_triton_dtype
 
     if array.dtype.kind in ("U", "S", "O"):
@@ -57,7 +59,7 @@ def triton_dtype(array: np.ndarray) -> str:
     return str(dtype)
 
 
-def _as_array(value: object) -> np.ndarray:
+def _as_array(value: object) -> npt.NDArray[Any]:
     array = np.asarray(value)
     if array.dtype.kind == "U":
         # Triton BYTES travel as bytes; numpy unicode arrays are encoded as UTF-8.
@@ -119,7 +121,7 @@ def _set_binary_data_output(
     return new_header + body[size:], len(new_header)
 
 
-def parse_response(body: bytes, content_type: str | None) -> dict[str, np.ndarray]:
+def parse_response(body: bytes, content_type: str | None) -> dict[str, npt.NDArray[Any]]:
     """Decode a Triton response (JSON or binary+json) into ``{output name: array}``.
 
     BYTES outputs come back as numpy object arrays of ``bytes``.
@@ -138,7 +140,7 @@ def parse_response(body: bytes, content_type: str | None) -> dict[str, np.ndarra
     response = result.get_response()
     if "error" in response:
         raise PayloadError(f"the response is an error: {response['error']}")
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, npt.NDArray[Any]] = {}
     for output in response.get("outputs", []):
         array = result.as_numpy(output["name"])
         if array is None:
@@ -149,7 +151,7 @@ def parse_response(body: bytes, content_type: str | None) -> dict[str, np.ndarra
 
 def random_inputs(
     specs: Iterable[tuple[str, str, list[int]]], seed: int = 0
-) -> dict[str, np.ndarray]:
+) -> dict[str, npt.NDArray[Any]]:
     """Random tensors for ``(name, triton datatype, shape)`` specs, for load tests and sweeps.
 
     ``-1`` dimensions become 1; BYTES inputs get short ASCII strings.
@@ -157,7 +159,7 @@ def random_inputs(
     from tritonclient.utils import triton_to_np_dtype
 
     rng = np.random.default_rng(seed)
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, npt.NDArray[Any]] = {}
     for name, datatype, shape in specs:
         dims = [1 if d < 0 else d for d in shape]
         if datatype == "BYTES":

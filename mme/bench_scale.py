@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
@@ -44,9 +45,10 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -136,9 +138,9 @@ class Server:
         return statistics.median(times), listed
 
 
-def _instances(payload: dict) -> list[dict]:  # type: ignore[type-arg]
+def _instances(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """Every instance-level block of ``/_emulator/models`` (the layout nests by variant)."""
-    found: list[dict] = []  # type: ignore[type-arg]
+    found: list[dict[str, Any]] = []
 
     def walk(node: object) -> None:
         if isinstance(node, dict):
@@ -233,7 +235,8 @@ class Driver:
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             return Outcome(target, False, False, (time.perf_counter() - started) * 1e3, repr(exc))
 
-    async def run(self, sequence: Sequence[str], checkpoints: dict[int, object] | None = None,
+    async def run(self, sequence: Sequence[str],
+                  checkpoints: Mapping[int, Callable[[], None]] | None = None,
                   until: float | None = None, rng: random.Random | None = None) -> float:
         """Send ``sequence`` in order (or random picks from it until ``until``); seconds taken.
 
@@ -268,12 +271,15 @@ class Driver:
                         state["done"] += 1
                         gate.notify_all()
 
+            def answered(count: int) -> Callable[[], bool]:
+                return lambda: state["done"] >= count
+
             async def checkpointer() -> None:
                 while checkpoints:
                     index = min(checkpoints)
                     async with gate:
-                        await gate.wait_for(lambda index=index: state["done"] >= index)
-                    await asyncio.to_thread(checkpoints[index])  # type: ignore[arg-type]
+                        await gate.wait_for(answered(index))
+                    await asyncio.to_thread(checkpoints[index])
                     del checkpoints[index]
                     async with gate:
                         gate.notify_all()
@@ -317,12 +323,12 @@ def run_scale(args: argparse.Namespace, work: Path) -> bool:
     try:
         sample("started, 0 models met")
         marks = [m for m in (100, 500, 1000) if m < args.models] + [args.models]
-        checkpoints = {m: (lambda m=m: sample(f"{m} models met")) for m in marks}
+        checkpoints = {m: functools.partial(sample, f"{m} models met") for m in marks}
         driver = Driver(server.url, args.concurrency)
         seconds = asyncio.run(driver.run(discovery, checkpoints))
         met = len(driver.outcomes)
         print(f"  every model once: {met} calls in {seconds:.1f}s", flush=True)
-        halfway = {len(zipf) // 2: lambda: sample(f"Zipf phase, {len(zipf) // 2} calls")}
+        halfway = {len(zipf) // 2: functools.partial(sample, f"Zipf phase, {len(zipf) // 2} calls")}
         seconds = asyncio.run(driver.run(zipf, halfway))
         sample(f"Zipf phase done, {len(zipf)} calls")
     finally:

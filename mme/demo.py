@@ -18,9 +18,13 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from emulator.server import EmulatorServer
 
 SENTENCES = [
     "A local twin of a SageMaker multi-model endpoint.",
@@ -33,7 +37,7 @@ SHOWN_METRICS = ("Invocations", "ModelCacheHit", "LoadedModelCount", "ModelDownl
 
 
 def build_store(work_dir: Path) -> Path:
-    from ensembles import registry
+    from ensembles import catalogue
     from ensembles.quiet import exporter_output_hidden
 
     store = work_dir / "store"
@@ -44,8 +48,8 @@ def build_store(work_dir: Path) -> Path:
             continue
         print(f"  {name}: building (first run only; exports models to ONNX) ...", flush=True)
         with exporter_output_hidden():  # the exporters' hundred-odd lines; shown on failure
-            result = registry.build(name, work_dir / "repos" / name, tarball=tarball)
-        print(f"  {name}: {result.tarball_bytes / 1e6:.1f} MB tarball in {result.seconds:.0f}s")
+            result = catalogue.build(name, work_dir / "repos" / name, tarball=tarball)
+        print(f"  {name}: {tarball.stat().st_size / 1e6:.1f} MB tarball in {result.seconds:.0f}s")
     return store
 
 
@@ -59,7 +63,7 @@ def demo_image() -> bytes:
     return buffer.getvalue()
 
 
-def invoke_text(rt: Any) -> np.ndarray:
+def invoke_text(rt: Any) -> npt.NDArray[np.float32]:
     body = {"inputs": [{"name": "INPUT0", "shape": [len(SENTENCES), 1], "datatype": "BYTES",
                         "data": SENTENCES}]}
     resp = rt.invoke_endpoint(EndpointName="local", TargetModel="text_embedding.tar.gz",
@@ -68,7 +72,7 @@ def invoke_text(rt: Any) -> np.ndarray:
     return np.array(out["data"], dtype=np.float32).reshape(out["shape"])
 
 
-def invoke_image(rt: Any, image: bytes) -> np.ndarray:
+def invoke_image(rt: Any, image: bytes) -> npt.NDArray[np.float32]:
     body = {"inputs": [{"name": "INPUT", "shape": [1, len(image)], "datatype": "UINT8",
                         "data": list(image)}]}
     resp = rt.invoke_endpoint(EndpointName="local", TargetModel="image_classification.tar.gz",
@@ -77,7 +81,7 @@ def invoke_image(rt: Any, image: bytes) -> np.ndarray:
     return np.array(out["data"], dtype=np.float32).reshape(out["shape"])
 
 
-def print_metrics(server: Any) -> None:
+def print_metrics(server: EmulatorServer) -> None:
     import urllib.request
 
     with urllib.request.urlopen(f"{server.url}/_emulator/metrics") as resp:

@@ -183,7 +183,10 @@ def measure(model_data: str, targets: list[str] | None, launcher: str) -> dict[s
             env={}, model_data=model_data, port=0, cache_dir=Path(work) / "cache",
             launcher=launcher, log_level="WARNING")).start()
         try:
-            instance = server.registry.get("local").instances[0]
+            endpoint = server.registry.get("local")
+            if endpoint is None:  # the one endpoint the emulator starts with is always "local"
+                raise RuntimeError("the emulator started without its endpoint 'local'")
+            instance = endpoint.instances[0]
             events: dict[tuple[str, str], dict[str, Any]] = {}
             done = threading.Condition()
 

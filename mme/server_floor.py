@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import socket
 import urllib.parse
-from typing import Any
 
 import uvicorn
+from starlette.types import Receive, Scope, Send
 
 from emulator.server import uvicorn_config
 from emulator.settings import Settings
@@ -39,7 +39,7 @@ class Floor:
         self.model = url.path.split("/")[3]  # /v2/models/{model}/infer
         self.pool: InferPool | None = None  # made in the server's loop
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             while (message := await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
