@@ -29,6 +29,7 @@ BENCH_MODULES = (
     "mme.bench",
     "mme.bench_scale",
     "mme.bench_coldstart",
+    "mme.bench_miss",
     "ensembles.cli",
     "harness.loadtest.bench",  # mme bench loadgen
 )
