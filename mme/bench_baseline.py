@@ -129,8 +129,14 @@ def alternate(workload: Workload, sides: tuple[Side, Side], driver: str, concurr
     return results
 
 
-def _cpu_ms(m: Measure) -> float | None:
-    return m.proxy_cpu_s / m.requests * 1e3 if m.proxy_cpu_s is not None and m.requests else None
+def _cpu_ms(m: Measure, cpu_s: float | None = None) -> float | None:
+    """CPU ms per call of mme serve (or of ``cpu_s``: its Triton's)."""
+    used = m.proxy_cpu_s if cpu_s is None else cpu_s
+    return used / m.requests * 1e3 if used is not None and m.requests else None
+
+
+def _shown(value: float | None, width: int) -> str:
+    return f"{'-' if value is None else f'{value:.3f}':>{width}}"
 
 
 def report(workload: Workload, sides: tuple[Side, Side], driver: str, results: list[Compared],
@@ -140,13 +146,12 @@ def report(workload: Workload, sides: tuple[Side, Side], driver: str, results: l
              f"rounds of {seconds:g} s per side (medians of the rounds' p50/p99; calls/s over all "
              f"rounds). Load average at the start {loads[0]}, at the end {loads[1]}.",
              f"{'conc':>4} {'side':<9}{'p50 ms':>9}{'p99 ms':>9}{'calls/s':>10}{'errors':>8}"
-             f"{'own CPU ms/call':>17}"]
+             f"{'own CPU ms/call':>17}{'Triton CPU':>12}"]
     for row in results:
         for name, m in (("baseline", row.baseline), ("current", row.current)):
-            cpu = _cpu_ms(m)
             lines.append(f"{row.concurrency:>4} {name:<9}{m.p50_ms:>9.3f}{m.p99_ms:>9.3f}"
-                         f"{m.per_second:>10.0f}{m.errors:>8}"
-                         f"{'-' if cpu is None else f'{cpu:.3f}':>17}")
+                         f"{m.per_second:>10.0f}{m.errors:>8}{_shown(_cpu_ms(m), 17)}"
+                         f"{_shown(_cpu_ms(m, m.triton_cpu_s), 12)}")
         base_cpu, cur_cpu = _cpu_ms(row.baseline), _cpu_ms(row.current)
         cpu_ratio = (f", own CPU per call x{cur_cpu / base_cpu:.2f}"
                      if base_cpu and cur_cpu is not None else "")
