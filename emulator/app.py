@@ -21,8 +21,8 @@ from emulator.clock import Clock
 from emulator.contract.apis import ApiRequest, Protocol, Service, read_request
 from emulator.control import ControlPlaneService, ControlStore, build_control_router
 from emulator.hosting.endpoint import HostedInstance
+from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.hosting.factory import InstanceFactory
-from emulator.hosting.registry import EndpointRegistry
 from emulator.hosting.spec import EndpointSpec, VariantSpec, single_variant
 from emulator.http_protocol import Answer, BodySource, DirectAnswer
 from emulator.metrics import EndpointMetrics

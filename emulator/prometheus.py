@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector
 
 from emulator.cloudwatch.alarms import STATES as ALARM_STATES
 from emulator.cloudwatch.alarms import AlarmStore
-from emulator.hosting.registry import EndpointRegistry
+from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.metrics import DURATION_BUCKETS_S, METRICS, EndpointMetrics
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp
 
 from emulator.app import build_app
 from emulator.cache_lock import CacheDirLock
-from emulator.hosting.registry import EndpointRegistry
+from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.http_protocol import uvicorn_internals_moved
 from emulator.processes import bound_socket, wait_until
 from emulator.settings import Settings

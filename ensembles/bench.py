@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.cloudwatch.statistics import percentile
-from ensembles import registry
+from ensembles import catalogue
 from ensembles.packaging import package, scheduling_block
 from ensembles.quiet import exporter_output_hidden
 
@@ -138,7 +138,7 @@ def run(work_dir: Path | None = None, concurrency: int = 8, requests: int = 200,
             print("building text_embedding (the exporters' output is hidden; --verbose shows "
                   "it)" if quiet else "building text_embedding", flush=True)
             with exporter_output_hidden(quiet):
-                base_repo = registry.build("text_embedding", root / "base").repository
+                base_repo = catalogue.build("text_embedding", root / "base").repository
         base = base_repo
         model_data = root / "model-data"
         model_data.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ensembles import registry
+from ensembles import catalogue
 from ensembles.packaging import LAYOUTS, package
 from ensembles.quiet import exporter_output_hidden
 
@@ -30,7 +30,7 @@ def _mib(size: int | None) -> str:
 
 def run_build(args: argparse.Namespace) -> int:
     if args.list or not args.ensemble:
-        sys.stdout.write(registry.describe())
+        sys.stdout.write(catalogue.describe())
         return 0 if args.list else 2
     if not args.output:
         sys.stderr.write("mme build: --output DIR is required\n")
@@ -47,7 +47,7 @@ def run_build(args: argparse.Namespace) -> int:
               flush=True)
     try:
         with exporter_output_hidden(not args.verbose):
-            result = registry.build(args.ensemble, output, args.variant,
+            result = catalogue.build(args.ensemble, output, args.variant,
                                     None if args.no_tarball else tarball, args.layout, **options)
     except (KeyError, ValueError, RuntimeError) as exc:
         sys.stderr.write(f"mme build: {exc}\n")

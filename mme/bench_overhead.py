@@ -160,13 +160,13 @@ def _binary(store: Path, size: int = BINARY_BYTES) -> Workload:
 
 
 def _text(store: Path) -> Workload:
-    from ensembles import registry
+    from ensembles import catalogue
     from ensembles.packaging import package
     from ensembles.quiet import exporter_output_hidden
 
     print("building the text ensemble (onnx)...", flush=True)
     with exporter_output_hidden():  # the exporters' hundred-odd lines; shown on failure
-        built = registry.build("text_embedding", store.parent / "text")
+        built = catalogue.build("text_embedding", store.parent / "text")
     package(built.repository, store / "text.tar.gz")
     body = json.dumps({"inputs": [{
         "name": "INPUT0", "shape": [2, 1], "datatype": "BYTES",

@@ -120,7 +120,7 @@ def built_repository(tmp_path_factory: Any, ensemble: str, variant: str | None =
     Shared by the run's pytest-xdist workers: the first to ask builds under a file lock, the
     others wait for it and reuse what it built.
     """
-    from ensembles import registry
+    from ensembles import catalogue
 
     run_dir = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -132,7 +132,7 @@ def built_repository(tmp_path_factory: Any, ensemble: str, variant: str | None =
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not built.exists():
             shutil.rmtree(folder / "build", ignore_errors=True)
-            repository = registry.build(ensemble, folder / "build", variant).repository
+            repository = catalogue.build(ensemble, folder / "build", variant).repository
             built.write_text(str(repository))
     return Path(built.read_text())
 

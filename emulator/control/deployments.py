@@ -59,7 +59,8 @@ class AlarmStates(Protocol):
 
 
 class Generations(Protocol):
-    """What a deployment needs from the endpoint registry (``emulator.hosting.registry``)."""
+    """What a deployment needs from the endpoint registry
+    (``emulator.hosting.endpoint_registry``)."""
 
     deployments: dict[str, Any]
 

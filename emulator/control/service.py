@@ -58,7 +58,7 @@ _FAILURE_REASON_MAX = 1024
 
 
 class EndpointRuntimes(Generations, Protocol):
-    """What the service needs from the endpoint registry (``emulator.hosting.registry``),
+    """What the service needs from the endpoint registry (``emulator.hosting.endpoint_registry``),
     guarded deployments' generations (``Generations``) among it."""
 
     async def create(self, spec: EndpointSpec) -> Any: ...

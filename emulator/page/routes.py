@@ -25,7 +25,7 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 
 from emulator.cloudwatch.alarms import AlarmStore
-from emulator.hosting.registry import EndpointRegistry
+from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.metrics import endpoint_snapshot
 from emulator.page.feed import Feed
 from emulator.routes.introspection import describe_endpoint

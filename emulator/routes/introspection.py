@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from emulator import prometheus
 from emulator.cloudwatch.alarms import AlarmStore
 from emulator.hosting.endpoint import Endpoint
-from emulator.hosting.registry import EndpointRegistry
+from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.metrics import endpoint_snapshot
 
 

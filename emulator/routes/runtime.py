@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from emulator.contract import runtime, runtime_errors
 from emulator.contract.body import Body
-from emulator.hosting.registry import EndpointRegistry
+from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.http_protocol import Answer, BodySource
 from emulator.settings import Settings
 

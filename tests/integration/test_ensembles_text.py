@@ -96,14 +96,14 @@ def test_python_torch_variant(triton: RunningTriton,
 
 
 def test_tensorrt_variant_needs_a_gpu(tmp_path: Path) -> None:
-    from ensembles import registry
+    from ensembles import catalogue
 
     if gpu_available():
         pytest.importorskip("tensorrt", reason="pip install 'sagemaker-mme-emulator[tensorrt]'")
-        result = registry.build("text_embedding", tmp_path / "trt", "tensorrt")
+        result = catalogue.build("text_embedding", tmp_path / "trt", "tensorrt")
         assert (result.repository / "bert-trt" / "1" / "model.plan").stat().st_size > 0
         return
     # No GPU (and here no tensorrt either): building fails at once and says what is needed.
     with pytest.raises(RuntimeError, match="NVIDIA GPU"):
-        registry.build("text_embedding", tmp_path / "trt", "tensorrt")
+        catalogue.build("text_embedding", tmp_path / "trt", "tensorrt")
     assert not (tmp_path / "trt").exists()

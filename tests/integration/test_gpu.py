@@ -49,9 +49,9 @@ def test_tensorrt_variant_matches_sentence_transformers(tmp_path: Path) -> None:
     pytest.importorskip("tensorrt", reason="needs TensorRT: pip install '.[tensorrt]'")
     from test_ensembles_text import SENTENCES, assert_same_embeddings, reference
 
-    from ensembles import registry
+    from ensembles import catalogue
 
-    built = registry.build("text_embedding", tmp_path / "repo", variant="tensorrt",
+    built = catalogue.build("text_embedding", tmp_path / "repo", variant="tensorrt",
                            tarball=tmp_path / "text_trt.tar.gz")
     assert built.tarball is not None
     server = _serve(tmp_path, {"text_trt.tar.gz": built.tarball})
@@ -67,11 +67,11 @@ def test_tensorrt_variant_matches_sentence_transformers(tmp_path: Path) -> None:
 def test_dali_gpu_decoding_matches_cpu_decoding(tmp_path: Path) -> None:
     from test_ensembles_image import IMAGES
 
-    from ensembles import registry
+    from ensembles import catalogue
 
-    cpu = registry.build("image_classification", tmp_path / "cpu",
+    cpu = catalogue.build("image_classification", tmp_path / "cpu",
                          tarball=tmp_path / "cpu.tar.gz")
-    gpu = registry.build("image_classification", tmp_path / "gpu", decode_device="mixed",
+    gpu = catalogue.build("image_classification", tmp_path / "gpu", decode_device="mixed",
                          tarball=tmp_path / "gpu.tar.gz")
     assert cpu.tarball is not None and gpu.tarball is not None
     server = _serve(tmp_path, {"cpu.tar.gz": cpu.tarball, "gpu.tar.gz": gpu.tarball})

@@ -444,8 +444,8 @@ def test_mme_serve_exits_0_after_sigterm(tmp_path: Path, store: Path) -> None:
 
 def test_a_delete_cancelled_by_shutdown_still_stops_the_endpoint(
         tmp_path: Path, store: Path) -> None:
+    from emulator.hosting.endpoint_registry import EndpointRegistry
     from emulator.hosting.factory import InstanceFactory
-    from emulator.hosting.registry import EndpointRegistry
     from emulator.hosting.spec import single_variant
 
     settings = Settings.from_env(env={}, cache_dir=tmp_path / "cache", model_data=str(store))

@@ -1,4 +1,4 @@
-"""Packaging, the ensemble registry and the ``mme build`` / ``mme package`` commands."""
+"""Packaging, the ensemble catalogue and the ``mme build`` / ``mme package`` commands."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ensembles import registry
+from ensembles import catalogue
 from ensembles.cli import add_subcommands
 from ensembles.packaging import package
 
@@ -93,9 +93,9 @@ def test_mme_bench_has_every_benchmark_once() -> None:
 
 def test_unknown_ensemble_and_variant(tmp_path: Path) -> None:
     with pytest.raises(KeyError, match="no ensemble"):
-        registry.get("nope")
+        catalogue.get("nope")
     with pytest.raises(ValueError, match="no variant"):
-        registry.build("image_classification", tmp_path / "x", "tensorrt")
+        catalogue.build("image_classification", tmp_path / "x", "tensorrt")
 
 
 @pytest.mark.slow

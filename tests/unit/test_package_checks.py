@@ -94,7 +94,7 @@ def test_deploy_refuses_before_any_call(chain: Path, tmp_path: Path) -> None:
 def test_bench_ensemble_hides_the_exporters_output(monkeypatch: pytest.MonkeyPatch,
                                                    capfd: pytest.CaptureFixture[str],
                                                    tmp_path: Path) -> None:
-    from ensembles import bench, registry
+    from ensembles import bench, catalogue
 
     class Built:
         repository = tmp_path
@@ -109,7 +109,7 @@ def test_bench_ensemble_hides_the_exporters_output(monkeypatch: pytest.MonkeyPat
     def stop(*_args: object) -> Path:
         raise Stop
 
-    monkeypatch.setattr(registry, "build", chatty_build)
+    monkeypatch.setattr(catalogue, "build", chatty_build)
     monkeypatch.setattr(bench, "derive", stop)
     with pytest.raises(Stop):
         bench.run(tmp_path / "work")
