@@ -224,12 +224,12 @@ def compare(baseline: Mapping[str, Mapping[str, Any]], measured: Mapping[str, Ma
             now = _number(now_entry, budget.figure)
             if base_entry is None:
                 verdict, limit = "no baseline", None
-            elif now is None:
+            elif now is None or now_entry is None:  # no entry: nothing measured
                 verdict, limit = "not measured", None
             elif base is None:
                 verdict, limit = "no baseline", None
             elif budget.figure.endswith("_latency") and base_entry.get("latency_source") != \
-                    now_entry.get("latency_source"):  # type: ignore[union-attr]
+                    now_entry.get("latency_source"):
                 verdict, limit = "not comparable", None
             else:
                 limit = budget.limit(base)

@@ -9,7 +9,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.loadtest.config import LoadPlan
+    from harness.payloads import Request
 
 DEFAULT_PHASE = "1:0:60"
 
@@ -164,7 +168,8 @@ def _add_sweep(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.set_defaults(func=run_sweep)
 
 
-def _plan(args: argparse.Namespace, targets: list[str | None], popularity: str = "uniform"):
+def _plan(args: argparse.Namespace, targets: list[str | None],
+          popularity: str = "uniform") -> LoadPlan:
     from harness.loadtest.config import (
         LoadPlan,
         PlanError,
@@ -216,7 +221,7 @@ def _plan(args: argparse.Namespace, targets: list[str | None], popularity: str =
     return plan
 
 
-def _request(args: argparse.Namespace, tarball: Path | None):
+def _request(args: argparse.Namespace, tarball: Path | None) -> Request:
     from harness.loadtest.session import auto_request, npz_request
     from harness.payloads import Request
 

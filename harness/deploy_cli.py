@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness.deployer import (
@@ -236,7 +236,8 @@ def _store(args: argparse.Namespace) -> tuple[Path | None, str]:
 
 def _delay(args: argparse.Namespace) -> float:
     if args.wait_delay is not None:
-        return args.wait_delay
+        delay: float = args.wait_delay
+        return delay
     return 1.0 if args.target == "local" else 30.0
 
 
@@ -303,7 +304,7 @@ def run_teardown(args: argparse.Namespace) -> int:
     return _run(work)
 
 
-def _run(work) -> int:  # type: ignore[no-untyped-def]
+def _run(work: Callable[[], None]) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:

@@ -282,18 +282,20 @@ class Deployer:
     def _say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
 
-    def _mutate(self, client: Any, operation: str, **params: Any) -> Any:
+    def _mutate(self, client: Any, operation: str, **params: Any) -> dict[str, Any]:
         """A call that changes something: printed, and skipped in a dry run."""
         service = client.meta.service_model.service_name
         shown = json.dumps(params, default=str, sort_keys=True)
         self._say(f"{'would call' if self._dry_run else 'call'} {service}.{operation} {shown}")
         if self._dry_run:
             return {}
-        return getattr(client, xform_name(operation))(**params)
+        response: dict[str, Any] = getattr(client, xform_name(operation))(**params)
+        return response
 
-    def _read(self, client: Any, operation: str, **params: Any) -> Any:
+    def _read(self, client: Any, operation: str, **params: Any) -> dict[str, Any]:
         """A read: made even in a dry run, so the plan reflects what exists."""
-        return getattr(client, xform_name(operation))(**params)
+        response: dict[str, Any] = getattr(client, xform_name(operation))(**params)
+        return response
 
     # -- packaging and upload -----------------------------------------------------------------
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # in typing from 3.11; mypy checks as 3.10
 
 MODEL_PY = """\
 import json
@@ -70,11 +74,23 @@ parameters {{ key: "exec_delay_ms" value {{ string_value: "{exec_delay_ms:g}" }}
 '''
 
 
-def write_add_repository(repository: Path, name: str = "add", **config: object) -> Path:
+class AddConfig(TypedDict, total=False):
+    """The keyword arguments of ``config_pbtxt``."""
+
+    dims: int
+    max_batch_size: int
+    offset: float
+    exec_delay_ms: float
+    dynamic_batching: bool
+    instances: int
+
+
+def write_add_repository(repository: Path, name: str = "add",
+                         **config: Unpack[AddConfig]) -> Path:
     """Write the model into ``repository/<name>/``; returns the repository folder."""
     model_dir = Path(repository) / name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    (model_dir / "config.pbtxt").write_text(config_pbtxt(name, **config))  # type: ignore[arg-type]
+    (model_dir / "config.pbtxt").write_text(config_pbtxt(name, **config))
     (model_dir / "1" / "model.py").write_text(MODEL_PY)
     return Path(repository)
 

@@ -22,14 +22,18 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import gevent
 import locust.runners
 from locust import LoadTestShape, User, __version__, events, task
+from locust.argument_parser import LocustArgumentParser
 from locust.env import Environment
-from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
+from locust.event import EventHook
+from locust.rpc import Message
+from locust.runners import STATE_MISSING, MasterRunner, Runner, WorkerRunner
 
 from harness.loadtest.config import PlanError
 from harness.loadtest.invokers import Outcome, call_boto3
@@ -100,7 +104,7 @@ class LoadProcess:
         self.messages: dict[str, str] = {}
         self.in_flight = 0
         self.draining = False
-        self.listener: Any = None  # the master's Run, in a local (one process) run
+        self.listener: Run | None = None  # the master's Run, in a local (one process) run
 
     def call(self, environment: Environment) -> None:
         target = self.chooser()
@@ -190,8 +194,8 @@ class Run:
         self.controller = Controller(self.spec.plan, self.start)
         self._progress_at = self.start
 
-    def _runner(self) -> Any:
-        return self.environment.runner
+    def _runner(self) -> Runner:
+        return _runner_of(self.environment)
 
     def step(self) -> tuple[int, str | None]:
         """Users wanted now, and the reason to stop (None: go on)."""
@@ -297,7 +301,7 @@ class PlanShape(LoadTestShape):
         if run.start is None:
             run.begin()
         deadline = time.monotonic() + 0.95
-        runner = run.environment.runner
+        runner = _runner_of(run.environment)
         while True:
             users, stop = run.step()
             if stop is not None:
@@ -313,7 +317,7 @@ class PlanShape(LoadTestShape):
             gevent.sleep(0.05)
 
 
-def _spawn_rate(runner: Any, users: int) -> float:
+def _spawn_rate(runner: Runner, users: int) -> float:
     """New users all at once (within ~50 ms), under Locust's 100 per worker per second."""
     workers = len(runner.clients) if isinstance(runner, MasterRunner) else 1
     return float(min(max(users, 1) * 20, 100 * max(workers, 1)))
@@ -336,9 +340,25 @@ class SageMakerUser(User):
 
 # --- wiring into Locust's events -------------------------------------------------------------
 
+_Listener = TypeVar("_Listener", bound=Callable[..., None])
 
-@events.init_command_line_parser.add_listener
-def _arguments(parser: Any) -> None:
+
+def _on(hook: EventHook) -> Callable[[_Listener], _Listener]:
+    """``@hook.add_listener`` with the listener's type kept (Locust's EventHook is unannotated)."""
+    def register(listener: _Listener) -> _Listener:
+        hook.add_listener(listener)
+        return listener
+    return register
+
+
+def _runner_of(environment: Environment) -> Runner:
+    runner = environment.runner
+    assert runner is not None, "Locust makes its runner before it fires any event"
+    return runner
+
+
+@_on(events.init_command_line_parser)
+def _arguments(parser: LocustArgumentParser) -> None:
     group = parser.add_argument_group("mme load test")
     group.add_argument("--mme-plan", default="", help="the load-test spec (JSON) to run")
     group.add_argument("--mme-result", default="", help="where to write what was measured")
@@ -346,12 +366,12 @@ def _arguments(parser: Any) -> None:
                        help="write report.json/.md/.png into this folder when the run ends")
 
 
-def _refuse(message: str) -> None:
+def _refuse(message: str) -> NoReturn:
     print(f"mme loadtest: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-@events.init.add_listener
+@_on(events.init)
 def _init(environment: Environment, **_: Any) -> None:
     global ENGINE, RUN
     options = environment.parsed_options
@@ -362,7 +382,6 @@ def _init(environment: Environment, **_: Any) -> None:
         return
     if options is None or not options.mme_plan:
         _refuse("give the load-test spec with --mme-plan FILE (mme loadtest writes one)")
-    assert options is not None
     try:
         text = Path(options.mme_plan).read_text()
         spec = Spec.parse(text)
@@ -393,7 +412,7 @@ def _interrupt() -> None:
         return
     if run.start is None:  # not started (waiting for workers): nothing to keep
         run.finish(f"{INTERRUPTED} before any traffic was sent")
-        run.environment.runner.quit()
+        _runner_of(run.environment).quit()
         return
     run.interrupted = True
 
@@ -405,7 +424,7 @@ def _watch_parent(pid: int) -> None:
     _interrupt()
 
 
-@events.test_start.add_listener
+@_on(events.test_start)
 def _test_start(environment: Environment, **_: Any) -> None:
     global ENGINE
     runner = environment.runner
@@ -418,38 +437,38 @@ def _test_start(environment: Environment, **_: Any) -> None:
         ENGINE = LoadProcess(Spec.parse(text), seed_offset=int(getattr(runner, "worker_index", 0)))
 
 
-@events.report_to_master.add_listener
+@_on(events.report_to_master)
 def _report(client_id: str, data: dict[str, Any], **_: Any) -> None:
     if ENGINE is not None:
         data["mme"] = ENGINE.take()
 
 
-@events.worker_report.add_listener
+@_on(events.worker_report)
 def _worker_report(client_id: str, data: dict[str, Any], **_: Any) -> None:
     batch = data.get("mme")
     if RUN is not None and batch:
         RUN.add(batch["samples"], batch["messages"])
 
 
-def _on_drain(environment: Environment, msg: Any, **_: Any) -> None:
+def _on_drain(environment: Environment, msg: Message, **_: Any) -> None:
     def drain() -> None:
         if ENGINE is not None:
             ENGINE.drain()
             batch = ENGINE.take()
         else:
             batch = {"samples": [], "messages": {}}
-        environment.runner.send_message(DRAINED, batch)
+        _runner_of(environment).send_message(DRAINED, batch)
 
     gevent.spawn(drain)
 
 
-def _on_drained(environment: Environment, msg: Any, **_: Any) -> None:
+def _on_drained(environment: Environment, msg: Message, **_: Any) -> None:
     if RUN is not None:
         RUN.add(msg.data["samples"], msg.data["messages"])
         RUN.drained.add(msg.node_id)
 
 
-@events.test_stop.add_listener
+@_on(events.test_stop)
 def _test_stop(environment: Environment, **_: Any) -> None:
     """Locust stopped the test itself (its web UI's Stop, its SIGTERM, the last worker gone):
     write what was measured."""
@@ -468,6 +487,6 @@ def _test_stop(environment: Environment, **_: Any) -> None:
     run.finish(reason)
 
 
-@events.quitting.add_listener
+@_on(events.quitting)
 def _quitting(environment: Environment, **_: Any) -> None:
     _test_stop(environment)

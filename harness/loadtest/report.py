@@ -317,6 +317,7 @@ def plot(summary: dict[str, Any], path: Path) -> Path:
 
     matplotlib.use("Agg")  # no display in CI
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     rows = summary["timeline"]
     t = [r["t"] for r in rows]
@@ -368,7 +369,7 @@ def plot(summary: dict[str, Any], path: Path) -> Path:
                 alpha=0.35 if event["kind"] != "phase" else 0.8,
                 linestyle="--" if event["kind"] == "phase" else ":",
             )
-    handles = [plt.Line2D([], [], color=c, linestyle=":", label=k) for k, c in colours.items()]
+    handles = [Line2D([], [], color=c, linestyle=":", label=k) for k, c in colours.items()]
     ax_models.legend(handles=handles, loc="upper left", fontsize="small")
     fig.suptitle(
         f"{summary.get('label') or 'load test'}: "
