@@ -1,22 +1,28 @@
 """Wire of Application Auto Scaling: JSON 1.1, ``X-Amz-Target: AnyScaleFrontendService.<Op>``.
 
-Requests are validated against botocore's ``application-autoscaling`` model (the same checks,
-and the same "N validation errors detected" wording, as the SageMaker control plane); outputs
-keep only what the model's output shapes hold. Errors: ``{"__type": ..., "Message": ...}``.
+Requests are validated against botocore's ``application-autoscaling`` model by the validator
+every AWS API here shares (``contract/botocore_validation``: the same checks, and the same "N
+validation errors detected" wording, as the SageMaker control plane), then by this service's own
+rule (MaxResults' documented range); outputs keep only what the model's output shapes hold.
+Errors: ``{"__type": ..., "Message": ...}``.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
-from botocore.model import ServiceModel
+from botocore.model import OperationModel
 
-from emulator.contract.control_plane import constraint_failure, format_errors, project, validate
+from emulator.contract.botocore_output import project
+from emulator.contract.botocore_validation import (
+    constraint_failure,
+    format_errors,
+    service_model,
+    validate_request,
+)
 from emulator.contract.json_errors import (
     SERIALIZATION,
-    TOO_DEEP,
     JsonProtocolError,
     UnreadableBody,
     read_body,
@@ -50,13 +56,8 @@ def not_found(message: str) -> ScalingError:
     return ScalingError(message, "ObjectNotFoundException")
 
 
-@functools.lru_cache(maxsize=1)
-def service_model() -> ServiceModel:
-    import botocore.session
-
-    loader = botocore.session.get_session().get_component("data_loader")
-    raw = loader.load_service_model("application-autoscaling", "service-2")
-    return ServiceModel(raw, "application-autoscaling")
+def _operation_model(operation: str) -> OperationModel:
+    return service_model("application-autoscaling").operation_model(operation)
 
 
 def parse_request(target: str, body: bytes) -> tuple[str, dict[str, Any]]:
@@ -67,12 +68,18 @@ def parse_request(target: str, body: bytes) -> tuple[str, dict[str, Any]]:
                            "UnknownOperationException")
     try:
         params = read_body(body)
-    except UnreadableBody as exc:
+        errors = validate_request(_operation_model(operation), params)
+    except UnreadableBody as exc:  # not JSON, or nested too deeply to read or to validate
         raise ScalingError(str(exc), SERIALIZATION) from exc
-    try:
-        errors = validate(service_model().operation_model(operation).input_shape, params)
-    except RecursionError as exc:  # a value nested deep where a scalar belongs, rendered
-        raise ScalingError(TOO_DEEP, SERIALIZATION) from exc
+    errors += _page_size_violations(operation, params)
+    if errors:
+        raise ScalingError(format_errors(errors))
+    return operation, params
+
+
+def _page_size_violations(operation: str, params: dict[str, Any]) -> list[str]:
+    """MaxResults outside the range the model documents but does not constrain."""
+    errors: list[str] = []
     page_size = params.get("MaxResults")
     if operation in MAX_RESULTS and isinstance(page_size, int) and not isinstance(page_size, bool):
         # [U] the service's wording for its documented range: the model's own constraint phrasing
@@ -83,13 +90,11 @@ def parse_request(target: str, body: bytes) -> tuple[str, dict[str, Any]]:
             errors.append(constraint_failure(
                 "maxResults", page_size,
                 f"Member must have value less than or equal to {MAX_RESULTS[operation]}"))
-    if errors:
-        raise ScalingError(format_errors(errors))
-    return operation, params
+    return errors
 
 
 def encode_output(operation: str, value: dict[str, Any]) -> bytes:
-    shape = service_model().operation_model(operation).output_shape
+    shape = _operation_model(operation).output_shape
     return json.dumps(project(shape, value) if shape else {}, separators=(",", ":")).encode()
 
 

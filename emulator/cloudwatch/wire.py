@@ -7,13 +7,14 @@
 - ``query``: ``POST /`` with a form body ``Action=<Op>&Version=2010-08-01&...``, XML answers.
 
 Requests are decoded into plain dicts (timestamps as epoch seconds), validated against the
-operation's input shape, and answered from the operation's output shape; nothing here knows
-what the operations do (``emulator/cloudwatch/service.py``).
+operation's input shape (the validator every AWS API here shares, ``contract/botocore_validation``;
+CloudWatch's own rule first: a missing required member is ``MissingParameter``), and answered from
+the operation's output shape; nothing here knows what the operations do
+(``emulator/cloudwatch/service.py``).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
@@ -21,12 +22,18 @@ from typing import Any
 from xml.etree import ElementTree
 
 import cbor2
-from botocore.model import ListShape, MapShape, ServiceModel, Shape, StructureShape
+from botocore.model import ListShape, MapShape, OperationModel, Shape, StructureShape
 
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 from emulator.contract.apis import RepeatedParameter, parse_form
-from emulator.contract.control_plane import format_errors, project, to_epoch, validate
-from emulator.contract.json_errors import SERIALIZATION, TOO_DEEP, UnreadableBody, read_body
+from emulator.contract.botocore_output import project
+from emulator.contract.botocore_validation import (
+    format_errors,
+    service_model,
+    to_epoch,
+    validate_request,
+)
+from emulator.contract.json_errors import SERIALIZATION, UnreadableBody, read_body
 
 TARGET_PREFIX = "GraniteServiceVersion20100801."
 CBOR_PATH = "/service/GraniteServiceVersion20100801/operation/{operation}"
@@ -43,18 +50,15 @@ OPERATIONS = frozenset({
 })
 
 
-@functools.lru_cache(maxsize=1)
-def service_model() -> ServiceModel:
-    import botocore.session
-
-    return botocore.session.get_session().get_service_model("cloudwatch")
+def _operation_model(operation: str) -> OperationModel:
+    return service_model("cloudwatch").operation_model(operation)
 
 
 def _input_shape(operation: str) -> StructureShape:
     if operation not in OPERATIONS:
         raise CloudWatchError("InvalidAction", f"Operation {operation} is not supported by the "
                               f"emulator (supported: {', '.join(sorted(OPERATIONS))})")
-    shape = service_model().operation_model(operation).input_shape
+    shape = _operation_model(operation).input_shape
     assert isinstance(shape, StructureShape)
     return shape
 
@@ -83,13 +87,14 @@ def _checked(operation: str, params: Any) -> dict[str, Any]:
     if not isinstance(params, dict):
         raise CloudWatchError("InvalidParameterValue", "The request body must be a structure.")
     normalized: dict[str, Any] = _normalize(shape, params)
+    # CloudWatch's own rule, before the model's: a missing required member is MissingParameter.
     for name in shape.required_members:
         if normalized.get(name) is None:
             raise CloudWatchError("MissingParameter", f"The parameter {name} is required.")
     try:
-        errors = validate(shape, normalized)
-    except RecursionError as exc:  # a value nested deep where a scalar belongs, rendered
-        raise CloudWatchError(SERIALIZATION, TOO_DEEP) from exc
+        errors = validate_request(_operation_model(operation), normalized)
+    except UnreadableBody as exc:  # a value nested deep where a scalar belongs
+        raise CloudWatchError(SERIALIZATION, str(exc)) from exc
     if errors:
         raise CloudWatchError("InvalidParameterValue", format_errors(errors))
     return normalized
@@ -208,7 +213,7 @@ _NO_OUTPUT = StructureShape("NoOutput", {"type": "structure", "members": {}})
 
 
 def _output(operation: str, value: dict[str, Any]) -> tuple[StructureShape, dict[str, Any]]:
-    shape = service_model().operation_model(operation).output_shape
+    shape = _operation_model(operation).output_shape
     if shape is None:  # PutMetricAlarm, DeleteAlarms, ...: an empty answer
         return _NO_OUTPUT, {}
     assert isinstance(shape, StructureShape)

@@ -29,7 +29,7 @@ from emulator.cloudwatch import CloudWatchService, MetricStore
 from emulator.cloudwatch import wire as cloudwatch_wire
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 from emulator.containers.sagemaker import ContainerUnreachable, SageMakerContainer
-from emulator.contract import control_plane
+from emulator.contract import botocore_validation, control_plane
 from emulator.contract.runtime_errors import ModelError
 from emulator.hosting.instance import ErrorContext
 from emulator.hosting.multi_container import ServeMember
@@ -113,10 +113,10 @@ def test_a_timestamp_that_is_no_instant_is_invalid_parameter_value(member: str,
 
 
 def test_a_timestamp_is_still_read_as_epoch_seconds_or_iso_8601() -> None:
-    assert control_plane.to_epoch(1700000000) == 1700000000.0
-    assert control_plane.to_epoch("2024-01-01T00:00:00Z") == 1704067200.0
+    assert botocore_validation.to_epoch(1700000000) == 1700000000.0
+    assert botocore_validation.to_epoch("2024-01-01T00:00:00Z") == 1704067200.0
     for bad in (float("nan"), float("inf"), 1e300, 10**400, "NaN", "Infinity", True, None):
-        assert control_plane.to_epoch(bad) is None, bad
+        assert botocore_validation.to_epoch(bad) is None, bad
 
 
 # --- JSON nested 100,000 deep ---------------------------------------------------------------------
@@ -179,7 +179,7 @@ def test_a_variant_weight_beyond_a_32_bit_float_is_a_validation_exception() -> N
         control_plane.parse_request("SageMaker.UpdateEndpointWeightsAndCapacities",
                                     json.dumps(update).encode())
     largest = {**config, "ProductionVariants": [
-        {**variant, "VariantName": n, "InitialVariantWeight": control_plane.FLOAT32_MAX}
+        {**variant, "VariantName": n, "InitialVariantWeight": botocore_validation.FLOAT32_MAX}
         for n in "ab"]}
     control_plane.parse_request("SageMaker.CreateEndpointConfig", json.dumps(largest).encode())
 
@@ -189,7 +189,7 @@ class _Weighted:
         self.name, self.weight = name, weight
 
 
-@pytest.mark.parametrize("weight", [1.7e308, control_plane.FLOAT32_MAX])
+@pytest.mark.parametrize("weight", [1.7e308, botocore_validation.FLOAT32_MAX])
 def test_equal_weights_at_a_floats_limit_split_the_traffic(weight: float) -> None:
     """Their sum overflowed to infinity and every request went to the last variant."""
     router = Router(seed=5)
