@@ -66,6 +66,13 @@ class InstanceType:
         """All the instance's GPU memory (0 on a CPU instance)."""
         return int(self.gpus * self.gpu_memory_gib * GIB)
 
+    @property
+    def accelerators(self) -> int:
+        """Accelerator devices an inference component may reserve
+        (NumberOfAcceleratorDevicesRequired counts "GPUs and AWS Inferentia"): the GPUs, or the
+        Inferentia / Trainium / Gaudi devices of the types that have no GPU."""
+        return self.gpus or _OTHER_ACCELERATORS.get(self.name, 0)
+
 
 def _listed(rows: dict[str, tuple[int, float, int, float]]) -> dict[str, InstanceType]:
     return {name: InstanceType(name, *row) for name, row in rows.items()}
@@ -112,6 +119,17 @@ _LISTED = _listed({
     "ml.trn1n.32xlarge": (128, 512, 0, 0), "ml.trn2.48xlarge": (192, 2048, 0, 0),
     "ml.dl1.24xlarge": (96, 768, 0, 0),
 })
+
+
+# Accelerator devices of the types whose accelerators are not GPUs (EC2's accelerated computing
+# specifications: Inferentia chips on inf1/inf2, Trainium chips on trn1/trn1n/trn2, Gaudi
+# accelerators on dl1).
+_OTHER_ACCELERATORS = {
+    "ml.inf1.xlarge": 1, "ml.inf1.2xlarge": 1, "ml.inf1.6xlarge": 4, "ml.inf1.24xlarge": 16,
+    "ml.inf2.xlarge": 1, "ml.inf2.8xlarge": 1, "ml.inf2.24xlarge": 6, "ml.inf2.48xlarge": 12,
+    "ml.trn1.2xlarge": 1, "ml.trn1.32xlarge": 16, "ml.trn1n.32xlarge": 16,
+    "ml.trn2.48xlarge": 16, "ml.dl1.24xlarge": 8,
+}
 
 
 def _vcpus(size: str) -> int | None:

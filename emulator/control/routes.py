@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from fastapi import APIRouter, Request, Response
 
 from emulator.contract import control_plane as wire
+from emulator.contract import inference_components as component_rules
 from emulator.contract.apis import Protocol, Service, read_request
 from emulator.control.service import ControlPlaneService
 
@@ -40,8 +41,10 @@ def build_control_router(service: ControlPlaneService, *,
         request_id = str(uuid.uuid4())
         try:
             # The headers are the front door's (each name once): the target identify() read.
-            operation, params = wire.parse_request(request.headers.get("x-amz-target"),
-                                                   await request.body())
+            target, raw = request.headers.get("x-amz-target"), await request.body()
+            # Inference components' operations and endpoint configs have rules of their own.
+            operation, params = (component_rules.parse_request(target, raw)
+                                 or wire.parse_request(target, raw))
             status, body = 200, await service.handle(operation, params)
         except wire.ControlPlaneError as exc:
             status, body = exc.status, exc.body()

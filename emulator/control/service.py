@@ -28,7 +28,9 @@ from botocore import xform_name
 
 from emulator.clock import Clock
 from emulator.contract import control_plane as wire
+from emulator.contract import inference_components as component_rules
 from emulator.contract.control_plane import KIND_CONFIG, KIND_ENDPOINT, KIND_MODEL
+from emulator.control import inference_components as components
 from emulator.control.deployments import (
     BAKING,
     STARTING,
@@ -136,6 +138,9 @@ class ControlPlaneService:
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
             op: getattr(self, xform_name(op)) for op in wire.OPERATIONS
         }
+        # Inference components (issue #30): their operations and state live in their module.
+        self.components = components.InferenceComponents(store, self.arn, clock)
+        self._handlers.update(self.components.handlers())
 
     # -- entry point -------------------------------------------------------------------------
 
@@ -211,7 +216,8 @@ class ControlPlaneService:
         if self.store.get(CONFIGS, name) is not None:  # named before any missing model
             raise wire.already_exists(KIND_CONFIG, self.arn(KIND_CONFIG, name))
         for variant in params["ProductionVariants"]:
-            self._resource(MODELS, KIND_MODEL, variant["ModelName"])
+            if variant.get("ModelName"):  # a variant for inference components names none
+                self._resource(MODELS, KIND_MODEL, variant["ModelName"])
         return self._create_stored(_CONFIG, params)
 
     async def describe_endpoint_config(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -285,8 +291,10 @@ class ControlPlaneService:
         name = params["EndpointName"]
         endpoint_arn = self.arn(KIND_ENDPOINT, name)
         record = self._updatable(self.store.get_endpoint(name), endpoint_arn)
-        deployment = self._retained(record, self._deployment(record.name,
-                                                             params["EndpointConfigName"]), params)
+        new = self._deployment(record.name, params["EndpointConfigName"])
+        if not new.spec:  # a config for inference components
+            raise component_rules.not_honoured("UpdateEndpoint to an endpoint config")
+        deployment = self._retained(record, new, params)
         config = self._deployment_config(record, params)
         progress = None if config is None else self._guarded(record, deployment, config)
         record.pending = deployment
@@ -416,6 +424,9 @@ class ControlPlaneService:
             raise wire.not_found(KIND_ENDPOINT, endpoint_arn)
         if record.status in IN_PROGRESS:
             raise wire.validation_error(f'Cannot update in-progress endpoint "{endpoint_arn}".')
+        if components.is_component_deployment(record.current.variants):
+            raise component_rules.not_honoured(
+                "UpdateEndpoint and UpdateEndpointWeightsAndCapacities on an endpoint")
         if record.status != "InService":
             raise wire.validation_error(
                 f'Cannot update endpoint "{endpoint_arn}" in status {record.status}: '
@@ -440,6 +451,7 @@ class ControlPlaneService:
             raise wire.not_found(KIND_ENDPOINT, self.arn(KIND_ENDPOINT, name))
         if record.status == "Deleting":
             return {}
+        self.components.check_endpoint_deletable(record.name, self.arn(KIND_ENDPOINT, name))
         record.status = "Deleting"
         record.modified = self._clock()
         self.store.save_endpoint(record)
@@ -455,7 +467,8 @@ class ControlPlaneService:
 
     async def _run_create(self, name: str, deployment: Deployment) -> None:
         try:
-            await self.registry.create(EndpointSpec.from_doc(deployment.spec))
+            if deployment.spec:  # an endpoint for inference components runs no process yet
+                await self.registry.create(EndpointSpec.from_doc(deployment.spec))
         except Exception as exc:  # noqa: BLE001 - any failure of the runtime ends in Failed
             log.warning("endpoint %s failed to start: %s", name, exc)
             self._transition(name, ("Creating",), "Failed", failure_reason=failure_reason(exc))
@@ -590,7 +603,8 @@ class ControlPlaneService:
 
     async def _run_restore(self, name: str, deployment: Deployment) -> None:
         try:
-            await self.registry.create(EndpointSpec.from_doc(deployment.spec))
+            if deployment.spec:  # an endpoint for inference components runs no process yet
+                await self.registry.create(EndpointSpec.from_doc(deployment.spec))
         except Exception as exc:  # noqa: BLE001
             log.warning("endpoint %s could not be restored: %s", name, exc)
             self._transition(name, None, "Failed", failure_reason=failure_reason(exc))
@@ -673,6 +687,7 @@ class ControlPlaneService:
                                            self._run_restore(record.name, record.current)))
         if wait:
             await asyncio.gather(*started, return_exceptions=True)
+        await self.components.restore()
 
     async def wait_idle(self) -> None:
         """Wait until no lifecycle task is running (tests, shutdown)."""
@@ -685,6 +700,7 @@ class ControlPlaneService:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.components.aclose()
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -698,6 +714,10 @@ class ControlPlaneService:
         """Resolve a config and its models into what the runtime needs, at call time."""
         config = self._resource(CONFIGS, KIND_CONFIG, config_name)
         variants = config.doc["ProductionVariants"]
+        if components.is_component_deployment(variants):
+            # Instances for inference components: bookkeeping, no runtime spec (issue #30).
+            return Deployment(config_name=config.name, variants=variants, spec={},
+                              started=self._clock())
         specs = tuple(self._variant_spec(v) for v in variants)
         total = sum(v.instance_count for v in specs)
         if total > MAX_INSTANCES_PER_ENDPOINT:
@@ -783,6 +803,9 @@ class ControlPlaneService:
                                  share=1.0 - share)
                 for v in spec.variants
             ]
+        elif components.is_component_deployment(record.current.variants):
+            doc["ProductionVariants"] = components.variant_summaries(
+                record.current.variants, in_service=record.status == "InService")
         if record.pending is not None:
             pending = EndpointSpec.from_doc(record.pending.spec)
             green = self.registry.green(record.name) if progress is not None else None

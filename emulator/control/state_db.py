@@ -1,4 +1,5 @@
-"""Control-plane state (models, endpoint configs, endpoints) in one SQLite file.
+"""Control-plane state (models, endpoint configs, endpoints, inference components) in one
+SQLite file.
 
 Why SQLite: every change is one transaction, so a crash mid-write leaves the previous state, not
 a torn file; WAL mode lets readers proceed while a writer commits. Names are unique without
@@ -24,6 +25,12 @@ CREATE TABLE IF NOT EXISTS models (
     doc TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS endpoint_configs (
+    key TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    created REAL NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS inference_components (
     key TEXT PRIMARY KEY,
     name TEXT NOT NULL,
     created REAL NOT NULL,
@@ -162,6 +169,15 @@ class ControlStore:
             rows = self._conn.execute(f"SELECT name, created, doc FROM {table}").fetchall()
         return [Resource(r[0], r[1], json.loads(r[2])) for r in rows]
 
+    def save(self, table: str, resource: Resource) -> bool:
+        """Overwrite a stored document (an inference component's state); False if it was
+        deleted meanwhile."""
+        _check_table(table)
+        with self._tx() as cur:
+            cur.execute(f"UPDATE {table} SET doc = ? WHERE key = ?",
+                        (json.dumps(resource.doc), resource.name.lower()))
+            return cur.rowcount > 0
+
     def remove(self, table: str, name: str) -> bool:
         _check_table(table)
         with self._tx() as cur:
@@ -209,9 +225,10 @@ class ControlStore:
 
 MODELS = "models"
 CONFIGS = "endpoint_configs"
+INFERENCE_COMPONENTS = "inference_components"
 
 
 def _check_table(table: str) -> None:
-    # Table names are interpolated into SQL, so only the two known ones are allowed.
-    if table not in (MODELS, CONFIGS):
+    # Table names are interpolated into SQL, so only the known ones are allowed.
+    if table not in (MODELS, CONFIGS, INFERENCE_COMPONENTS):
         raise ValueError(f"unknown table {table!r}")

@@ -1,0 +1,422 @@
+"""Inference components (issue #30): the six operations, their lifecycle and their state.
+
+A component lives on a variant of an endpoint whose config names no model (an endpoint for
+inference components, ``emulator.contract.inference_components``). Its lifecycle is AWS's:
+``Creating`` -> ``InService`` (or ``Failed`` with a ``FailureReason``), ``Updating`` ->
+``InService``, ``Deleting`` -> gone. Every change is one transaction in the control plane's
+SQLite file, so a restart finds each component as it was and carries an interrupted Create,
+Update or Delete to its end (``restore``).
+
+What is built, and what is not (docs/inference-components.md): the control plane only. Copies
+are bookkeeping: ``CurrentCopyCount`` reaches ``DesiredCopyCount`` when the component is
+``InService``; no serving process runs for a copy yet, so nothing is placed on instances and
+``PlacementStatus`` is not reported.
+
+A component waits in ``Creating`` while its endpoint is still ``Creating`` [U: AWS does not say
+whether it refuses or waits]; it fails, with the endpoint's reason, if the endpoint fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from emulator import instance_types
+from emulator.contract import control_plane as wire
+from emulator.contract import inference_components as rules
+from emulator.contract.control_plane import KIND_ENDPOINT, KIND_MODEL
+from emulator.control.state_db import (
+    INFERENCE_COMPONENTS,
+    MODELS,
+    AlreadyExists,
+    ControlStore,
+    EndpointRecord,
+    Resource,
+)
+
+log = logging.getLogger(__name__)
+
+CREATING, IN_SERVICE, UPDATING, FAILED, DELETING = rules.STATUSES
+_IN_PROGRESS = (CREATING, UPDATING, DELETING)
+# How often a component waiting for its endpoint looks at the endpoint's state again.
+_ENDPOINT_POLL_S = 0.1
+_MIB = 1024 * 1024
+
+
+@dataclasses.dataclass
+class ComponentRecord:
+    """One component as stored (JSON-safe)."""
+
+    name: str
+    created: float
+    modified: float
+    status: str
+    endpoint_name: str
+    variant_name: str
+    specification: dict[str, Any]
+    desired_copies: int
+    # Bookkeeping copies (no serving process yet): equal to desired_copies once InService.
+    current_copies: int = 0
+    failure_reason: str | None = None
+    tags: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    # Set while an Update is in progress: the specification it moves to (None: unchanged).
+    pending_specification: dict[str, Any] | None = None
+
+    def to_resource(self) -> Resource:
+        return Resource(self.name, self.created, dataclasses.asdict(self))
+
+    @classmethod
+    def from_resource(cls, resource: Resource) -> ComponentRecord:
+        return cls(**resource.doc)
+
+
+class InferenceComponents:
+    """The operations; ``handlers()`` plugs them into the control plane's dispatch."""
+
+    def __init__(self, store: ControlStore, arn: Callable[[str, str], str],
+                 clock: Callable[[], float]) -> None:
+        self.store = store
+        self._arn = arn
+        self._clock = clock
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]:
+        return {
+            "CreateInferenceComponent": self.create,
+            "DescribeInferenceComponent": self.describe,
+            "ListInferenceComponents": self.list_components,
+            "UpdateInferenceComponent": self.update,
+            "UpdateInferenceComponentRuntimeConfig": self.update_runtime_config,
+            "DeleteInferenceComponent": self.delete,
+        }
+
+    def component_arn(self, name: str) -> str:
+        return self._arn(rules.KIND, name)
+
+    # -- operations ---------------------------------------------------------------------------
+
+    async def create(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = params["InferenceComponentName"]
+        component_arn = self.component_arn(name)
+        if self.store.get(INFERENCE_COMPONENTS, name) is not None:  # named before anything else
+            raise rules.already_exists(component_arn)
+        endpoint = self._endpoint(params["EndpointName"])
+        variant = self._variant(endpoint, params.get("VariantName"))
+        spec = params["Specification"]
+        self._check_specification(spec, variant)
+        now = self._clock()
+        record = ComponentRecord(
+            name=name, created=now, modified=now, status=CREATING,
+            endpoint_name=endpoint.name, variant_name=variant["VariantName"],
+            specification=spec, desired_copies=int(params["RuntimeConfig"]["CopyCount"]),
+            tags=list(params.get("Tags") or []))
+        try:
+            self.store.add(INFERENCE_COMPONENTS, record.to_resource())
+        except AlreadyExists:
+            raise rules.already_exists(component_arn) from None
+        self._spawn(name, self._run_create(name))
+        return {"InferenceComponentArn": component_arn}
+
+    async def describe(self, params: dict[str, Any]) -> dict[str, Any]:
+        record = self._component(params["InferenceComponentName"])
+        return wire.output("DescribeInferenceComponent", self._describe(record))
+
+    async def list_components(self, params: dict[str, Any]) -> dict[str, Any]:
+        records = [ComponentRecord.from_resource(r) for r in self.store.all(INFERENCE_COMPONENTS)]
+        endpoint, variant = params.get("EndpointNameEquals"), params.get("VariantNameEquals")
+        if endpoint:  # endpoint names are unique without regard to case
+            records = [r for r in records if r.endpoint_name.lower() == endpoint.lower()]
+        if variant:
+            records = [r for r in records if r.variant_name == variant]
+        page, token = wire.list_page(records, params, name=lambda r: r.name,
+                                     created=lambda r: r.created, modified=lambda r: r.modified,
+                                     status=lambda r: r.status)
+        summaries = [{
+            "InferenceComponentName": r.name,
+            "InferenceComponentArn": self.component_arn(r.name),
+            "EndpointName": r.endpoint_name,
+            "EndpointArn": self._arn(KIND_ENDPOINT, r.endpoint_name),
+            "VariantName": r.variant_name,
+            "InferenceComponentStatus": r.status,
+            "CreationTime": r.created,
+            "LastModifiedTime": r.modified,
+        } for r in page]
+        body: dict[str, Any] = {"InferenceComponents": summaries}
+        if token:
+            body["NextToken"] = token
+        return body
+
+    async def update(self, params: dict[str, Any]) -> dict[str, Any]:
+        record = self._updatable(params["InferenceComponentName"])
+        spec = params.get("Specification")
+        if spec is not None:
+            endpoint = self._endpoint(record.endpoint_name)
+            self._check_specification(spec, self._variant(endpoint, record.variant_name))
+        copies = (params.get("RuntimeConfig") or {}).get("CopyCount")
+        return self._start_update(record, spec, copies)
+
+    async def update_runtime_config(self, params: dict[str, Any]) -> dict[str, Any]:
+        record = self._updatable(params["InferenceComponentName"])
+        return self._start_update(record, None, params["DesiredRuntimeConfig"]["CopyCount"])
+
+    async def delete(self, params: dict[str, Any]) -> dict[str, Any]:
+        record = self._component(params["InferenceComponentName"])
+        if record.status == DELETING:
+            return {}
+        previous = self._tasks.get(record.name.lower())
+        if previous is not None:  # a Create or Update still running stops where it is
+            previous.cancel()
+        record.status, record.modified = DELETING, self._clock()
+        self._save(record)
+        self._spawn(record.name, self._run_delete(record.name, previous))
+        return {}
+
+    # -- what the endpoint operations ask of components --------------------------------------
+
+    def on_endpoint(self, endpoint_name: str) -> list[str]:
+        """Names of the components on an endpoint, in creation order."""
+        records = [ComponentRecord.from_resource(r) for r in self.store.all(INFERENCE_COMPONENTS)]
+        return [r.name for r in sorted(records, key=lambda r: r.created)
+                if r.endpoint_name.lower() == endpoint_name.lower()]
+
+    def check_endpoint_deletable(self, endpoint_name: str, endpoint_arn: str) -> None:
+        """[U] DeleteEndpoint while components remain is refused: AWS documents that its
+        console deletes an endpoint's inference components first, then the endpoint; the API
+        does not say it does the same, so the emulator asks for it rather than guess."""
+        names = self.on_endpoint(endpoint_name)
+        if names:
+            raise wire.validation_error(
+                f'Cannot delete endpoint "{endpoint_arn}": inference components '
+                f"{', '.join(names)} are deployed on it. Delete them first "
+                "(DeleteInferenceComponent), then the endpoint.")
+
+    # -- lifecycle tasks ----------------------------------------------------------------------
+
+    async def _run_create(self, name: str) -> None:
+        """Wait for the endpoint to be InService, then the copies (bookkeeping) are there."""
+        while True:
+            record = self._get(name)
+            if record is None or record.status != CREATING:
+                return
+            endpoint = self.store.get_endpoint(record.endpoint_name)
+            if endpoint is None or endpoint.status in (FAILED, DELETING):
+                why = ("was deleted" if endpoint is None
+                       else f"is {endpoint.status}: {endpoint.failure_reason or 'no reason given'}")
+                self._transition(name, CREATING, FAILED,
+                                 failure_reason=f"Endpoint {record.endpoint_name} {why}"[:1024])
+                return
+            if endpoint.status == IN_SERVICE:
+                self._transition(name, CREATING, IN_SERVICE, failure_reason=None,
+                                 current_copies=record.desired_copies)
+                return
+            await asyncio.sleep(_ENDPOINT_POLL_S)
+
+    async def _run_update(self, name: str) -> None:
+        record = self._get(name)
+        if record is None or record.status != UPDATING:
+            return
+        changes: dict[str, Any] = {"current_copies": record.desired_copies,
+                                   "pending_specification": None, "failure_reason": None}
+        if record.pending_specification is not None:
+            changes["specification"] = record.pending_specification
+        self._transition(name, UPDATING, IN_SERVICE, **changes)
+
+    async def _run_delete(self, name: str, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None and not previous.done():
+            await asyncio.gather(previous, return_exceptions=True)
+        self.store.remove(INFERENCE_COMPONENTS, name)
+
+    async def restore(self) -> None:
+        """After a restart: every stored component as it was; an interrupted Create, Update or
+        Delete is carried to its end (call once, after the endpoints are restored)."""
+        waited = []
+        for resource in self.store.all(INFERENCE_COMPONENTS):
+            record = ComponentRecord.from_resource(resource)
+            if record.status == CREATING:
+                # Waits for its endpoint, which may take a while: not waited for here.
+                self._spawn(record.name, self._run_create(record.name))
+            elif record.status == UPDATING:
+                waited.append(self._spawn(record.name, self._run_update(record.name)))
+            elif record.status == DELETING:
+                waited.append(self._spawn(record.name, self._run_delete(record.name, None)))
+        await asyncio.gather(*waited, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _start_update(self, record: ComponentRecord, spec: dict[str, Any] | None,
+                      copies: int | None) -> dict[str, Any]:
+        record.status, record.modified = UPDATING, self._clock()
+        record.failure_reason = None
+        record.pending_specification = spec
+        if copies is not None:
+            record.desired_copies = int(copies)
+        self._save(record)
+        self._spawn(record.name, self._run_update(record.name))
+        return {"InferenceComponentArn": self.component_arn(record.name)}
+
+    def _updatable(self, name: str) -> ComponentRecord:
+        record = self._component(name)
+        if record.status in _IN_PROGRESS:
+            raise rules.in_progress(self.component_arn(record.name), record.status)
+        if record.status != IN_SERVICE:  # [U] wording
+            raise wire.validation_error(
+                f'Cannot update inference component "{self.component_arn(record.name)}" in '
+                f"status {record.status}: delete it (DeleteInferenceComponent) and create it "
+                "again.")
+        return record
+
+    def _endpoint(self, name: str) -> EndpointRecord:
+        endpoint = self.store.get_endpoint(name)
+        if endpoint is None:
+            raise wire.not_found(KIND_ENDPOINT, self._arn(KIND_ENDPOINT, name))
+        if not endpoint.current.variants or not all(
+                rules.is_component_variant(v) for v in endpoint.current.variants):
+            raise rules.endpoint_not_for_components()
+        if endpoint.status in (FAILED, DELETING):  # [U] wording
+            raise wire.validation_error(
+                f'Cannot deploy an inference component on endpoint '
+                f'"{self._arn(KIND_ENDPOINT, endpoint.name)}" in status {endpoint.status}.')
+        return endpoint
+
+    def _variant(self, endpoint: EndpointRecord, name: str | None) -> dict[str, Any]:
+        variants = endpoint.current.variants
+        if name is None:
+            if len(variants) == 1:
+                return variants[0]
+            raise wire.validation_error(  # [U] wording
+                f"Endpoint {endpoint.name} has {len(variants)} production variants "
+                f"({', '.join(v['VariantName'] for v in variants)}): name one in VariantName.")
+        for variant in variants:
+            if variant["VariantName"] == name:
+                return variant
+        raise wire.validation_error(  # [U] wording
+            f'The variant "{name}" does not exist in endpoint '
+            f'"{self._arn(KIND_ENDPOINT, endpoint.name)}"; its variants are '
+            f"{', '.join(v['VariantName'] for v in variants)}.")
+
+    def _check_specification(self, spec: dict[str, Any], variant: dict[str, Any]) -> None:
+        """What needs state: the model exists; one copy fits one instance of the variant's
+        type (a copy never spans instances), by the instance-type table's figures."""
+        if spec.get("ModelName") and self.store.get(MODELS, spec["ModelName"]) is None:
+            raise wire.not_found(KIND_MODEL, self._arn(KIND_MODEL, spec["ModelName"]))
+        known = instance_types.lookup(variant.get("InstanceType") or "")
+        if known is None:  # a type the table does not know: nothing to check it against
+            return
+        needs = spec["ComputeResourceRequirements"]
+        problems = []
+        cores = needs.get("NumberOfCpuCoresRequired")
+        if cores is not None and cores > known.vcpus:
+            problems.append(f"NumberOfCpuCoresRequired {cores:g} > its {known.vcpus} vCPUs")
+        devices = needs.get("NumberOfAcceleratorDevicesRequired")
+        if devices is not None and devices > known.accelerators:
+            problems.append(f"NumberOfAcceleratorDevicesRequired {devices:g} > its "
+                            f"{known.accelerators} accelerator devices")
+        memory_mib = known.memory_bytes // _MIB
+        if needs["MinMemoryRequiredInMb"] > memory_mib:
+            problems.append(f"MinMemoryRequiredInMb {needs['MinMemoryRequiredInMb']} > its "
+                            f"{memory_mib} MiB of memory")
+        if problems:  # [U] wording; the figures are the instance-type table's
+            raise wire.validation_error(
+                f"One copy of the inference component does not fit on one "
+                f"{known.name} instance of variant {variant['VariantName']}: "
+                f"{'; '.join(problems)}. Ask for less, or use a larger instance type.")
+
+    def _describe(self, record: ComponentRecord) -> dict[str, Any]:
+        spec = record.specification
+        summary: dict[str, Any] = {
+            key: spec[key] for key in ("ModelName", "StartupParameters",
+                                       "ComputeResourceRequirements") if key in spec}
+        container = spec.get("Container")
+        if container:
+            summary["Container"] = {
+                "ArtifactUrl": container.get("ArtifactUrl"),
+                "Environment": container.get("Environment"),
+                "DeployedImage": {"SpecifiedImage": container["Image"],
+                                  "ResolvedImage": container["Image"],
+                                  "ResolutionTime": record.created} if container.get("Image")
+                else None,
+            }
+        return {
+            "InferenceComponentName": record.name,
+            "InferenceComponentArn": self.component_arn(record.name),
+            "EndpointName": record.endpoint_name,
+            "EndpointArn": self._arn(KIND_ENDPOINT, record.endpoint_name),
+            "VariantName": record.variant_name,
+            "FailureReason": record.failure_reason,
+            "Specification": summary,
+            "RuntimeConfig": {"DesiredCopyCount": record.desired_copies,
+                              "CurrentCopyCount": record.current_copies},
+            "CreationTime": record.created,
+            "LastModifiedTime": record.modified,
+            "InferenceComponentStatus": record.status,
+        }
+
+    def _component(self, name: str) -> ComponentRecord:
+        record = self._get(name)
+        if record is None:
+            raise rules.not_found(self.component_arn(name))
+        return record
+
+    def _get(self, name: str) -> ComponentRecord | None:
+        resource = self.store.get(INFERENCE_COMPONENTS, name)
+        return ComponentRecord.from_resource(resource) if resource is not None else None
+
+    def _save(self, record: ComponentRecord) -> None:
+        self.store.save(INFERENCE_COMPONENTS, record.to_resource())
+
+    def _transition(self, name: str, expected: str, status: str, **changes: Any) -> None:
+        """Move a component to ``status`` unless something (a delete) overtook the task."""
+        record = self._get(name)
+        if record is None or record.status != expected:
+            return
+        record.status, record.modified = status, self._clock()
+        for key, value in changes.items():
+            setattr(record, key, value)
+        self._save(record)
+
+    def _spawn(self, name: str, work: Awaitable[None]) -> asyncio.Task[None]:
+        key = name.lower()
+        task = asyncio.ensure_future(work)
+        self._tasks[key] = task
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self._tasks.get(key) is done:
+                del self._tasks[key]
+
+        task.add_done_callback(forget)
+        return task
+
+
+def variant_summaries(variants: list[dict[str, Any]], in_service: bool) -> list[dict[str, Any]]:
+    """DescribeEndpoint's ProductionVariants of an endpoint for components. Its instances are
+    bookkeeping (resources copies will be placed on): counted once the endpoint is InService."""
+    summaries = []
+    for variant in variants:
+        count = int(variant.get("InitialInstanceCount") or 0)
+        weight = float(variant.get("InitialVariantWeight", 1.0))
+        summary: dict[str, Any] = {
+            "VariantName": variant["VariantName"],
+            "CurrentWeight": weight,
+            "DesiredWeight": weight,
+            "CurrentInstanceCount": count if in_service else 0,
+            "DesiredInstanceCount": count,
+        }
+        for member in ("ManagedInstanceScaling", "RoutingConfig"):
+            if variant.get(member) is not None:
+                summary[member] = variant[member]
+        summaries.append(summary)
+    return summaries
+
+
+def is_component_deployment(variants: list[dict[str, Any]]) -> bool:
+    """An endpoint deployment (its config's variants) that hosts inference components."""
+    return bool(variants) and all(rules.is_component_variant(v) for v in variants)

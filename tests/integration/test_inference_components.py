@@ -1,0 +1,330 @@
+"""Inference components' control plane (issue #30) against a real emulator, with boto3.
+
+One emulator for the module. Endpoints for components run no process yet (copies are
+bookkeeping, docs/inference-components.md), so no Triton starts here and the module is fast.
+Each test uses names of its own: the tests run in any order, one of them restarts the server.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from emulator.contract.control_plane import check_output
+from emulator.server import EmulatorServer
+from emulator.settings import Settings
+from tests.client_support import DUMMY_CREDENTIALS
+from tests.support import wait_until
+
+ROLE = "arn:aws:iam::123456789012:role/sagemaker"
+ACCOUNT = "123456789012"
+RESOURCES = {"NumberOfCpuCoresRequired": 1, "MinMemoryRequiredInMb": 1024}
+
+
+class Module:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.store = root / "store"
+        (self.store / "model").mkdir(parents=True)
+        (self.store / "model" / "model.tar.gz").write_bytes(b"not read by the control plane")
+        self.server = self._start()
+
+    def _start(self) -> EmulatorServer:
+        return EmulatorServer(Settings.from_env(env={}, cache_dir=self.root / "cache",
+                                                port=0)).start()
+
+    def restart(self) -> None:
+        self.server.stop()
+        self.server = self._start()
+
+    def sm(self, **config: Any) -> Any:
+        return boto3.client("sagemaker", endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
+                            config=Config(retries={"max_attempts": 1}, **config))
+
+
+@pytest.fixture(scope="module")
+def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
+    module = Module(tmp_path_factory.mktemp("components"))
+    yield module
+    module.server.stop()
+
+
+def _model(module: Module, name: str) -> None:
+    module.sm().create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer={
+        "Image": "triton", "ModelDataUrl": (module.store / "model" / "model.tar.gz").as_uri()})
+
+
+def _component_endpoint(module: Module, name: str, instance_type: str = "ml.g5.12xlarge",
+                        **variant: Any) -> None:
+    sm = module.sm()
+    sm.create_endpoint_config(EndpointConfigName=name, ExecutionRoleArn=ROLE, ProductionVariants=[{
+        "VariantName": "AllTraffic", "InstanceType": instance_type, "InitialInstanceCount": 1,
+        **variant}])
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    wait_until(lambda: sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "InService",
+               30, f"endpoint {name} InService")
+
+
+def _component(module: Module, name: str, endpoint: str, model: str, copies: int = 1,
+               **spec: Any) -> str:
+    sm = module.sm()
+    arn: str = sm.create_inference_component(
+        InferenceComponentName=name, EndpointName=endpoint, VariantName="AllTraffic",
+        Specification={"ModelName": model, "ComputeResourceRequirements": RESOURCES, **spec},
+        RuntimeConfig={"CopyCount": copies})["InferenceComponentArn"]
+    return arn
+
+
+def _status(sm: Any, name: str) -> str:
+    status: str = sm.describe_inference_component(
+        InferenceComponentName=name)["InferenceComponentStatus"]
+    return status
+
+
+def _wait_in_service(sm: Any, name: str) -> dict[str, Any]:
+    wait_until(lambda: _status(sm, name) == "InService", 30, f"component {name} InService")
+    described: dict[str, Any] = sm.describe_inference_component(InferenceComponentName=name)
+    return described
+
+
+def _error(call: Any, **kwargs: Any) -> str:
+    with pytest.raises(ClientError) as raised:
+        call(**kwargs)
+    assert raised.value.response["Error"]["Code"] == "ValidationException", raised.value.response
+    message: str = raised.value.response["Error"]["Message"]
+    return message
+
+
+def test_component_lifecycle_and_describe_shapes(module: Module) -> None:
+    sm = module.sm()
+    _model(module, "life-model")
+    _component_endpoint(module, "life", ManagedInstanceScaling={
+        "Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 3},
+        RoutingConfig={"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"})
+    endpoint = sm.describe_endpoint(EndpointName="life")
+    variant = endpoint["ProductionVariants"][0]
+    assert variant["ManagedInstanceScaling"]["MinInstanceCount"] == 0
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
+    assert variant["CurrentInstanceCount"] == 1
+    config = sm.describe_endpoint_config(EndpointConfigName="life")
+    assert config["ExecutionRoleArn"] == ROLE and "ModelName" not in config["ProductionVariants"][0]
+
+    arn = _component(module, "life-ic", "life", "life-model", copies=2,
+                     StartupParameters={"ModelDataDownloadTimeoutInSeconds": 600,
+                                        "ContainerStartupHealthCheckTimeoutInSeconds": 600})
+    assert arn == f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:inference-component/life-ic"
+    described = _wait_in_service(sm, "life-ic")
+    assert described["RuntimeConfig"] == {"DesiredCopyCount": 2, "CurrentCopyCount": 2}
+    assert described["EndpointName"] == "life" and described["VariantName"] == "AllTraffic"
+    assert described["EndpointArn"].endswith(":endpoint/life")
+    assert described["Specification"]["ModelName"] == "life-model"
+    assert described["Specification"]["StartupParameters"][
+        "ContainerStartupHealthCheckTimeoutInSeconds"] == 600
+    assert described["Specification"]["ComputeResourceRequirements"]["MinMemoryRequiredInMb"] \
+        == 1024
+    assert described["LastModifiedTime"] >= described["CreationTime"]
+
+    # A name is unique without regard to case.
+    assert "Cannot create already existing inference component" in _error(
+        sm.create_inference_component, InferenceComponentName="LIFE-ic", EndpointName="life",
+        Specification={"ModelName": "life-model", "ComputeResourceRequirements": RESOURCES},
+        RuntimeConfig={"CopyCount": 1})
+
+    sm.update_inference_component_runtime_config(InferenceComponentName="life-ic",
+                                                 DesiredRuntimeConfig={"CopyCount": 4})
+    wait_until(lambda: sm.describe_inference_component(InferenceComponentName="life-ic")[
+        "RuntimeConfig"]["CurrentCopyCount"] == 4, 30, "four copies")
+    _model(module, "life-model-2")
+    sm.update_inference_component(
+        InferenceComponentName="life-ic", RuntimeConfig={"CopyCount": 1},
+        Specification={"ModelName": "life-model-2", "ComputeResourceRequirements": RESOURCES})
+    wait_until(lambda: sm.describe_inference_component(InferenceComponentName="life-ic")[
+        "Specification"]["ModelName"] == "life-model-2", 30, "the new model")
+    assert _wait_in_service(sm, "life-ic")["RuntimeConfig"]["DesiredCopyCount"] == 1
+
+    # The endpoint cannot go while a component is on it; the component can.
+    message = _error(sm.delete_endpoint, EndpointName="life")
+    assert "life-ic" in message and "DeleteInferenceComponent" in message
+    sm.delete_inference_component(InferenceComponentName="life-ic")
+    wait_until(lambda: not sm.list_inference_components(EndpointNameEquals="life")[
+        "InferenceComponents"], 30, "the component gone")
+    assert 'Could not find inference component "arn:aws:sagemaker:us-east-1:' in _error(
+        sm.describe_inference_component, InferenceComponentName="life-ic")
+    sm.delete_endpoint(EndpointName="life")
+
+
+def test_describe_outputs_match_botocore(module: Module) -> None:
+    """Raw JSON outputs checked against botocore's output shapes (required members, types)."""
+    sm = module.sm()
+    _model(module, "shape-model")
+    _component_endpoint(module, "shape", RoutingConfig={"RoutingStrategy": "RANDOM"})
+    _component(module, "shape-ic", "shape", "shape-model")
+    _wait_in_service(sm, "shape-ic")
+    for operation, body in (("DescribeInferenceComponent", {"InferenceComponentName": "shape-ic"}),
+                            ("ListInferenceComponents", {}),
+                            ("DescribeEndpoint", {"EndpointName": "shape"})):
+        request = urllib.request.Request(
+            module.server.url + "/", data=json.dumps(body).encode(), method="POST",
+            headers={"X-Amz-Target": f"SageMaker.{operation}",
+                     "Content-Type": "application/x-amz-json-1.1"})
+        with urllib.request.urlopen(request) as response:
+            assert check_output(operation, json.loads(response.read())) == []
+
+
+def test_list_filters_sort_and_pages(module: Module) -> None:
+    sm = module.sm()
+    _model(module, "list-model")
+    _component_endpoint(module, "list-a")
+    _component_endpoint(module, "list-b")
+    for name, endpoint in (("list-c1", "list-a"), ("list-a2", "list-a"), ("list-b1", "list-b")):
+        _component(module, name, endpoint, "list-model")
+    for name in ("list-c1", "list-a2", "list-b1"):
+        _wait_in_service(sm, name)
+
+    def names(**kwargs: Any) -> list[str]:
+        return [c["InferenceComponentName"]
+                for c in sm.list_inference_components(**kwargs)["InferenceComponents"]]
+
+    assert names(EndpointNameEquals="list-a", SortBy="Name", SortOrder="Ascending") == [
+        "list-a2", "list-c1"]
+    assert names(NameContains="list-", SortBy="CreationTime", SortOrder="Ascending") == [
+        "list-c1", "list-a2", "list-b1"]
+    assert names(NameContains="LIST-B") == ["list-b1"]
+    assert names(NameContains="list-", StatusEquals="Creating") == []
+    assert names(NameContains="list-", VariantNameEquals="Other") == []
+    first = sm.list_inference_components(NameContains="list-", SortBy="Name", MaxResults=2)
+    assert [c["InferenceComponentName"] for c in first["InferenceComponents"]] == [
+        "list-c1", "list-b1"]
+    rest = sm.list_inference_components(NameContains="list-", SortBy="Name", MaxResults=2,
+                                        NextToken=first["NextToken"])
+    assert [c["InferenceComponentName"] for c in rest["InferenceComponents"]] == ["list-a2"]
+    assert "NextToken" not in rest
+    summary = first["InferenceComponents"][0]
+    assert summary["EndpointName"] == "list-a"
+    assert summary["InferenceComponentStatus"] == "InService"
+    paginated = [c["InferenceComponentName"] for page in sm.get_paginator(
+        "list_inference_components").paginate(NameContains="list-", PaginationConfig={
+            "PageSize": 1}) for c in page["InferenceComponents"]]
+    assert sorted(paginated) == ["list-a2", "list-b1", "list-c1"]
+
+
+def test_endpoint_config_rules_for_components(module: Module) -> None:
+    sm = module.sm()
+    _model(module, "cfg-model")
+
+    def config(**variant: Any) -> str:
+        return _error(sm.create_endpoint_config, EndpointConfigName="cfg-refused",
+                      ProductionVariants=[{"VariantName": "A", "InitialInstanceCount": 1,
+                                           "InstanceType": "ml.m5.xlarge", **variant}])
+
+    assert "mix the two" in _error(sm.create_endpoint_config, EndpointConfigName="cfg-mixed",
+                                   ProductionVariants=[
+        {"VariantName": "A", "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1},
+        {"VariantName": "B", "ModelName": "cfg-model", "InstanceType": "ml.m5.xlarge",
+         "InitialInstanceCount": 1}])
+    assert "MinInstanceCount (3) must not exceed MaxInstanceCount (2)" in config(
+        ManagedInstanceScaling={"MinInstanceCount": 3, "MaxInstanceCount": 2})
+    assert "InitialInstanceCount (1) of production variant A must not be below" in config(
+        ManagedInstanceScaling={"MinInstanceCount": 2, "MaxInstanceCount": 4})
+    assert "RoutingStrategy PREFIX_AWARE" in config(RoutingConfig={"RoutingStrategy":
+                                                                   "PREFIX_AWARE"})
+    assert "ServerlessConfig is not supported" in _error(
+        sm.create_endpoint_config, EndpointConfigName="cfg-serverless", ProductionVariants=[{
+            "VariantName": "A", "ServerlessConfig": {"MemorySizeInMB": 2048,
+                                                     "MaxConcurrency": 1}}])
+    assert "InitialInstanceCount is required" in _error(
+        sm.create_endpoint_config, EndpointConfigName="cfg-count",
+        ProductionVariants=[{"VariantName": "A", "InstanceType": "ml.m5.xlarge"}])
+    # Nothing of a refused config was stored.
+    assert not sm.list_endpoint_configs(NameContains="cfg-")["EndpointConfigs"]
+
+
+def test_component_request_errors(module: Module) -> None:
+    sm = module.sm()
+    _model(module, "err-model")
+    _component_endpoint(module, "err", instance_type="ml.m5.large")  # 2 vCPUs, 8 GiB, no GPU
+
+    def create(spec: dict[str, Any] | None = None, **params: Any) -> str:
+        request: dict[str, Any] = {"InferenceComponentName": "err-ic", "EndpointName": "err",
+                                   "RuntimeConfig": {"CopyCount": 1}, **params}
+        if spec is not None:
+            request["Specification"] = spec
+        return _error(sm.create_inference_component, **request)
+
+    base = {"ModelName": "err-model", "ComputeResourceRequirements": RESOURCES}
+    assert create(base, EndpointName="err-none") == \
+        f'Could not find endpoint "arn:aws:sagemaker:us-east-1:{ACCOUNT}:endpoint/err-none".'
+    assert create({**base, "ModelName": "nope"}) == \
+        f'Could not find model "arn:aws:sagemaker:us-east-1:{ACCOUNT}:model/nope".'
+    assert 'variant "Other" does not exist' in create(base, VariantName="Other")
+    too_big = create({**base, "ComputeResourceRequirements": {
+        "NumberOfCpuCoresRequired": 4, "NumberOfAcceleratorDevicesRequired": 1,
+        "MinMemoryRequiredInMb": 9000}})
+    assert "does not fit on one ml.m5.large instance" in too_big
+    assert "4 > its 2 vCPUs" in too_big and "its 0 accelerator devices" in too_big
+    assert "its 8192 MiB" in too_big
+    assert "adapter inference components" in create({**base, "BaseInferenceComponentName": "x"})
+    assert "SchedulingConfig" in create({**base, "SchedulingConfig": {"PlacementStrategy":
+                                                                      "SPREAD"}})
+    assert "ComputeResourceRequirements is required" in create({"ModelName": "err-model"})
+    assert "Specification is required" in create(None)
+    assert "RuntimeConfig (CopyCount) is required" in _error(
+        sm.create_inference_component, InferenceComponentName="err-ic", EndpointName="err",
+        Specification=base)
+    assert "Container.Image is required" in create({
+        "Container": {"ArtifactUrl": "s3://bucket/model.tar.gz"},
+        "ComputeResourceRequirements": RESOURCES})
+    assert "MinMemoryRequiredInMb (2048)" in create({**base, "ComputeResourceRequirements": {
+        "MinMemoryRequiredInMb": 2048, "MaxMemoryRequiredInMb": 1024}})
+    # botocore's constraints, as the service words them (the client's own checks off).
+    unchecked = module.sm(parameter_validation=False)
+    message = _error(unchecked.create_inference_component, InferenceComponentName="err-ic",
+                     EndpointName="err", Specification={
+                         "ModelName": "err-model", "ComputeResourceRequirements": {
+                             "MinMemoryRequiredInMb": 64}}, RuntimeConfig={"CopyCount": -1})
+    assert message.startswith("2 validation errors detected: ")
+    assert "'runtimeConfig.copyCount' failed to satisfy constraint: Member must have value " \
+        "greater than or equal to 0" in message
+    # An endpoint whose variant names a model takes no component: AWS's own words. Its model
+    # data is missing, so it fails without starting a Triton.
+    sm.create_model(ModelName="err-mme", ExecutionRoleArn=ROLE, PrimaryContainer={
+        "Image": "triton", "Mode": "MultiModel",
+        "ModelDataUrl": (module.root / "missing").as_uri() + "/"})
+    sm.create_endpoint_config(EndpointConfigName="err-mme", ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": "err-mme", "InstanceType": "ml.m5.large",
+        "InitialInstanceCount": 1}])
+    sm.create_endpoint(EndpointName="err-mme", EndpointConfigName="err-mme")
+    assert create(base, EndpointName="err-mme") == (
+        "Invalid request provided: Inference Components are not supported in this Endpoint. "
+        "Please make sure this endpoint can deploy inference components.")
+    # Updating the component endpoint itself is refused, not silently ignored.
+    assert "UpdateEndpointWeightsAndCapacities" in _error(
+        sm.update_endpoint_weights_and_capacities, EndpointName="err",
+        DesiredWeightsAndCapacities=[{"VariantName": "AllTraffic", "DesiredInstanceCount": 2}])
+    # Nothing was created by any refused request.
+    assert not sm.list_inference_components(EndpointNameEquals="err")["InferenceComponents"]
+
+
+def test_components_survive_a_restart(module: Module) -> None:
+    sm = module.sm()
+    _model(module, "restart-model")
+    _component_endpoint(module, "restart")
+    _component(module, "restart-ic", "restart", "restart-model", copies=3)
+    before = _wait_in_service(sm, "restart-ic")
+    module.restart()
+    sm = module.sm()
+    after = sm.describe_inference_component(InferenceComponentName="restart-ic")
+    for key in ("InferenceComponentStatus", "RuntimeConfig", "Specification", "CreationTime",
+                "LastModifiedTime", "EndpointArn", "VariantName"):
+        assert after[key] == before[key], key
+    assert sm.describe_endpoint(EndpointName="restart")["EndpointStatus"] == "InService"
+    assert [c["InferenceComponentName"] for c in sm.list_inference_components(
+        EndpointNameEquals="restart")["InferenceComponents"]] == ["restart-ic"]
