@@ -18,6 +18,9 @@ Loaded through the ``pytest11`` entry point ``mme``. Fixtures:
 - ``assert_matches_golden``: ``assert_matches_golden(name, outputs, rtol=..., atol=...)`` against
   ``goldens/<test module>/<name>.npz`` beside the test; ``--mme-update-goldens`` rewrites them.
 
+For a suite checked with mypy, the fixtures' types are ``Invoke`` and ``AssertMatchesGolden``
+(this module) and ``MmeEndpoint`` (``harness.live_endpoint``); the example suite uses them.
+
 ``--mme-target=aws --mme-endpoint-name NAME`` runs the same tests against a real endpoint
 (credentials and region from the default boto3 session).
 
@@ -32,14 +35,30 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator, Mapping, Sequence
+
+    import numpy.typing as npt
 
     from harness.live_endpoint import MmeEndpoint
+
+
+class Invoke(Protocol):
+    """The ``invoke`` fixture: encode the inputs, call the endpoint, decode the outputs."""
+
+    def __call__(self, target_model: str | None, inputs: Mapping[str, Any],
+                 outputs: Sequence[str] | None = None, **kwargs: Any) -> dict[str, Any]: ...
+
+
+class AssertMatchesGolden(Protocol):
+    """The ``assert_matches_golden`` fixture; returns "recorded", "updated" or "matched"."""
+
+    def __call__(self, name: str, outputs: Mapping[str, npt.NDArray[Any]], *,
+                 rtol: float = 1e-5, atol: float = 1e-6, model: str | None = None) -> str: ...
 
 _LAST_TARGET_MODEL = pytest.StashKey[str]()
 
@@ -277,11 +296,12 @@ def sagemaker_runtime(mme_endpoint: MmeEndpoint) -> Any:
 
 
 @pytest.fixture
-def invoke(mme_endpoint: MmeEndpoint, request: pytest.FixtureRequest) -> Callable[..., Any]:
+def invoke(mme_endpoint: MmeEndpoint, request: pytest.FixtureRequest) -> Invoke:
     """``invoke(target_model, inputs, outputs=None, *, binary=True) -> {name: array}``."""
 
     def _invoke(
-        target_model: str | None, inputs: Any, outputs: Any = None, **kwargs: Any
+        target_model: str | None, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None,
+        **kwargs: Any,
     ) -> dict[str, Any]:
         if target_model is not None:
             # assert_matches_golden then knows which tarball's digest to record.
@@ -294,7 +314,7 @@ def invoke(mme_endpoint: MmeEndpoint, request: pytest.FixtureRequest) -> Callabl
 @pytest.fixture
 def assert_matches_golden(
     request: pytest.FixtureRequest, pytestconfig: pytest.Config
-) -> Callable[..., str]:
+) -> AssertMatchesGolden:
     """``assert_matches_golden(name, outputs, rtol=1e-5, atol=1e-6, model=None)``.
 
     ``model`` is the TargetModel whose tarball digest the snapshot records (by default the
@@ -307,7 +327,8 @@ def assert_matches_golden(
     folder = module.parent / "goldens" / module.stem
 
     def _assert(
-        name: str, outputs: Any, *, rtol: float = 1e-5, atol: float = 1e-6, model: str | None = None
+        name: str, outputs: Mapping[str, npt.NDArray[Any]], *, rtol: float = 1e-5,
+        atol: float = 1e-6, model: str | None = None,
     ) -> str:
         model = model or request.node.stash.get(_LAST_TARGET_MODEL, None)
         digest = None

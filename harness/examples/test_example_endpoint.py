@@ -25,28 +25,35 @@ The golden test fails until its snapshot is recorded once with ``--mme-update-go
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import pytest
 from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:  # the fixtures' types, for a suite checked with mypy
+    from harness.live_endpoint import MmeEndpoint
+    from harness.pytest_plugin import AssertMatchesGolden, Invoke
 
 TARGET = "add.tar.gz"
 A = np.arange(8, dtype=np.float32).reshape(2, 4)
 B = np.full((2, 4), 0.5, dtype=np.float32)
 
 
-def test_outputs_are_right(invoke) -> None:  # type: ignore[no-untyped-def]
+def test_outputs_are_right(invoke: Invoke) -> None:
     outputs = invoke(TARGET, {"INPUT0": A, "INPUT1": B})
     np.testing.assert_allclose(outputs["OUTPUT1"], A - B)
 
 
 @pytest.mark.parametrize("binary", [True, False], ids=["binary+json", "json"])
-def test_outputs_match_the_golden(invoke, assert_matches_golden, binary) -> None:  # type: ignore[no-untyped-def]
+def test_outputs_match_the_golden(invoke: Invoke, assert_matches_golden: AssertMatchesGolden,
+                                   binary: bool) -> None:
     outputs = invoke(TARGET, {"INPUT0": A, "INPUT1": B}, binary=binary)
     # One snapshot for both encodings: they must agree with each other, too.
     assert_matches_golden("add-2x4", outputs, rtol=1e-6, atol=1e-6)
 
 
-def test_plain_boto3_works_too(sagemaker_runtime, mme_endpoint) -> None:  # type: ignore[no-untyped-def]
+def test_plain_boto3_works_too(sagemaker_runtime: Any, mme_endpoint: MmeEndpoint) -> None:
     body = (
         b'{"inputs":[{"name":"INPUT0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]},'
         b'{"name":"INPUT1","shape":[1,4],"datatype":"FP32","data":[1,1,1,1]}]}'
@@ -60,7 +67,7 @@ def test_plain_boto3_works_too(sagemaker_runtime, mme_endpoint) -> None:  # type
     assert b"OUTPUT0" in response["Body"].read()
 
 
-def test_a_missing_model_is_refused(sagemaker_runtime, mme_endpoint) -> None:  # type: ignore[no-untyped-def]
+def test_a_missing_model_is_refused(sagemaker_runtime: Any, mme_endpoint: MmeEndpoint) -> None:
     with pytest.raises(ClientError) as error:
         sagemaker_runtime.invoke_endpoint(
             EndpointName=mme_endpoint.name,
