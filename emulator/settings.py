@@ -1,6 +1,12 @@
 """Every setting, written once: a field here is an ``MME_*`` environment variable, a flag of
-``mme serve`` (built by ``add_flags``) and a row of the README's configuration table (rendered by
-``configuration_table``; ``python -m emulator.settings`` prints it, a test compares it).
+``mme serve`` (built by ``add_flags``) and a row of the configuration table in
+docs/configuration.md (rendered by ``configuration_table``; ``python -m emulator.settings`` prints
+it, a test compares it).
+
+A setting's variable is ``MME_`` + its flag, upper-cased, dashes as underscores
+(``--invocation-timeout``: ``MME_INVOCATION_TIMEOUT``); a variable-only setting's is ``MME_`` + its
+field name. The few variables once named after the field instead (``MME_INVOCATION_TIMEOUT_S``)
+are still read, with a ``DeprecatedVariable`` warning.
 
 Precedence: explicit flags > ``MME_*`` environment variables > the defaults below.
 """
@@ -11,6 +17,7 @@ import argparse
 import os
 import re
 import typing
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -83,7 +90,7 @@ def _zero_is_none(value: Any) -> Any:
 
 
 def _path_list(value: Any) -> Any:
-    """``MME_DOCKER_MOUNTS=/a:/b`` (``os.pathsep``-separated) or a list (repeated flags)."""
+    """``MME_DOCKER_MOUNT=/a:/b`` (``os.pathsep``-separated) or a list (repeated flags)."""
     if isinstance(value, str):
         return [p for p in value.split(os.pathsep) if p]
     return value
@@ -162,8 +169,14 @@ def _default_cache_dir() -> Path:
 _ENVIRONMENT: ContextVar[Mapping[str, str] | None] = ContextVar("mme_environment", default=None)
 
 
+class DeprecatedVariable(FutureWarning):
+    """A variable read under a former name. A FutureWarning, which Python shows by default: the
+    people who set variables are users of the emulator, not developers of it."""
+
+
 class _Environment(EnvSettingsSource):
-    """``MME_*`` variables from ``os.environ``, or from the mapping ``from_env`` was given."""
+    """``MME_*`` variables from ``os.environ``, or from the mapping ``from_env`` was given, each
+    under its flag's name (``env_name``), else under its former name (``former_env_name``)."""
 
     def _load_env_vars(self) -> Mapping[str, str | None]:
         env = _ENVIRONMENT.get()
@@ -171,6 +184,21 @@ class _Environment(EnvSettingsSource):
             return super()._load_env_vars()
         return parse_env_vars(env, self.case_sensitive, self.env_ignore_empty,
                               self.env_parse_none_str)
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        _, key, is_complex = super().get_field_value(field, field_name)
+        name, former = env_name(field_name), former_env_name(field_name)
+        value = self.env_vars.get(self._apply_case_sensitive(name))
+        old = self.env_vars.get(self._apply_case_sensitive(former)) if former else None
+        if old is not None:
+            if value is None:
+                warnings.warn(f"{former} is deprecated: set {name} instead (same value)",
+                              DeprecatedVariable, stacklevel=2)
+                value = old
+            else:
+                warnings.warn(f"{former} is ignored: {name} is set too and wins; unset {former}",
+                              DeprecatedVariable, stacklevel=2)
+        return value, key, is_complex
 
 
 class Settings(BaseSettings):
@@ -366,7 +394,17 @@ def flag_name(name: str) -> str | None:
 
 
 def env_name(name: str) -> str:
-    return ENV_PREFIX + name.upper()
+    """``invocation_timeout_s`` -> ``MME_INVOCATION_TIMEOUT`` (``MME_`` + the flag); a
+    variable-only setting: ``MME_`` + the field name (``account_id`` -> ``MME_ACCOUNT_ID``)."""
+    flag = flag_name(name)
+    return ENV_PREFIX + (flag.removeprefix("--") if flag else name).upper().replace("-", "_")
+
+
+def former_env_name(name: str) -> str | None:
+    """The variable's name before it followed its flag (``MME_INVOCATION_TIMEOUT_S``), still read
+    with a warning; None when the two names are the same."""
+    former = ENV_PREFIX + name.upper()
+    return former if former != env_name(name) else None
 
 
 def describe(name: str) -> str:

@@ -52,6 +52,6 @@ def test_environment_becomes_triton_flags_and_model_environment(start_emulator, 
 
 
 def test_docker_mounts_from_the_environment() -> None:
-    settings = Settings.from_env(env={"MME_DOCKER_MOUNTS": "/data/a:/data/b", "MME_GPUS": "none"})
+    settings = Settings.from_env(env={"MME_DOCKER_MOUNT": "/data/a:/data/b", "MME_GPUS": "none"})
     assert settings.docker_mounts == [Path("/data/a"), Path("/data/b")]
     assert settings.gpus == "none"

@@ -19,13 +19,33 @@ def test_parse_size_rejects_garbage_with_a_hint() -> None:
 
 def test_environment_then_flags() -> None:
     env = {"MME_MEMORY_BUDGET": "2GiB", "MME_PORT": "9000", "MME_MAX_LOADED_MODELS": "3",
-           "MME_INVOCATION_TIMEOUT_S": "5"}
+           "MME_INVOCATION_TIMEOUT": "5"}
     settings = Settings.from_env(env=env, port=9100)
     assert settings.memory_budget == 2 * 1024**3
     assert settings.port == 9100  # the flag wins
     assert settings.max_loaded_models == 3
     assert settings.invocation_timeout_s == 5.0
     assert format_size(settings.memory_budget) == "2.0GiB"
+
+
+def test_a_variable_is_named_after_its_flag_and_its_former_name_still_works() -> None:
+    """MME_ + the flag (``--invocation-timeout``: MME_INVOCATION_TIMEOUT); the name it had
+    before (after the field, MME_INVOCATION_TIMEOUT_S) is still honoured, with a warning."""
+    from emulator.settings import DeprecatedVariable
+
+    settings = Settings.from_env(env={"MME_INVOCATION_TIMEOUT": "5", "MME_DOCKER_MOUNT": "/a:/b",
+                                      "MME_MODEL_LOAD_TIMEOUT": "7",
+                                      "MME_CONTAINER_STARTUP_TIMEOUT": "9"})
+    assert (settings.invocation_timeout_s, settings.model_load_timeout_s,
+            settings.container_startup_timeout_s) == (5.0, 7.0, 9.0)
+    assert [str(p) for p in settings.docker_mounts] == ["/a", "/b"]
+    with pytest.warns(DeprecatedVariable, match="MME_INVOCATION_TIMEOUT_S is deprecated: set "
+                                                "MME_INVOCATION_TIMEOUT"):
+        assert Settings.from_env(env={"MME_INVOCATION_TIMEOUT_S": "4"}).invocation_timeout_s == 4
+    with pytest.warns(DeprecatedVariable, match="MME_DOCKER_MOUNTS is ignored: MME_DOCKER_MOUNT"):
+        settings = Settings.from_env(env={"MME_DOCKER_MOUNTS": "/old",
+                                          "MME_DOCKER_MOUNT": "/new"})
+    assert [str(p) for p in settings.docker_mounts] == ["/new"]
 
 
 def test_the_documented_configuration_table_is_the_settings() -> None:
