@@ -48,7 +48,7 @@ test: $(STAMP) wrk
 	$(BIN)/ruff check emulator ensembles harness tests docker mme
 	$(BIN)/python tests/lint_ci_files.py
 	bash tests/install-chromium.sh
-	$(BIN)/mypy
+	$(BIN)/mypy  # strict over emulator, harness, mme, ensembles: pyproject's [tool.mypy]
 	$(BIN)/lint-imports  # the layers: .importlinter
 ifeq ($(SKIP_DOCKER),1)
 	$(BIN)/python -m pytest --no-docker $(XDIST) $(PYTEST_ARGS)
@@ -66,7 +66,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check emulator ensembles harness tests docker mme
 	$(BIN)/python tests/lint_ci_files.py
-	$(BIN)/mypy
+	$(BIN)/mypy  # strict over emulator, harness, mme, ensembles: pyproject's [tool.mypy]
 	$(BIN)/lint-imports  # the layers: .importlinter
 
 clean:
