@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from emulator.processes import stop_process
 from mme import bench_overhead
 
 
-def _serve(work: Path, name: str, *flags: str) -> tuple[object, str]:
+def _serve(work: Path, name: str, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
     return bench_overhead.start_serve(["--model-data", str(work / "store"),
                                        "--cache-dir", str(work / f"cache-{name}"), *flags],
                                       timeout_s=120)
@@ -101,7 +102,7 @@ def run_fleet(args: argparse.Namespace) -> int:
             try:
                 runs.append(asyncio.run(_drive_sequence(name, url, sequence, args.concurrency)))
             finally:
-                stop_process(server)  # type: ignore[arg-type]
+                stop_process(server)
     print(f"{'endpoint':<28}{'hit ratio':>10}{'loads':>7}{'p50 ms':>9}{'p99 ms':>9}"
           f"{'calls/s':>9}{'errors':>8}")
     for r in runs:
