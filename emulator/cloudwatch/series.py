@@ -114,7 +114,7 @@ class MetricStore:
         with self._lock:
             for namespace, unit, metric_name, value in samples:
                 # A plain tuple finds the SeriesKey it equals, for less than a SeriesKey costs.
-                series = series_of.get((namespace, metric_name, dims))  # type: ignore[call-overload]
+                series = series_of.get((namespace, metric_name, dims))  # type: ignore[call-overload]  # keys are SeriesKey
                 if series is None:
                     if len(self._series) >= MAX_SERIES:
                         self._refused += 1
