@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emulator.triton.launcher import LauncherError
+from emulator.supervision import LauncherError
 
 if TYPE_CHECKING:
     from docker.client import DockerClient

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from emulator.settings import parse_image_mappings
-from emulator.triton.launcher import LauncherError
+from emulator.supervision import LauncherError
 
 if TYPE_CHECKING:
     from docker.client import DockerClient

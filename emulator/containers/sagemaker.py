@@ -36,7 +36,7 @@ from emulator.containers.docker_engine import (
     remove_leftover_containers,
 )
 from emulator.containers.images import ensure_image
-from emulator.triton.launcher import LauncherError, SupervisedLauncher
+from emulator.supervision import LauncherError, SupervisedLauncher
 
 if TYPE_CHECKING:
     from docker.client import DockerClient

@@ -37,11 +37,12 @@ from emulator.manager.model_manager import ModelManager
 from emulator.manager.sources import source_for
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.settings import Settings, format_size
+from emulator.supervision import LauncherError
 from emulator.triton.client import TritonClient
 from emulator.triton.docker_launcher import DockerLauncher
 from emulator.triton.embedded import EmbeddedLauncher
 from emulator.triton.external import ExternalLauncher
-from emulator.triton.launcher import LauncherError, TritonLauncher, TritonOptions, count_gpus
+from emulator.triton.launcher import TritonLauncher, TritonOptions, count_gpus
 from emulator.triton.memory import probe_for
 from emulator.triton.sagemaker_env import SageMakerEnvironmentError, triton_args_from_environment
 

@@ -32,7 +32,7 @@ from emulator.hosting.instance import ContainerAnswer, ErrorContext, Instance, I
 from emulator.hosting.spec import VariantSpec
 from emulator.manager.model_manager import ModelManager, ModelObserver
 from emulator.metrics import EndpointMetrics, InstanceMetrics
-from emulator.triton.launcher import LauncherError
+from emulator.supervision import LauncherError
 
 log = logging.getLogger(__name__)
 

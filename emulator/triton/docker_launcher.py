@@ -51,10 +51,9 @@ from emulator.containers.docker_engine import (  # noqa: F401
 )
 from emulator.containers.images import SHIMS_DIR_LABEL, PullProgress, ensure_image  # noqa: F401
 from emulator.containers.images import split_image as _split_image  # noqa: F401
+from emulator.supervision import LauncherError, SupervisedLauncher
 from emulator.triton.launcher import (
     SHIMS_DIR,
-    LauncherError,
-    SupervisedLauncher,
     TritonOptions,
     control_args,
     count_gpus,

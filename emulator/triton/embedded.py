@@ -34,17 +34,9 @@ import sysconfig
 from pathlib import Path
 
 from emulator.processes import dies_with_parent, free_port
+from emulator.supervision import LauncherError, SupervisedLauncher, output_pipe, pump_output
 from emulator.triton import stubs
-from emulator.triton.launcher import (
-    LauncherError,
-    SupervisedLauncher,
-    TritonOptions,
-    control_args,
-    output_pipe,
-    pump_output,
-    stage_shims,
-    wait_until_ready,
-)
+from emulator.triton.launcher import TritonOptions, control_args, stage_shims, wait_until_ready
 
 log = logging.getLogger(__name__)
 # Triton's own grace period for in-flight work on stop, then ours before SIGKILL. Short: a model

@@ -26,12 +26,8 @@ from pathlib import Path
 
 import aiohttp
 
-from emulator.triton.launcher import (
-    LauncherError,
-    RestartCallback,
-    TritonOptions,
-    wait_until_ready,
-)
+from emulator.supervision import LauncherError, RestartCallback
+from emulator.triton.launcher import TritonOptions, wait_until_ready
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
+from emulator.supervision import LauncherError
 from emulator.triton.docker_launcher import (
     HOST_LABEL,
     OWNER_LABEL,
@@ -31,7 +32,7 @@ from emulator.triton.docker_launcher import (
     connect,
     remove_leftover_containers,
 )
-from emulator.triton.launcher import LauncherError, TritonOptions, control_args, free_port
+from emulator.triton.launcher import TritonOptions, control_args, free_port
 
 T = TypeVar("T")
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from emulator.supervision import LauncherError
 from emulator.triton.embedded import assemble_backends, child_environment, find_tritonserver
 from emulator.triton.external import ExternalLauncher
-from emulator.triton.launcher import LauncherError, TritonOptions, free_port
+from emulator.triton.launcher import TritonOptions, free_port
 
 CONFIG = """
 name: "double"

@@ -9,7 +9,7 @@ from collections import deque
 
 import pytest
 
-from emulator.triton.launcher import output_pipe, pump_output
+from emulator.supervision import output_pipe, pump_output
 
 
 def test_every_line_is_logged_and_the_last_ones_kept(caplog: pytest.LogCaptureFixture) -> None:
