@@ -30,6 +30,8 @@ H_INFERENCE_ID = "x-amzn-sagemaker-inference-id"
 # KServe's header for the length of a binary body's JSON part.
 KSERVE_HEADER_LENGTH = "Inference-Header-Content-Length"
 H_TARGET_VARIANT = "x-amzn-sagemaker-target-variant"
+# InferenceComponentName: which inference component of an endpoint for components serves.
+H_INFERENCE_COMPONENT = "x-amzn-sagemaker-inference-component"
 
 # botocore: ContentType, Accept and CustomAttributes are each at most 1,024 characters.
 MAX_HEADER_LENGTH = 1024
@@ -50,6 +52,7 @@ class InvokeRequest:
     target_variant: str | None
     # Multi-container endpoints in Direct mode (emulator.hosting.multi_container).
     target_container_hostname: str | None = None
+    inference_component: str | None = None  # endpoints for inference components
 
 
 class ContainerRejected(Exception):
@@ -113,6 +116,7 @@ def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes | B
         inference_id=inference_id,
         target_variant=headers.get(H_TARGET_VARIANT),
         target_container_hostname=_container_hostname(headers),
+        inference_component=headers.get(H_INFERENCE_COMPONENT),
     )
 
 

@@ -112,6 +112,31 @@ def no_variant_weight(endpoint: str) -> ValidationError:  # [U] refused earlier 
         "TargetVariant, or give a variant weight with UpdateEndpointWeightsAndCapacities.")
 
 
+def inference_component_required() -> ValidationError:  # [O] quoted in user reports (#30)
+    return ValidationError(
+        "Inference Component Name header is required for endpoints to which you plan to deploy "
+        "inference components. Please include Inference Component Name header or consider "
+        "using SageMaker models.")
+
+
+def inference_component_not_found(component: str, endpoint: str) -> ValidationError:  # [U]
+    return ValidationError(
+        f"Inference component {component} was not found on endpoint {endpoint}.")
+
+
+def inference_component_no_capacity(component: str, status: str) -> ValidationError:  # [U]
+    return ValidationError(
+        f"Inference component {component} has no copy to serve this request (it is {status} "
+        "with 0 copies); wait until it is InService with copies, or raise its copy count with "
+        "UpdateInferenceComponentRuntimeConfig.")
+
+
+def inference_component_copies_not_served() -> ServiceUnavailable:  # emulator's own
+    return ServiceUnavailable(
+        "The emulator does not serve inference components' copies yet: they are bookkeeping "
+        "only (docs/inference-components.md).")
+
+
 def invalid_target_model(value: str, reason: str) -> ValidationError:  # [U]
     return ValidationError(
         f"1 validation error detected: Value '{value}' at 'targetModel' failed to satisfy "

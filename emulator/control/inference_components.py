@@ -36,6 +36,7 @@ from emulator.control.state_db import (
     EndpointRecord,
     Resource,
 )
+from emulator.hosting.components import ComponentState
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,14 @@ class InferenceComponents:
         self._spawn(record.name, self._run_delete(record.name, previous))
         return {}
 
-    # -- what the endpoint operations ask of components --------------------------------------
+    # -- what the endpoint operations and the runtime ask of components ----------------------
+
+    def state_of(self, endpoint_name: str, component_name: str) -> ComponentState | None:
+        """A component of this endpoint, for a call naming it (``hosting.components``)."""
+        record = self._get(component_name)
+        if record is None or record.endpoint_name.lower() != endpoint_name.lower():
+            return None
+        return ComponentState(record.status, record.current_copies)
 
     def on_endpoint(self, endpoint_name: str) -> list[str]:
         """Names of the components on an endpoint, in creation order."""

@@ -51,6 +51,7 @@ from emulator.control.state_db import (
     Resource,
 )
 from emulator.hosting import deployment as guardrails
+from emulator.hosting.components import ComponentLookup
 from emulator.hosting.spec import SERIAL, ContainerSpec, EndpointSpec, VariantSpec
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ class EndpointRuntimes(Generations, Protocol):
     def names(self) -> list[str]: ...
 
     async def drop_green(self, name: str) -> None: ...
+
+    async def create_for_components(self, name: str, lookup: ComponentLookup) -> Any: ...
 
 
 # [U] The emulator's own limit: every instance is a Triton process on this machine. SageMaker's
@@ -467,8 +470,10 @@ class ControlPlaneService:
 
     async def _run_create(self, name: str, deployment: Deployment) -> None:
         try:
-            if deployment.spec:  # an endpoint for inference components runs no process yet
+            if deployment.spec:
                 await self.registry.create(EndpointSpec.from_doc(deployment.spec))
+            else:  # an endpoint for inference components: no process of its own
+                await self.registry.create_for_components(name, self.components.state_of)
         except Exception as exc:  # noqa: BLE001 - any failure of the runtime ends in Failed
             log.warning("endpoint %s failed to start: %s", name, exc)
             self._transition(name, ("Creating",), "Failed", failure_reason=failure_reason(exc))
@@ -603,8 +608,10 @@ class ControlPlaneService:
 
     async def _run_restore(self, name: str, deployment: Deployment) -> None:
         try:
-            if deployment.spec:  # an endpoint for inference components runs no process yet
+            if deployment.spec:
                 await self.registry.create(EndpointSpec.from_doc(deployment.spec))
+            else:  # an endpoint for inference components: no process of its own
+                await self.registry.create_for_components(name, self.components.state_of)
         except Exception as exc:  # noqa: BLE001
             log.warning("endpoint %s could not be restored: %s", name, exc)
             self._transition(name, None, "Failed", failure_reason=failure_reason(exc))

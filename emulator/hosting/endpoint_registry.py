@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from emulator.hosting.components import ComponentEndpoint, ComponentLookup
 from emulator.hosting.deployment import SplitEndpoint
 from emulator.hosting.endpoint import Endpoint, InstanceBuilder
 from emulator.hosting.routing import Router
@@ -84,6 +85,17 @@ class EndpointRegistry:
             raise ValueError(f"endpoint {spec.name} already exists")
         endpoint = await self._start(spec)
         self._endpoints[spec.name] = endpoint
+        return endpoint
+
+    async def create_for_components(self, name: str, lookup: ComponentLookup) -> SplitEndpoint:
+        """An endpoint for inference components: no process of its own; its calls are
+        answered by its components' rules (``emulator.hosting.components``)."""
+        if name in self._endpoints:
+            raise ValueError(f"endpoint {name} already exists")
+        s = self.settings
+        endpoint = ComponentEndpoint(name, s.cache_dir / "endpoints" / name, self._router,
+                                     (s.region, s.account_id), s.invocation_timeout_s, lookup)
+        self._endpoints[name] = endpoint
         return endpoint
 
     async def replace(self, spec: EndpointSpec) -> SplitEndpoint:

@@ -21,7 +21,7 @@ from botocore.exceptions import ClientError
 from emulator.contract.control_plane import check_output
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
-from tests.client_support import DUMMY_CREDENTIALS
+from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.support import wait_until
 
 ROLE = "arn:aws:iam::123456789012:role/sagemaker"
@@ -328,3 +328,43 @@ def test_components_survive_a_restart(module: Module) -> None:
     assert sm.describe_endpoint(EndpointName="restart")["EndpointStatus"] == "InService"
     assert [c["InferenceComponentName"] for c in sm.list_inference_components(
         EndpointNameEquals="restart")["InferenceComponents"]] == ["restart-ic"]
+    # The endpoint answers as one for components again (the runtime came back too).
+    with pytest.raises(ClientError) as raised:
+        runtime_client(module.server.url).invoke_endpoint(
+            EndpointName="restart", ContentType="application/json", Body=b"{}")
+    assert raised.value.response["Error"]["Message"].startswith(
+        "Inference Component Name header is required")
+
+
+def test_invocations_on_an_endpoint_for_components(module: Module) -> None:
+    """What the front end answers before a copy is reached; copies serve nothing yet."""
+    sm = module.sm()
+    _model(module, "rt-model")
+    _component_endpoint(module, "rt")
+    _component_endpoint(module, "rt-other")
+    _component(module, "rt-ic", "rt", "rt-model")
+    _component(module, "rt-zero", "rt", "rt-model", copies=0)
+    _component(module, "rt-elsewhere", "rt-other", "rt-model")
+    for name in ("rt-ic", "rt-zero", "rt-elsewhere"):
+        _wait_in_service(sm, name)
+    rt = runtime_client(module.server.url)
+
+    def invoke(**kwargs: Any) -> tuple[str, str]:
+        with pytest.raises(ClientError) as raised:
+            rt.invoke_endpoint(EndpointName="rt", ContentType="application/json", Body=b"{}",
+                               **kwargs)
+        error = raised.value.response["Error"]
+        return error["Code"], error["Message"]
+
+    assert invoke() == ("ValidationError", (
+        "Inference Component Name header is required for endpoints to which you plan to deploy "
+        "inference components. Please include Inference Component Name header or consider "
+        "using SageMaker models."))
+    assert invoke(InferenceComponentName="nope") == (
+        "ValidationError", "Inference component nope was not found on endpoint rt.")
+    assert invoke(InferenceComponentName="rt-elsewhere")[1] == \
+        "Inference component rt-elsewhere was not found on endpoint rt."
+    code, message = invoke(InferenceComponentName="rt-zero")
+    assert code == "ValidationError" and "has no copy to serve this request" in message
+    code, message = invoke(InferenceComponentName="rt-ic")
+    assert code == "ServiceUnavailable" and "bookkeeping only" in message
