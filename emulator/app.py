@@ -9,8 +9,9 @@ Routes live beside their behaviour: ``routes/runtime.py`` (sagemaker-runtime),
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -18,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from emulator import autoscaling, cloudwatch
 from emulator.auth import install_auth
 from emulator.clock import Clock
-from emulator.contract.apis import ApiRequest, Protocol, Service, read_request
+from emulator.contract.apis import API_SCOPE_KEY, ApiRequest, Protocol, Service, read_request
 from emulator.control import ControlPlaneService, ControlStore, build_control_router
 from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.endpoint_registry import EndpointRegistry
@@ -30,30 +31,43 @@ from emulator.page import Feed, install_page
 from emulator.page.failed_invocations import InvocationErrors
 from emulator.routes.introspection import build_introspection_router
 from emulator.routes.limits import ApiBodyLimit
-from emulator.routes.runtime import Invocations, InvocationsApp, build_runtime_router
+from emulator.routes.runtime import (
+    Invocations,
+    InvocationsApp,
+    misdirected,
+    runtime_handlers,
+)
 from emulator.settings import Settings
 
 
 class EmulatorApp(FastAPI):
     """The FastAPI app behind one front door.
 
-    Every HTTP request goes through ``front`` once: it is read (repeated headers joined, its API
-    identified: ``contract/apis.py``), then passes the error feed of the live page and the auth
-    check (``--auth sigv4``), then InvokeEndpoint goes to ``invocations`` (a plain ASGI app: under
-    load FastAPI's middlewares, routing and request objects cost more CPU than the call itself)
-    and everything else to FastAPI's routing. With auth off, a server that writes answers itself
-    (``emulator/http_protocol.py``) asks ``direct_answer`` first and skips ASGI for
-    InvokeEndpoint; the error feed is told of those answers too.
+    Every HTTP request goes through ``front`` once: it is read once (repeated headers joined, its
+    API identified as (service, operation, protocol): ``contract/apis.py``; the answer stays in
+    the scope), then passes the error feed of the live page, the auth check (``--auth sigv4``)
+    and the bound on the APIs' bodies, then ``routed``: the handler ``handlers`` names for its
+    (service, operation), else FastAPI's routing (the control plane, Application Auto Scaling,
+    CloudWatch and the emulator's own routes, which dispatch on the same reading). The table's
+    handlers are plain ASGI apps: under load FastAPI's routing and request objects cost more
+    CPU than an InvokeEndpoint itself. With auth off, a server that writes answers itself
+    (``emulator/http_protocol.py``) asks ``direct_answer`` first and answers InvokeEndpoint
+    without ASGI; the error feed is told of those answers too.
     """
 
-    front: ASGIApp | None = None  # the feed and auth around ``routed``, set by build_app
-    invocations: ASGIApp | None = None
+    front: ASGIApp | None = None  # the feed, auth and body bound around ``routed``
+    # The front door's table: (service, operation) -> the handler that answers it.
+    handlers: Mapping[tuple[Service, str], ASGIApp] = MappingProxyType({})
     # InvokeEndpoint answered without ASGI (None while auth is on: SigV4 is an ASGI layer).
     direct_invocations: DirectAnswer | None = None
 
     def direct_answer(self, scope: Scope) -> DirectAnswer | None:
         """How to answer this request without ASGI, or None to call the app."""
-        if self.direct_invocations is not None and _is_invocation(read_request(scope)):
+        if self.direct_invocations is None:
+            return None
+        api = read_request(scope)
+        if api is not None and api.operation == "InvokeEndpoint" \
+                and api.service is Service.RUNTIME:
             return self.direct_invocations
         return None
 
@@ -65,16 +79,19 @@ class EmulatorApp(FastAPI):
         await super().__call__(scope, receive, send)  # lifespan, or before build_app is done
 
     async def routed(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Behind the feed and auth: InvokeEndpoint, or FastAPI's routing for the rest."""
-        if self.invocations is not None and _is_invocation(read_request(scope)):
-            await self.invocations(scope, receive, send)
-            return
+        """Behind the feed, auth and body bound: the table's handler, or FastAPI's routing."""
+        api: ApiRequest | None = scope[API_SCOPE_KEY]
+        if api is not None:
+            handler = self.handlers.get((api.service, api.operation))
+            if handler is not None:
+                await handler(scope, receive, send)
+                return
+        else:
+            refused = misdirected(scope)  # the runtime's paths with another method or a slash
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
-
-
-def _is_invocation(api: ApiRequest | None) -> bool:
-    return api is not None and api.service is Service.RUNTIME \
-        and api.operation == "InvokeEndpoint"
 
 
 def build_app(settings: Settings) -> FastAPI:
@@ -135,11 +152,10 @@ def build_app(settings: Settings) -> FastAPI:
     app.include_router(cloudwatch.build_cloudwatch_router(metrics_api))  # rpc-v2-cbor paths
     app.include_router(autoscaling.build_autoscaling_router(
         autoscaling.ScalingEngine(scaling, metric_store, clock)))
-    app.include_router(build_runtime_router(settings, registry))
     app.include_router(build_introspection_router(registry, alarms))
     install_page(app, registry, feed)  # the live page at /_emulator/
     invocations = InvocationsApp(Invocations(settings, registry))
-    app.invocations = invocations
+    app.handlers = MappingProxyType(dict(runtime_handlers(settings, registry, invocations)))
     # The front door's one chain, for every request: the error feed, auth, the bound on the
     # APIs' bodies, then the route.
     errors_feed = InvocationErrors(with_auth(ApiBodyLimit(app.routed)), feed)

@@ -20,6 +20,7 @@ what runs. Two parts of a request could otherwise be read two ways:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, MutableMapping
 from enum import Enum
@@ -114,7 +115,7 @@ def canonical_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes
     usual case, checked without building anything)."""
     # ASGI servers give header names lower-cased (uvicorn, Starlette's test client), so a repeat
     # is a repeated name as given; the join below lower-cases anyway.
-    if len({name for name, _ in raw}) == len(raw):
+    if len(dict(raw)) == len(raw):  # dict() of the pairs: built in C, cheaper than a set's loop
         return None
     joined: dict[bytes, list[bytes]] = {}
     kept: list[tuple[bytes, bytes]] = []
@@ -144,11 +145,7 @@ def identify(method: str, path: str, headers: Mapping[str, str]) -> ApiRequest |
     A query-protocol request's operation is in its body: ``operation`` is then empty."""
     if method == "POST":
         if path.startswith("/endpoints/"):
-            match = _RUNTIME_PATH.fullmatch(path)
-            if match and match.group(2) in RUNTIME_OPERATIONS:
-                return ApiRequest(Service.RUNTIME, RUNTIME_OPERATIONS[match.group(2)],
-                                  Protocol.REST_JSON, endpoint=match.group(1))
-            return None
+            return _runtime_request(path)
         if path.startswith(CBOR_PREFIX):
             return ApiRequest(Service.CLOUDWATCH, path[len(CBOR_PREFIX):], Protocol.CBOR)
         if path == "/":
@@ -160,6 +157,17 @@ def identify(method: str, path: str, headers: Mapping[str, str]) -> ApiRequest |
                 return ApiRequest(Service.CLOUDWATCH, "", Protocol.QUERY)
             return None
     return _emulator_route(method, path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _runtime_request(path: str) -> ApiRequest | None:
+    """A runtime request by its path. Kept per path: InvokeEndpoint is the hot path and its
+    callers name few endpoints; the answer is immutable, so one object serves every request."""
+    match = _RUNTIME_PATH.fullmatch(path)
+    if match and match.group(2) in RUNTIME_OPERATIONS:
+        return ApiRequest(Service.RUNTIME, RUNTIME_OPERATIONS[match.group(2)],
+                          Protocol.REST_JSON, endpoint=match.group(1))
+    return None
 
 
 def with_form(request: ApiRequest, form: Mapping[str, str]) -> ApiRequest:

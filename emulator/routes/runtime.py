@@ -1,13 +1,13 @@
-"""sagemaker-runtime: ``POST /endpoints/{name}/invocations`` and the two it refuses on an MME.
+"""sagemaker-runtime: InvokeEndpoint and the two operations it refuses on an MME.
 
-InvokeEndpoint is the one hot path, so it is answered by a plain ASGI app (``InvocationsApp``)
-that the application calls ahead of FastAPI (``emulator/app.py``): under load FastAPI's
-middlewares, telemetry, routing, request objects and dependency solving cost the emulator more
-CPU than the call itself (``mme bench overhead`` measures the difference). The composition root
-wraps it in the same auth check and error feed as every other route, so ``--auth sigv4`` still
-checks every invocation. The FastAPI route stays registered for what routing decides (405 to
-another method, the redirect of a trailing slash) and for the API docs; the two refused
-operations are ordinary FastAPI routes.
+Each is a plain ASGI app that the front door (``emulator/app.py``) calls by the operation
+``contract/apis.py`` read from the request, behind the same error feed and auth check as every
+other API (``--auth sigv4`` checks every invocation): under load FastAPI's routing, request
+objects and dependency solving cost the emulator more CPU than the call itself (``mme bench
+overhead`` measures the difference). InvokeEndpoint is the one hot path; a server that writes
+answers itself (``emulator/http_protocol.py``) takes its answer without ASGI
+(``InvocationsApp.answer``). ``misdirected`` answers the runtime's paths with another method or
+a trailing slash, as FastAPI's routing did when these were FastAPI routes.
 """
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 
-from fastapi import APIRouter, Request, Response
+from fastapi import Response
 from fastapi.responses import JSONResponse
+from starlette.datastructures import URL
 from starlette.requests import ClientDisconnect
-from starlette.types import Receive, Scope, Send
+from starlette.responses import RedirectResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from emulator.contract import runtime, runtime_errors
+from emulator.contract.apis import API_SCOPE_KEY, RUNTIME_OPERATIONS, ApiRequest, Service
 from emulator.contract.body import Body
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.http_protocol import Answer, BodySource
@@ -29,9 +32,9 @@ from emulator.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# The route FastAPI would match for "/endpoints/{endpoint_name}/invocations" (a path parameter
-# is one non-empty segment; a trailing slash is not this route).
-INVOCATIONS_PATH = re.compile(r"/endpoints/([^/]+)/invocations")
+# A runtime operation's path, with any trailing slashes (one non-empty segment for the name).
+_RUNTIME_PATH = re.compile(
+    r"/endpoints/[^/]+/(" + "|".join(map(re.escape, RUNTIME_OPERATIONS)) + r")(/*)")
 
 
 def error_response(error: runtime_errors.SageMakerError, request_id: str) -> JSONResponse:
@@ -142,33 +145,63 @@ class InvocationsApp:
 
     async def answer(self, scope: Scope, body_source: BodySource) -> Answer:
         """The answer, for a server that writes it itself (``emulator/http_protocol.py``)."""
-        match = INVOCATIONS_PATH.fullmatch(scope["path"])
-        assert match is not None, "InvocationsApp called for another request"
-        return await self.invocations.answer(match.group(1), request_headers(scope), body_source)
+        api: ApiRequest | None = scope.get(API_SCOPE_KEY)
+        assert api is not None and api.endpoint is not None, "not an InvokeEndpoint request"
+        return await self.invocations.answer(api.endpoint, request_headers(scope), body_source)
 
 
-def build_runtime_router(settings: Settings, registry: EndpointRegistry) -> APIRouter:
-    router = APIRouter()
-    invocations = Invocations(settings, registry)
+class RefusedOnMultiModel:
+    """Plain ASGI: InvokeEndpointWithResponseStream and InvokeEndpointAsync. Neither has a
+    TargetModel, so neither can reach a model of an MME (the body is not read)."""
 
-    @router.post("/endpoints/{endpoint_name}/invocations")
-    async def invoke_endpoint(endpoint_name: str, request: Request) -> Response:
-        """Answered by ``InvocationsApp`` ahead of FastAPI; the route stays for what routing
-        decides (405 to another method, the redirect of a trailing slash) and the API docs."""
-        return await invocations(endpoint_name, request.headers, request.receive)
+    def __init__(self, settings: Settings, registry: EndpointRegistry) -> None:
+        self.settings = settings
+        self.registry = registry
 
-    @router.post("/endpoints/{endpoint_name}/invocations-response-stream")
-    @router.post("/endpoints/{endpoint_name}/async-invocations")
-    async def unsupported_invocation(endpoint_name: str, request: Request) -> Response:
-        """Neither operation has a TargetModel, so neither can reach a model of an MME."""
-        request_id = runtime.new_request_id()
-        operation = ("InvokeEndpointWithResponseStream"
-                     if request.url.path.endswith("-response-stream") else "InvokeEndpointAsync")
-        if registry.get(endpoint_name) is None:
-            error: runtime_errors.SageMakerError = runtime_errors.endpoint_not_found(endpoint_name,
-                                                                     settings.account_id)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        api: ApiRequest | None = scope.get(API_SCOPE_KEY)
+        assert api is not None and api.endpoint is not None, "not a runtime request"
+        if self.registry.get(api.endpoint) is None:
+            error: runtime_errors.SageMakerError = runtime_errors.endpoint_not_found(
+                api.endpoint, self.settings.account_id)
         else:
-            error = runtime_errors.unsupported_for_multi_model(operation, endpoint_name)
-        return error_response(error, request_id)
+            error = runtime_errors.unsupported_for_multi_model(api.operation, api.endpoint)
+        await error_response(error, runtime.new_request_id())(scope, receive, send)
 
-    return router
+
+def runtime_handlers(settings: Settings, registry: EndpointRegistry,
+                     invocations: InvocationsApp) -> dict[tuple[Service, str], ASGIApp]:
+    """The runtime's rows of the front door's table, by (service, operation)."""
+    refused = RefusedOnMultiModel(settings, registry)
+    return {(Service.RUNTIME, "InvokeEndpoint"): invocations,
+            (Service.RUNTIME, "InvokeEndpointWithResponseStream"): refused,
+            (Service.RUNTIME, "InvokeEndpointAsync"): refused}
+
+
+class MethodNotAllowed(runtime_errors.SageMakerError):
+    """[U] Another method than POST on a runtime operation's path. What the real runtime answers
+    is not documented; the status (and ``Allow``) are those the emulator gave while these paths
+    were FastAPI routes, the shape AWS's for a request that names no operation."""
+
+    shape = "UnknownOperationException"
+    status = 405
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "Allow": "POST"}
+
+
+def misdirected(scope: Scope) -> Response | None:
+    """The answer to a request on a runtime operation's path that is not that operation (see
+    ``MethodNotAllowed``): a trailing slash is redirected (307) to the path without it, whatever
+    the method, as Starlette's routing does [U]; another method is 405. None for other paths."""
+    path: str = scope["path"]
+    match = _RUNTIME_PATH.fullmatch(path)
+    if match is None:
+        return None
+    if match.group(2):
+        return RedirectResponse(str(URL(scope={**scope, "path": path.rstrip("/")})))
+    if scope["method"] == "POST":
+        return None  # the operation itself (not here: identify() names it)
+    error = MethodNotAllowed(f"{scope['method']} is not allowed on {path}; "
+                             f"{RUNTIME_OPERATIONS[match.group(1)]} is POST {path}.")
+    return error_response(error, runtime.new_request_id())
