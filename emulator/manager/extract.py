@@ -25,7 +25,7 @@ import tempfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Literal, TypedDict
 
 from emulator.manager.failures import DiskFull, is_no_space
 
@@ -69,9 +69,13 @@ def _too_large(max_bytes: int) -> ArchiveTooLarge:
         "(raise --max-extracted-bytes if this model is really that large)", max_bytes)
 
 
+class _Filter(TypedDict, total=False):
+    filter: Literal["data"]  # tarfile's extraction filter, by name
+
+
 # The stdlib "data" filter enforces the same rules again (defence in depth).
 # (Python 3.10.12+/3.11.4+; older patch releases rely on the checks above.)
-_SAFE: dict[str, str] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+_SAFE: _Filter = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
 
 def extract_archive(archive: Path, destination: Path, max_bytes: int | None) -> int:
@@ -85,7 +89,7 @@ def extract_archive(archive: Path, destination: Path, max_bytes: int | None) -> 
                 total += max(member.size, 0)
                 if max_bytes is not None and total > max_bytes:
                     raise _too_large(max_bytes)
-            tar.extractall(staging, members=members, **_SAFE)  # type: ignore[arg-type]  # filter=: see above  # filter= is 3.12+ in the stubs
+            tar.extractall(staging, members=members, **_SAFE)
             return total
 
     return _staged(destination, destination.parent, ".extract-", unpack)
@@ -109,8 +113,7 @@ def extract_stream(stream: IO[bytes], destination: Path, max_bytes: int | None,
                     raise _too_large(max_bytes)
                 # Directories keep default modes: a read-only one would refuse the files that
                 # follow it (extractall defers directory modes; stream mode cannot).
-                tar.extract(member, staging, set_attrs=not member.isdir(),
-                            **_SAFE)  # type: ignore[arg-type]
+                tar.extract(member, staging, set_attrs=not member.isdir(), **_SAFE)
         return total
 
     return _staged(destination, staging_parent or destination.parent, staging_prefix, unpack)
