@@ -237,7 +237,7 @@ class S3Source:
         try:
             with progress_bar(key, stream.total) as tick:
                 # Both have the read() that tarfile streams from, not all of IO.
-                yield _ProgressReader(stream, tick,  # type: ignore[arg-type,misc]
+                yield _ProgressReader(stream, tick,  # type: ignore[arg-type,misc]  # read() is all tarfile uses
                                       response.get("ETag"))
         finally:
             stream.close()
