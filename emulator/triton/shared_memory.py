@@ -106,7 +106,7 @@ def shared_header(header: bytes, binary_bytes: int, region: str, offset: int) ->
 def _binary_size(tensor: dict[str, Any], parameters: dict[str, Any]) -> int | None:
     """The input's ``binary_data_size`` if it is exactly what its datatype and shape take."""
     size = parameters["binary_data_size"]
-    element = ELEMENT_BYTES.get(tensor.get("datatype"))  # type: ignore[arg-type]
+    element = ELEMENT_BYTES.get(tensor.get("datatype", ""))  # no datatype: no size
     shape = tensor.get("shape")
     if element is None or "data" in tensor or not isinstance(shape, list):
         return None

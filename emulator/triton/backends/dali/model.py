@@ -30,8 +30,8 @@ from _triton_shim import DOCKER_HINT, ShimConfig, ShimError, ShimModel  # noqa: 
 
 def _gpu_available() -> bool:
     try:
-        # DALI's stubs omit it: backend_impl (compiled) exports it through a star import.
-        from nvidia.dali.backend import GetCUDADeviceCount  # type: ignore[attr-defined]
+        # backend_impl (compiled) exports it through a star import.
+        from nvidia.dali.backend import GetCUDADeviceCount  # type: ignore[attr-defined]  # DALI's stubs omit it
 
         return int(GetCUDADeviceCount()) > 0
     except Exception:  # noqa: BLE001 - no driver, no device
