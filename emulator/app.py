@@ -94,7 +94,7 @@ class EmulatorApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def build_app(settings: Settings) -> FastAPI:
+def build_app(settings: Settings) -> EmulatorApp:
     clock = Clock(settings.clock_scale)
     metric_store = cloudwatch.MetricStore(clock)  # every sample of the fleet, for CloudWatch
     # every alarm, evaluated over metric_store; deployments (emulator/control) watch them too

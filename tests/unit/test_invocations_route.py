@@ -140,12 +140,12 @@ def test_an_answer_header_http_cannot_carry_is_never_half_written(tmp_path: Path
     settings = Settings(cache_dir=tmp_path, host="127.0.0.1", port=0)
     with EmulatorServer(settings) as server:
         answered = server.app.direct_invocations
-        server.app.direct_invocations = relayed  # type: ignore[attr-defined]
+        server.app.direct_invocations = relayed
         address = (settings.host, settings.port)
         with socket.create_connection(address, timeout=30) as sock:
             sock.sendall(_invocation("any"))
             assert sock.recv(65536) == b""  # closed, nothing written
-        server.app.direct_invocations = answered  # type: ignore[attr-defined]
+        server.app.direct_invocations = answered
         [answer] = _exchange(address, _invocation("absent"), 1)
         assert answer.startswith(b"HTTP/1.1 400 ")
 
