@@ -179,9 +179,9 @@ class EmulatorHttpProtocol(HttpToolsProtocol):
     """uvicorn's HttpToolsProtocol on a ``CoalescingTransport``, which sends a response as soon
     as it is complete, keeping a request body as the pieces it arrives in."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's: asyncio's takes a BaseTransport
         self._coalescing = CoalescingTransport(transport, self.loop)
-        super().connection_made(self._coalescing)  # type: ignore[arg-type]
+        super().connection_made(self._coalescing)  # type: ignore[arg-type]  # has the Transport methods uvicorn calls
 
     def on_body(self, body: bytes) -> None:
         # uvicorn's on_body, with the pieces kept whole and a higher mark before pausing.
@@ -195,7 +195,7 @@ class EmulatorHttpProtocol(HttpToolsProtocol):
             gathered = GatheredBody(any(name == b"content-length" for name, _ in self.headers))
             if cycle.body:
                 gathered.append(bytes(cycle.body))
-            cycle.body = gathered  # type: ignore[assignment]
+            cycle.body = gathered  # type: ignore[assignment]  # uvicorn only len()s and bytes() it
         gathered.append(body)
         if len(gathered) > BODY_HIGH_WATER:
             self.flow.pause_reading()
