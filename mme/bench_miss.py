@@ -246,7 +246,7 @@ def _report(single: dict[str, Side], ensemble: dict[str, Side], args: argparse.N
     return 1 if failed else 0
 
 
-def add_bench_subcommands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_bench_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``mme bench miss``."""
     p = commands.add_parser(
         "miss", help="the cost of a miss under a full memory budget (trivial Python model, "
