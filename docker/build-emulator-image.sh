@@ -4,13 +4,13 @@
 # `pip download` on the host, installed with PIP_NO_INDEX=1.
 #
 # Idempotent like build-test-image.sh: the image carries a hash of its inputs (the package's
-# files, the Dockerfile, the base) and is rebuilt only when they change (FORCE=1 rebuilds).
+# files, the Dockerfile, the base) and is rebuilt only when they change (MME_REBUILD=1 rebuilds).
 #
 # Environment:
 #   MME_EMULATOR_IMAGE       tag (default sagemaker-mme-emulator:local)
 #   MME_EMULATOR_BASE_IMAGE  base (default: python:3.11-slim-bookworm when the engine has it,
 #                            else the offline base mme-bookworm-python:base, built if needed)
-#   MME_BUILD_DIR, MME_PYTHON, FORCE   as in build-test-image.sh
+#   MME_BUILD_DIR, MME_PYTHON, MME_REBUILD   as in build-test-image.sh
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -10,9 +10,9 @@
 # joblib on the host loads in the container.
 #
 # Idempotent: the image carries a hash of its inputs and is rebuilt only when they change
-# (FORCE=1 rebuilds anyway).
+# (MME_REBUILD=1 rebuilds anyway).
 #
-# Environment: MME_SKLEARN_IMAGE (tag), MME_BASE_IMAGE, MME_BUILD_DIR, MME_PYTHON, FORCE.
+# Environment: MME_SKLEARN_IMAGE (tag), MME_BASE_IMAGE, MME_BUILD_DIR, MME_PYTHON, MME_REBUILD.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -7,7 +7,7 @@
 #   3. docker build of docker/triton-cpu/Dockerfile with --build-arg BASE_IMAGE.
 #
 # Idempotent and fast on a second run: each image carries a label with a hash of its inputs and
-# is rebuilt only when they change (FORCE=1 rebuilds anyway).
+# is rebuilt only when they change (MME_REBUILD=1 rebuilds anyway).
 #
 # Environment:
 #   MME_TEST_IMAGE          tag to build (default mme-triton-cpu:test)
@@ -19,7 +19,7 @@
 #   MME_DEBIAN_MIRROR       debootstrap mirror (default http://deb.debian.org/debian)
 #   MME_PYTHON              Python whose nvidia-pytriton and pip are used (default: the
 #                           project's .venv, else python3)
-#   FORCE=1                 rebuild both images
+#   MME_REBUILD=1           rebuild both images (FORCE=1, its former name, still works)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

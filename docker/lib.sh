@@ -7,7 +7,13 @@
 
 repo="$(dirname "$here")"
 build_dir="${MME_BUILD_DIR:-/var/tmp/mme-docker-build}"
-force="${FORCE:-0}"
+# MME_REBUILD=1 rebuilds an image whose inputs did not change. FORCE, its former name, is still
+# read (a bare FORCE is too common a name to own), with a warning.
+if [ -n "${FORCE:-}" ] && [ -z "${MME_REBUILD:-}" ]; then
+    echo "warning: FORCE is deprecated: set MME_REBUILD=$FORCE instead" >&2
+    MME_REBUILD="$FORCE"
+fi
+force="${MME_REBUILD:-0}"
 label_key="com.sagemaker-mme-emulator.inputs"
 
 if [ -n "${MME_PYTHON:-}" ]; then

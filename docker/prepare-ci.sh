@@ -10,7 +10,7 @@
 # Cold on a fresh Debian bookworm machine: about 3-4 minutes (see docker/README.md).
 #
 # Environment: MME_PYTHON (default: the project's .venv), plus those of setup-engine.sh and
-# build-test-image.sh (MME_TEST_IMAGE, MME_TEST_IMAGE_PROFILE, FORCE...).
+# build-test-image.sh (MME_TEST_IMAGE, MME_TEST_IMAGE_PROFILE, MME_REBUILD...).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from emulator.settings import DeprecatedVariable
 from harness.deployer import (
     DEFAULT_EMULATOR_URL,
     DEFAULT_STORE_DIR,
@@ -58,8 +60,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", help="AWS profile of the boto3 session")
     parser.add_argument(
         "--emulator-url",
-        default=os.environ.get("MME_URL", DEFAULT_EMULATOR_URL),
-        help="--target local: the emulator's URL (env MME_URL; default "
+        default=None,
+        help="--target local: the emulator's URL (env MME_EMULATOR_URL; default "
         f"{DEFAULT_EMULATOR_URL}, where a plain `mme serve` listens)",
     )
     parser.add_argument(
@@ -195,13 +197,28 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     teardown.set_defaults(func=run_teardown)
 
 
+def emulator_url(flag: str | None, env: Mapping[str, str] = os.environ) -> str:
+    """--emulator-url, else MME_EMULATOR_URL (MME_ + the flag), else MME_URL (its former name,
+    which the README gave: still read, with a warning), else where a plain ``mme serve`` listens."""
+    if flag:
+        return flag
+    if env.get("MME_EMULATOR_URL"):
+        return env["MME_EMULATOR_URL"]
+    if env.get("MME_URL"):
+        warnings.warn("MME_URL is deprecated: set MME_EMULATOR_URL instead (same value)",
+                      DeprecatedVariable, stacklevel=2)
+        return env["MME_URL"]
+    return DEFAULT_EMULATOR_URL
+
+
 def _deployer(args: argparse.Namespace) -> Deployer:
     import boto3
 
+    url = emulator_url(args.emulator_url)
     if args.target == "local":
-        check_emulator(args.emulator_url)
+        check_emulator(url)
     session = boto3.Session(profile_name=args.profile, region_name=args.region)
-    clients = make_clients(session, args.target, args.emulator_url, args.s3_endpoint_url)
+    clients = make_clients(session, args.target, url, args.s3_endpoint_url)
     return Deployer(clients, progress=not getattr(args, "no_progress", False))
 
 

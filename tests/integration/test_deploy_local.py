@@ -18,7 +18,7 @@ from tests.support import output_of, scale_request, write_scale_model
 
 def _mme(*args: str, home: Path, url: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MME_", "AWS_"))}
-    env.update(HOME=str(home), MME_URL=url)  # MME_URL: the test's emulator is not on 8080
+    env.update(HOME=str(home), MME_EMULATOR_URL=url)  # the test's emulator is not on 8080
     return subprocess.run([sys.executable, "-m", "mme", *args], env=env, capture_output=True,
                           text=True, timeout=300, check=False)
 

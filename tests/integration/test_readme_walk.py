@@ -117,7 +117,7 @@ def test_deploy_local_in_one_command(quickstart: Walk) -> None:
     (_, code), *_ = blocks(ROOT / "README.md", "### Deploy to it as to SageMaker")
     (line,) = commands(code)
     # The README's server is on 8080, where mme deploy looks; ours is elsewhere (see above)
-    printed = quickstart.run(line, MME_URL=f"http://127.0.0.1:{quickstart.port}")
+    printed = quickstart.run(line, MME_EMULATOR_URL=f"http://127.0.0.1:{quickstart.port}")
     assert "smoke text_embedding.tar.gz: ok" in printed
     assert "endpoint demo: created; ModelDataUrl file://" in printed
 
