@@ -40,8 +40,10 @@ from emulator.contract.apis import (
 )
 
 # Control-plane parameter -> resource type in the ARN. The first one present names the resource.
-_RESOURCE_PARAMS = (("EndpointName", "endpoint"), ("EndpointConfigName", "endpoint-config"),
-                    ("ModelName", "model"))
+# An inference component's operations act on the component (CreateInferenceComponent names its
+# endpoint too, but the resource it creates is the component).
+_RESOURCE_PARAMS = (("InferenceComponentName", "inference-component"), ("EndpointName", "endpoint"),
+                    ("EndpointConfigName", "endpoint-config"), ("ModelName", "model"))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator.auth.requests import classify
 from emulator.contract import inference_components as rules
 from emulator.contract.control_plane import ControlPlaneError
 from emulator.control.inference_components import ComponentRecord, InferenceComponents
@@ -119,3 +120,12 @@ def test_requests_the_rules_do_not_own_go_to_the_control_plane() -> None:
     with pytest.raises(ControlPlaneError) as raised:
         rules.parse_request("SageMaker.ListInferenceComponents", b"[1]")
     assert raised.value.code == "SerializationException"
+
+
+def test_iam_sees_the_component_as_the_resource() -> None:
+    body = json.dumps({"InferenceComponentName": "IC-1", "EndpointName": "ep"}).encode()
+    call = classify("POST", "/", {"x-amz-target": "SageMaker.CreateInferenceComponent",
+                                  "content-type": "application/x-amz-json-1.1"},
+                    body, "us-east-1", "123456789012")
+    assert call is not None and call.action == "sagemaker:CreateInferenceComponent"
+    assert call.resource == "arn:aws:sagemaker:us-east-1:123456789012:inference-component/ic-1"
