@@ -42,7 +42,6 @@ STATUSES = ("Creating", "InService", "Updating", "Failed", "Deleting")
 _SPEC_NOT_HONOURED = {
     "BaseInferenceComponentName": "adapter inference components (BaseInferenceComponentName)",
     "DataCacheConfig": "DataCacheConfig",
-    "SchedulingConfig": "SchedulingConfig (copy placement is not built yet)",
     "InstanceType": "a per-instance-type Specification (InstanceType)",
 }
 # Routing strategies of a component endpoint the emulator does not honour.
@@ -173,6 +172,9 @@ def check_specification(spec: dict[str, Any], path: str) -> None:
     for member, what in _SPEC_NOT_HONOURED.items():
         if spec.get(member) is not None:
             raise not_honoured(what)
+    if (spec.get("SchedulingConfig") or {}).get("AvailabilityZoneBalance") is not None:
+        raise not_honoured("SchedulingConfig.AvailabilityZoneBalance (instances have no "
+                           "Availability Zone here)")
     container = spec.get("Container") or {}
     if container.get("ContainerMetricsConfig") is not None:
         raise not_honoured("ContainerMetricsConfig")

@@ -7,10 +7,10 @@ inference components, ``emulator.contract.inference_components``). Its lifecycle
 SQLite file, so a restart finds each component as it was and carries an interrupted Create,
 Update or Delete to its end (``restore``).
 
-What is built, and what is not (docs/inference-components.md): the control plane only. Copies
-are bookkeeping: ``CurrentCopyCount`` reaches ``DesiredCopyCount`` when the component is
-``InService``; no serving process runs for a copy yet, so nothing is placed on instances and
-``PlacementStatus`` is not reported.
+What is built, and what is not (docs/inference-components.md): the control plane. Copies are
+bookkeeping: an ``InService`` component's copies are placed on its variant's instances by
+resources (``emulator.hosting.placement``; ``CurrentCopyCount`` counts the placed ones, the
+others are pending), but no serving process runs for a copy yet.
 
 A component waits in ``Creating`` while its endpoint is still ``Creating`` [U: AWS does not say
 whether it refuses or waits]; it fails, with the endpoint's reason, if the endpoint fails.
@@ -36,6 +36,7 @@ from emulator.control.state_db import (
     EndpointRecord,
     Resource,
 )
+from emulator.hosting import placement
 from emulator.hosting.components import ComponentState
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,10 @@ class ComponentRecord:
     variant_name: str
     specification: dict[str, Any]
     desired_copies: int
-    # Bookkeeping copies (no serving process yet): equal to desired_copies once InService.
+    # Copies placed on the variant's instances (bookkeeping: no serving process yet), in all
+    # and per instance (``emulator.hosting.placement``); the others are pending.
     current_copies: int = 0
+    placement: list[int] = dataclasses.field(default_factory=list)
     failure_reason: str | None = None
     tags: list[dict[str, str]] = dataclasses.field(default_factory=list)
     # Set while an Update is in progress: the specification it moves to (None: unchanged).
@@ -217,8 +220,8 @@ class InferenceComponents:
                                  failure_reason=f"Endpoint {record.endpoint_name} {why}"[:1024])
                 return
             if endpoint.status == IN_SERVICE:
-                self._transition(name, CREATING, IN_SERVICE, failure_reason=None,
-                                 current_copies=record.desired_copies)
+                self._transition(name, CREATING, IN_SERVICE, failure_reason=None)
+                self._replace(endpoint, record.variant_name)
                 return
             await asyncio.sleep(_ENDPOINT_POLL_S)
 
@@ -226,16 +229,22 @@ class InferenceComponents:
         record = self._get(name)
         if record is None or record.status != UPDATING:
             return
-        changes: dict[str, Any] = {"current_copies": record.desired_copies,
-                                   "pending_specification": None, "failure_reason": None}
+        changes: dict[str, Any] = {"pending_specification": None, "failure_reason": None}
         if record.pending_specification is not None:
             changes["specification"] = record.pending_specification
         self._transition(name, UPDATING, IN_SERVICE, **changes)
+        endpoint = self.store.get_endpoint(record.endpoint_name)
+        if endpoint is not None:
+            self._replace(endpoint, record.variant_name)
 
     async def _run_delete(self, name: str, previous: asyncio.Task[None] | None) -> None:
         if previous is not None and not previous.done():
             await asyncio.gather(previous, return_exceptions=True)
+        record = self._get(name)
         self.store.remove(INFERENCE_COMPONENTS, name)
+        endpoint = self.store.get_endpoint(record.endpoint_name) if record is not None else None
+        if record is not None and endpoint is not None:  # its room goes to pending copies
+            self._replace(endpoint, record.variant_name)
 
     async def restore(self) -> None:
         """After a restart: every stored component as it was; an interrupted Create, Update or
@@ -259,6 +268,29 @@ class InferenceComponents:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _replace(self, endpoint: EndpointRecord, variant_name: str) -> None:
+        """Place the copies of every InService component of a variant again (oldest first):
+        each record gets its copies per instance; what fits nowhere stays pending."""
+        variant = next((v for v in endpoint.current.variants
+                        if v["VariantName"] == variant_name), None)
+        if variant is None:
+            return
+        records = sorted(
+            (ComponentRecord.from_resource(r) for r in self.store.all(INFERENCE_COMPONENTS)),
+            key=lambda r: (r.created, r.name.lower()))
+        records = [r for r in records if r.status == IN_SERVICE
+                   and r.endpoint_name.lower() == endpoint.name.lower()
+                   and r.variant_name == variant_name]
+        placed = placement.place(
+            variant.get("InstanceType"), int(variant.get("InitialInstanceCount") or 0),
+            [placement.Demand(r.name, r.desired_copies, _reservation(r.specification),
+                              _strategy(r.specification)) for r in records])
+        for record in records:
+            counts = placed.get(record.name, [])
+            if counts != record.placement or sum(counts) != record.current_copies:
+                record.placement, record.current_copies = counts, sum(counts)
+                self._save(record)
 
     def _start_update(self, record: ComponentRecord, spec: dict[str, Any] | None,
                       copies: int | None) -> dict[str, Any]:
@@ -362,11 +394,22 @@ class InferenceComponents:
             "FailureReason": record.failure_reason,
             "Specification": summary,
             "RuntimeConfig": {"DesiredCopyCount": record.desired_copies,
-                              "CurrentCopyCount": record.current_copies},
+                              "CurrentCopyCount": record.current_copies,
+                              "PlacementStatus": self._placement_status(record)},
             "CreationTime": record.created,
             "LastModifiedTime": record.modified,
             "InferenceComponentStatus": record.status,
         }
+
+    def _placement_status(self, record: ComponentRecord) -> list[dict[str, Any]] | None:
+        """The placed copies by instance type (a variant has one); None when none is placed."""
+        endpoint = self.store.get_endpoint(record.endpoint_name)
+        variant = next((v for v in endpoint.current.variants
+                        if v["VariantName"] == record.variant_name), None) if endpoint else None
+        if not record.current_copies or variant is None or not variant.get("InstanceType"):
+            return None
+        return [{"InstanceType": variant["InstanceType"],
+                 "CurrentCopyCount": record.current_copies}]
 
     def _component(self, name: str) -> ComponentRecord:
         record = self._get(name)
@@ -402,6 +445,18 @@ class InferenceComponents:
 
         task.add_done_callback(forget)
         return task
+
+
+def _reservation(spec: dict[str, Any]) -> placement.Reservation:
+    needs = spec.get("ComputeResourceRequirements") or {}
+    return placement.Reservation(
+        cpus=float(needs.get("NumberOfCpuCoresRequired") or 0.0),
+        accelerators=float(needs.get("NumberOfAcceleratorDevicesRequired") or 0.0),
+        memory_mib=int(needs.get("MinMemoryRequiredInMb") or 0))
+
+
+def _strategy(spec: dict[str, Any]) -> str:
+    return str((spec.get("SchedulingConfig") or {}).get("PlacementStrategy") or placement.SPREAD)
 
 
 def variant_summaries(variants: list[dict[str, Any]], in_service: bool) -> list[dict[str, Any]]:

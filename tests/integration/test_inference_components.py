@@ -122,7 +122,9 @@ def test_component_lifecycle_and_describe_shapes(module: Module) -> None:
                                         "ContainerStartupHealthCheckTimeoutInSeconds": 600})
     assert arn == f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:inference-component/life-ic"
     described = _wait_in_service(sm, "life-ic")
-    assert described["RuntimeConfig"] == {"DesiredCopyCount": 2, "CurrentCopyCount": 2}
+    assert described["RuntimeConfig"] == {"DesiredCopyCount": 2, "CurrentCopyCount": 2,
+                                          "PlacementStatus": [{"InstanceType": "ml.g5.12xlarge",
+                                                               "CurrentCopyCount": 2}]}
     assert described["EndpointName"] == "life" and described["VariantName"] == "AllTraffic"
     assert described["EndpointArn"].endswith(":endpoint/life")
     assert described["Specification"]["ModelName"] == "life-model"
@@ -272,8 +274,9 @@ def test_component_request_errors(module: Module) -> None:
     assert "4 > its 2 vCPUs" in too_big and "its 0 accelerator devices" in too_big
     assert "its 8192 MiB" in too_big
     assert "adapter inference components" in create({**base, "BaseInferenceComponentName": "x"})
-    assert "SchedulingConfig" in create({**base, "SchedulingConfig": {"PlacementStrategy":
-                                                                      "SPREAD"}})
+    assert "AvailabilityZoneBalance" in create({**base, "SchedulingConfig": {
+        "PlacementStrategy": "SPREAD", "AvailabilityZoneBalance": {"EnforcementMode":
+                                                                   "PERMISSIVE"}}})
     assert "ComputeResourceRequirements is required" in create({"ModelName": "err-model"})
     assert "Specification is required" in create(None)
     assert "RuntimeConfig (CopyCount) is required" in _error(
@@ -368,3 +371,33 @@ def test_invocations_on_an_endpoint_for_components(module: Module) -> None:
     assert code == "ValidationError" and "has no copy to serve this request" in message
     code, message = invoke(InferenceComponentName="rt-ic")
     assert code == "ServiceUnavailable" and "bookkeeping only" in message
+
+
+def test_copies_that_fit_nowhere_stay_pending_until_room_frees(module: Module) -> None:
+    """Two ml.m5.large instances (2 vCPUs each): 3 one-core copies of the first component
+    leave one core free, so the second component's two-core copy is pending until the first
+    gives up a copy."""
+    sm = module.sm()
+    _model(module, "fit-model")
+    _component_endpoint(module, "fit", instance_type="ml.m5.large", InitialInstanceCount=2)
+    one_core = {"NumberOfCpuCoresRequired": 1, "MinMemoryRequiredInMb": 1024}
+    sm.create_inference_component(
+        InferenceComponentName="fit-small", EndpointName="fit", RuntimeConfig={"CopyCount": 3},
+        Specification={"ModelName": "fit-model", "ComputeResourceRequirements": one_core,
+                       "SchedulingConfig": {"PlacementStrategy": "BINPACK"}})
+    _wait_in_service(sm, "fit-small")
+    sm.create_inference_component(
+        InferenceComponentName="fit-big", EndpointName="fit", RuntimeConfig={"CopyCount": 1},
+        Specification={"ModelName": "fit-model", "ComputeResourceRequirements": {
+            "NumberOfCpuCoresRequired": 2, "MinMemoryRequiredInMb": 1024}})
+    big = _wait_in_service(sm, "fit-big")
+    assert big["RuntimeConfig"] == {"DesiredCopyCount": 1, "CurrentCopyCount": 0}
+    small = sm.describe_inference_component(InferenceComponentName="fit-small")
+    assert small["RuntimeConfig"]["CurrentCopyCount"] == 3
+    # Fewer copies of the first: an instance frees, the pending copy is placed.
+    sm.update_inference_component_runtime_config(InferenceComponentName="fit-small",
+                                                 DesiredRuntimeConfig={"CopyCount": 2})
+    wait_until(lambda: sm.describe_inference_component(InferenceComponentName="fit-big")[
+        "RuntimeConfig"]["CurrentCopyCount"] == 1, 30, "the pending copy placed")
+    assert sm.describe_inference_component(InferenceComponentName="fit-big")["RuntimeConfig"][
+        "PlacementStatus"] == [{"InstanceType": "ml.m5.large", "CurrentCopyCount": 1}]
