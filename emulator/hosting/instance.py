@@ -156,6 +156,7 @@ class Instance:
         self._rebind()
         probe, limit = self.manager.memory_probe, self.oom_limit
         if probe is not None and limit is not None:
+            self.manager.hard_memory_limit = limit  # its evictions then keep under it
             self._memory_watch = asyncio.get_running_loop().create_task(
                 self._watch_memory(probe, limit), name=f"oom-watch:{self.id}")
         if not self.container.is_multi_model:

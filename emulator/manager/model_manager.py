@@ -134,6 +134,10 @@ class ModelManager:
     # (see _make_room). False: wait for the unload to complete (``mme bench scale`` measures
     # both).
     overlap_count_evictions: bool = True
+    # Under a byte budget, the same, where the victims' memory may be held a moment longer
+    # (see _load_may_overlap_unloads). False: wait for the unloads to complete (the behaviour
+    # before; ``mme bench miss`` measures both).
+    overlap_byte_evictions: bool = True
     # [U] How often, at most, a served model's object is looked up in the store to see whether
     # it was overwritten (an emulator-only check: SageMaker does not look; it only warns).
     store_check_s: float = 30.0
@@ -164,6 +168,10 @@ class ModelManager:
         self.load_timeout_s = load_timeout_s
         self.cache_enabled = cache_enabled
         self.memory_probe = memory_probe
+        self.gpus_available = gpus_available
+        # The memory past which a model process is killed (the instance type's whole memory,
+        # set by an instance that watches it); None: nothing is killed, the budget is books.
+        self.hard_memory_limit: int | None = None
         self.records: Records = {}
         self._loads: dict[str, asyncio.Task[ModelRecord]] = {}
         self._unloads: dict[str, asyncio.Task[None]] = {}
@@ -327,7 +335,7 @@ class ModelManager:
             await self._artifacts.download(record, stream=self.stream_downloads)
         await self._triton.install(record)
         try:
-            await self._make_room(record)
+            tearing_down = await self._make_room(record)
         except BaseException:
             await self._triton.uninstall(record.installed)
             raise
@@ -351,6 +359,11 @@ class ModelManager:
                                 else exc)
         elapsed = time.monotonic() - started
         if before is not None:
+            if tearing_down:
+                # Read once the victims are gone, as when the load waited for them: a victim's
+                # stub still running shares its pages with this model's, halving them in its
+                # figure. Their teardown began before this load, so this wait is short.
+                await asyncio.wait(tearing_down)
             held = await self._triton.held_after_load(record)
             if held is not None:
                 self._memory.measured(record, before, *held)
@@ -390,8 +403,9 @@ class ModelManager:
                          self.name_of(target), self.name_of(record.target), record.measured or 0)
                 self._start_unload(self.records[target], "lru", record.target)
 
-    async def _make_room(self, record: ModelRecord) -> None:
-        """Reserve memory for ``record``, unloading LRU models that nobody is using."""
+    async def _make_room(self, record: ModelRecord) -> list[asyncio.Task[None]]:
+        """Reserve memory for ``record``, unloading LRU models that nobody is using; returns the
+        unloads still under way (Triton has accepted them) that its measure must wait for."""
         unloads: list[asyncio.Task[None]] = []
 
         def evict(victims: list[str]) -> None:
@@ -402,24 +416,42 @@ class ModelManager:
         # No await since the reservation: its artifact cannot have been chosen for deletion.
         self.disk.pin(record.target)
         if not unloads:
-            return
-        if self._load_may_overlap_unloads():
+            return []
+        if self._load_may_overlap_unloads([self.records[t] for t in victims]):
             await asyncio.gather(*(self._unload_accepted[t] for t in victims))
-        else:
-            await asyncio.gather(*unloads)
+            # A byte budget counts the model as it measures: read without the victims.
+            counted_in_bytes = self._memory.budget_bytes is not None
+            return [task for task in unloads if not task.done()] if counted_in_bytes else []
+        await asyncio.gather(*unloads)
+        return []
 
-    def _load_may_overlap_unloads(self) -> bool:
+    def _load_may_overlap_unloads(self, victims: list[ModelRecord]) -> bool:
         """May a load start before the unloads that make room for it have completed?
 
-        Triton's Python backend takes about a second to unload even a trivial model (its stub
-        polls for the finalize message once a second, then its health thread sleeps 300 ms before
-        it exits), so waiting for the unload doubles the cost of a miss under a full budget.
-        A count budget (--max-loaded-models) counts the models that serve or are loading: a
-        victim whose unload Triton has accepted serves no more, so the load may start then [U].
-        A byte budget (--memory-budget) stands for memory, which is free only once the unload
-        has completed: there the load waits for it, as before.
+        Triton's Python backend spends a second in an unload doing nothing: it sleeps one
+        second (its stub's health check) before it asks the stub to finalize, then waits for
+        the stub's health thread (300 ms ticks) to end (docs/memory.md, "Where a miss goes").
+        Waiting for that doubled the cost of a miss under a full budget. Once Triton has
+        accepted the unload it serves the victim no more, so the load starts then, and the
+        victim's teardown goes on beside it; the order the user sees (unloading, then loading)
+        is kept.
+
+        A count budget (--max-loaded-models) counts the models that serve or are loading: so
+        always [U]. A byte budget (--memory-budget) stands for memory, which is free only once
+        the unload has completed. The victims' memory is held a moment longer than the books
+        say; that changes nothing a model sees unless a process could be killed for it. So the
+        load waits as before where the instance kills model processes past its memory (an
+        InstanceType, ``hard_memory_limit``) and the victims' memory with what stays counted
+        would pass that, and where Triton has GPUs [U]: a budget counts host memory, and a
+        victim's teardown may free GPU memory the next load needs.
         """
-        return self.overlap_count_evictions and self._memory.budget_bytes is None
+        if self._memory.budget_bytes is None:
+            return self.overlap_count_evictions
+        if not self.overlap_byte_evictions or self.gpus_available:
+            return False
+        limit = self.hard_memory_limit
+        held = self.memory.total_bytes + sum(victim.memory_size for victim in victims)
+        return limit is None or held <= limit
 
     # --- taking models out ------------------------------------------------------------------
 

@@ -2,9 +2,11 @@
 
 Triton's Python backend takes about a second to unload even a trivial model. Under a count budget
 (--max-loaded-models) the load that needs the room starts once Triton has accepted the victim's
-unload; under a byte budget (--memory-budget) it waits until the unload has completed, since the
-victim's memory is free only then. A victim whose ``finalize`` blocks on a gate file makes the
-unload last as long as the test wants, so the order is observed, never timed.
+unload; so does a byte budget (--memory-budget: tests/integration/test_miss_overlap.py), except on
+an instance that kills a model process past its memory when the victim's memory, held until its
+unload completes, could pass that: there the load waits for the unload. A victim whose
+``finalize`` blocks on a gate file makes the unload last as long as the test wants, so the order
+is observed, never timed.
 """
 
 from __future__ import annotations
@@ -82,12 +84,14 @@ def test_a_count_budget_loads_once_the_victims_unload_is_accepted(  # type: igno
     assert {s.model for s in stubs.read(manager._stub_registry)} == loaded
 
 
-def test_a_byte_budget_loads_only_once_the_victims_memory_is_free(  # type: ignore[no-untyped-def]
+def test_at_the_memory_limit_a_load_waits_until_the_victims_memory_is_free(  # type: ignore[no-untyped-def]
         start_emulator, store: Path, tmp_path: Path) -> None:
     gate = tmp_path / "finalize-gate"
     _store(store, tmp_path / "w", gate, pad_bytes=600_000)
     server = start_emulator(model_data=str(store), memory_budget="1MiB",
                             model_memory="files")  # room for one
+    # As an instance type whose memory is the budget: both models at once would pass it.
+    instance_of(server).manager.hard_memory_limit = 1 << 20
     rt = runtime_client(server.url)
     events = _observe(server)
     invoke(rt, "slow.tar.gz")

@@ -1,0 +1,153 @@
+"""A miss under a full byte budget: the load goes on while Triton tears the victim down.
+
+Triton's Python backend sleeps a second before it finalizes a model being unloaded (its stub's
+health check), so the new model's load starts once Triton has accepted the victim's unload
+(docs/memory.md, "Where a miss goes"). What must still hold, shown with a victim whose
+``finalize`` blocks on a gate file (its unload lasts as long as the test wants, so order is
+observed, never timed): the budget counts the new model alone, the victim is never served while
+its unload is in flight (a request for it waits, then loads it afresh), a model's memory is read
+once its victims are gone, and no stub outlives its model.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from emulator.triton import stubs
+from tests.client_support import runtime_client
+from tests.fault_support import instance_of, invoke, models_of
+from tests.support import package, wait_until, write_scale_model
+
+FINALIZE_GATED = '''
+    def finalize(self):
+        # The test's unload lasts until it creates this file (or 120 s pass).
+        deadline = time.time() + 120
+        while not os.path.exists({gate!r}) and time.time() < deadline:
+            time.sleep(0.02)
+'''
+# Memory a model holds from initialize on, so that measured sizes leave room for one model only.
+BALLAST = '''
+_BALLAST = []
+_initialize = TritonPythonModel.initialize
+def _initialize_with_ballast(self, args):
+    _BALLAST.append(bytearray(80 << 20))  # zero-filled: every page written, so resident
+    _initialize(self, args)
+TritonPythonModel.initialize = _initialize_with_ballast
+'''
+
+
+def _store(store: Path, work: Path, gate: Path, pad_bytes: int = 0,
+           ballast: bool = False) -> None:
+    """``slow.tar.gz`` (x2) unloads only once ``gate`` exists; ``next.tar.gz`` (x3) does not."""
+    for name, scale, extra in (("slow", 2, FINALIZE_GATED.format(gate=str(gate))),
+                               ("next", 3, "")):
+        folder = write_scale_model(work / name, name, scale=scale)
+        model_py = folder / "1" / "model.py"
+        model_py.write_text(model_py.read_text() + extra + (BALLAST if ballast else ""))
+        if pad_bytes:
+            (folder / "1" / "weights.bin").write_bytes(b"\0" * pad_bytes)
+        package(folder, store / f"{name}.tar.gz", "folder")
+
+
+def _observe(server: Any) -> list[tuple[str, str]]:
+    events: list[tuple[str, str]] = []
+    instance_of(server).manager.add_observer(
+        lambda step, target, _details: events.append((step, target)))
+    return events
+
+
+def _call_in_background(rt: Any, target: str) -> tuple[threading.Thread, list[Any]]:
+    answers: list[Any] = []
+    caller = threading.Thread(target=lambda: answers.append(invoke(rt, target)))
+    caller.start()
+    return caller, answers
+
+
+def _stub_pids(server: Any, model_prefix: str) -> set[int]:
+    """Pids of the recorded Python stubs of Triton models whose name starts with the prefix."""
+    registry = stubs.registry_for(instance_of(server).launcher.repository)
+    return {s.pid for s in stubs.read(registry) if s.model.startswith(model_prefix)}
+
+
+def test_a_byte_budget_miss_loads_while_the_victim_unloads(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    gate = tmp_path / "finalize-gate"
+    _store(store, tmp_path / "w", gate, pad_bytes=600_000)
+    server = start_emulator(model_data=str(store), memory_budget="1MiB",
+                            model_memory="files")  # room for one
+    rt = runtime_client(server.url)
+    events = _observe(server)
+    manager = instance_of(server).manager
+    np.testing.assert_allclose(invoke(rt, "slow.tar.gz"), [2, 4, 6, 8])
+    slow_stubs = _stub_pids(server, "slow")
+    assert slow_stubs
+    try:
+        # Served while the victim's unload cannot complete: the load did not wait for it.
+        np.testing.assert_allclose(invoke(rt, "next.tar.gz"), [3, 6, 9, 12])
+        assert models_of(server)["slow.tar.gz"]["State"] == "unloading"
+        assert manager.memory.keys_lru_first() == ["next.tar.gz"]  # the victim is not counted
+        assert ("unloaded", "slow.tar.gz") not in events
+        assert events.index(("unloading", "slow.tar.gz")) < events.index(
+            ("loading", "next.tar.gz"))
+        # The victim asked for again while its unload is in flight: not served by the model
+        # being torn down; the request waits for the unload, then loads it afresh.
+        caller, answers = _call_in_background(rt, "slow.tar.gz")
+        wait_until(lambda: manager.records["slow.tar.gz"].demand >= 1,
+                   what="the request for the victim to wait")
+        assert not answers and events.count(("loading", "slow.tar.gz")) == 1
+    finally:
+        gate.touch()
+    caller.join(timeout=120)
+    np.testing.assert_allclose(answers[0], [2, 4, 6, 8])
+    reload = len(events) - events[::-1].index(("loading", "slow.tar.gz")) - 1
+    assert events.index(("unloaded", "slow.tar.gz")) < reload
+    # No stub outlives its model: the first slow's stubs have exited, and once next has been
+    # evicted in turn, its stubs too; the registry lists the loaded model's stubs only.
+    wait_until(lambda: ("unloaded", "next.tar.gz") in events, what="next's unload")
+    assert all(stubs.process_state(pid) in (None, "Z") for pid in slow_stubs)
+    assert manager.memory.keys_lru_first() == ["slow.tar.gz"]
+    assert not _stub_pids(server, "next")
+    assert not slow_stubs & _stub_pids(server, "slow")
+
+
+def _triton_state(server: Any, target_prefix: str) -> str | None:
+    """The state Triton itself reports for the model whose name starts with the prefix."""
+    url = instance_of(server).launcher.http_url
+    request = urllib.request.Request(f"{url}/v2/repository/index", data=b"{}", method="POST")
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        index = json.loads(resp.read())
+    return next((m.get("state") for m in index if m["name"].startswith(target_prefix)), None)
+
+
+def test_a_measured_model_is_read_once_its_victims_are_gone(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    gate = tmp_path / "finalize-gate"
+    _store(store, tmp_path / "w", gate, ballast=True)  # ~100 MB each once loaded
+    server = start_emulator(model_data=str(store), memory_budget="160MiB")  # room for one
+    rt = runtime_client(server.url)
+    events = _observe(server)
+    invoke(rt, "next.tar.gz")  # measured: from now on it makes room before it loads
+    invoke(rt, "slow.tar.gz")  # measured after its first load; next evicted then
+    wait_until(lambda: ("unloaded", "next.tar.gz") in events, what="next's eviction")
+    caller, answers = _call_in_background(rt, "next.tar.gz")
+    try:
+        # Loaded in Triton while the victim's finalize holds: the load went on beside it.
+        wait_until(lambda: _triton_state(server, "next") == "READY",
+                   what="next to load beside the victim's unload")
+        # But it is measured (and answers) only once the victim's memory is free: the victim's
+        # stub would otherwise share its pages with next's and halve them in next's figure.
+        assert models_of(server)["slow.tar.gz"]["State"] == "unloading"
+        assert events.count(("loaded", "next.tar.gz")) == 1 and not answers
+    finally:
+        gate.touch()
+    caller.join(timeout=120)
+    np.testing.assert_allclose(answers[0], [3, 6, 9, 12])
+    assert events.index(("unloaded", "slow.tar.gz")) < len(events) - 1 - events[::-1].index(
+        ("loaded", "next.tar.gz"))
+    assert models_of(server)["next.tar.gz"]["MeasuredBytes"] >= 80 << 20
