@@ -722,7 +722,13 @@ class ControlPlaneService:
         config = self._resource(CONFIGS, KIND_CONFIG, config_name)
         variants = config.doc["ProductionVariants"]
         if components.is_component_deployment(variants):
-            # Instances for inference components: bookkeeping, no runtime spec (issue #30).
+            # Instances for inference components: bookkeeping, no runtime spec (issue #30); the
+            # same bound, as their copies will be processes on this machine.
+            count = sum(int(v.get("InitialInstanceCount") or 0) for v in variants)
+            if count > MAX_INSTANCES_PER_ENDPOINT:
+                raise wire.resource_limit_exceeded(
+                    f"Endpoint config {config.name} asks for {count} instances; the emulator "
+                    f"runs at most {MAX_INSTANCES_PER_ENDPOINT} per endpoint.")
             return Deployment(config_name=config.name, variants=variants, spec={},
                               started=self._clock())
         specs = tuple(self._variant_spec(v) for v in variants)

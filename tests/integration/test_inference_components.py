@@ -314,6 +314,13 @@ def test_component_request_errors(module: Module) -> None:
         DesiredWeightsAndCapacities=[{"VariantName": "AllTraffic", "DesiredInstanceCount": 2}])
     # Nothing was created by any refused request.
     assert not sm.list_inference_components(EndpointNameEquals="err")["InferenceComponents"]
+    # Instances are bookkeeping, but bounded as for any endpoint of the emulator.
+    sm.create_endpoint_config(EndpointConfigName="err-huge", ProductionVariants=[{
+        "VariantName": "AllTraffic", "InstanceType": "ml.m5.large",
+        "InitialInstanceCount": 1_000_000_000}])
+    with pytest.raises(ClientError) as raised:
+        sm.create_endpoint(EndpointName="err-huge", EndpointConfigName="err-huge")
+    assert raised.value.response["Error"]["Code"] == "ResourceLimitExceeded"
 
 
 def test_components_survive_a_restart(module: Module) -> None:
