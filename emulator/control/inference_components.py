@@ -260,6 +260,10 @@ class InferenceComponents:
             elif record.status == DELETING:
                 waited.append(self._spawn(record.name, self._run_delete(record.name, None)))
         await asyncio.gather(*waited, return_exceptions=True)
+        # Placement again, as after any change (an endpoint resized when the restart came).
+        for endpoint in {r.endpoint_name.lower(): r.endpoint_name for r in map(
+                ComponentRecord.from_resource, self.store.all(INFERENCE_COMPONENTS))}.values():
+            self.replace_endpoint(endpoint)
 
     async def aclose(self) -> None:
         tasks = list(self._tasks.values())
@@ -268,6 +272,13 @@ class InferenceComponents:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def replace_endpoint(self, endpoint_name: str) -> None:
+        """Place the copies of every variant of an endpoint again (its instances changed)."""
+        endpoint = self.store.get_endpoint(endpoint_name)
+        if endpoint is not None:
+            for variant in endpoint.current.variants:
+                self._replace(endpoint, variant["VariantName"])
 
     def _replace(self, endpoint: EndpointRecord, variant_name: str) -> None:
         """Place the copies of every InService component of a variant again (oldest first):
@@ -478,6 +489,42 @@ def variant_summaries(variants: list[dict[str, Any]], in_service: bool) -> list[
                 summary[member] = variant[member]
         summaries.append(summary)
     return summaries
+
+
+def resized(endpoint: EndpointRecord, changes: list[dict[str, Any]], max_instances: int,
+            endpoint_arn: str) -> list[dict[str, Any]]:
+    """The variants of an endpoint for components after UpdateEndpointWeightsAndCapacities
+    (their DesiredWeight and DesiredInstanceCount become the variants' own)."""
+    variants = [dict(v) for v in endpoint.current.variants]
+    by_name = {v["VariantName"]: v for v in variants}
+    for change in changes:
+        variant = by_name.get(change["VariantName"])
+        if variant is None:
+            raise wire.validation_error(  # [U] wording, as for endpoints of models
+                f'The variant "{change["VariantName"]}" does not exist in endpoint '
+                f'"{endpoint_arn}"; its variants are {", ".join(by_name)}.')
+        if change.get("DesiredWeight") is not None:
+            variant["InitialVariantWeight"] = float(change["DesiredWeight"])
+        if change.get("DesiredInstanceCount") is not None:
+            count = int(change["DesiredInstanceCount"])
+            scaling = variant.get("ManagedInstanceScaling") or {}
+            low, high = scaling.get("MinInstanceCount"), scaling.get("MaxInstanceCount")
+            if (low is not None and count < low) or (high is not None and count > high):
+                raise wire.validation_error(  # [U] wording, the config's rule kept
+                    f"DesiredInstanceCount {count} of variant {variant['VariantName']} is "
+                    f"outside its ManagedInstanceScaling range ({low if low is not None else 0}"
+                    f" to {high if high is not None else 'any'}).")
+            variant["InitialInstanceCount"] = count
+    if sum(float(v.get("InitialVariantWeight", 1.0)) for v in variants) <= 0:
+        raise wire.validation_error(  # [U] wording
+            "The sum of the variants' weights must be greater than 0; the endpoint would "
+            "receive no traffic.")
+    total = sum(int(v.get("InitialInstanceCount") or 0) for v in variants)
+    if total > max_instances:
+        raise wire.resource_limit_exceeded(
+            f"Endpoint {endpoint.name} would have {total} instances; the emulator runs at most "
+            f"{max_instances} per endpoint.")
+    return variants
 
 
 def is_component_deployment(variants: list[dict[str, Any]]) -> bool:

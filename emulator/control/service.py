@@ -294,6 +294,8 @@ class ControlPlaneService:
         name = params["EndpointName"]
         endpoint_arn = self.arn(KIND_ENDPOINT, name)
         record = self._updatable(self.store.get_endpoint(name), endpoint_arn)
+        if components.is_component_deployment(record.current.variants):
+            raise component_rules.not_honoured("UpdateEndpoint on an endpoint")
         new = self._deployment(record.name, params["EndpointConfigName"])
         if not new.spec:  # a config for inference components
             raise component_rules.not_honoured("UpdateEndpoint to an endpoint config")
@@ -389,6 +391,17 @@ class ControlPlaneService:
         endpoint_arn = self.arn(KIND_ENDPOINT, name)
         record = self._updatable(self.store.get_endpoint(name) or self._unmanaged(name),
                                  endpoint_arn)
+        if components.is_component_deployment(record.current.variants):
+            # Instances for components are bookkeeping: the new counts hold at once, then the
+            # components' copies are placed again (pending ones on the added instances).
+            variants = components.resized(record, params["DesiredWeightsAndCapacities"],
+                                          MAX_INSTANCES_PER_ENDPOINT, endpoint_arn)
+            record.current = dataclasses.replace(record.current, variants=variants)
+            record.status, record.failure_reason = "Updating", None
+            record.modified = self._clock()
+            self._save(record)
+            self._spawn(name, self._run_component_resize(record.name))
+            return {"EndpointArn": endpoint_arn}
         current = EndpointSpec.from_doc(record.current.spec)
         changes: dict[str, tuple[float | None, int | None]] = {}
         for change in params["DesiredWeightsAndCapacities"]:
@@ -427,9 +440,6 @@ class ControlPlaneService:
             raise wire.not_found(KIND_ENDPOINT, endpoint_arn)
         if record.status in IN_PROGRESS:
             raise wire.validation_error(f'Cannot update in-progress endpoint "{endpoint_arn}".')
-        if components.is_component_deployment(record.current.variants):
-            raise component_rules.not_honoured(
-                "UpdateEndpoint and UpdateEndpointWeightsAndCapacities on an endpoint")
         if record.status != "InService":
             raise wire.validation_error(
                 f'Cannot update endpoint "{endpoint_arn}" in status {record.status}: '
@@ -582,6 +592,10 @@ class ControlPlaneService:
                              failure_reason=failure_reason(exc))
         else:
             self._transition(name, None, "InService")
+
+    async def _run_component_resize(self, name: str) -> None:
+        self._transition(name, ("Updating",), "InService", failure_reason=None)
+        self.components.replace_endpoint(name)
 
     async def _run_resize(self, name: str, desired: EndpointSpec) -> None:
         try:

@@ -308,10 +308,11 @@ def test_component_request_errors(module: Module) -> None:
     assert create(base, EndpointName="err-mme") == (
         "Invalid request provided: Inference Components are not supported in this Endpoint. "
         "Please make sure this endpoint can deploy inference components.")
-    # Updating the component endpoint itself is refused, not silently ignored.
-    assert "UpdateEndpointWeightsAndCapacities" in _error(
-        sm.update_endpoint_weights_and_capacities, EndpointName="err",
-        DesiredWeightsAndCapacities=[{"VariantName": "AllTraffic", "DesiredInstanceCount": 2}])
+    # UpdateEndpoint of the component endpoint is refused, not silently ignored.
+    sm.create_endpoint_config(EndpointConfigName="err-2", ProductionVariants=[{
+        "VariantName": "AllTraffic", "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1}])
+    assert "UpdateEndpoint on an endpoint" in _error(
+        sm.update_endpoint, EndpointName="err", EndpointConfigName="err-2")
     # Nothing was created by any refused request.
     assert not sm.list_inference_components(EndpointNameEquals="err")["InferenceComponents"]
     # Instances are bookkeeping, but bounded as for any endpoint of the emulator.
@@ -382,8 +383,8 @@ def test_invocations_on_an_endpoint_for_components(module: Module) -> None:
 
 def test_copies_that_fit_nowhere_stay_pending_until_room_frees(module: Module) -> None:
     """Two ml.m5.large instances (2 vCPUs each): 3 one-core copies of the first component
-    leave one core free, so the second component's two-core copy is pending until the first
-    gives up a copy."""
+    leave one core free, so the second component's two-core copy is pending until an instance
+    is added, or until the first gives up a copy."""
     sm = module.sm()
     _model(module, "fit-model")
     _component_endpoint(module, "fit", instance_type="ml.m5.large", InitialInstanceCount=2)
@@ -401,6 +402,22 @@ def test_copies_that_fit_nowhere_stay_pending_until_room_frees(module: Module) -
     assert big["RuntimeConfig"] == {"DesiredCopyCount": 1, "CurrentCopyCount": 0}
     small = sm.describe_inference_component(InferenceComponentName="fit-small")
     assert small["RuntimeConfig"]["CurrentCopyCount"] == 3
+    # An instance added: the pending copy is placed on it.
+    sm.update_endpoint_weights_and_capacities(EndpointName="fit", DesiredWeightsAndCapacities=[
+        {"VariantName": "AllTraffic", "DesiredInstanceCount": 3}])
+    wait_until(lambda: sm.describe_inference_component(InferenceComponentName="fit-big")[
+        "RuntimeConfig"]["CurrentCopyCount"] == 1, 30, "the pending copy placed")
+    wait_until(lambda: sm.describe_endpoint(EndpointName="fit")["EndpointStatus"] == "InService",
+               30, "the endpoint resized")
+    assert sm.describe_endpoint(EndpointName="fit")["ProductionVariants"][0][
+        "CurrentInstanceCount"] == 3
+    # Back to two: the newest component's copy is pending again.
+    sm.update_endpoint_weights_and_capacities(EndpointName="fit", DesiredWeightsAndCapacities=[
+        {"VariantName": "AllTraffic", "DesiredInstanceCount": 2}])
+    wait_until(lambda: sm.describe_inference_component(InferenceComponentName="fit-big")[
+        "RuntimeConfig"]["CurrentCopyCount"] == 0, 30, "the copy pending again")
+    wait_until(lambda: sm.describe_endpoint(EndpointName="fit")["EndpointStatus"] == "InService",
+               30, "the endpoint resized")
     # Fewer copies of the first: an instance frees, the pending copy is placed.
     sm.update_inference_component_runtime_config(InferenceComponentName="fit-small",
                                                  DesiredRuntimeConfig={"CopyCount": 2})
