@@ -50,7 +50,8 @@ The lifecycle:
 What the hosting layer and the routes use: ``acquire``, ``infer``, ``unload``, ``add_observer``,
 ``describe``, ``loaded_file_bytes``, ``process_killed``, ``container_failed``, the recycle hooks
 (``request_recycle``, ``triton_recycling``, ``triton_recycle_failed``, ``triton_restarted``),
-``close``, and for reading: ``records``, ``memory`` and ``disk`` (the two budgets' indexes),
+``close``, ``hard_memory_limit`` (set by an instance that kills processes past its memory), and
+for reading: ``records``, ``memory`` and ``disk`` (the two budgets' indexes),
 ``memory_probe``, ``source``, ``triton_repository`` and the counters.
 """
 
