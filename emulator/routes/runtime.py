@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 
 from fastapi import Response
 from fastapi.responses import JSONResponse
@@ -94,13 +94,6 @@ class Invocations:
         self.settings = settings
         self.registry = registry
 
-    async def __call__(self, endpoint_name: str, headers: Mapping[str, str],
-                       receive: Receive) -> Response:
-        status, raw_headers, body = await self.answer(endpoint_name, headers, asgi_body(receive))
-        response = Response(content=body, status_code=status)
-        response.raw_headers = raw_headers
-        return response
-
     async def answer(self, endpoint_name: str, headers: Mapping[str, str],
                      body_source: BodySource) -> Answer:
         settings = self.settings
@@ -143,11 +136,12 @@ class InvocationsApp:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    async def answer(self, scope: Scope, body_source: BodySource) -> Answer:
-        """The answer, for a server that writes it itself (``emulator/http_protocol.py``)."""
+    def answer(self, scope: Scope, body_source: BodySource) -> Awaitable[Answer]:
+        """The answer, for a server that writes it itself (``emulator/http_protocol.py``).
+        Not a coroutine itself: the hot path awaits one frame fewer."""
         api: ApiRequest | None = scope.get(API_SCOPE_KEY)
         assert api is not None and api.endpoint is not None, "not an InvokeEndpoint request"
-        return await self.invocations.answer(api.endpoint, request_headers(scope), body_source)
+        return self.invocations.answer(api.endpoint, request_headers(scope), body_source)
 
 
 class RefusedOnMultiModel:
