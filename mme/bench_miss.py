@@ -34,6 +34,7 @@ import re
 import statistics
 import tempfile
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,9 +164,36 @@ def _load_average() -> str:
     return "?"
 
 
-def _part(work: Path, part: str, targets: Sequence[str], budget: str,
+def _room_for_one(work: Path, part: str, targets: Sequence[str],
+                  expected: dict[str, tuple[str, float]]) -> str:
+    """A memory budget with room for one of ``targets``, not two, from what they measure.
+
+    A model's measured memory moves with what else runs (shared pages, docs/memory.md): 20 MB
+    for the trivial model beside others, 26-30 MB alone, so no fixed budget is right on every
+    machine. Each is loaded alone (one at a time, each unloaded before the next loads: the
+    baseline's sequencing) and measured; the budget is 1.6 times the largest.
+    """
+    server = serve(work, f"{part}-calibrate", ["--max-loaded-models", "1"],
+                   code=["-c", _SERVE_BEFORE])
+    try:
+        asyncio.run(_misses(Side("calibrate"), server.url, [*targets, targets[0]],
+                            len(targets) + 1, expected))
+        with urllib.request.urlopen(f"{server.url}/_emulator/models", timeout=30) as resp:
+            rows = json.loads(resp.read())["Endpoints"]["local"]["Models"]
+    finally:
+        server.stop()
+    measured = [row["MeasuredBytes"] for row in rows if row.get("MeasuredBytes")]
+    if len(measured) < len(targets):
+        raise RuntimeError(f"the {part} models could not be measured: {rows}")
+    return str(int(1.6 * max(measured)))
+
+
+def _part(work: Path, part: str, targets: Sequence[str], budget: str | None,
           expected: dict[str, tuple[str, float]], args: argparse.Namespace) -> dict[str, Side]:
     """One part: a server per side on the same store, ``args.rounds`` rounds alternating."""
+    if budget is None:
+        budget = _room_for_one(work, part, targets, expected)
+    print(f"  {part}: --memory-budget {budget}", flush=True)
     sides = {name: Side(name) for name in SIDES}
     with contextlib.ExitStack() as stack:
         servers: dict[str, Server] = {}
@@ -210,15 +238,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(single: dict[str, Side], ensemble: dict[str, Side], args: argparse.Namespace) -> int:
-    print(f"trivial Python model, --memory-budget {args.memory_budget} (room for one):")
+    print("trivial Python model, a memory budget with room for one:")
     print(f"  {'':<8}{'misses':>7}{'miss p50 s':>12}{'miss p90 s':>12}{'load p50 s':>12}"
           f"{'unload p50 s':>14}")
     for side in single.values():
         print(f"  {side.name:<8}{len(side.misses_ms):>7}{_p50(side.misses_ms) / 1e3:>12.3f}"
               f"{_p90(side.misses_ms) / 1e3:>12.3f}{_p50(side.loads_s):>12.3f}"
               f"{_p50(side.unloads_s):>14.3f}")
-    print(f"two-step ensemble, --memory-budget {args.ensemble_memory_budget} (room for one); "
-          "a step's load is the trivial model's load above:")
+    print("two-step ensemble, a memory budget with room for one; a step's load is the trivial "
+          "model's load above:")
     print(f"  {'':<8}{'misses':>7}{'miss p50 s':>12}{'miss p90 s':>12}{'load p50 s':>12}"
           f"{'sum of steps loads s':>22}")
     for name, side in ensemble.items():
@@ -253,10 +281,11 @@ def add_bench_subcommands(commands: argparse._SubParsersAction[argparse.Argument
                      "ensemble), now against before, alternating in one run")
     p.add_argument("--rounds", type=int, default=4, help="rounds per side and part (ABBA)")
     p.add_argument("--calls", type=int, default=6, help="misses per round")
-    p.add_argument("--memory-budget", default="40MiB",
-                   help="room for one trivial Python model (each measures 20-30 MB)")
-    p.add_argument("--ensemble-memory-budget", default="75MiB",
-                   help="room for one two-step ensemble, not two")
+    p.add_argument("--memory-budget", default=None,
+                   help="room for one trivial Python model, not two (default: 1.6 times what "
+                        "it measures alone here)")
+    p.add_argument("--ensemble-memory-budget", default=None,
+                   help="room for one two-step ensemble, not two (default: as above)")
     p.add_argument("--goal-s", type=float, default=1.5, help="the miss p50 goal, seconds")
     p.add_argument("--work-dir", type=Path, default=None,
                    help="keep the store, caches and server logs (serve-*.log) in this folder")

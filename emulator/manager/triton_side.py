@@ -289,7 +289,8 @@ class TritonSide:
 
             try:
                 await self.triton.unload(record.entry, dependents=True,
-                                         timeout=self.load_timeout_s, on_accepted=on_accepted)
+                                         timeout=self.load_timeout_s, on_accepted=on_accepted,
+                                         also=record.installed)  # an ensemble's steps
                 return
             except TritonError as exc:
                 if not accepted or exc.status == 504 or attempt == UNLOAD_WAIT_RETRIES:

@@ -23,7 +23,7 @@ import functools
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -549,10 +549,14 @@ class TritonClient:
         await self._json_call("POST", f"/v2/repository/models/{model}/load", timeout=timeout)
 
     async def unload(self, model: str, dependents: bool = True, timeout: float = 360.0,
-                     on_accepted: Callable[[], None] | None = None) -> None:
+                     on_accepted: Callable[[], None] | None = None,
+                     also: Collection[str] = ()) -> None:
         """Unload and wait until Triton reports the model gone (unload completes after the 200).
 
         ``on_accepted`` is called at the 200: Triton serves the model no more from then on.
+        ``also``: other models whose end to wait for, e.g. an ensemble's steps: Triton reports
+        an ensemble gone at once (it has no process) while it still unloads the steps its
+        ``dependents`` unload took with it, their Python stubs a second or more each.
         """
         if self._grpc_address is not None:
             await self._grpc_call(lambda grpc: grpc.unload_model(
@@ -565,9 +569,10 @@ class TritonClient:
             on_accepted()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        names = {model, *also}
         while loop.time() < deadline:
             states = {m["name"]: m.get("state") for m in await self.index()}
-            if states.get(model) not in ("READY", "UNLOADING", "LOADING"):
+            if not any(states.get(name) in ("READY", "UNLOADING", "LOADING") for name in names):
                 return
             await asyncio.sleep(0.05)
         raise TritonError(504, f"model {model} did not unload within {timeout}s")

@@ -22,7 +22,14 @@ import numpy as np
 from emulator.triton import stubs
 from tests.client_support import runtime_client
 from tests.fault_support import instance_of, invoke, models_of
-from tests.support import package, wait_until, write_scale_model
+from tests.support import (
+    output_of,
+    package,
+    scale_request,
+    wait_until,
+    write_scale_ensemble,
+    write_scale_model,
+)
 
 FINALIZE_GATED = '''
     def finalize(self):
@@ -151,3 +158,34 @@ def test_a_measured_model_is_read_once_its_victims_are_gone(  # type: ignore[no-
     assert events.index(("unloaded", "slow.tar.gz")) < len(events) - 1 - events[::-1].index(
         ("loaded", "next.tar.gz"))
     assert models_of(server)["next.tar.gz"]["MeasuredBytes"] >= 80 << 20
+
+
+def test_an_evicted_ensemble_is_unloaded_once_its_steps_are(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    # Triton reports an ensemble gone at once (it has no process of its own) while it still
+    # tears down the steps its unload took with it: their memory is free only after that.
+    write_scale_ensemble(tmp_path / "ens", pad_bytes=600_000)
+    package(tmp_path / "ens", store / "ens.tar.gz", "flat")
+    folder = write_scale_model(tmp_path / "w", "next", scale=3)
+    (folder / "1" / "weights.bin").write_bytes(b"\0" * 600_000)
+    package(folder, store / "next.tar.gz", "folder")
+    server = start_emulator(model_data=str(store), memory_budget="1MiB",
+                            model_memory="files")  # room for one
+    rt = runtime_client(server.url)
+    events = _observe(server)
+    answer = rt.invoke_endpoint(EndpointName="local", TargetModel="ens.tar.gz",
+                                Body=scale_request([1, 2, 3, 4], "INPUT"))
+    np.testing.assert_allclose(output_of(answer["Body"].read(), "OUTPUT"), [6, 12, 18, 24])
+    step_stubs = _stub_pids(server, "")  # only the ensemble is loaded: its steps' stubs
+    assert len(step_stubs) >= 2
+    running_at_unloaded: list[list[int]] = []  # read when the manager says it is unloaded
+
+    def on_step(step: str, target: str, _details: Any) -> None:
+        if (step, target) == ("unloaded", "ens.tar.gz"):
+            running_at_unloaded.append(
+                [pid for pid in step_stubs if stubs.process_state(pid) not in (None, "Z")])
+
+    instance_of(server).manager.add_observer(on_step)
+    np.testing.assert_allclose(invoke(rt, "next.tar.gz"), [3, 6, 9, 12])
+    wait_until(lambda: ("unloaded", "ens.tar.gz") in events, what="the ensemble's unload")
+    assert running_at_unloaded == [[]]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,8 @@ class ScriptedTriton:
         return TritonResponse(status, {}, answer)
 
     async def unload(self, model: str, dependents: bool = True, timeout: float = 360.0,
-                     on_accepted: Callable[[], None] | None = None) -> None:
+                     on_accepted: Callable[[], None] | None = None,
+                     also: Collection[str] = ()) -> None:
         self.unload_calls += 1
         step = self.unloads.pop(0)
         if step == "refused":
@@ -152,7 +153,8 @@ class GatedTriton:
         self.loaded.add(model)
 
     async def unload(self, model: str, dependents: bool = True, timeout: float = 360.0,
-                     on_accepted: Callable[[], None] | None = None) -> None:
+                     on_accepted: Callable[[], None] | None = None,
+                     also: Collection[str] = ()) -> None:
         if on_accepted is not None:
             on_accepted()
         self.loaded.discard(model)
