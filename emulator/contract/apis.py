@@ -24,6 +24,7 @@ import functools
 import re
 from collections.abc import Iterable, Mapping, MutableMapping
 from enum import Enum
+from types import MappingProxyType
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
@@ -211,15 +212,18 @@ def read_request(scope: MutableMapping[str, Any]) -> ApiRequest | None:
     """The front door's one reading of an HTTP request, made once and kept in the scope: its
     repeated headers joined (the scope's header list is replaced) and its API identified.
     Every later reader (IAM, the routes) sees the same headers and the same answer."""
-    if API_SCOPE_KEY in scope:
-        api: ApiRequest | None = scope[API_SCOPE_KEY]
+    api: ApiRequest | None = scope.get(API_SCOPE_KEY, _UNREAD)
+    if api is not _UNREAD:
         return api
-    joined = canonical_headers(scope["headers"])
-    if joined is not None:
-        scope["headers"] = joined
+    raw = scope["headers"]
+    if len(dict(raw)) != len(raw):  # a repeated name (checked in C: every request pays it)
+        scope["headers"] = raw = canonical_headers(raw) or raw
     path: str = scope["path"]
     # Only POST / is told apart by its headers: skip decoding them for every other request.
-    headers = header_lookup(scope["headers"]) if path == "/" else {}
-    api = identify(scope["method"], path, headers)
+    api = identify(scope["method"], path, header_lookup(raw) if path == "/" else _NO_HEADERS)
     scope[API_SCOPE_KEY] = api
     return api
+
+
+_UNREAD: Any = object()  # read_request's mark for a scope not read yet (None is an answer)
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})

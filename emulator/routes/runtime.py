@@ -12,7 +12,9 @@ a trailing slash, as FastAPI's routing did when these were FastAPI routes.
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import re
 from collections.abc import Awaitable, Mapping, Sequence
 
@@ -80,11 +82,23 @@ def _raw(response: Response) -> Answer:
     return response.status_code, response.raw_headers, bytes(response.body)
 
 
+# Decoders and encoders that map() runs in C: the hot path converts every header once.
+_from_latin_1 = functools.partial(bytes.decode, encoding="latin-1")
+_to_latin_1 = functools.partial(str.encode, encoding="latin-1")
+_name_of, _value_of = operator.itemgetter(0), operator.itemgetter(1)
+
+
+@functools.lru_cache(maxsize=1024)  # few distinct names; a hit runs no Python
+def _header_name(name: str) -> bytes:
+    return name.lower().encode("latin-1")
+
+
 def request_headers(scope: Scope) -> dict[str, str]:
     """The request's headers by (lower-case) name, the first of repeated names winning as in
     Starlette's ``Headers``; one dictionary instead of a scan of the list per lookup."""
-    return {name.decode("latin-1"): value.decode("latin-1")
-            for name, value in reversed(scope["headers"])}
+    raw = scope["headers"][::-1]  # the first of a repeated name is put last, so it stays
+    return dict(zip(map(_from_latin_1, map(_name_of, raw)),
+                    map(_from_latin_1, map(_value_of, raw)), strict=True))
 
 
 class Invocations:
@@ -119,8 +133,8 @@ class Invocations:
             return _raw(error_response(runtime_errors.InternalFailure(f"internal failure: {exc}"),
                                        request_id))
         # What Starlette's Response(content=body, headers=...) would send, built directly.
-        raw_headers = [(name.lower().encode("latin-1"), value.encode("latin-1"))
-                       for name, value in result.headers.items()]
+        raw_headers = list(zip(map(_header_name, result.headers),
+                               map(_to_latin_1, result.headers.values()), strict=True))
         raw_headers.append((b"content-length", str(len(result.body)).encode("latin-1")))
         return 200, raw_headers, result.body
 
