@@ -14,6 +14,7 @@ most ``MAX_SAMPLES_PER_SERIES`` samples and ``RETENTION_EMULATED_S`` emulated se
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
@@ -53,7 +54,9 @@ class _Series:
         self.chunks: list[tuple[array[float], array[float]]] = [(array("d"), array("d"))]
         # The latest time in each chunk: a read skips the chunks that end before its window
         # (an alarm reads its last few minutes of a series of 256 Ki samples every minute).
-        self.latest: list[float] = [0.0]
+        # Taken when a chunk is full (once per CHUNK samples, not per append: the hot path);
+        # the open chunk, the last, is read always (inf).
+        self.latest: list[float] = [math.inf]
         self.last_time = 0.0
 
     def append(self, when: float, value: float) -> bool:
@@ -61,15 +64,14 @@ class _Series:
         times, values = self.chunks[-1]
         started = len(times) == CHUNK
         if started:
+            self.latest[-1] = max(times)  # full: later samples go to the next chunk
             times, values = array("d"), array("d")
             self.chunks.append((times, values))
-            self.latest.append(when)
+            self.latest.append(math.inf)
             if len(self.chunks) > MAX_SAMPLES_PER_SERIES // CHUNK:
                 del self.chunks[0], self.latest[0]
         times.append(when)
         values.append(value)
-        if when > self.latest[-1]:
-            self.latest[-1] = when
         if when > self.last_time:
             self.last_time = when
         return started
