@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from emulator.processes import stop_process, stopped_on_failure
+from emulator.processes import stop_process, stopped_on_failure, wait_until
 from mme.bench_scale import BODY, Server, serve
 
 TARGET = "big.tar.gz"
@@ -69,16 +69,22 @@ class Moto:
             self.process = subprocess.Popen(
                 [str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
                 stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
         with stopped_on_failure(self.process, 30):  # also Ctrl-C or SIGTERM while it starts
-            while True:
-                try:
-                    self.client().list_buckets()
-                    return
-                except Exception:
-                    if self.process.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("moto's S3 server did not start") from None
-                    time.sleep(0.2)
+            if not wait_until(self._answers, 60, still_starting=self._still_starting,
+                              interval_s=0.2):
+                raise RuntimeError("moto's S3 server did not answer within 60 s")
+
+    def _answers(self) -> bool:
+        try:
+            self.client().list_buckets()
+            return True
+        except Exception:
+            return False
+
+    def _still_starting(self) -> None:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"moto's S3 server exited with code {self.process.returncode} "
+                               "while starting")
 
     def client(self) -> Any:  # a boto3 S3 client (boto3 ships no types)
         import boto3

@@ -17,7 +17,7 @@ import pytest
 
 from tests.client_support import DUMMY_CREDENTIALS
 from tests.docker_support import require_image
-from tests.support import package, write_scale_model
+from tests.support import package, wait_for, write_scale_model
 
 SKLEARN_TEST_IMAGE = "mme-sklearn-serve:test"
 # Production image URIs as a model names them; --image maps them to the local images.
@@ -75,13 +75,11 @@ def deploy(sm: Any, name: str, containers: list[dict[str, Any]], mode: str | Non
 
 def wait_for_status(sm: Any, name: str, statuses: tuple[str, ...],
                     timeout: float = 180) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        described = sm.describe_endpoint(EndpointName=name)
-        if described["EndpointStatus"] in statuses:
-            return described
-        assert time.monotonic() < deadline, f"{name} stayed {described['EndpointStatus']}"
-        time.sleep(0.2)
+    def settled() -> dict[str, Any] | None:
+        described: dict[str, Any] = sm.describe_endpoint(EndpointName=name)
+        return described if described["EndpointStatus"] in statuses else None
+
+    return wait_for(settled, timeout, f"{name} to be {' or '.join(statuses)}", interval_s=0.2)
 
 
 def container_latency_samples(cw: Any, endpoint: str, container: str) -> float:

@@ -5,12 +5,14 @@ The ``scale`` model lives in ``mme/testmodels.py`` (the benchmarks use it too).
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -18,7 +20,9 @@ from emulator import processes
 from mme.testmodels import SCALE_MODEL_PY, package, write_scale_model
 
 __all__ = ["SCALE_MODEL_PY", "package", "write_scale_model", "write_scale_ensemble",
-           "scale_request", "output_of", "tar_bytes"]
+           "scale_request", "output_of", "tar_bytes", "wait_until", "wait_for", "wait_for_async"]
+
+T = TypeVar("T")
 
 def write_scale_ensemble(repo: Path, scale_a: float = 2.0, scale_b: float = 3.0,
                          pad_bytes: int = 0) -> Path:
@@ -64,9 +68,42 @@ def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
     return buffer.getvalue()
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 60, what: str = "") -> float:
-    """Poll ``condition``; return the seconds it took. Fails the test after ``timeout`` s."""
-    started = time.monotonic()
-    if not processes.wait_until(condition, timeout, interval_s=0.02):
+# The tests' waits: every wait on a condition goes through these (no bare sleeps), and they all
+# poll through ``emulator.processes.wait_until``, the project's one waiting loop.
+
+def wait_for(condition: Callable[[], T], timeout: float = 60, what: str = "", *,
+             still_going: Callable[[], None] | None = None, interval_s: float = 0.02) -> T:
+    """Poll ``condition`` until it gives a true value, and return that value. Fails the test
+    after ``timeout`` s; ``still_going`` runs between polls and raises at once when what is
+    awaited is gone (a process that exited), rather than at the deadline."""
+    found: list[T] = []
+
+    def ready() -> bool:
+        value = condition()
+        if value:
+            found.append(value)
+        return bool(value)
+
+    if not processes.wait_until(ready, timeout, still_starting=still_going, interval_s=interval_s):
         raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}")
+    return found[0]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 60, what: str = "", *,
+               still_going: Callable[[], None] | None = None, interval_s: float = 0.02) -> float:
+    """``wait_for`` a condition; return the seconds it took."""
+    started = time.monotonic()
+    wait_for(condition, timeout, what, still_going=still_going, interval_s=interval_s)
     return time.monotonic() - started
+
+
+async def wait_for_async(condition: Callable[[], T], timeout: float = 60, what: str = "",
+                         interval_s: float = 0.01) -> T:
+    """``wait_for`` on an event loop: the loop runs on between polls (a fake that waits for
+    its test to open a gate, a task that waits for a count)."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}")
+        await asyncio.sleep(interval_s)
+    return value

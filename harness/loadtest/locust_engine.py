@@ -13,12 +13,16 @@ are sent), waits for their last batches, writes the result, then lets Locust qui
 a worker made is counted once, and none is cut short. A worker that stops reporting (Locust
 marks it missing after ~3 s without heartbeat) ends the run: its calls since its last report are
 lost, the report says which worker and when, and holds what the others measured.
+
+Waits go through ``emulator.processes.wait_until``: its ``time.sleep`` is gevent's here (patched),
+so a wait lets the other greenlets run.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -35,6 +39,7 @@ from locust.event import EventHook
 from locust.rpc import Message
 from locust.runners import STATE_MISSING, MasterRunner, Runner, WorkerRunner
 
+from emulator.processes import wait_until
 from harness.loadtest.config import PlanError
 from harness.loadtest.invokers import Outcome, call_boto3
 from harness.loadtest.locust_run import (
@@ -136,9 +141,7 @@ class LoadProcess:
     def drain(self) -> None:
         """No new calls; returns once the calls in flight have finished (or the timeout)."""
         self.draining = True
-        deadline = time.monotonic() + self.spec.drain_timeout_s
-        while self.in_flight and time.monotonic() < deadline:
-            gevent.sleep(0.02)
+        wait_until(lambda: not self.in_flight, self.spec.drain_timeout_s, interval_s=0.02)
 
 
 class _Failure(Exception):
@@ -247,12 +250,9 @@ class Run:
             live = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
             for client_id in live:
                 runner.send_message(DRAIN, None, client_id)
-            deadline = time.monotonic() + self.spec.drain_timeout_s + 10
-            while time.monotonic() < deadline:
-                live = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
-                if live <= self.drained:
-                    break
-                gevent.sleep(0.05)
+            wait_until(lambda: {c.id for c in runner.clients.all
+                                if c.state != STATE_MISSING} <= self.drained,
+                       self.spec.drain_timeout_s + 10)
         elif ENGINE is not None:
             ENGINE.drain()
 
@@ -419,8 +419,7 @@ def _interrupt() -> None:
 
 def _watch_parent(pid: int) -> None:
     """Launched by ``mme loadtest``: end the run if it is gone (killed), not load on forever."""
-    while os.getppid() == pid:
-        gevent.sleep(1.0)
+    wait_until(lambda: os.getppid() != pid, math.inf, interval_s=1.0)
     _interrupt()
 
 

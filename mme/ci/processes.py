@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 from mme.ci.state import process_start_ticks
@@ -60,12 +59,9 @@ def _signal(processes: list[Process], signum: int) -> None:
 
 
 def wait_gone(processes: list[Process], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while running(processes):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    from emulator.processes import wait_until
+
+    return wait_until(lambda: not running(processes), timeout_s)
 
 
 def stop_tree(server: Process, timeout_s: float) -> tuple[bool, list[Process]]:

@@ -21,6 +21,7 @@ from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from tests.client_support import DUMMY_CREDENTIALS, S3
 from tests.integration.test_cloudwatch import _raw
+from tests.support import wait_for
 
 NAMESPACE = "CI/Health"
 SCALE = 60
@@ -45,17 +46,6 @@ def served(tmp_path_factory: pytest.TempPathFactory, sns: str) -> Iterator[Emula
 
 def _cw(url: str) -> Any:
     return boto3.client("cloudwatch", endpoint_url=url, **DUMMY_CREDENTIALS)
-
-
-def _wait(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class Publisher:
@@ -110,9 +100,9 @@ def test_an_alarm_on_a_published_metric_fires_notifies_and_recovers(served: Emul
     try:
         cw.put_metric_alarm(**_alarm("ci-failures", "Failures"), AlarmActions=[topic],
                             OKActions=[topic], AlarmDescription="the CI job fails")
-        _wait(lambda: _state(cw, "ci-failures") == "OK", 10, "OK on healthy data")
+        wait_for(lambda: _state(cw, "ci-failures") == "OK", 10, "OK on healthy data")
         publisher.value = 3.0
-        _wait(lambda: _state(cw, "ci-failures") == "ALARM", 10, "ALARM after 2 bad minutes")
+        wait_for(lambda: _state(cw, "ci-failures") == "ALARM", 10, "ALARM after 2 bad minutes")
         (alarm,) = cw.describe_alarms(AlarmNames=["ci-failures"])["MetricAlarms"]
         assert alarm["StateReason"].startswith("Threshold Crossed: ")
         assert "were greater than or equal to the threshold (1.0)" in alarm["StateReason"]
@@ -121,11 +111,11 @@ def test_an_alarm_on_a_published_metric_fires_notifies_and_recovers(served: Emul
         assert data["statistic"] == "Maximum" and data["period"] == 60
         assert data["threshold"] == 1.0 and 3.0 in data["recentDatapoints"]
         publisher.value = 0.0
-        _wait(lambda: _state(cw, "ci-failures") == "OK", 10, "OK again")
+        wait_for(lambda: _state(cw, "ci-failures") == "OK", 10, "OK again")
     finally:
         publisher.stop()
     # no data at all: INSUFFICIENT_DATA (TreatMissingData missing), within 3 periods
-    _wait(lambda: _state(cw, "ci-failures") == "INSUFFICIENT_DATA", 10, "INSUFFICIENT_DATA")
+    wait_for(lambda: _state(cw, "ci-failures") == "INSUFFICIENT_DATA", 10, "INSUFFICIENT_DATA")
 
     received: list[dict[str, Any]] = []
 
@@ -137,7 +127,7 @@ def test_an_alarm_on_a_published_metric_fires_notifies_and_recovers(served: Emul
                 return len(received) >= 3
             received.extend(json.loads(m["Body"]) for m in got)
 
-    _wait(three_received, 10, "the SNS notifications")
+    wait_for(three_received, 10, "the SNS notifications")
     received.sort(key=lambda m: m["StateChangeTime"])
     assert [(m["OldStateValue"], m["NewStateValue"]) for m in received][:3] == [
         ("INSUFFICIENT_DATA", "OK"), ("OK", "ALARM"), ("ALARM", "OK")]
@@ -174,10 +164,10 @@ def test_treat_missing_data(served: EmulatorServer, treat: str, state: str) -> N
     cw = _cw(served.url)
     name = f"missing-{treat}"
     cw.put_metric_alarm(**_alarm(name, "NeverPublished", TreatMissingData=treat))
-    _wait(lambda: cw.describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["StateReason"]
+    wait_for(lambda: cw.describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["StateReason"]
           != "Unchecked: Initial alarm creation" or state == "INSUFFICIENT_DATA", 5,
           "the first evaluation")
-    _wait(lambda: _state(cw, name) == state, 5, state)
+    wait_for(lambda: _state(cw, name) == state, 5, state)
     (alarm,) = cw.describe_alarms(AlarmNames=[name])["MetricAlarms"]
     assert alarm["TreatMissingData"] == treat
     cw.delete_alarms(AlarmNames=[name])
@@ -215,9 +205,9 @@ def test_percentile_and_metric_math_alarms(served: EmulatorServer) -> None:
                     "Metric": {"Namespace": NAMESPACE, "MetricName": "Calls"},
                     "Period": 60, "Stat": "Sum"}},
                 {"Id": "rate", "Expression": "100 * errors / calls", "Label": "error %"}])
-        _wait(lambda: _state(cw, "p100-slow") == "ALARM", 10, "p100 over 500 ms")
-        _wait(lambda: _state(cw, "error-rate") == "ALARM", 10, "an error rate of 30 %")
-        _wait(lambda: _state(cw, "p50-slow") == "OK", 10, "p50 under 500 ms")
+        wait_for(lambda: _state(cw, "p100-slow") == "ALARM", 10, "p100 over 500 ms")
+        wait_for(lambda: _state(cw, "error-rate") == "ALARM", 10, "an error rate of 30 %")
+        wait_for(lambda: _state(cw, "p50-slow") == "OK", 10, "p50 under 500 ms")
         (math_alarm,) = cw.describe_alarms(AlarmNames=["error-rate"])["MetricAlarms"]
         assert math_alarm["Metrics"][2]["Expression"] == "100 * errors / calls"
         assert "30.0" in math_alarm["StateReason"]
@@ -238,12 +228,12 @@ def test_composite_alarm_rule(served: EmulatorServer) -> None:
     cw.put_composite_alarm(
         AlarmName="deploy-bad",
         AlarmRule='ALARM("deploy-errors") OR (ALARM(deploy-latency) AND NOT OK(deploy-errors))')
-    _wait(lambda: _state(cw, "deploy-bad") == "OK", 5, "the composite alarm OK")
+    wait_for(lambda: _state(cw, "deploy-bad") == "OK", 5, "the composite alarm OK")
     cw.set_alarm_state(AlarmName="deploy-latency", StateValue="ALARM", StateReason="test")
     time.sleep(0.3)  # a change of a child is seen at once; give the emulator a wrong chance
     assert _state(cw, "deploy-bad") == "OK"  # latency alone, errors OK: the rule is false
     cw.set_alarm_state(AlarmName="deploy-errors", StateValue="ALARM", StateReason="test")
-    _wait(lambda: _state(cw, "deploy-bad") == "ALARM", 5, "the composite alarm in ALARM")
+    wait_for(lambda: _state(cw, "deploy-bad") == "ALARM", 5, "the composite alarm in ALARM")
     composite = cw.describe_alarms(AlarmNames=["deploy-bad"], AlarmTypes=["CompositeAlarm"])[
         "CompositeAlarms"][0]
     assert composite["StateReason"].startswith(
@@ -290,7 +280,7 @@ def test_describe_filters_and_pages_tags_and_actions(served: EmulatorServer) -> 
     actions = cw.describe_alarm_history(AlarmName="page-3", HistoryItemType="Action")
     assert actions["AlarmHistoryItems"] == []  # disabled: no action ran
     # no --sns-endpoint-url here would only record it; this topic does not exist in moto:
-    failed = _wait(lambda: cw.describe_alarm_history(AlarmName="page-1",
+    failed = wait_for(lambda: cw.describe_alarm_history(AlarmName="page-1",
                                                      HistoryItemType="Action")[
         "AlarmHistoryItems"], 5, "page-1's action in the history")
     assert failed[0]["HistorySummary"].startswith(f"Failed to execute action {topic}")
@@ -411,7 +401,7 @@ def test_alarms_and_their_state_survive_a_restart(tmp_path: Path) -> None:
                             Tags=[{"Key": "team", "Value": "ml"}])
         cw.set_alarm_state(AlarmName="kept", StateValue="ALARM", StateReason="before")
         cw.put_composite_alarm(AlarmName="kept-composite", AlarmRule="ALARM(kept)")
-        _wait(lambda: _state(cw, "kept-composite") == "ALARM", 5, "the composite in ALARM")
+        wait_for(lambda: _state(cw, "kept-composite") == "ALARM", 5, "the composite in ALARM")
         before = cw.describe_alarms(AlarmNames=["kept"])["MetricAlarms"][0]
     finally:
         server.stop()
@@ -429,6 +419,6 @@ def test_alarms_and_their_state_survive_a_restart(tmp_path: Path) -> None:
         assert [h["HistorySummary"] for h in history][-1] == 'Alarm "kept" created'
         # and it still evaluates: a state set by hand moves on the next composite change
         cw.set_alarm_state(AlarmName="kept", StateValue="OK", StateReason="after")
-        _wait(lambda: _state(cw, "kept-composite") == "OK", 5, "the composite back to OK")
+        wait_for(lambda: _state(cw, "kept-composite") == "OK", 5, "the composite back to OK")
     finally:
         server.stop()

@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from harness.loadtest.invokers import HttpInvoker
 from tests.client_support import DUMMY_CREDENTIALS
-from tests.support import package, scale_request, write_scale_model
+from tests.support import package, scale_request, wait_for, write_scale_model
 
 KEY = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/mme/variant/AllTraffic",
        "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
@@ -42,14 +41,6 @@ def emulator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulat
 
 def _client(name: str, url: str) -> Any:
     return boto3.client(name, endpoint_url=url, **DUMMY_CREDENTIALS)
-
-
-def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 class Load:
@@ -117,9 +108,9 @@ def test_issue_code_scales_out_under_load_and_back_in(emulator: EmulatorServer) 
             peak = max(peak, current)
             return current >= 3 and current == desired
 
-        _wait(scaled_out, 30, "a scale-out to 3 or more instances")
+        wait_for(scaled_out, 30, "a scale-out to 3 or more instances")
         load.busy = False  # a trickle: data keeps coming, well under the target
-        _wait(lambda: _counts(sm) == (1, 1), 45, "the scale-in back to 1 instance")
+        wait_for(lambda: _counts(sm) == (1, 1), 45, "the scale-in back to 1 instance")
     finally:
         load.stop()
     assert peak >= 3
@@ -129,7 +120,7 @@ def test_issue_code_scales_out_under_load_and_back_in(emulator: EmulatorServer) 
         return asg.describe_scaling_activities(ServiceNamespace="sagemaker")["ScalingActivities"]
 
     # the autoscaler sees the change fulfilled at its next evaluation
-    _wait(lambda: all(a["StatusCode"] == "Successful" for a in activities()), 10,
+    wait_for(lambda: all(a["StatusCode"] == "Successful" for a in activities()), 10,
           "every scaling activity to succeed")
     newest, oldest = activities()[0], activities()[-1]
     assert "-AlarmHigh-" in oldest["Cause"] and "-AlarmLow-" in newest["Cause"]
@@ -203,9 +194,9 @@ def test_step_scaling_on_alarms_over_a_published_metric(emulator: EmulatorServer
     thread = threading.Thread(target=publish, daemon=True)
     thread.start()
     try:
-        _wait(lambda: _counts(sm) == (2, 2), 60, "the scale-out to 2 instances")
+        wait_for(lambda: _counts(sm) == (2, 2), 60, "the scale-out to 2 instances")
         length["value"] = 1.0
-        _wait(lambda: _counts(sm) == (1, 1), 60, "the scale-in back to 1 instance")
+        wait_for(lambda: _counts(sm) == (1, 1), 60, "the scale-in back to 1 instance")
     finally:
         stop.set()
         thread.join(timeout=10)

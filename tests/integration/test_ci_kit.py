@@ -33,6 +33,7 @@ from mme.ci.cli import FAILED_START_GRACE_S
 from mme.ci.processes import stop_tree, tree
 from mme.ci.state import process_start_ticks
 from tests.integration.test_page import CHROMIUM, FLAGS
+from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "add.tar.gz"
@@ -393,9 +394,7 @@ def test_a_server_that_died_during_the_job_fails_down_with_its_log(runner: Runne
     assert up.returncode == 0, up.stderr
     record = json.loads((runner.temp / "mme-ci" / "server.json").read_text())
     os.kill(record["pid"], 9)  # the server crashes mid-job
-    deadline = time.monotonic() + 30
-    while process_start_ticks(record["pid"]) is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: process_start_ticks(record["pid"]) is None, 30, "the killed server gone")
     down = runner.step(sys.executable, "-m", "mme", "ci", "down", "--report", "mme-report")
     assert down.returncode == 1
     assert "had already stopped before `mme ci down` (killed or crashed" in down.stderr

@@ -23,6 +23,7 @@ from botocore.config import Config
 
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
+from tests import support
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.integration import test_page
 from tests.support import output_of, package, scale_request, write_scale_model
@@ -133,13 +134,7 @@ class Traffic:
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    return support.wait_for(condition, timeout, what, interval_s=0.1)
 
 
 def pending_status(described: dict[str, Any]) -> str | None:

@@ -9,8 +9,6 @@ compose's order with compose's Triton command. The store is a folder instead of 
 from __future__ import annotations
 
 import os
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +18,9 @@ import numpy as np
 import pytest
 import yaml
 
+from emulator.processes import wait_until
 from emulator.triton.docker_launcher import HOST_LABEL, OWNER_LABEL, process_start_ticks
+from harness.live_endpoint import ping
 from tests.client_support import runtime_client
 from tests.docker_support import require_image
 from tests.support import output_of, package, scale_request, write_scale_model
@@ -83,21 +83,15 @@ def labels() -> dict[str, str]:
 
 
 def wait_for_ping(url: str, container: Any, triton: Any, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def running() -> None:
         container.reload()
         assert container.status != "exited", (
             container.logs().decode(errors="replace")[-3000:]
             + "\n--- triton ---\n" + triton.logs().decode(errors="replace")[-2000:])
-        try:
-            with urllib.request.urlopen(f"{url}/ping", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("the emulator container did not answer /ping:\n"
-                         + container.logs().decode(errors="replace")[-3000:])
+
+    if not wait_until(lambda: ping(url), timeout, still_starting=running, interval_s=0.2):
+        raise AssertionError("the emulator container did not answer /ping:\n"
+                             + container.logs().decode(errors="replace")[-3000:])
 
 
 @pytest.mark.docker

@@ -16,6 +16,7 @@ from emulator.supervision import LauncherError
 from emulator.triton.embedded import assemble_backends, child_environment, find_tritonserver
 from emulator.triton.external import ExternalLauncher
 from emulator.triton.launcher import TritonOptions, free_port
+from tests.support import wait_for_async
 
 CONFIG = """
 name: "double"
@@ -139,11 +140,8 @@ def test_a_restarted_server_triggers_on_restart(user_triton: UserTriton) -> None
         await launcher.start()
         try:
             user_triton.kill()
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while launcher.is_running():  # the watcher notices the server is gone
-                assert loop.time() < deadline, "the stop was not noticed"
-                await asyncio.sleep(0.05)
+            await wait_for_async(lambda: not launcher.is_running(), 30,
+                                 "the watcher to notice the server is gone")
             assert not restarted.is_set()
             user_triton.start()
             await asyncio.wait_for(restarted.wait(), 120)

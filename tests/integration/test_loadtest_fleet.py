@@ -7,9 +7,9 @@ import asyncio
 import json
 import os
 import shutil
-import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +20,7 @@ from harness.loadtest.locust_run import Target, run_load
 from harness.loadtest.report import summarize, to_markdown, write_report
 from harness.loadtest.runner import PHASES_COMPLETE, FleetPoll, LoadResult, Sample
 from tests.loadtest_support import Answer, FakeEndpoint, json_body, served
+from tests.support import wait_for
 
 PLAN = LoadPlan(phases=(Phase(1, 0, 10),))
 
@@ -183,15 +184,13 @@ def test_loadtest_against_two_instances(start_emulator, store: Path, tmp_path: P
                            store / name)
     # Room for one model per instance: each model loads on its own instance (a miss), then hits.
     server = start_emulator(model_data=str(store), instances=2, max_loaded_models=1)
-    deadline = time.monotonic() + 120
-    while True:  # both instances serving (they start in parallel)
+    def both_serving() -> dict[str, Any] | None:  # they start in parallel
         with urllib.request.urlopen(f"{server.url}/_emulator/models") as resp:
             fleet = json.loads(resp.read())["Endpoints"]["local"]["Variants"]["AllTraffic"]
-        if fleet["CurrentInstanceCount"] == 2:
-            ids = [f"AllTraffic/{i['InstanceId']}" for i in fleet["Instances"]]
-            break
-        assert time.monotonic() < deadline, fleet
-        time.sleep(0.05)
+        return fleet if fleet["CurrentInstanceCount"] == 2 else None
+
+    fleet = wait_for(both_serving, 120, "both instances serving", interval_s=0.05)
+    ids = [f"AllTraffic/{i['InstanceId']}" for i in fleet["Instances"]]
     plan = LoadPlan(phases=(Phase(3, 0, 3.0),), target_models=tuple(models),
                     popularity=Popularity("uniform"), seed=1)
     result = asyncio.run(run_http(server.url, "local", plan, auto_request(store / models[0]),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from tests.multi_container_support import (
     triton_tarball,
     wait_for_status,
 )
-from tests.support import output_of
+from tests.support import output_of, wait_for, wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -121,16 +120,16 @@ def test_serial_sklearn_into_triton_then_a_container_dies(emulator, models, dock
     assert "unreachable" in excinfo.value.response["OriginalMessage"]
     # ... and a new container replaces it, as a dead Triton is replaced.
     dead = sklearn.container_name
-    deadline = time.monotonic() + 120
-    while True:
+
+    def answered() -> dict[str, Any] | None:
         try:
-            resp = rt.invoke_endpoint(EndpointName="pipe", ContentType="text/csv",
-                                      Body=b"1,2,3,4")
-            break
+            return dict(rt.invoke_endpoint(EndpointName="pipe", ContentType="text/csv",
+                                           Body=b"1,2,3,4"))
         except ClientError as exc:
             assert exc.response["Error"]["Code"] == "ModelError"
-            assert time.monotonic() < deadline, "the featurizer was not replaced"
-            time.sleep(0.2)
+            return None
+
+    resp = wait_for(answered, 120, "the featurizer replaced", interval_s=0.2)
     assert output_of(resp["Body"].read()).tolist() == [2, 6, 10, 14]
     assert sklearn.restarts == 1 and sklearn.container_name != dead
 
@@ -140,10 +139,8 @@ def test_serial_sklearn_into_triton_then_a_container_dies(emulator, models, dock
 
 
 def wait_for_status_gone(sm: Any, name: str) -> None:
-    deadline = time.monotonic() + 120
-    while any(e["EndpointName"] == name for e in sm.list_endpoints()["Endpoints"]):
-        assert time.monotonic() < deadline, f"{name} was not deleted"
-        time.sleep(0.2)
+    wait_until(lambda: all(e["EndpointName"] != name for e in sm.list_endpoints()["Endpoints"]),
+               120, f"{name} deleted", interval_s=0.2)
 
 
 def test_direct_english_and_german_models_behind_one_endpoint(emulator, models) -> None:

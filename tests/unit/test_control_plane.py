@@ -25,6 +25,7 @@ from fastapi import FastAPI
 
 from emulator.control import ControlPlaneService, ControlStore, build_control_router
 from emulator.triton.launcher import free_port
+from tests.support import wait_for, wait_until
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -109,11 +110,12 @@ class ServerThread:
 
     def __enter__(self) -> ServerThread:
         self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
+        wait_until(lambda: self.server.started, 30, "the server to start",
+                   still_going=self._thread_alive, interval_s=0.01)
         return self
+
+    def _thread_alive(self) -> None:
+        assert self.thread.is_alive(), "the server's thread ended before it started"
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
@@ -290,13 +292,9 @@ def test_creating_then_failed_with_reason(sm, runtimes: FakeRuntimes, server) ->
 
 def open_gate(server: ServerThread, runtimes: FakeRuntimes, name: str) -> None:
     runtimes.hold.discard(name)
-    gate = runtimes.gates.get(name)
+    gate = wait_for(lambda: runtimes.gates.get(name), 10, "the runtime to start waiting",
+                    interval_s=0.01)
     # The gate lives on the server's loop; set it from that loop's thread.
-    deadline = time.monotonic() + 10
-    while gate is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-        gate = runtimes.gates.get(name)
-    assert gate is not None, "the runtime never started waiting"
     runtimes.loops[name].call_soon_threadsafe(gate.set)
 
 

@@ -8,11 +8,9 @@ the CloudWatch alarms a stand-in with the interface the deployment watches (``ex
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,8 @@ from fastapi import FastAPI
 from emulator.clock import Clock
 from emulator.control import ControlPlaneService, ControlStore, build_control_router
 from emulator.hosting import deployment as guardrails
+from tests import support
+from tests.support import wait_for_async
 from tests.unit.test_control_plane import (
     ACCOUNT,
     FAST,
@@ -85,8 +85,7 @@ class FakeGenerations(FakeRuntimes):
 
     async def start_green(self, spec: Any) -> None:
         self.steps.append(("start_green", spec.variants[0].container.model_data))
-        while not self.green_gate.is_set():  # a test holds green in Creating
-            await asyncio.sleep(0.01)
+        await wait_for_async(self.green_gate.is_set, 60, "the test to let green start")
         if "broken" in spec.variants[0].container.model_data:
             raise RuntimeError("the new container never became ready")
         self.greens[spec.name] = FakeEndpoint(spec)
@@ -117,8 +116,7 @@ class FakeGenerations(FakeRuntimes):
 
     async def drop_green(self, name: str) -> None:
         self.shares[name] = 0.0  # every new call back to blue at once, then the drain
-        while not self.drop_gate.is_set():  # a test holds the drain
-            await asyncio.sleep(0.01)
+        await wait_for_async(self.drop_gate.is_set, 60, "the test to let the drain end")
         self.steps.append(("drop_green", name))
         self.greens.pop(name, None)
         self.shares.pop(name, None)
@@ -204,13 +202,7 @@ def canary(percent: int = 25, wait: int = 600, alarm_names: tuple[str, ...] = ("
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    return support.wait_for(condition, timeout, what)
 
 
 def status(sm) -> str:  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ from harness.loadtest.locust_run import Target, run_load
 from harness.loadtest.report import summarize, to_markdown
 from harness.loadtest.runner import INTERRUPTED, Controller, LoadResult
 from tests.loadtest_support import Answer, FakeEndpoint, json_body, model_error, served
+from tests.support import wait_for_async
 
 PLAN = LoadPlan(phases=(Phase(1, 0, 60),))
 
@@ -74,8 +75,7 @@ def test_an_interrupt_ends_the_run_with_what_was_measured() -> None:
             interrupt = asyncio.Event()
 
             async def ctrl_c_after_ten_calls() -> None:
-                while endpoint.total < 10:
-                    await asyncio.sleep(0.01)
+                await wait_for_async(lambda: endpoint.total >= 10, 60, "ten calls")
                 interrupt.set()
 
             task = asyncio.create_task(ctrl_c_after_ten_calls())
