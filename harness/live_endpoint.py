@@ -8,6 +8,7 @@ package, stays cheap to import.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -44,13 +45,25 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 @dataclass
 class EmulatorProcess:
-    """``mme serve`` as a child process on a free port (all settings through ``MME_*``)."""
+    """``mme serve`` as a child process on a free port: the one way this project starts it
+    (the pytest plugin, ``mme loadtest``, ``mme bench scale``, the tests). ``start`` returns once
+    it answers ``/ping`` (or raises ``EmulatorStartError`` with its log's tail, leaving nothing
+    running); its output goes to ``log_path``; it dies with this process; ``stop`` ends it.
+
+    Settings go through ``MME_*`` (``settings``), or as ``flags`` after ``serve`` (flags win).
+    ``environment`` is the child's base environment (default: this process's); ``entry`` what
+    the interpreter runs before ``serve`` (default ``-m mme``), in ``cwd`` (default: this
+    process's working folder; another checkout runs another revision's code)."""
 
     settings: Mapping[str, str]
     log_path: Path
     host: str = "127.0.0.1"
     startup_timeout_s: float = 180.0
     port: int = 0
+    flags: Sequence[str] = ()
+    environment: Mapping[str, str] | None = None
+    entry: Sequence[str] = ("-m", "mme")
+    cwd: Path | None = None
     _process: subprocess.Popen[bytes] | None = None
     _log: Any = None
 
@@ -65,10 +78,10 @@ class EmulatorProcess:
     def command(self) -> list[str]:
         # `python -m mme` rather than the `mme` script: the interpreter running pytest is
         # the one whose packages (and Triton wheel) the emulator must use.
-        return [sys.executable, "-m", "mme", "serve"]
+        return [sys.executable, *self.entry, "serve", *self.flags]
 
     def start(self) -> EmulatorProcess:
-        env = dict(os.environ)
+        env = dict(os.environ if self.environment is None else self.environment)
         env.update(self.settings)
         env.update({"MME_HOST": self.host, "MME_PORT": str(self.port)})
         # Without a port of its own choosing the emulator gets a socket this process bound and
@@ -85,6 +98,7 @@ class EmulatorProcess:
             self._process = subprocess.Popen(
                 command,
                 env=env,
+                cwd=self.cwd,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -120,13 +134,23 @@ class EmulatorProcess:
                 f"{self.log_path}:\n{_tail(self.log_path)}"
             )
 
-    def stop(self, timeout_s: float = 60.0) -> int | None:
-        """SIGTERM (uvicorn then stops every Triton in its lifespan), SIGKILL if it hangs."""
+    def stop(self, timeout_s: float = 60.0, signum: int = signal.SIGTERM) -> int | None:
+        """Send ``signum`` and wait for the exit, SIGKILL past ``timeout_s``; the exit code.
+        SIGTERM (or SIGINT, as Ctrl-C): uvicorn stops every Triton in its lifespan; SIGKILL:
+        a crash, whose Tritons the next start on the same cache folder removes."""
         process = self._process
         if process is None:
             return None
         if process.poll() is None:
-            stop_process(process, timeout_s)
+            if signum == signal.SIGTERM:
+                stop_process(process, timeout_s)
+            else:
+                process.send_signal(signum)
+                try:
+                    process.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
         self._close_log()
         return process.returncode
 

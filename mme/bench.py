@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -17,14 +16,8 @@ from pathlib import Path
 import aiohttp
 
 from emulator.cloudwatch.statistics import percentile
-from emulator.processes import stop_process
 from mme import bench_overhead
-
-
-def _serve(work: Path, name: str, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
-    return bench_overhead.start_serve(["--model-data", str(work / "store"),
-                                       "--cache-dir", str(work / f"cache-{name}"), *flags],
-                                      timeout_s=120)
+from mme.bench_scale import serve
 
 
 @dataclass
@@ -97,12 +90,13 @@ def run_fleet(args: argparse.Namespace) -> int:
             package(write_scale_model(work / "repos" / f"m{k}", f"model{k}", scale=k + 1),
                     work / "store" / target, "folder")
         for name, instances, slots in configs:
-            server, url = _serve(work, str(instances), "--instances", str(instances),
-                                 "--max-loaded-models", str(slots))
+            server = serve(work, str(instances), ["--instances", str(instances),
+                                                  "--max-loaded-models", str(slots)])
             try:
-                runs.append(asyncio.run(_drive_sequence(name, url, sequence, args.concurrency)))
+                runs.append(asyncio.run(_drive_sequence(name, server.url, sequence,
+                                                        args.concurrency)))
             finally:
-                stop_process(server)
+                server.stop()
     print(f"{'endpoint':<28}{'hit ratio':>10}{'loads':>7}{'p50 ms':>9}{'p99 ms':>9}"
           f"{'calls/s':>9}{'errors':>8}")
     for r in runs:

@@ -36,11 +36,8 @@ import asyncio
 import contextlib
 import functools
 import json
-import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -52,7 +49,7 @@ from typing import Any
 
 import aiohttp
 
-from emulator.processes import stop_process, stopped_on_failure
+from harness.live_endpoint import EmulatorProcess
 
 BODY = json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32",
                                "data": [1, 2, 3, 4]}]}).encode()
@@ -110,11 +107,14 @@ def build_store(store: Path, work: Path, models: int) -> int:
 
 @dataclass
 class Server:
-    process: subprocess.Popen[bytes]
-    url: str
+    process: EmulatorProcess
+
+    @property
+    def url(self) -> str:
+        return self.process.url
 
     def stop(self) -> None:
-        stop_process(self.process)
+        self.process.stop()
 
     def rss_mib(self) -> float | None:
         """The emulator process's resident memory (Linux /proc; None elsewhere)."""
@@ -162,29 +162,15 @@ def serve(work: Path, name: str, flags: Sequence[str], sequential: bool = False,
     """``mme serve`` in its own process on ``work/store``; ``flags`` may override any flag.
 
     ``code``: run ``python <code> serve ...`` instead of ``python -m mme serve ...``.
+    Raises ``EmulatorStartError`` (with its log's tail) if it does not start.
     """
-    from emulator.triton.launcher import free_port
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    head = list(code) if code else ["-c", _SERVE_SEQUENTIAL] if sequential else ["-m", "mme"]
+    entry = list(code) if code else ["-c", _SERVE_SEQUENTIAL] if sequential else ["-m", "mme"]
     log = work / f"serve-{name}.log"
-    with log.open("wb") as out:  # the child keeps its own descriptor
-        process = subprocess.Popen(
-            [sys.executable, *head, "serve", "--model-data", str(work / "store"),
-             "--cache-dir", str(work / f"cache-{name}"), "--port", str(port),
-             "--log-level", "WARNING", *flags],
-            env={**os.environ}, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 180
-    with stopped_on_failure(process):  # also Ctrl-C or SIGTERM while it starts
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/ping", timeout=1)
-                return Server(process, url)
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"mme serve did not start; see {log}") from None
-                time.sleep(0.1)
+    # The folders as flags: a test finds the benchmark's work folder in the command line.
+    return Server(EmulatorProcess(
+        {}, log, entry=entry,
+        flags=["--model-data", str(work / "store"), "--cache-dir", str(work / f"cache-{name}"),
+               "--log-level", "WARNING", *flags]).start())
 
 
 @dataclass

@@ -7,16 +7,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from emulator.triton.launcher import free_port
+from harness.live_endpoint import EmulatorProcess
 from tests.client_support import runtime_client
-from tests.support import output_of, package, scale_request, write_scale_model
+from tests.support import output_of, package, scale_request, wait_until, write_scale_model
 
 
 def _children(pid: int) -> set[int]:
@@ -44,37 +42,29 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_serve_then_stop_leaves_no_orphans(tmp_path: Path, store: Path, stop_signal) -> None:  # type: ignore[no-untyped-def]
     package(write_scale_model(tmp_path / "repo", "m"), store / "m.tar.gz", "folder")
-    port = free_port()
-    env = {**os.environ, "MME_MODEL_DATA": str(store), "MME_CACHE_DIR": str(tmp_path / "cache")}
-    server = subprocess.Popen([sys.executable, "-m", "mme", "serve", "--port", str(port)],
-                              env=env)
-    url = f"http://127.0.0.1:{port}"
+    settings = {"MME_MODEL_DATA": str(store), "MME_CACHE_DIR": str(tmp_path / "cache")}
+    server = EmulatorProcess(settings, tmp_path / "serve.log", startup_timeout_s=120)
     try:
-        deadline = time.monotonic() + 120
-        while True:  # wait for the condition "answers /ping", bounded
-            try:
-                urllib.request.urlopen(f"{url}/ping", timeout=1)
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, "did not start"
-                time.sleep(0.05)
-        resp = runtime_client(url).invoke_endpoint(EndpointName="local", TargetModel="m.tar.gz",
-                                                   Body=scale_request([1, 2, 3, 4]))
+        server.start()
+        resp = runtime_client(server.url).invoke_endpoint(
+            EndpointName="local", TargetModel="m.tar.gz", Body=scale_request([1, 2, 3, 4]))
         np.testing.assert_allclose(output_of(resp["Body"].read()), [2, 4, 6, 8])
-        tritons = _children(server.pid)
+        tritons = _children(server.pid or 0)
         assert tritons, "Triton runs as a child of mme serve"
         stubs = set().union(*(_children(t) for t in tritons))
-        server.send_signal(stop_signal)
         # A clean stop on SIGTERM or Ctrl-C exits 0 (uvicorn's re-raise of the signal is harmless).
-        assert server.wait(60) == 0
-        for pid in tritons | stubs:
-            deadline = time.monotonic() + 30
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not _alive(pid), f"process {pid} outlived mme serve"
+        assert server.stop(60, stop_signal) == 0
+        _wait_all_gone(tritons | stubs, "mme serve")
     finally:
-        if server.poll() is None:
-            server.kill()
+        server.stop()
+
+
+def _wait_all_gone(pids: set[int], parent: str) -> None:
+    try:
+        wait_until(lambda: not any(_alive(pid) for pid in pids), 30, f"the children of {parent}")
+    except AssertionError:
+        left = [" ".join(_cmdline(pid)) or str(pid) for pid in pids if _alive(pid)]
+        raise AssertionError(f"{left} outlived {parent}") from None
 
 
 def _descendants(pid: int) -> set[int]:
@@ -106,21 +96,18 @@ def test_a_benchmark_stopped_by_sigterm_stops_what_it_started(command: list[str]
         def tritons_running() -> bool:
             return any("tritonserver" in " ".join(_cmdline(p)) for p in _descendants(bench.pid))
 
-        deadline = time.monotonic() + 120
-        while not tritons_running():  # measuring, or about to
-            assert bench.poll() is None and time.monotonic() < deadline, "no Triton started"
-            time.sleep(0.05)
+        def bench_running() -> None:
+            assert bench.poll() is None, "the benchmark exited before it started a Triton"
+
+        wait_until(tritons_running, 120, "a Triton (measuring, or about to)",
+                   still_going=bench_running)
         started = _descendants(bench.pid)
         serve = next(_cmdline(p) for p in started if "--cache-dir" in _cmdline(p))
         work = next(folder for folder in Path(serve[serve.index("--cache-dir") + 1]).parents
                     if folder.name.startswith(f"mme-bench-{command[0]}-"))
         bench.send_signal(signal.SIGTERM)
         assert bench.wait(90) == 128 + signal.SIGTERM
-        for pid in started:
-            deadline = time.monotonic() + 30
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not _alive(pid), f"{' '.join(_cmdline(pid))} outlived the benchmark"
+        _wait_all_gone(started, "the benchmark")
         assert not work.exists(), "the benchmark's work folder was left behind"
     finally:
         if bench.poll() is None:

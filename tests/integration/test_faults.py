@@ -30,10 +30,10 @@ from botocore.exceptions import ClientError
 
 from emulator.triton.launcher import free_port
 from emulator.triton.stubs import process_state as stubs_state
+from harness.live_endpoint import EmulatorProcess
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.fault_support import (
     error_of,
-    get_json,
     instance_of,
     invoke,
     leftovers_of,
@@ -267,46 +267,10 @@ def test_full_disk(start_emulator, small_disk: Path, store: Path, tmp_path: Path
 
 # --- the emulator SIGKILLed mid-operation, restarted on the same cache --------------------------
 
-class Serve:
-    """``mme serve`` as its own process (the control plane is on the same port)."""
-
-    def __init__(self, cache: Path, log: Path) -> None:
-        self.cache, self.log, self.port = cache, log, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Serve:
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                [str(VENV_BIN / "mme"), "serve", "--port", str(self.port), "--cache-dir",
-                 str(self.cache), "--log-level", "INFO"], stdout=log, stderr=log)
-        wait_until(self._up, timeout=90, what="mme serve to start")
-        return self
-
-    def _up(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise AssertionError(f"mme serve exited: {self.log.read_text()[-2000:]}")
-        try:
-            get_json(f"{self.url}/_emulator/metrics")
-            return True
-        except Exception:
-            return False
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait()
-
-    def stop(self) -> int:
-        assert self.process is not None
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        return self.process.wait()
+def _serve(cache: Path, log: Path) -> EmulatorProcess:
+    """``mme serve`` as its own process (the control plane is on the same port), on ``cache``."""
+    return EmulatorProcess({"MME_CACHE_DIR": str(cache), "MME_LOG_LEVEL": "INFO"}, log,
+                           startup_timeout_s=90).start()
 
 
 def _processes_under(folder: Path) -> set[int]:
@@ -366,7 +330,7 @@ def test_emulator_sigkilled_mid_operations_then_restarted(store: Path, tmp_path:
             store / "slow.tar.gz")
     cache, log = tmp_path / "cache", tmp_path / "serve.log"
     figures: dict[str, str] = {}
-    serve = Serve(cache, log).start()
+    serve = _serve(cache, log)
     try:
         sm = _sm(serve.url)
         sm.create_model(ModelName="m", ExecutionRoleArn="arn:aws:iam::123456789012:role/x",
@@ -379,8 +343,8 @@ def test_emulator_sigkilled_mid_operations_then_restarted(store: Path, tmp_path:
         sm.create_endpoint(EndpointName="ep", EndpointConfigName="c")
         figures["create: status when killed"] = _status(sm, "ep")
         old = _processes_under(cache)
-        serve.kill()
-        serve = Serve(cache, log).start()
+        serve.stop(signum=signal.SIGKILL)
+        serve = _serve(cache, log)
         sm, rt = _sm(serve.url), runtime_client(serve.url)
         waited = wait_until(lambda: _status(sm, "ep") in ("InService", "Failed"), timeout=90,
                             what="the endpoint to settle after the restart")
@@ -394,10 +358,10 @@ def test_emulator_sigkilled_mid_operations_then_restarted(store: Path, tmp_path:
         wait_until(lambda: any(b"slow--" in _cmdline(p) for p in _processes_under(cache)),
                    timeout=60, what="the slow model's stub to start loading")
         old = _processes_under(cache)
-        serve.kill()
+        serve.stop(signum=signal.SIGKILL)
         caller.join(timeout=60)
         gate.touch()
-        serve = Serve(cache, log).start()
+        serve = _serve(cache, log)
         sm, rt = _sm(serve.url), runtime_client(serve.url)
         wait_until(lambda: _status(sm, "ep") == "InService", timeout=90, what="ep back")
         started = time.monotonic()
@@ -408,8 +372,8 @@ def test_emulator_sigkilled_mid_operations_then_restarted(store: Path, tmp_path:
         sm.delete_endpoint(EndpointName="ep")
         figures["delete: status when killed"] = _status(sm, "ep")
         old = _processes_under(cache)
-        serve.kill()
-        serve = Serve(cache, log).start()
+        serve.stop(signum=signal.SIGKILL)
+        serve = _serve(cache, log)
         sm = _sm(serve.url)
         wait_until(lambda: _status(sm, "ep") in ("Absent", "InService", "Failed"), timeout=90,
                    what="the delete to be finished or rolled back")
@@ -420,8 +384,7 @@ def test_emulator_sigkilled_mid_operations_then_restarted(store: Path, tmp_path:
         figures["clean stop exit code"] = str(code)
         wait_until(lambda: not _processes_under(cache), timeout=30, what="no process left")
     finally:
-        if serve.process and serve.process.poll() is None:
-            serve.kill()
+        serve.stop(signum=signal.SIGKILL)
         print("\n[emulator-kill] " + "; ".join(f"{k}={v}" for k, v in figures.items()))
 
 

@@ -12,13 +12,9 @@ import io
 import json
 import logging
 import os
-import signal
 import socket
-import subprocess
-import sys
 import tarfile
 import threading
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,7 +26,7 @@ from botocore.exceptions import ClientError
 from emulator.manager import repository
 from emulator.manager.model_manager import artifact_key
 from emulator.settings import Settings
-from emulator.triton.launcher import free_port
+from harness.live_endpoint import EmulatorProcess
 from mme.cli import build_parser, settings_from_args
 from tests.client_support import runtime_client
 from tests.fault_support import (
@@ -419,27 +415,15 @@ def test_headers_over_botocores_length_limit_are_refused(  # type: ignore[no-unt
 # --- 9. a clean stop ------------------------------------------------------------------------------
 
 def test_mme_serve_exits_0_after_sigterm(tmp_path: Path, store: Path) -> None:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MME_")}
-    log = tmp_path / "serve.log"  # a file, not a pipe: nobody reads the log while it runs
-    with log.open("wb") as log_file, subprocess.Popen(
-            [str(Path(sys.executable).parent / "mme"), "serve", "--model-data", str(store),
-             "--port", str(port), "--cache-dir", str(tmp_path / "cache")],
-            env=env, stdout=subprocess.DEVNULL, stderr=log_file) as proc:
-        try:
-            def up() -> bool:
-                assert proc.poll() is None, log.read_text()
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping") as resp:
-                        return bool(resp.status == 200)
-                except OSError:
-                    return False
-            wait_until(up, timeout=180, what="mme serve up")
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=120) == 0, log.read_text()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    log = tmp_path / "serve.log"
+    server = EmulatorProcess(
+        {"MME_MODEL_DATA": str(store), "MME_CACHE_DIR": str(tmp_path / "cache")}, log,
+        environment={k: v for k, v in os.environ.items() if not k.startswith("MME_")})
+    try:
+        server.start()
+        assert server.stop(120) == 0, log.read_text()
+    finally:
+        server.stop()
 
 
 def test_a_delete_cancelled_by_shutdown_still_stops_the_endpoint(

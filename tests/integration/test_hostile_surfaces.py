@@ -15,10 +15,7 @@ import array
 import fcntl
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
 import termios
 import urllib.error
 import urllib.request
@@ -35,7 +32,7 @@ from botocore.config import Config
 
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
-from emulator.triton.launcher import free_port
+from harness.live_endpoint import EmulatorProcess, EmulatorStartError
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.multi_container_support import TRITON_IMAGE, deploy
 from tests.support import package, scale_request, wait_until, write_scale_model
@@ -432,16 +429,12 @@ def test_malformed_signatures_are_auth_errors_on_every_api(guarded: EmulatorServ
 
 # --- mme serve: a stop no client holds up, a policy file nested too deep -------------------------
 
-def _serve(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[bytes], int, Path]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MME_")}
-    log = tmp_path / "serve.log"  # a file, not a pipe: nobody reads the log while it runs
-    with log.open("wb") as log_file:
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "mme"), "serve", "--port", str(port),
-             "--cache-dir", str(tmp_path / "cache"), *flags],
-            env=env, stdout=subprocess.DEVNULL, stderr=log_file)
-    return proc, port, log
+def _serve(tmp_path: Path, *flags: str) -> EmulatorProcess:
+    """``mme serve`` with ``flags``, not started yet; its log is ``tmp_path / "serve.log"``."""
+    return EmulatorProcess({"MME_CACHE_DIR": str(tmp_path / "cache")}, tmp_path / "serve.log",
+                           flags=flags,
+                           environment={k: v for k, v in os.environ.items()
+                                        if not k.startswith("MME_")})
 
 
 def _unread_bytes(sock: socket.socket) -> int:
@@ -456,19 +449,11 @@ def test_clients_that_pipeline_and_never_read_do_not_hold_mme_serve_past_sigterm
     one after the other, after SIGTERM), and 1,000 pipelined requests for the page's script on
     a connection whose client reads nothing (the answers fill the socket; the one being written
     then waited for room for ever)."""
-    proc, port, log = _serve(tmp_path, "--model-data", str(store))
+    server = _serve(tmp_path, "--model-data", str(store))
     streams = socket.socket()
     stalled = socket.socket()
     try:
-        def up() -> bool:
-            assert proc.poll() is None, log.read_text()
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping") as response:
-                    return bool(response.status == 200)
-            except OSError:
-                return False
-
-        wait_until(up, timeout=180, what="mme serve up")
+        port = server.start().port
         streams.connect(("127.0.0.1", port))
         streams.sendall(b"GET /_emulator/page/stream HTTP/1.1\r\nHost: x\r\n\r\n" * 50)
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: small
@@ -476,16 +461,13 @@ def test_clients_that_pipeline_and_never_read_do_not_hold_mme_serve_past_sigterm
         stalled.sendall(b"GET /_emulator/page/app.js HTTP/1.1\r\nHost: x\r\n\r\n" * 1000)
         wait_until(lambda: _unread_bytes(streams) > 0 and _unread_bytes(stalled) > 0,
                    what="both connections answering")
-        proc.send_signal(signal.SIGTERM)
         # A bound on a wait that, without the fix, never ends (2 s of stream, 2 s of a client
         # taking nothing, then the Triton's stop).
-        assert proc.wait(timeout=60) == 0, log.read_text()
+        assert server.stop(60) == 0, server.log_path.read_text()
     finally:
         streams.close()
         stalled.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        server.stop()
 
 
 def test_a_policy_file_nested_too_deep_is_exit_2_naming_the_file(tmp_path: Path,
@@ -498,13 +480,10 @@ def test_a_policy_file_nested_too_deep_is_exit_2_naming_the_file(tmp_path: Path,
     policy = policies / "alice.json"
     policy.write_text('{"Version": "2012-10-17", "Statement": '
                       + "[" * 100_000 + "]" * 100_000 + "}")
-    proc, _port, log = _serve(tmp_path, "--model-data", str(store), "--auth", "sigv4",
-                              "--credentials", str(credentials), "--policies", str(policies))
-    try:
-        assert proc.wait(timeout=120) == 2, log.read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    text = log.read_text()
+    server = _serve(tmp_path, "--model-data", str(store), "--auth", "sigv4",
+                    "--credentials", str(credentials), "--policies", str(policies))
+    with pytest.raises(EmulatorStartError, match="exited with code 2 while starting"):
+        server.start()
+    text = server.log_path.read_text()
     assert f"mme serve: {policy}: JSON nested too deeply" in text, text
     assert "Traceback" not in text
