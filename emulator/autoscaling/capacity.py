@@ -1,14 +1,17 @@
-"""How Application Auto Scaling reaches a SageMaker variant: through SageMaker's own API.
+"""How Application Auto Scaling reaches SageMaker: through SageMaker's own API.
 
 As on AWS, the autoscaler reads ``DescribeEndpoint`` and writes
-``UpdateEndpointWeightsAndCapacities``; the control plane does the rest (Updating -> InService,
-instances started or drained).
+``UpdateEndpointWeightsAndCapacities`` for a variant; for an inference component it reads
+``DescribeInferenceComponent`` and writes ``UpdateInferenceComponentRuntimeConfig`` (the
+component goes Updating -> InService). The control plane does the rest.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from emulator.autoscaling import rules
 
 
 class ControlPlane(Protocol):
@@ -19,7 +22,14 @@ class ControlPlane(Protocol):
 class VariantCapacity:
     desired: int
     current: int
-    status: str  # the endpoint's EndpointStatus
+    status: str  # the endpoint's EndpointStatus, or the component's InferenceComponentStatus
+    # An inference component's change is fulfilled once it is InService, whether or not every
+    # copy found room (pending copies wait for an instance: ManagedInstanceScaling's part) [U].
+    component: bool = False
+
+    @property
+    def settled(self) -> bool:
+        return self.status == "InService" and (self.component or self.current == self.desired)
 
 
 class CapacityError(Exception):
@@ -54,3 +64,38 @@ class SageMakerVariants:
             })
         except Exception as exc:  # noqa: BLE001 - ControlPlaneError carries SageMaker's message
             raise CapacityError(getattr(exc, "message", str(exc))) from exc
+
+    async def of(self, resource_id: str) -> VariantCapacity | None:
+        """The capacity of a scalable target's resource; None when it does not exist."""
+        found = rules.COMPONENT_RESOURCE.fullmatch(resource_id)
+        if found is not None:
+            return await self.component_capacity(found.group(1))
+        _, endpoint, _, variant = resource_id.split("/", 3)
+        return await self.capacity(endpoint, variant)
+
+    async def set_resource_desired(self, resource_id: str, count: int) -> None:
+        found = rules.COMPONENT_RESOURCE.fullmatch(resource_id)
+        if found is None:
+            _, endpoint, _, variant = resource_id.split("/", 3)
+            await self.set_desired(endpoint, variant, count)
+            return
+        try:
+            await self.control.handle("UpdateInferenceComponentRuntimeConfig", {
+                "InferenceComponentName": found.group(1),
+                "DesiredRuntimeConfig": {"CopyCount": count}})
+        except Exception as exc:  # noqa: BLE001 - ControlPlaneError carries SageMaker's message
+            raise CapacityError(getattr(exc, "message", str(exc))) from exc
+
+    async def component_capacity(self, name: str) -> VariantCapacity | None:
+        """None when the inference component does not exist."""
+        try:
+            described = await self.control.handle("DescribeInferenceComponent",
+                                                  {"InferenceComponentName": name})
+        except Exception as exc:  # noqa: BLE001 - ControlPlaneError: no such component
+            if getattr(exc, "status", 500) == 400:
+                return None
+            raise
+        runtime = described.get("RuntimeConfig") or {}
+        return VariantCapacity(int(runtime.get("DesiredCopyCount") or 0),
+                               int(runtime.get("CurrentCopyCount") or 0),
+                               described.get("InferenceComponentStatus", ""), component=True)

@@ -15,6 +15,7 @@ Documented (Application Auto Scaling user guide, SageMaker's auto scaling guide)
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,31 +45,70 @@ class MetricQuery:
     metric_name: str
     statistic: str
     unit: str | None = None
-    # None: the variant's own (EndpointName, VariantName), as for the predefined metrics.
+    # None: the resource's own dimensions, as for the predefined metrics: (EndpointName,
+    # VariantName) of a variant, InferenceComponentName of an inference component.
     dimensions: tuple[tuple[str, str], ...] | None = None
     # CustomizedMetricSpecification.Metrics (metric math), as given; then the rest is unused.
     metrics: tuple[dict[str, Any], ...] = ()
+    # Seconds per alarm datapoint: one minute, or 10 s for a high-resolution metric.
+    period: int = 60
 
 
-# Predefined metric types that make sense for ``sagemaker:variant:DesiredInstanceCount``;
-# the other SageMaker ones (inference components, provisioned concurrency of serverless variants,
-# concurrent requests per model, which the emulator does not publish) are refused.
-PREDEFINED = {
-    "SageMakerVariantInvocationsPerInstance": MetricQuery(
-        "AWS/SageMaker", "InvocationsPerInstance", "Sum"),
+DIMENSION = "sagemaker:variant:DesiredInstanceCount"
+COMPONENT_DIMENSION = "sagemaker:inference-component:DesiredCopyCount"
+NAMESPACE = "sagemaker"
+# ResourceId of each scalable dimension (Application Auto Scaling's ResourceId reference).
+VARIANT_RESOURCE = re.compile(r"endpoint/([^/]+)/variant/([^/]+)")
+COMPONENT_RESOURCE = re.compile(r"inference-component/([^/]+)")
+
+# Predefined metric types per scalable dimension; the other SageMaker ones (provisioned
+# concurrency of serverless variants, concurrent requests per model, which the emulator does not
+# publish) are refused.
+# - SageMakerVariantInvocationsPerInstance: per-minute Sum of InvocationsPerInstance.
+# - SageMakerInferenceComponentInvocationsPerCopy: per-minute Sum of InvocationsPerCopy, dimension
+#   InferenceComponentName (SageMaker's guide, "Define a scaling policy").
+# - SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution: ConcurrentRequestsPerCopy,
+#   a high-resolution metric SageMaker publishes every 10 s, statistic Maximum; [U] its alarms
+#   take 10-second datapoints (AWS says the high-resolution metrics make scaling "faster" and
+#   does not publish the alarms' period).
+PREDEFINED_BY_DIMENSION = {
+    DIMENSION: {
+        "SageMakerVariantInvocationsPerInstance": MetricQuery(
+            "AWS/SageMaker", "InvocationsPerInstance", "Sum"),
+    },
+    COMPONENT_DIMENSION: {
+        "SageMakerInferenceComponentInvocationsPerCopy": MetricQuery(
+            "AWS/SageMaker", "InvocationsPerCopy", "Sum"),
+        "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution": MetricQuery(
+            "AWS/SageMaker", "ConcurrentRequestsPerCopy", "Maximum", period=10),
+    },
 }
+PREDEFINED = PREDEFINED_BY_DIMENSION[DIMENSION]
 # Quotas (Application Auto Scaling's "Quotas" page): scaling policies per scalable target, not
 # adjustable; scalable targets per resource type ("other resource types": SageMaker's).
 MAX_POLICIES_PER_TARGET = 50
 MAX_TARGETS = 500
 # SageMaker's "Register a model": MinCapacity and MaxCapacity "must be set to at least 1" for a
-# variant's DesiredInstanceCount.
+# variant's DesiredInstanceCount. An inference component's DesiredCopyCount may go down to 0
+# (SageMaker's "Scale an endpoint to zero instances": register it with MinCapacity 0).
 MIN_VARIANT_CAPACITY = 1
+MIN_CAPACITY = {DIMENSION: MIN_VARIANT_CAPACITY, COMPONENT_DIMENSION: 0}
 # TargetTrackingScalingPolicyConfiguration.TargetValue: "in the range of -2^360 to 2^360".
 MAX_TARGET_VALUE = 2.0 ** 360
 
-DIMENSION = "sagemaker:variant:DesiredInstanceCount"
-NAMESPACE = "sagemaker"
+
+def dimension_of(resource_id: str) -> str | None:
+    """The scalable dimension a ResourceId names, None when it names neither."""
+    if VARIANT_RESOURCE.fullmatch(resource_id):
+        return DIMENSION
+    if COMPONENT_RESOURCE.fullmatch(resource_id):
+        return COMPONENT_DIMENSION
+    return None
+
+
+def unit_of(dimension: str) -> str:
+    """What the dimension counts, in the words of the activities' descriptions."""
+    return "copy count" if dimension == COMPONENT_DIMENSION else "instance count"
 
 
 def scale_out_capacity(capacity: int, metric: float, target: float, maximum: int) -> int:

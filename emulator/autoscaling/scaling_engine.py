@@ -1,5 +1,6 @@
 """Scaling that really happens: policies run by their CloudWatch alarms' actions, capacity
-changed through SageMaker's API, every decision logged and listed as a scaling activity.
+(a variant's instances, an inference component's copies) changed through SageMaker's API,
+every decision logged and listed as a scaling activity.
 
 The alarms (target tracking's AlarmHigh/AlarmLow, the alarms a user points at a step scaling
 policy) are evaluated by the ``AlarmStore`` on the emulated clock; an alarm in ALARM calls
@@ -77,10 +78,9 @@ class ScalingEngine:
     # The periodic visit: settle activities, keep within Min/Max
 
     async def evaluate(self, target: ScalableTarget) -> None:
-        endpoint, variant = target.endpoint_and_variant
-        capacity = await self.service.variants.capacity(endpoint, variant)
+        capacity = await self.service.variants.of(target.resource_id)
         if capacity is None:
-            return  # the endpoint is gone; the target stays registered, as on AWS
+            return  # the resource is gone; the target stays registered, as on AWS
         if not self._settle(target, capacity):
             return
         proposal = self._bounds(target, capacity.desired)
@@ -93,24 +93,27 @@ class ScalingEngine:
         history = self.service.activities.get(target.resource_id, [])
         changed = False
         for activity in [a for a in history if a.status == "InProgress"]:
-            changed |= self._finish(activity, capacity, now)
+            changed |= self._finish(activity, capacity, now, rules.unit_of(target.dimension))
         if changed:
             self.service.save()
         return capacity.status == "InService" and not any(
             a.status == "InProgress" for a in history)
 
-    def _finish(self, activity: ScalingActivity, capacity: VariantCapacity, now: float) -> bool:
-        # Done once the endpoint has settled: at the count asked for or, when someone else's update
-        # came since, at theirs (an activity must not stay InProgress and block the target).
-        if capacity.status == "InService" and capacity.current == capacity.desired:
+    def _finish(self, activity: ScalingActivity, capacity: VariantCapacity, now: float,
+                unit: str) -> bool:
+        # Done once the resource has settled: at the count asked for or, when someone else's
+        # update came since, at theirs (an activity must not stay InProgress and block the
+        # target).
+        if capacity.settled:
             activity.status, activity.ended = "Successful", now
-            activity.message = (f"Successfully set desired instance count to {activity.desired}."
+            activity.message = (f"Successfully set desired {unit} to {activity.desired}."
                                 " Change successfully fulfilled by sagemaker.")
             return True
         if capacity.status == "Failed":
             activity.status, activity.ended = "Failed", now
-            activity.message = (f"Failed to set desired instance count to {activity.desired}. "
-                                "Reason: the endpoint is Failed.")
+            what = "inference component" if capacity.component else "endpoint"
+            activity.message = (f"Failed to set desired {unit} to {activity.desired}. "
+                                f"Reason: the {what} is Failed.")
             return True
         return False
 
@@ -149,8 +152,7 @@ class ScalingEngine:
 
     async def _decide(self, target: ScalableTarget,
                       items: list[tuple[ScalingPolicy, ActionCall]]) -> None:
-        endpoint, variant = target.endpoint_and_variant
-        capacity = await self.service.variants.capacity(endpoint, variant)
+        capacity = await self.service.variants.of(target.resource_id)
         if capacity is None or not self._settle(target, capacity):
             return  # not now: the alarm stays in ALARM and calls again next evaluation
         now = self.clock.now()
@@ -270,21 +272,22 @@ class ScalingEngine:
         return float("-inf")
 
     async def _act(self, target: ScalableTarget, proposal: Proposal, desired: int) -> None:
-        endpoint, variant = target.endpoint_and_variant
+        unit = rules.unit_of(target.dimension)
         activity = ScalingActivity(
             resource_id=target.resource_id,
-            description=f"Setting desired instance count to {proposal.capacity}.",
+            description=f"Setting desired {unit} to {proposal.capacity}.",
             cause=proposal.cause, started=self.clock.now(), desired=proposal.capacity,
             scale_in=proposal.scale_in, policy_arn=proposal.policy_arn,
             previous=proposal.base if proposal.base is not None else desired)
         self.service.record_activity(activity)
-        log.info("resource=%s scaling to %d instances: %s", target.resource_id,
-                 proposal.capacity, proposal.cause)
+        log.info("resource=%s scaling to %d: %s", target.resource_id, proposal.capacity,
+                 proposal.cause)
         try:
-            await self.service.variants.set_desired(endpoint, variant, proposal.capacity)
+            await self.service.variants.set_resource_desired(target.resource_id,
+                                                             proposal.capacity)
         except CapacityError as exc:
             activity.status, activity.ended = "Failed", self.clock.now()
-            activity.message = (f"Failed to set desired instance count to {proposal.capacity}."
+            activity.message = (f"Failed to set desired {unit} to {proposal.capacity}."
                                 f" Reason: {exc}")
             log.warning("resource=%s scaling refused by sagemaker: %s", target.resource_id, exc)
         self.service.save()

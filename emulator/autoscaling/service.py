@@ -1,4 +1,5 @@
-"""Application Auto Scaling's API for SageMaker variants: behaviour only (the wire is ``wire``).
+"""Application Auto Scaling's API for SageMaker variants and inference components: behaviour
+only (the wire is ``wire``).
 
 Scalable targets, policies and activities are kept in a JSON file in the cache folder and come
 back after a restart. Policies are target tracking (whose two CloudWatch alarms this service
@@ -13,7 +14,6 @@ import binascii
 import json
 import logging
 import os
-import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -39,7 +39,6 @@ from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 
 log = logging.getLogger(__name__)
 
-_RESOURCE_ID = re.compile(r"endpoint/([^/]+)/variant/([^/]+)")
 SUSPENDED = ("DynamicScalingInSuspended", "DynamicScalingOutSuspended",
              "ScheduledScalingSuspended")
 MAX_ACTIVITIES = 1000  # per resource; older ones are forgotten  [U]
@@ -113,14 +112,27 @@ class AutoScalingService:
 
     def _check_dimension(self, params: dict[str, Any]) -> None:
         namespace, dimension = params.get("ServiceNamespace"), params.get("ScalableDimension")
-        if namespace != rules.NAMESPACE or (dimension not in (None, rules.DIMENSION)):
-            # [U] other namespaces are valid on AWS; the emulator only has SageMaker variants.
-            raise ScalingError("The emulator scales SageMaker variants only: ServiceNamespace "
-                               f"{rules.NAMESPACE}, ScalableDimension {rules.DIMENSION}.")
+        if namespace != rules.NAMESPACE or (
+                dimension not in (None, rules.DIMENSION, rules.COMPONENT_DIMENSION)):
+            # [U] other namespaces are valid on AWS; the emulator only has SageMaker variants
+            # and inference components.
+            raise ScalingError(
+                "The emulator scales SageMaker variants and inference components only: "
+                f"ServiceNamespace {rules.NAMESPACE}, ScalableDimension {rules.DIMENSION} "
+                f"(ResourceId endpoint/<endpoint>/variant/<variant>) or "
+                f"{rules.COMPONENT_DIMENSION} (ResourceId inference-component/<name>).")
         resource = params.get("ResourceId")
-        if resource is not None and not _RESOURCE_ID.fullmatch(resource):
+        if resource is not None and (
+                rules.dimension_of(resource) is None
+                or (dimension is not None and rules.dimension_of(resource) != dimension)):
             raise ScalingError("Unsupported service namespace, resource type or scalable "
                                "dimension")
+
+    @staticmethod
+    def _wanted(params: dict[str, Any], resource_id: str) -> bool:
+        """A Describe* filter: the ScalableDimension asked for, if any."""
+        dimension = params.get("ScalableDimension")
+        return dimension is None or rules.dimension_of(resource_id) == dimension
 
     def _target(self, params: dict[str, Any]) -> ScalableTarget:
         target = self.targets.get(params["ResourceId"])
@@ -159,12 +171,15 @@ class AutoScalingService:
             # [U] wording
             raise ScalingError("MinCapacity and MaxCapacity are required to register a new "
                                "scalable target.")
-        for name, value in (("MinCapacity", minimum), ("MaxCapacity", maximum)):
-            if value < rules.MIN_VARIANT_CAPACITY:
-                # [U] wording; the rule is SageMaker's ("must be set to at least 1").
-                raise ScalingError(f"{name} must be at least {rules.MIN_VARIANT_CAPACITY} for "
-                                   f"the scalable dimension {rules.DIMENSION}; {value} was "
-                                   "given.")
+        dimension = rules.dimension_of(resource) or rules.DIMENSION
+        # The rule is SageMaker's: "must be set to at least 1" for a variant; MinCapacity 0 for
+        # a component that scales to zero, whose MaxCapacity stays at least 1 [U].
+        least = rules.MIN_CAPACITY[dimension]
+        for name, value, bound in (("MinCapacity", minimum, least),
+                                   ("MaxCapacity", maximum, max(least, 1))):
+            if value < bound:  # [U] wording
+                raise ScalingError(f"{name} must be at least {bound} for the scalable "
+                                   f"dimension {dimension}; {value} was given.")
         if minimum > maximum:
             raise ScalingError("Minimum capacity cannot be greater than maximum capacity")
         if existing is None and len(self.targets) >= rules.MAX_TARGETS:
@@ -172,11 +187,8 @@ class AutoScalingService:
                 f"You have reached the maximum number of scalable targets "
                 f"({rules.MAX_TARGETS}) for resource type {rules.NAMESPACE} variants; "
                 "deregister one first.", "LimitExceededException")
-        endpoint, variant = resource.split("/")[1], resource.split("/")[3]
-        if await self.variants.capacity(endpoint, variant) is None:
-            # [U] wording: SageMaker's own answer is not published.
-            raise ScalingError(f"The production variant {variant} of endpoint {endpoint} "
-                               "does not exist.")
+        if await self.variants.of(resource) is None:
+            raise ScalingError(_missing(resource))
         suspended = {k: bool(v) for k, v in (params.get("SuspendedState") or {}).items()}
         if existing is not None:
             existing.min_capacity, existing.max_capacity = minimum, maximum
@@ -208,11 +220,12 @@ class AutoScalingService:
         wanted = set(params.get("ResourceIds") or [])
         now = self.clock.now()
         found = [t for t in sorted(self.targets.values(), key=lambda t: t.created)
-                 if not wanted or t.resource_id in wanted]
+                 if (not wanted or t.resource_id in wanted) and self._wanted(params,
+                                                                             t.resource_id)]
         page, token = self._page(found, params, "DescribeScalableTargets")
         return {"ScalableTargets": [{
             "ServiceNamespace": rules.NAMESPACE, "ResourceId": t.resource_id,
-            "ScalableDimension": rules.DIMENSION, "MinCapacity": t.min_capacity,
+            "ScalableDimension": t.dimension, "MinCapacity": t.min_capacity,
             "MaxCapacity": t.max_capacity, "RoleARN": t.role_arn,
             "CreationTime": self._time(t.created, now), "ScalableTargetARN": t.arn,
             "SuspendedState": {k: t.suspended.get(k, False) for k in SUSPENDED},
@@ -234,8 +247,8 @@ class AutoScalingService:
             if step_config:
                 raise ScalingError("StepScalingPolicyConfiguration cannot be given for a "
                                    "TargetTrackingScaling policy.")  # [U] wording
-            metric_query(tracking_config)  # refuses what cannot be tracked, before storing
-            _check_tracking_numbers(tracking_config)
+            metric_query(tracking_config, target.dimension)  # refused before storing
+            _check_tracking_numbers(tracking_config, target.dimension)
             config = dict(tracking_config)
         elif policy_type == "StepScaling":
             if tracking_config:
@@ -314,11 +327,12 @@ class AutoScalingService:
         now = self.clock.now()
         found = [p for p in sorted(self.policies.values(), key=lambda p: p.created)
                  if (not params.get("ResourceId") or p.resource_id == params["ResourceId"])
-                 and (not names or p.name in names)]
+                 and (not names or p.name in names) and self._wanted(params, p.resource_id)]
         page, token = self._page(found, params, "DescribeScalingPolicies")
         return {"ScalingPolicies": [{
             "PolicyARN": p.arn, "PolicyName": p.name, "ServiceNamespace": rules.NAMESPACE,
-            "ResourceId": p.resource_id, "ScalableDimension": rules.DIMENSION,
+            "ResourceId": p.resource_id,
+            "ScalableDimension": rules.dimension_of(p.resource_id) or rules.DIMENSION,
             "PolicyType": p.policy_type,
             ("TargetTrackingScalingPolicyConfiguration" if p.tracking
              else "StepScalingPolicyConfiguration"): p.configuration,
@@ -341,15 +355,16 @@ class AutoScalingService:
         self._check_dimension(params)
         now = self.clock.now()
         found = [a for resource, history in self.activities.items()
-                 if not params.get("ResourceId") or resource == params["ResourceId"]
-                 for a in history]
+                 if (not params.get("ResourceId") or resource == params["ResourceId"])
+                 and self._wanted(params, resource) for a in history]
         found.sort(key=lambda a: a.started, reverse=True)  # newest first, as AWS lists them
         page, token = self._page(found, params, "DescribeScalingActivities")
         out = []
         for a in page:
             item: dict[str, Any] = {
                 "ActivityId": a.activity_id, "ServiceNamespace": rules.NAMESPACE,
-                "ResourceId": a.resource_id, "ScalableDimension": rules.DIMENSION,
+                "ResourceId": a.resource_id,
+                "ScalableDimension": rules.dimension_of(a.resource_id) or rules.DIMENSION,
                 "Description": a.description, "Cause": a.cause,
                 "StartTime": self._time(a.started, now), "StatusCode": a.status,
             }
@@ -361,14 +376,25 @@ class AutoScalingService:
         return {"ScalingActivities": out, "NextToken": token}
 
 
-def _check_tracking_numbers(config: dict[str, Any]) -> None:
+def _missing(resource: str) -> str:
+    """[U] wording: Application Auto Scaling's answer for a SageMaker resource that does not
+    exist is not published; this names the resource and what to do."""
+    found = rules.COMPONENT_RESOURCE.fullmatch(resource)
+    if found is not None:
+        return (f"The inference component {found.group(1)} does not exist. Create it "
+                "(CreateInferenceComponent) before registering it as a scalable target.")
+    _, endpoint, _, variant = resource.split("/", 3)
+    return f"The production variant {variant} of endpoint {endpoint} does not exist."
+
+
+def _check_tracking_numbers(config: dict[str, Any], dimension: str) -> None:
     """TargetValue and the cooldowns: numbers the scaling formula can use."""
     value = config["TargetValue"]  # required and a finite number (wire)
     if not 0 < value <= rules.MAX_TARGET_VALUE:
         # [U] wording. AWS: "Values must be in the range of -2^360 to 2^360" and "a valid number
         # based on the choice of metric"; a count per instance to aim for is above 0.
         raise ScalingError(f"TargetValue must be greater than 0 and at most 2^360 for "
-                           f"{rules.DIMENSION}; {value} was given.")
+                           f"{dimension}; {value} was given.")
     for name in ("ScaleOutCooldown", "ScaleInCooldown"):
         if config.get(name) is not None and config[name] < 0:
             raise ScalingError(f"{name} must be 0 or more seconds; {config[name]} was given.")
@@ -387,7 +413,8 @@ def _decode_token(token: str | None) -> int:
     return offset
 
 
-def metric_query(config: dict[str, Any]) -> rules.MetricQuery:
+def metric_query(config: dict[str, Any],
+                 dimension: str = rules.DIMENSION) -> rules.MetricQuery:
     """The metric a target tracking configuration tracks; ValidationException if unusable."""
     predefined: dict[str, Any] = config.get("PredefinedMetricSpecification") or {}
     customized: dict[str, Any] = config.get("CustomizedMetricSpecification") or {}
@@ -396,11 +423,12 @@ def metric_query(config: dict[str, Any]) -> rules.MetricQuery:
                            "CustomizedMetricSpecification must be specified.")
     if predefined:
         kind = predefined["PredefinedMetricType"]
-        if kind not in rules.PREDEFINED:
+        predefined_types = rules.PREDEFINED_BY_DIMENSION[dimension]
+        if kind not in predefined_types:
             # [U] wording
             raise ScalingError(f"Unsupported metric type {kind} for scalable dimension "
-                               f"{rules.DIMENSION}.")
-        return rules.PREDEFINED[kind]
+                               f"{dimension} (supported: {', '.join(predefined_types)}).")
+        return predefined_types[kind]
     if customized.get("Metrics"):
         others = [m for m in ("MetricName", "Namespace", "Statistic", "Dimensions", "Unit")
                   if customized.get(m) is not None]
@@ -421,7 +449,7 @@ def tracking_alarm(policy_arn: str, config: dict[str, Any], target: ScalableTarg
     """The PutMetricAlarm parameters of a target tracking policy's AlarmHigh or AlarmLow, with
     the settings AWS gives them (rules.py): one-minute periods, 3 of 3 above the target, 15 of
     15 below 90 % of it, the policy as the alarm's only action."""
-    query = metric_query(config)
+    query = metric_query(config, target.dimension)
     value = float(config["TargetValue"])
     periods = rules.HIGH_DATAPOINTS if high else rules.LOW_DATAPOINTS
     alarm: dict[str, Any] = {
@@ -436,15 +464,23 @@ def tracking_alarm(policy_arn: str, config: dict[str, Any], target: ScalableTarg
     if query.metrics:
         alarm["Metrics"] = [{
             **{k: v for k, v in q.items() if k != "MetricStat"},
-            **({"MetricStat": {**q["MetricStat"], "Period": rules.PERIOD_S}}
+            **({"MetricStat": {**q["MetricStat"], "Period": query.period}}
                if q.get("MetricStat") else {}),
         } for q in query.metrics]
         return alarm
-    endpoint, variant = target.endpoint_and_variant
-    dims = query.dimensions or (("EndpointName", endpoint), ("VariantName", variant))
+    dims = query.dimensions or _own_dimensions(target)
     alarm.update({"MetricName": query.metric_name, "Namespace": query.namespace,
-                  "Statistic": query.statistic, "Period": rules.PERIOD_S,
+                  "Statistic": query.statistic, "Period": query.period,
                   "Dimensions": [{"Name": k, "Value": v} for k, v in dims]})
     if query.unit:
         alarm["Unit"] = query.unit
     return alarm
+
+
+def _own_dimensions(target: ScalableTarget) -> tuple[tuple[str, str], ...]:
+    """The dimensions SageMaker publishes the resource's metrics under."""
+    found = rules.COMPONENT_RESOURCE.fullmatch(target.resource_id)
+    if found is not None:
+        return (("InferenceComponentName", found.group(1)),)
+    endpoint, variant = target.endpoint_and_variant
+    return (("EndpointName", endpoint), ("VariantName", variant))

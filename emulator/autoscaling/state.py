@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from emulator.autoscaling import rules
+
 
 @dataclass
 class ScalableTarget:
@@ -22,6 +24,11 @@ class ScalableTarget:
     def endpoint_and_variant(self) -> tuple[str, str]:
         _, endpoint, _, variant = self.resource_id.split("/", 3)
         return endpoint, variant
+
+    @property
+    def dimension(self) -> str:
+        """Its ScalableDimension, which its ResourceId implies (one dimension per resource)."""
+        return rules.dimension_of(self.resource_id) or rules.DIMENSION
 
 
 @dataclass

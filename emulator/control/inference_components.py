@@ -36,7 +36,7 @@ from emulator.control.state_db import (
     EndpointRecord,
     Resource,
 )
-from emulator.hosting import placement
+from emulator.hosting import managed_instances, placement
 from emulator.hosting.components import ComponentState
 
 log = logging.getLogger(__name__)
@@ -293,15 +293,34 @@ class InferenceComponents:
         records = [r for r in records if r.status == IN_SERVICE
                    and r.endpoint_name.lower() == endpoint.name.lower()
                    and r.variant_name == variant_name]
-        placed = placement.place(
-            variant.get("InstanceType"), int(variant.get("InitialInstanceCount") or 0),
-            [placement.Demand(r.name, r.desired_copies, _reservation(r.specification),
-                              _strategy(r.specification)) for r in records])
+        demands = [placement.Demand(r.name, r.desired_copies, _reservation(r.specification),
+                                    _strategy(r.specification)) for r in records]
+        count = self._managed_instances(endpoint, variant, demands)
+        placed = placement.place(variant.get("InstanceType"), count, demands)
         for record in records:
             counts = placed.get(record.name, [])
             if counts != record.placement or sum(counts) != record.current_copies:
                 record.placement, record.current_copies = counts, sum(counts)
                 self._save(record)
+
+    def _managed_instances(self, endpoint: EndpointRecord, variant: dict[str, Any],
+                           demands: list[placement.Demand]) -> int:
+        """The variant's instance count; ManagedInstanceScaling adds instances for pending
+        copies and releases the ones no copy needs (``hosting.managed_instances``)."""
+        from emulator.control.service import MAX_INSTANCES_PER_ENDPOINT  # (imports this module)
+
+        count = int(variant.get("InitialInstanceCount") or 0)
+        managed = managed_instances.instance_count(variant, demands, MAX_INSTANCES_PER_ENDPOINT)
+        if managed is None or managed == count:
+            return count
+        log.info("endpoint=%s variant=%s ManagedInstanceScaling: %d -> %d instances",
+                 endpoint.name, variant["VariantName"], count, managed)
+        variants = [{**v, "InitialInstanceCount": managed}
+                    if v["VariantName"] == variant["VariantName"] else v
+                    for v in endpoint.current.variants]
+        endpoint.current = dataclasses.replace(endpoint.current, variants=variants)
+        self.store.save_endpoint(endpoint)
+        return managed
 
     def _start_update(self, record: ComponentRecord, spec: dict[str, Any] | None,
                       copies: int | None) -> dict[str, Any]:
