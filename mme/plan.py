@@ -10,8 +10,9 @@ not serve multi-model endpoints; this does, in two steps:
    ``--memory-budget``) and instance count, an LRU simulation on the measured sizes replays the
    traffic (Zipf over the models in name order, as ``mme loadtest --popularity zipf:S`` draws
    them, or a recorded trace): models resident, hit ratio, misses per minute at ``--rps``, and
-   the latency the misses add (a miss under a full byte budget costs its victims' unloads, then
-   its load: the manager waits for the unloads, docs/isolation.md) at p50 and p99 over all
+   the latency the misses add (a miss under a full byte budget costs the longer of its load and
+   its victims' unloads, which run side by side; the sum where the victims' memory could pass an
+   instance type's: docs/memory.md, "Where a miss goes") at p50 and p99 over all
    requests. [U] Several instances: each model is served by one instance (SageMaker routes a
    TargetModel to an instance that has it loaded), models dealt to instances by popularity rank.
 
@@ -104,8 +105,14 @@ def trace_requests(path: Path, count: int) -> list[str]:
 # --- the LRU replay -------------------------------------------------------------------------
 
 def replay(requests: Sequence[str], costs: dict[str, ModelCost], budget: int,
-           count: int) -> tuple[int, list[float], float]:
-    """(hits, the latency each request had added in seconds, models resident per instance)."""
+           count: int, hard_limit: int | None = None) -> tuple[int, list[float], float]:
+    """(hits, the latency each request had added in seconds, models resident per instance).
+
+    A miss that evicts costs as the emulator's manager spends it: the load starts once Triton
+    has accepted the victims' unloads and the model is measured once they are gone, so the
+    longer of the two; where the victims' memory, still held, would pass ``hard_limit`` (an
+    instance type's whole memory), the load waits for the unloads first.
+    """
     calls = Counter(requests)
     by_popularity = sorted(calls, key=lambda t: (-calls[t], t))
     home = {t: i % count for i, t in enumerate(by_popularity)}
@@ -118,10 +125,16 @@ def replay(requests: Sequence[str], costs: dict[str, ModelCost], budget: int,
             hits += 1
             added.append(0.0)
             continue
-        seconds = cost.load_s
+        unload_s, victims_bytes = 0.0, 0
         while cache and sum(cache.values()) + cost.memory_bytes > budget:
-            victim, _size = cache.popitem(last=False)
-            seconds += costs[victim].unload_s
+            victim, size = cache.popitem(last=False)
+            unload_s = max(unload_s, costs[victim].unload_s)  # the unloads run side by side
+            victims_bytes += size
+        held = sum(cache.values()) + cost.memory_bytes + victims_bytes
+        if hard_limit is None or held <= hard_limit:
+            seconds = max(cost.load_s, unload_s)
+        else:
+            seconds = cost.load_s + unload_s
         if cost.memory_bytes <= budget:
             cache[target] = cost.memory_bytes
         added.append(seconds)
@@ -140,7 +153,9 @@ def predict(requests: Sequence[str], costs: dict[str, ModelCost], instances: lis
             prices: dict[str, float]) -> list[Prediction]:
     rows = []
     for instance, count in itertools.product(instances, counts):
-        hits, added, resident = replay(requests, costs, instance.budget_bytes, count)
+        typed = not instance.name.startswith("--memory-budget")  # kills past its memory
+        hits, added, resident = replay(requests, costs, instance.budget_bytes, count,
+                                       instance.memory_bytes if typed else None)
         hit_ratio = hits / len(requests)
         p99 = percentile(added, 0.99) * 1000
         meets = ((max_miss_ratio is None or 1 - hit_ratio <= max_miss_ratio)

@@ -27,11 +27,17 @@ def test_the_zipf_draws_are_mme_loadtests() -> None:
 
 def test_the_replay_evicts_by_measured_size_and_charges_the_victims_unloads() -> None:
     costs = _costs(a=40, b=40, c=40)
-    hits, added, resident = plan.replay(["a", "b", "a", "c", "a", "b"], costs, 100 * MIB, 1)
-    # a, b miss; a hits; c misses and evicts b (LRU); a hits; b misses and evicts c.
+    requests = ["a", "b", "a", "c", "a", "b"]
+    hits, added, resident = plan.replay(requests, costs, 100 * MIB, 1, hard_limit=100 * MIB)
+    # a, b miss; a hits; c misses and evicts b (LRU); a hits; b misses and evicts c. The
+    # victim's memory held during its unload would pass the instance's: the load waits for it.
     assert hits == 2
     assert added == [1.0, 1.0, 0.0, 1.5, 0.0, 1.5]
     assert resident == 2
+    # Where it would not (no limit, or room for it), the load overlaps the victim's unload.
+    for limit in (None, 200 * MIB):
+        assert plan.replay(requests, costs, 100 * MIB, 1, limit)[1] == [
+            1.0, 1.0, 0.0, 1.0, 0.0, 1.0]
 
 
 def test_a_model_larger_than_the_budget_always_misses() -> None:
