@@ -1,6 +1,6 @@
 """What a pytest session tells the CI job: golden results and budget verdicts.
 
-Under ``mme ci up`` (``$MME_CI_STATE`` set) the plugin leaves one JSON file per session in the
+Under ``mme ci up`` (``$MME_STATE_DIR`` set) the plugin leaves one JSON file per session in the
 state folder and ``mme ci down`` puts it in the job summary and the report; without it, on a
 GitHub runner, the plugin appends the same Markdown to ``$GITHUB_STEP_SUMMARY`` itself.
 """
@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-STATE_ENV = "MME_CI_STATE"  # mme.ci.state.STATE_ENV (the harness does not import mme)
+# mme.ci.state.STATE_ENV and its former name (the harness does not import mme). The former is
+# read without a warning: in a user's pytest session a warning may be made an error.
+STATE_ENV, FORMER_STATE_ENV = "MME_STATE_DIR", "MME_CI_STATE"
 VERDICT_MARK = {"ok": "✅ ok", "breach": "❌ breach", "no baseline": "new",
                 "not measured": "not measured", "not comparable": "not comparable"}
 GOLDEN_MARK = {"matched": "✅ matched", "recorded": "📝 recorded", "updated": "📝 updated",
@@ -26,7 +28,7 @@ def write_for_ci(document: Mapping[str, Any], env: Mapping[str, str] | None = No
     env = os.environ if env is None else env
     if not document.get("goldens") and not document.get("budgets"):
         return None
-    state = env.get(STATE_ENV)
+    state = env.get(STATE_ENV) or env.get(FORMER_STATE_ENV)
     if state and Path(state).is_dir():
         folder = Path(state) / "results"
         folder.mkdir(exist_ok=True)

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from mme.ci.state import STATE_ENV
+from mme.ci.state import FORMER_STATE_ENV, STATE_ENV
 
 # botocore's service ids of the APIs the emulator serves, as their endpoint variables.
 ENDPOINT_VARIABLES = (
@@ -75,7 +75,8 @@ def client_variables(url: str, region: str, auth: str, state_dir: Path,
     variables.update({"AWS_REGION": region, "AWS_DEFAULT_REGION": region})
     if auth == "off" and not has_credentials(env):
         variables.update({"AWS_ACCESS_KEY_ID": DUMMY_KEY, "AWS_SECRET_ACCESS_KEY": DUMMY_KEY})
-    variables.update({URL_VARIABLE: url, STATE_ENV: str(state_dir)})
+    variables.update({URL_VARIABLE: url, STATE_ENV: str(state_dir),
+                      FORMER_STATE_ENV: str(state_dir)})
     return variables
 
 

@@ -2,7 +2,7 @@
 
 It is ``mme serve`` (same flags, same start-up checks and messages) with the per-model
 recorder of ``stats.py`` installed; when it stops it writes the figures and its exit status
-into the state folder (``$MME_CI_STATE``) for ``mme ci down``.
+into the state folder (``$MME_STATE_DIR``) for ``mme ci down``.
 """
 
 from __future__ import annotations

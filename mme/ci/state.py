@@ -1,6 +1,6 @@
 """Where ``mme ci up`` leaves what ``mme ci down`` (a later CI step, another process) needs.
 
-One folder per running emulator (``--state-dir``, ``$MME_CI_STATE``, else
+One folder per running emulator (``--state-dir``, ``$MME_STATE_DIR``, else
 ``$RUNNER_TEMP/mme-ci`` on a GitHub runner, else ``<tmp>/mme-ci-<uid>``):
 
 - ``server.json``       the server: pid and its start time (so a reused pid is never signalled),
@@ -18,17 +18,27 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-STATE_ENV = "MME_CI_STATE"
+STATE_ENV = "MME_STATE_DIR"  # MME_ + --state-dir
+# Its former name: still read (with a warning) and still exported by ``mme ci up``, for the
+# workflows that read it.
+FORMER_STATE_ENV = "MME_CI_STATE"
 
 
 def default_state_dir(env: Mapping[str, str]) -> Path:
     if env.get(STATE_ENV):
         return Path(env[STATE_ENV])
+    if env.get(FORMER_STATE_ENV):
+        from emulator.settings import DeprecatedVariable
+
+        warnings.warn(f"{FORMER_STATE_ENV} is deprecated: set {STATE_ENV} instead (same value)",
+                      DeprecatedVariable, stacklevel=2)
+        return Path(env[FORMER_STATE_ENV])
     if env.get("RUNNER_TEMP"):  # a GitHub runner: emptied after each job
         return Path(env["RUNNER_TEMP"]) / "mme-ci"
     return Path(tempfile.gettempdir()) / f"mme-ci-{os.getuid()}"

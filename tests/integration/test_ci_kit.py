@@ -214,7 +214,7 @@ def test_the_action_steps_on_a_github_runner(runner: Runner) -> None:
     for api in ("SAGEMAKER_RUNTIME", "SAGEMAKER", "APPLICATION_AUTO_SCALING", "CLOUDWATCH"):
         assert exported[f"AWS_ENDPOINT_URL_{api}"] == url
     assert exported["AWS_REGION"] == "us-east-1" and exported["AWS_ACCESS_KEY_ID"]
-    assert exported["MME_CI_STATE"] == str(runner.temp / "mme-ci")
+    assert exported["MME_STATE_DIR"] == str(runner.temp / "mme-ci")
     record = json.loads((runner.temp / "mme-ci" / "server.json").read_text())
     assert process_start_ticks(record["pid"]) is not None, "the server did not outlive up"
     cmdline = Path(f"/proc/{record['pid']}/cmdline").read_bytes().split(b"\0")

@@ -47,7 +47,18 @@ def test_clients_get_every_endpoint_variable_a_region_and_dummy_keys(tmp_path: P
     assert [variables[name] for name in ENDPOINT_VARIABLES] == ["http://127.0.0.1:9"] * 4
     assert variables["AWS_REGION"] == variables["AWS_DEFAULT_REGION"] == "eu-west-1"
     assert variables["AWS_ACCESS_KEY_ID"] and variables["AWS_SECRET_ACCESS_KEY"]
-    assert variables["MME_CI_STATE"] == str(tmp_path)
+    assert variables["MME_STATE_DIR"] == str(tmp_path)
+    assert variables["MME_CI_STATE"] == str(tmp_path)  # its former name, for workflows reading it
+
+
+def test_the_state_folder_is_mme_state_dir_and_its_former_name_still_works(
+        tmp_path: Path) -> None:
+    from emulator.settings import DeprecatedVariable
+    from mme.ci.state import default_state_dir
+
+    assert default_state_dir({"MME_STATE_DIR": str(tmp_path)}) == tmp_path
+    with pytest.warns(DeprecatedVariable, match="MME_CI_STATE is deprecated: set MME_STATE_DIR"):
+        assert default_state_dir({"MME_CI_STATE": str(tmp_path)}) == tmp_path
 
 
 @pytest.mark.parametrize("env", [
