@@ -131,10 +131,10 @@ def inference_component_no_capacity(component: str, status: str) -> ValidationEr
         "UpdateInferenceComponentRuntimeConfig.")
 
 
-def inference_component_copies_not_served() -> ServiceUnavailable:  # emulator's own
+def inference_component_copies_failed(component: str, reason: str) -> ServiceUnavailable:  # [U]
     return ServiceUnavailable(
-        "The emulator does not serve inference components' copies yet: they are bookkeeping "
-        "only (docs/inference-components.md).")
+        f"Inference component {component} has no copy in service: its copies failed to start: "
+        f"{reason}")
 
 
 def invalid_target_model(value: str, reason: str) -> ValidationError:  # [U]

@@ -37,7 +37,9 @@ from emulator.control.state_db import (
     Resource,
 )
 from emulator.hosting import managed_instances, placement
+from emulator.hosting.component_copies import CopyTarget
 from emulator.hosting.components import ComponentState
+from emulator.hosting.spec import ContainerSpec, VariantSpec
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,10 @@ class InferenceComponents:
         self._arn = arn
         self._clock = clock
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        # The runtime's hook that starts and stops copies (the endpoint registry's
+        # ``apply_copies``); None: copies stay bookkeeping (unit tests without a runtime).
+        self.apply_copies: Callable[[str, str, CopyTarget | None], Awaitable[None]] | None = None
+        self._copy_changes: set[asyncio.Task[None]] = set()
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]:
         return {
@@ -185,7 +191,7 @@ class InferenceComponents:
         record = self._get(component_name)
         if record is None or record.endpoint_name.lower() != endpoint_name.lower():
             return None
-        return ComponentState(record.status, record.current_copies)
+        return ComponentState(record.status, record.current_copies, record.variant_name)
 
     def on_endpoint(self, endpoint_name: str) -> list[str]:
         """Names of the components on an endpoint, in creation order."""
@@ -241,6 +247,8 @@ class InferenceComponents:
         if previous is not None and not previous.done():
             await asyncio.gather(previous, return_exceptions=True)
         record = self._get(name)
+        if record is not None and self.apply_copies is not None:  # every copy drains, stops
+            await self.apply_copies(record.endpoint_name, record.name, None)
         self.store.remove(INFERENCE_COMPONENTS, name)
         endpoint = self.store.get_endpoint(record.endpoint_name) if record is not None else None
         if record is not None and endpoint is not None:  # its room goes to pending copies
@@ -266,7 +274,7 @@ class InferenceComponents:
             self.replace_endpoint(endpoint)
 
     async def aclose(self) -> None:
-        tasks = list(self._tasks.values())
+        tasks = list(self._tasks.values()) + list(self._copy_changes)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -280,13 +288,14 @@ class InferenceComponents:
             for variant in endpoint.current.variants:
                 self._replace(endpoint, variant["VariantName"])
 
-    def _replace(self, endpoint: EndpointRecord, variant_name: str) -> None:
+    def _replace(self, endpoint: EndpointRecord,
+                 variant_name: str) -> dict[str, asyncio.Task[None] | None]:
         """Place the copies of every InService component of a variant again (oldest first):
         each record gets its copies per instance; what fits nowhere stays pending."""
         variant = next((v for v in endpoint.current.variants
                         if v["VariantName"] == variant_name), None)
         if variant is None:
-            return
+            return {}
         records = sorted(
             (ComponentRecord.from_resource(r) for r in self.store.all(INFERENCE_COMPONENTS)),
             key=lambda r: (r.created, r.name.lower()))
@@ -302,6 +311,59 @@ class InferenceComponents:
             if counts != record.placement or sum(counts) != record.current_copies:
                 record.placement, record.current_copies = counts, sum(counts)
                 self._save(record)
+        return {r.name: self._change_copies(r, variant) for r in records}
+
+    def _change_copies(self, record: ComponentRecord,
+                       variant: dict[str, Any]) -> asyncio.Task[None] | None:
+        """The runtime starts or stops the component's copies to its placed count, in the
+        background (one change at a time per component, in order). [U] A copy that fails to
+        start leaves the component's status as it is: calls are answered with the reason."""
+        if self.apply_copies is None:
+            return None
+        try:
+            target = self._copy_target(record, variant)
+        except LookupError as exc:  # its model deleted since: no new copy can start
+            log.warning("inference component %s: %s", record.name, exc)
+            return None
+        task = asyncio.ensure_future(self.apply_copies(record.endpoint_name, record.name, target))
+        self._copy_changes.add(task)
+        task.add_done_callback(self._copy_changed)
+        return task
+
+    def _copy_changed(self, task: asyncio.Task[None]) -> None:
+        self._copy_changes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("inference component copies: %s", task.exception())
+
+    def _copy_target(self, record: ComponentRecord, variant: dict[str, Any]) -> CopyTarget:
+        """What each copy serves: the named Model's container, or the component's own
+        Container; a copy is a one-instance variant of the component's instance type."""
+        spec = record.specification
+        if spec.get("ModelName"):
+            model = self.store.get(MODELS, spec["ModelName"])
+            if model is None:
+                raise LookupError(f"model {spec['ModelName']} of inference component "
+                                  f"{record.name} no longer exists")
+            container = model.doc.get("PrimaryContainer") or (
+                model.doc.get("Containers") or [{}])[0]
+            model_data = container.get("ModelDataUrl") or (
+                (container.get("ModelDataSource") or {}).get("S3DataSource") or {}).get("S3Uri")
+        else:
+            container = spec.get("Container") or {}
+            model_data = container.get("ArtifactUrl")
+        startup = spec.get("StartupParameters") or {}
+        return CopyTarget(
+            VariantSpec(
+                name=record.variant_name,
+                container=ContainerSpec(
+                    model_data=model_data or "", mode="SingleModel",
+                    environment=dict(container.get("Environment") or {}),
+                    image=container.get("Image")),
+                instance_type=variant.get("InstanceType"),
+                startup_timeout_s=startup.get("ContainerStartupHealthCheckTimeoutInSeconds")),
+            record.current_copies,
+            str((variant.get("RoutingConfig") or {}).get("RoutingStrategy")
+                or "LEAST_OUTSTANDING_REQUESTS"))
 
     def _managed_instances(self, endpoint: EndpointRecord, variant: dict[str, Any],
                            demands: list[placement.Demand]) -> int:

@@ -143,6 +143,8 @@ class ControlPlaneService:
         }
         # Inference components (issue #30): their operations and state live in their module.
         self.components = components.InferenceComponents(store, self.arn, clock)
+        # Their copies are started and stopped by the runtime (a test double may have none).
+        self.components.apply_copies = getattr(registry, "apply_copies", None)
         self._handlers.update(self.components.handlers())
 
     # -- entry point -------------------------------------------------------------------------

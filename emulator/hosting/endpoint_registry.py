@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from emulator.hosting.component_copies import CopyTarget
 from emulator.hosting.components import ComponentEndpoint, ComponentLookup
 from emulator.hosting.deployment import SplitEndpoint
 from emulator.hosting.endpoint import Endpoint, InstanceBuilder
 from emulator.hosting.routing import Router
-from emulator.hosting.spec import EndpointSpec
+from emulator.hosting.spec import ContainerSpec, EndpointSpec
 from emulator.hosting.utilization import UtilizationSampler
 from emulator.manager.sources import source_for
 from emulator.metrics import MetricSink
@@ -93,10 +94,29 @@ class EndpointRegistry:
         if name in self._endpoints:
             raise ValueError(f"endpoint {name} already exists")
         s = self.settings
-        endpoint = ComponentEndpoint(name, s.cache_dir / "endpoints" / name, self._router,
-                                     (s.region, s.account_id), s.invocation_timeout_s, lookup)
+        work_dir = s.cache_dir / "endpoints" / name
+        if work_dir.exists():  # a previous run's copies: they start again from the artifact
+            await asyncio.to_thread(shutil.rmtree, work_dir)
+        endpoint = ComponentEndpoint(name, work_dir, self._router, (s.region, s.account_id),
+                                     s.invocation_timeout_s, lookup, self._build_instance,
+                                     self._sink, s.routing_seed, self._check_artifact)
         self._endpoints[name] = endpoint
         return endpoint
+
+    def _check_artifact(self, container: ContainerSpec) -> None:
+        """A copy's model data exists (raises ObjectNotFound saying where it looked)."""
+        if container.model_data:
+            source_for(container.model_data, self.settings.s3_endpoint_url,
+                       self.settings.region).check(not container.is_multi_model)
+
+    async def apply_copies(self, endpoint_name: str, component: str,
+                           target: CopyTarget | None) -> None:
+        """A component's copies to ``target`` (None: all stopped); the control plane's hook
+        (``emulator.control.inference_components``). Nothing to do once the endpoint is gone:
+        its copies stopped with it."""
+        endpoint = self._endpoints.get(endpoint_name)
+        if isinstance(endpoint, ComponentEndpoint):
+            await endpoint.apply_copies(component, target)
 
     async def replace(self, spec: EndpointSpec) -> SplitEndpoint:
         """A new deployment: start it whole, switch traffic to it, then drain and stop the old."""

@@ -1,7 +1,8 @@
 """Inference components' control plane (issue #30) against a real emulator, with boto3.
 
-One emulator for the module. Endpoints for components run no process yet (copies are
-bookkeeping, docs/inference-components.md), so no Triton starts here and the module is fast.
+One emulator for the module. The models here are not readable tarballs, so every copy fails
+to start at once (its Triton stops as soon as the model fails to load): the module is fast and
+tests the control plane; copies that serve are tested in test_inference_component_copies.py.
 Each test uses names of its own: the tests run in any order, one of them restarts the server.
 """
 
@@ -348,7 +349,8 @@ def test_components_survive_a_restart(module: Module) -> None:
 
 
 def test_invocations_on_an_endpoint_for_components(module: Module) -> None:
-    """What the front end answers before a copy is reached; copies serve nothing yet."""
+    """What the front end answers before a copy is reached, and for copies that failed to
+    start (the model here is not a tarball)."""
     sm = module.sm()
     _model(module, "rt-model")
     _component_endpoint(module, "rt")
@@ -378,7 +380,8 @@ def test_invocations_on_an_endpoint_for_components(module: Module) -> None:
     code, message = invoke(InferenceComponentName="rt-zero")
     assert code == "ValidationError" and "has no copy to serve this request" in message
     code, message = invoke(InferenceComponentName="rt-ic")
-    assert code == "ServiceUnavailable" and "bookkeeping only" in message
+    assert code == "ServiceUnavailable" and "copies failed to start" in message
+    assert "not a readable .tar.gz archive" in message
 
 
 def test_copies_that_fit_nowhere_stay_pending_until_room_frees(module: Module) -> None:

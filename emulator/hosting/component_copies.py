@@ -1,0 +1,257 @@
+"""The copies of one inference component: each copy is its own serving instance (issue #30).
+
+A copy is built and started exactly as one instance of a single-model endpoint is
+(``hosting.factory.InstanceFactory.build``: an embedded Triton behind the model manager, or a
+SageMaker container under the docker launcher): the component's model becomes a one-instance
+variant (``CopyTarget.variant``). Nothing here launches a process itself.
+
+``ComponentCopies.apply`` moves the copies to a target, one change at a time: new copies start
+in parallel and join routing only once ready; removed copies (the newest first [U]) leave
+routing at once, finish what they have in flight, then stop. A new specification (an
+UpdateInferenceComponent) starts copies of the new model before the old ones drain [U].
+
+Routing among ready copies follows the variant's ``RoutingConfig.RoutingStrategy``:
+LEAST_OUTSTANDING_REQUESTS (AWS's default: fewest requests in flight, ties in turn) or RANDOM.
+
+Metrics, in namespace AWS/SageMaker under the one dimension ``InferenceComponentName`` (as AWS
+publishes an inference component's invocation metrics): Invocations, Invocation4XXErrors,
+Invocation5XXErrors, InvocationModelErrors, InvocationsPerCopy (1 / ready copies per call),
+ModelLatency and OverheadLatency (Microseconds), NoCapacityInvocationFailures (a call that found
+no copy) and ConcurrentRequestsPerCopy (the component's requests in flight, this one included,
+per ready copy, sampled as each call arrives [U: AWS samples it on its own clock]).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from emulator.contract import runtime, runtime_errors
+from emulator.hosting.instance import Instance
+from emulator.hosting.multi_container import MultiContainerInstance
+from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
+from emulator.metrics import MICROSECONDS, NONE, EndpointMetrics, MetricSink
+
+log = logging.getLogger(__name__)
+
+LEAST_OUTSTANDING_REQUESTS = "LEAST_OUTSTANDING_REQUESTS"
+RANDOM = "RANDOM"
+NAMESPACE = "AWS/SageMaker"
+DIMENSION = "InferenceComponentName"
+# Metric name -> unit. [U] units of the two AWS documents without one (counts: None).
+COMPONENT_METRICS: dict[str, str] = {
+    "Invocations": NONE,
+    "InvocationsPerCopy": NONE,
+    "Invocation4XXErrors": NONE,
+    "Invocation5XXErrors": NONE,
+    "InvocationModelErrors": NONE,
+    "ModelLatency": MICROSECONDS,
+    "OverheadLatency": MICROSECONDS,
+    "NoCapacityInvocationFailures": NONE,
+    "ConcurrentRequestsPerCopy": NONE,
+}
+# [U] How long a removed copy may take to finish the requests it has in flight.
+DRAIN_TIMEOUT_S = 120.0
+
+Copy = Instance | MultiContainerInstance
+CopyBuilder = Callable[[EndpointSpec, VariantSpec, str, Path, EndpointMetrics], Awaitable[Copy]]
+
+
+def record(sink: MetricSink | None, component: str,
+           samples: Sequence[tuple[str, float]]) -> None:
+    """Samples of a component's metrics (``COMPONENT_METRICS``) into the metric store."""
+    if sink is not None:
+        sink.record_many({DIMENSION: component}, [
+            (NAMESPACE, COMPONENT_METRICS[name], name, value) for name, value in samples])
+
+
+@dataclass(frozen=True)
+class CopyTarget:
+    """What a component's copies should be: the model of each (a one-instance variant of the
+    component's endpoint) and how many, and how calls are spread over them."""
+
+    variant: VariantSpec
+    copies: int
+    routing: str = LEAST_OUTSTANDING_REQUESTS
+
+
+class ComponentCopies:
+    def __init__(self, endpoint: str, name: str, work_dir: Path, build: CopyBuilder,
+                 sink: MetricSink | None, seed: int | None = None,
+                 check: Callable[[ContainerSpec], None] | None = None) -> None:
+        self.endpoint = endpoint
+        self._check = check
+        self.name = name
+        self.work_dir = work_dir
+        self._build = build
+        self._sink = sink
+        self._random = random.Random(seed)
+        self._turn = itertools.count()
+        self._ids = itertools.count(1)
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Condition()
+        self.target: CopyTarget | None = None
+        self._specs: dict[str, VariantSpec] = {}  # copy id -> the model it serves
+        self.ready: list[Copy] = []  # in routing, oldest first
+        self.failure: str | None = None  # why the last start failed (None: it did not)
+        self.in_flight = 0
+        # Instance metrics (model loading and the like) of the copies: kept, not published.
+        self._instance_metrics: dict[str, EndpointMetrics] = {}
+
+    # --- the copies -------------------------------------------------------------------------
+
+    async def apply(self, target: CopyTarget) -> None:
+        """Start or stop copies until ``target`` holds; raises if a copy fails to start (the
+        copies already serving keep serving)."""
+        async with self._lock:
+            self.target = target
+            keep = [c for c in self.ready if self._specs[c.id] == target.variant]
+            outdated = [c for c in self.ready if c not in keep]
+            missing = max(target.copies - len(keep), 0)
+            extra = keep[target.copies:][::-1] if len(keep) > target.copies else []
+            if missing:
+                try:
+                    if self._check is not None:  # a missing artifact fails before any process
+                        await asyncio.to_thread(self._check, target.variant.container)
+                    await self._start(target.variant, missing)
+                except BaseException as exc:
+                    self.failure = str(exc) or type(exc).__name__
+                    await self._notify()
+                    raise
+            self.failure = None
+            await self._remove(outdated + extra)
+
+    async def stop(self) -> None:
+        """Every copy out of routing, drained, stopped (DeleteInferenceComponent, DeleteEndpoint,
+        shutdown)."""
+        async with self._lock:
+            self.target = None
+            await self._remove(list(self.ready))
+
+    async def _start(self, variant: VariantSpec, count: int) -> None:
+        built: list[Copy] = []
+
+        async def one() -> None:
+            copy_id = f"copy-{next(self._ids)}"
+            metrics = self._instance_metrics[copy_id] = EndpointMetrics(
+                self.endpoint, variant.name)
+            copy = await self._build(EndpointSpec(self.endpoint, (variant,)), variant,
+                                     f"{self.name}/{copy_id}", self.work_dir / copy_id, metrics)
+            self._specs[copy.id] = variant
+            built.append(copy)
+            await copy.start()
+
+        starts = [asyncio.ensure_future(one()) for _ in range(count)]
+        try:
+            results = await asyncio.gather(*starts, return_exceptions=True)
+        except BaseException:  # cancelled (a shutdown): no copy started here is left running
+            for start in starts:
+                start.cancel()
+            await asyncio.gather(*starts, return_exceptions=True)
+            await asyncio.shield(asyncio.gather(*(self._stop_copy(c) for c in built),
+                                                return_exceptions=True))
+            raise
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            await asyncio.gather(*(self._stop_copy(c) for c in built), return_exceptions=True)
+            raise failure
+        self.ready.extend(built)  # only now do calls reach them
+        log.info("inference component %s: %d copies started (%d ready)", self.name, count,
+                 len(self.ready))
+        await self._notify()
+
+    async def _remove(self, copies: Sequence[Copy]) -> None:
+        for copy in copies:  # out of routing at once; what they have in flight finishes
+            if copy in self.ready:
+                self.ready.remove(copy)
+        await asyncio.gather(*(self._drain_and_stop(c) for c in copies), return_exceptions=True)
+
+    async def _drain_and_stop(self, copy: Copy) -> None:
+        await copy.drain(DRAIN_TIMEOUT_S)
+        await self._stop_copy(copy)
+
+    async def _stop_copy(self, copy: Copy) -> None:
+        try:
+            await copy.stop()
+        finally:
+            self._specs.pop(copy.id, None)
+            await asyncio.to_thread(shutil.rmtree, copy.work_dir, True)
+            log.info("inference component %s: copy %s stopped", self.name, copy.id)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_for_copy(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) for a ready copy while copies are starting; False if
+        none is ready by then or a start failed."""
+        async def ready() -> None:
+            async with self._changed:
+                await self._changed.wait_for(lambda: bool(self.ready) or self.failure is not None
+                                             or self.target is None)
+        try:
+            await asyncio.wait_for(ready(), timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        return bool(self.ready)
+
+    # --- the request path -------------------------------------------------------------------
+
+    def choose(self) -> Copy:
+        copies = [c for c in self.ready if not c.draining]
+        if not copies:
+            raise LookupError("no ready copy")
+        routing = self.target.routing if self.target is not None else LEAST_OUTSTANDING_REQUESTS
+        if routing == RANDOM:
+            return self._random.choice(copies)
+        fewest = min(c.in_flight for c in copies)
+        idle = [c for c in copies if c.in_flight == fewest]
+        return idle[next(self._turn) % len(idle)]
+
+    async def invoke(self, request: runtime.InvokeRequest, started: float, timeout_s: float,
+                     variant_name: str) -> tuple[bytes, dict[str, str]]:
+        copy = self.choose()
+        ready = max(len(self.ready), 1)
+        self.in_flight += 1
+        samples: list[tuple[str, float]] = [
+            ("Invocations", 1), ("InvocationsPerCopy", 1 / ready),
+            ("ConcurrentRequestsPerCopy", self.in_flight / ready)]
+        try:
+            answer = await copy.invoke(request, None, started, timeout_s)
+        except runtime_errors.SageMakerError as exc:
+            samples += (("Invocation4XXErrors", 1 if 400 <= exc.status < 500 else 0),
+                        ("Invocation5XXErrors", 1 if exc.status >= 500 else 0),
+                        ("InvocationModelErrors",
+                         1 if isinstance(exc, runtime_errors.ModelError) else 0))
+            self.record(samples)
+            raise
+        except BaseException:
+            self.record(samples)
+            raise
+        finally:
+            self.in_flight -= 1
+        samples += (
+            ("Invocation4XXErrors", 0), ("Invocation5XXErrors", 0), ("InvocationModelErrors", 0),
+            ("ModelLatency", answer.model_latency_s * 1e6),
+            ("OverheadLatency", (time.monotonic() - started - answer.model_latency_s) * 1e6))
+        self.record(samples)
+        headers = runtime.response_headers(request.request_id, variant_name, answer.content_type,
+                                           answer.custom_attributes)
+        # Emulator-only, as on other endpoints: which copy answered.
+        headers["X-Mme-Model-Latency-Us"] = str(int(answer.model_latency_s * 1e6))
+        headers["X-Mme-Instance"] = f"{variant_name}/{copy.id}"
+        return answer.body, headers
+
+    def record(self, samples: Sequence[tuple[str, float]]) -> None:
+        record(self._sink, self.name, samples)
+
+    def describe(self) -> Mapping[str, object]:
+        return {"ReadyCopies": [c.id for c in self.ready], "InFlight": self.in_flight,
+                "Failure": self.failure}

@@ -1,0 +1,209 @@
+"""Inference components' copies serve calls (issue #30 items 3 and 4), boto3 against `mme serve`.
+
+Each copy is a real embedded Triton serving the component's model (a one-line scale model, so
+a copy starts fast). One emulator for the module; each test has its own endpoint and names,
+so the tests run in any order.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import boto3
+import psutil
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from emulator.server import EmulatorServer
+from emulator.settings import Settings
+from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.multi_container_support import triton_tarball
+from tests.support import output_of, scale_request, wait_until
+
+ROLE = "arn:aws:iam::123456789012:role/sagemaker"
+RESOURCES = {"NumberOfCpuCoresRequired": 0.5, "MinMemoryRequiredInMb": 512}
+
+
+class Module:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        store = root / "store"
+        store.mkdir()
+        self.models = {name: triton_tarball(root, store, name, scale).as_uri()
+                       for name, scale in (("double", 2.0), ("triple", 3.0))}
+        self.cache = root / "cache"
+        self.server = EmulatorServer(Settings.from_env(env={}, cache_dir=self.cache,
+                                                       port=0)).start()
+
+    def client(self, service: str) -> Any:
+        return boto3.client(service, endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
+                            config=Config(retries={"max_attempts": 1}))
+
+    def tritons(self) -> list[psutil.Process]:
+        """Triton processes serving from this module's cache (this server's copies)."""
+        found = []
+        for process in psutil.process_iter(["name", "cmdline"]):
+            cmdline = " ".join(process.info["cmdline"] or ())
+            if "tritonserver" in cmdline and str(self.cache) in cmdline:
+                found.append(process)
+        return found
+
+
+@pytest.fixture(scope="module")
+def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
+    module = Module(tmp_path_factory.mktemp("copies"))
+    sm = module.client("sagemaker")
+    for name, url in module.models.items():
+        sm.create_model(ModelName=name, ExecutionRoleArn=ROLE,
+                        PrimaryContainer={"Image": "triton", "ModelDataUrl": url})
+    yield module
+    module.server.stop()
+    assert not module.tritons(), "a copy's Triton outlived the server"
+
+
+def _endpoint(module: Module, name: str, **variant: Any) -> None:
+    sm = module.client("sagemaker")
+    sm.create_endpoint_config(EndpointConfigName=name, ExecutionRoleArn=ROLE, ProductionVariants=[{
+        "VariantName": "AllTraffic", "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1,
+        **variant}])
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    wait_until(lambda: sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "InService",
+               30, f"endpoint {name} InService")
+
+
+def _component(module: Module, name: str, endpoint: str, model: str, copies: int) -> None:
+    sm = module.client("sagemaker")
+    sm.create_inference_component(
+        InferenceComponentName=name, EndpointName=endpoint, VariantName="AllTraffic",
+        Specification={"ModelName": model, "ComputeResourceRequirements": RESOURCES},
+        RuntimeConfig={"CopyCount": copies})
+    wait_until(lambda: sm.describe_inference_component(InferenceComponentName=name)[
+        "InferenceComponentStatus"] == "InService", 30, f"component {name} InService")
+
+
+def _invoke(module: Module, endpoint: str, component: str) -> tuple[list[float], dict[str, str]]:
+    answer = runtime_client(module.server.url).invoke_endpoint(
+        EndpointName=endpoint, InferenceComponentName=component,
+        ContentType="application/json", Body=scale_request([1, 2, 3, 4]))
+    headers = answer["ResponseMetadata"]["HTTPHeaders"]
+    return output_of(answer["Body"].read()).tolist(), headers
+
+
+def test_two_components_on_one_endpoint_each_answer_with_their_model(module: Module) -> None:
+    _endpoint(module, "two")
+    _component(module, "two-double", "two", "double", copies=1)
+    _component(module, "two-triple", "two", "triple", copies=1)
+    values, headers = _invoke(module, "two", "two-double")
+    assert values == [2, 4, 6, 8]
+    assert headers["x-amzn-invoked-production-variant"] == "AllTraffic"
+    assert headers["content-type"] == "application/json"
+    assert _invoke(module, "two", "two-triple")[0] == [3, 6, 9, 12]
+
+
+def test_a_copy_count_change_under_steady_calls_fails_none(module: Module) -> None:
+    """1 -> 2 copies (the new one joins once ready: both then answer) -> 1 (the removed one
+    drains first): no call of the stream fails."""
+    _endpoint(module, "steady")
+    _component(module, "steady-ic", "steady", "double", copies=1)
+    sm = module.client("sagemaker")
+    answered: list[str] = []
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def stream() -> None:
+        while not stop.is_set():
+            try:
+                values, headers = _invoke(module, "steady", "steady-ic")
+                assert values == [2, 4, 6, 8]
+                answered.append(headers["x-mme-instance"])
+            except BaseException as exc:  # noqa: BLE001 - every failure is the test's finding
+                failures.append(exc)
+
+    caller = threading.Thread(target=stream)
+    caller.start()
+    try:
+        wait_until(lambda: len(answered) >= 3, 30, "the stream answered")
+        sm.update_inference_component_runtime_config(InferenceComponentName="steady-ic",
+                                                     DesiredRuntimeConfig={"CopyCount": 2})
+        wait_until(lambda: len(set(answered[-20:])) == 2, 60, "both copies answering")
+        sm.update_inference_component_runtime_config(InferenceComponentName="steady-ic",
+                                                     DesiredRuntimeConfig={"CopyCount": 1})
+        wait_until(lambda: len(module.tritons()) >= 1 and len(set(answered[-20:])) == 1
+                   and len(answered) > 40, 60, "one copy again")
+    finally:
+        stop.set()
+        caller.join()
+    assert not failures, failures[:3]
+    described = sm.describe_inference_component(InferenceComponentName="steady-ic")
+    assert described["RuntimeConfig"]["CurrentCopyCount"] == 1
+
+
+def test_zero_copies_fail_as_aws_and_count_no_capacity(module: Module) -> None:
+    _endpoint(module, "zero")
+    _component(module, "zero-ic", "zero", "double", copies=0)
+    with pytest.raises(ClientError) as raised:
+        _invoke(module, "zero", "zero-ic")
+    error = raised.value.response["Error"]
+    assert error["Code"] == "ValidationError"
+    assert "has no copy to serve this request" in error["Message"]
+    cloudwatch = module.client("cloudwatch")
+    now = datetime.now(timezone.utc)
+
+    def failures_counted() -> bool:
+        points = cloudwatch.get_metric_statistics(
+            Namespace="AWS/SageMaker", MetricName="NoCapacityInvocationFailures",
+            Dimensions=[{"Name": "InferenceComponentName", "Value": "zero-ic"}],
+            StartTime=now - timedelta(minutes=5), EndTime=now + timedelta(minutes=5),
+            Period=60, Statistics=["Sum"])["Datapoints"]
+        return sum(p["Sum"] for p in points) == 1
+
+    wait_until(failures_counted, 10, "NoCapacityInvocationFailures counted")
+
+
+def test_served_calls_are_counted_per_component(module: Module) -> None:
+    _endpoint(module, "counted")
+    _component(module, "counted-ic", "counted", "triple", copies=1)
+    for _ in range(3):
+        _invoke(module, "counted", "counted-ic")
+    cloudwatch = module.client("cloudwatch")
+    now = datetime.now(timezone.utc)
+
+    def total(metric: str) -> float:
+        points = cloudwatch.get_metric_statistics(
+            Namespace="AWS/SageMaker", MetricName=metric,
+            Dimensions=[{"Name": "InferenceComponentName", "Value": "counted-ic"}],
+            StartTime=now - timedelta(minutes=5), EndTime=now + timedelta(minutes=5),
+            Period=60, Statistics=["Sum", "SampleCount"])["Datapoints"]
+        return sum(p["Sum"] for p in points)
+
+    wait_until(lambda: total("Invocations") == 3 and total("InvocationsPerCopy") == 3, 10,
+               "Invocations and InvocationsPerCopy counted")
+    assert total("ModelLatency") > 0 and total("Invocation5XXErrors") == 0
+
+
+def test_deletes_leave_no_triton(module: Module) -> None:
+    _endpoint(module, "gone")
+    _component(module, "gone-a", "gone", "double", copies=2)
+    _component(module, "gone-b", "gone", "triple", copies=1)
+    assert _invoke(module, "gone", "gone-a")[0] == [2, 4, 6, 8]
+    assert _invoke(module, "gone", "gone-b")[0] == [3, 6, 9, 12]
+    gone_dir = str(module.cache / "endpoints" / "gone")
+
+    def tritons() -> list[psutil.Process]:
+        return [p for p in module.tritons()
+                if gone_dir in " ".join(p.info["cmdline"] or ())]
+
+    assert len(tritons()) == 3
+    sm = module.client("sagemaker")
+    sm.delete_inference_component(InferenceComponentName="gone-a")
+    wait_until(lambda: len(tritons()) == 1, 30, "gone-a's two copies stopped")
+    sm.delete_inference_component(InferenceComponentName="gone-b")
+    wait_until(lambda: not sm.list_inference_components(
+        EndpointNameEquals="gone")["InferenceComponents"], 30, "the components deleted")
+    sm.delete_endpoint(EndpointName="gone")
+    wait_until(lambda: not tritons(), 30, "no Triton of the endpoint left")
