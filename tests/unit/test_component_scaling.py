@@ -124,8 +124,9 @@ class Rig:
         await self.engine.evaluate(self.service.targets[IC])
 
     async def activities(self) -> list[dict[str, Any]]:
-        return (await self.service.handle("DescribeScalingActivities",
-                                          {"ServiceNamespace": "sagemaker"}))["ScalingActivities"]
+        found: list[dict[str, Any]] = (await self.service.handle(
+            "DescribeScalingActivities", {"ServiceNamespace": "sagemaker"}))["ScalingActivities"]
+        return found
 
 
 def _run(root: Path, test: Callable[[Rig], Awaitable[None]], **rig: Any) -> None:

@@ -1,0 +1,205 @@
+"""Application Auto Scaling of an inference component's copies, and scale to zero as AWS
+documents it (issue #30 item 6): boto3 against a real emulator, ``--clock-scale 240`` (an
+emulated minute is a quarter of a real second).
+
+Back from zero runs on the runtime's own NoCapacityInvocationFailures (a call that found no
+copy). The scale-in to zero tracks a metric the test publishes (PutMetricData refuses the AWS/
+namespaces, as on AWS): the runtime publishes InvocationsPerCopy only when calls come, so an
+idle component has no datapoint there (docs/inference-components.md, Scaling). The decisions
+step by step, on the predefined metrics, are in tests/unit/test_component_scaling.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from emulator.server import EmulatorServer
+from emulator.settings import Settings
+from tests.client_support import DUMMY_CREDENTIALS
+from tests.support import package, wait_until, write_scale_model
+
+ROLE = "arn:aws:iam::123456789012:role/sagemaker"
+DIMENSION = "sagemaker:inference-component:DesiredCopyCount"
+# ml.m5.xlarge: 4 vCPUs; a copy takes 3 cores, so one copy per instance.
+RESOURCES = {"NumberOfCpuCoresRequired": 3, "MinMemoryRequiredInMb": 1024}
+
+
+class Module:
+    def __init__(self, root: Path) -> None:
+        store = root / "store"
+        store.mkdir()
+        self.model_data = package(write_scale_model(root / "work", "m", 2.0),
+                                  store / "m.tar.gz", "folder").as_uri()
+        self.server = EmulatorServer(Settings.from_env(
+            env={}, cache_dir=root / "cache", port=0, clock_scale=240)).start()
+
+    def client(self, name: str) -> Any:
+        return boto3.client(name, endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
+                            config=Config(retries={"max_attempts": 1}))
+
+
+@pytest.fixture(scope="module")
+def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
+    module = Module(tmp_path_factory.mktemp("component-scaling"))
+    yield module
+    module.server.stop()
+
+
+def _key(component: str) -> dict[str, str]:
+    return {"ServiceNamespace": "sagemaker", "ResourceId": f"inference-component/{component}",
+            "ScalableDimension": DIMENSION}
+
+
+def _deploy(module: Module, name: str, copies: int, **variant: Any) -> None:
+    """An endpoint for components on ml.m5.xlarge and one component ``name``-ic on it."""
+    sm = module.client("sagemaker")
+    sm.create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer={
+        "Image": "triton", "ModelDataUrl": module.model_data})
+    sm.create_endpoint_config(EndpointConfigName=name, ExecutionRoleArn=ROLE, ProductionVariants=[{
+        "VariantName": "AllTraffic", "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1,
+        **variant}])
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    wait_until(lambda: sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "InService",
+               30, f"endpoint {name} InService")
+    sm.create_inference_component(
+        InferenceComponentName=f"{name}-ic", EndpointName=name, VariantName="AllTraffic",
+        Specification={"ModelName": name, "ComputeResourceRequirements": RESOURCES},
+        RuntimeConfig={"CopyCount": copies})
+    wait_until(lambda: _copies(sm, f"{name}-ic") == (copies, copies), 60,
+               f"{name}-ic InService with {copies} copies")
+
+
+def _copies(sm: Any, component: str) -> tuple[int, int] | None:
+    described = sm.describe_inference_component(InferenceComponentName=component)
+    if described["InferenceComponentStatus"] != "InService":
+        return None
+    runtime = described["RuntimeConfig"]
+    return runtime["DesiredCopyCount"], runtime["CurrentCopyCount"]
+
+
+def _instances(sm: Any, endpoint: str) -> int:
+    count: int = sm.describe_endpoint(EndpointName=endpoint)["ProductionVariants"][0][
+        "CurrentInstanceCount"]
+    return count
+
+
+def _error(call: Any, **params: Any) -> str:
+    with pytest.raises(ClientError) as raised:
+        call(**params)
+    assert raised.value.response["Error"]["Code"] == "ValidationException", raised.value.response
+    message: str = raised.value.response["Error"]["Message"]
+    return message
+
+
+def test_register_a_component_and_the_refusals(module: Module) -> None:
+    _deploy(module, "reg", 1)
+    asg = module.client("application-autoscaling")
+    asg.register_scalable_target(**_key("reg-ic"), MinCapacity=0, MaxCapacity=3)
+    (target,) = asg.describe_scalable_targets(
+        ServiceNamespace="sagemaker", ResourceIds=["inference-component/reg-ic"],
+        ScalableDimension=DIMENSION)["ScalableTargets"]
+    assert (target["ScalableDimension"], target["MinCapacity"], target["MaxCapacity"]) == (
+        DIMENSION, 0, 3)
+    assert _error(asg.register_scalable_target, **_key("missing"), MinCapacity=0,
+                  MaxCapacity=1) == (
+        "The inference component missing does not exist. Create it (CreateInferenceComponent) "
+        "before registering it as a scalable target.")
+    assert "MinCapacity must be at least 1" in _error(
+        asg.register_scalable_target, ServiceNamespace="sagemaker",
+        ResourceId="endpoint/reg/variant/AllTraffic",
+        ScalableDimension="sagemaker:variant:DesiredInstanceCount", MinCapacity=0,
+        MaxCapacity=1)
+    assert "Unsupported service namespace, resource type or scalable dimension" in _error(
+        asg.register_scalable_target, **{**_key("reg-ic"), "ScalableDimension":
+                                          "sagemaker:variant:DesiredInstanceCount"},
+        MinCapacity=1, MaxCapacity=2)
+    assert "Unsupported metric type SageMakerVariantInvocationsPerInstance" in _error(
+        asg.put_scaling_policy, **_key("reg-ic"), PolicyName="wrong",
+        PolicyType="TargetTrackingScaling", TargetTrackingScalingPolicyConfiguration={
+            "TargetValue": 5.0, "PredefinedMetricSpecification": {
+                "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}})
+
+
+def test_scale_to_zero_and_back_through_the_no_capacity_alarm(module: Module) -> None:
+    """SageMaker's "Scale an endpoint to zero instances", its commands as boto3 calls."""
+    _deploy(module, "zero", 1, ManagedInstanceScaling={
+        "Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 2})
+    sm, cw = module.client("sagemaker"), module.client("cloudwatch")
+    asg = module.client("application-autoscaling")
+    key = _key("zero-ic")
+    asg.register_scalable_target(**key, MinCapacity=0, MaxCapacity=2)
+    asg.put_scaling_policy(
+        **key, PolicyName="per-copy", PolicyType="TargetTrackingScaling",
+        TargetTrackingScalingPolicyConfiguration={
+            "TargetValue": 5.0, "ScaleInCooldown": 60, "CustomizedMetricSpecification": {
+                "Namespace": "CI/Components", "MetricName": "CallsPerCopy",
+                "Statistic": "Sum", "Dimensions": [{"Name": "InferenceComponentName",
+                                                    "Value": "zero-ic"}]}})
+    step_arn = asg.put_scaling_policy(
+        **key, PolicyName="from-zero", PolicyType="StepScaling",
+        StepScalingPolicyConfiguration={
+            "AdjustmentType": "ChangeInCapacity", "MetricAggregationType": "Maximum",
+            "Cooldown": 60,
+            "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]},
+    )["PolicyARN"]
+    cw.put_metric_alarm(
+        AlarmName="zero-ic-no-capacity", Namespace="AWS/SageMaker",
+        MetricName="NoCapacityInvocationFailures",
+        Dimensions=[{"Name": "InferenceComponentName", "Value": "zero-ic"}],
+        Statistic="Maximum", Period=30, EvaluationPeriods=1, DatapointsToAlarm=1,
+        Threshold=1, ComparisonOperator="GreaterThanOrEqualToThreshold",
+        TreatMissingData="missing", AlarmActions=[step_arn])
+
+    stop = threading.Event()
+
+    def publish() -> None:  # idle: no call per copy
+        client = module.client("cloudwatch")
+        while not stop.wait(0.05):
+            client.put_metric_data(Namespace="CI/Components", MetricData=[{
+                "MetricName": "CallsPerCopy", "Value": 0.0,
+                "Dimensions": [{"Name": "InferenceComponentName", "Value": "zero-ic"}]}])
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    try:
+        # 15 emulated minutes under the target: the copy goes, then the instance
+        wait_until(lambda: _copies(sm, "zero-ic") == (0, 0), 30, "zero-ic scaled to 0 copies")
+        wait_until(lambda: _instances(sm, "zero") == 0, 10, "the endpoint at 0 instances")
+        stop.set()
+        # a call finds no copy: it fails, and counts in NoCapacityInvocationFailures
+        rt = module.client("sagemaker-runtime")
+        with pytest.raises(ClientError) as raised:
+            rt.invoke_endpoint(EndpointName="zero", InferenceComponentName="zero-ic",
+                               ContentType="application/json", Body=b"{}")
+        assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        wait_until(lambda: _copies(sm, "zero-ic") == (1, 1), 30, "zero-ic back to 1 copy")
+        assert _instances(sm, "zero") == 1
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+    def activities() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = asg.describe_scaling_activities(
+            ServiceNamespace="sagemaker", ResourceId="inference-component/zero-ic",
+            ScalableDimension=DIMENSION)["ScalingActivities"]
+        return found
+
+    # the engine's next visit finds the component InService: the activity is done
+    wait_until(lambda: {a["StatusCode"] for a in activities()} == {"Successful"}, 10,
+               "both activities Successful")
+    newest, scale_in = activities()[0], activities()[-1]
+    assert newest["Cause"] == ("monitor alarm zero-ic-no-capacity in state ALARM triggered "
+                               "policy from-zero")
+    assert newest["Description"] == "Setting desired copy count to 1."
+    assert scale_in["Description"] == "Setting desired copy count to 0."
+    assert "-AlarmLow-" in scale_in["Cause"]
+    assert newest["StatusMessage"] == ("Successfully set desired copy count to 1. Change "
+                                       "successfully fulfilled by sagemaker.")
