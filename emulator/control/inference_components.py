@@ -191,7 +191,8 @@ class InferenceComponents:
         record = self._get(component_name)
         if record is None or record.endpoint_name.lower() != endpoint_name.lower():
             return None
-        return ComponentState(record.status, record.current_copies, record.variant_name)
+        return ComponentState(record.status, record.current_copies, record.variant_name,
+                              record.name)
 
     def on_endpoint(self, endpoint_name: str) -> list[str]:
         """Names of the components on an endpoint, in creation order."""

@@ -102,6 +102,7 @@ class ComponentCopies:
         self.ready: list[Copy] = []  # in routing, oldest first
         self.failure: str | None = None  # why the last start failed (None: it did not)
         self.in_flight = 0
+        self.stopped = False
         # Instance metrics (model loading and the like) of the copies: kept, not published.
         self._instance_metrics: dict[str, EndpointMetrics] = {}
 
@@ -131,6 +132,8 @@ class ComponentCopies:
     async def stop(self) -> None:
         """Every copy out of routing, drained, stopped (DeleteInferenceComponent, DeleteEndpoint,
         shutdown)."""
+        self.stopped = True
+        await self._notify()  # calls waiting for a copy are answered now
         async with self._lock:
             self.target = None
             await self._remove(list(self.ready))
@@ -191,11 +194,11 @@ class ComponentCopies:
 
     async def wait_for_copy(self, timeout_s: float) -> bool:
         """Wait (at most ``timeout_s``) for a ready copy while copies are starting; False if
-        none is ready by then or a start failed."""
+        none is ready by then, a start failed, or the copies were stopped."""
         async def ready() -> None:
             async with self._changed:
                 await self._changed.wait_for(lambda: bool(self.ready) or self.failure is not None
-                                             or self.target is None)
+                                             or self.stopped)
         try:
             await asyncio.wait_for(ready(), timeout_s)
         except asyncio.TimeoutError:

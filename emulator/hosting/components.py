@@ -34,11 +34,12 @@ from emulator.metrics import EndpointMetrics, MetricSink
 @dataclass(frozen=True)
 class ComponentState:
     """What a call needs to know of a component: its status, how many copies it has placed,
-    and the variant it is on (its answers name it)."""
+    the variant it is on (its answers name it) and its name as created (metrics carry it)."""
 
     status: str
     copies: int
     variant: str = "AllTraffic"
+    name: str = ""
 
 
 # (endpoint name, component name) -> the component's state, or None if the endpoint has none
@@ -104,7 +105,7 @@ class ComponentEndpoint(SplitEndpoint):
         await asyncio.gather(*(c.stop() for c in components), return_exceptions=True)
 
     def describe(self) -> dict[str, object]:
-        return {"InferenceComponents": {c.name: dict(c.describe())
+        return {"Variants": {}, "InferenceComponents": {c.name: dict(c.describe())
                                         for c in self._components.values()}}
 
     # --- the request path -------------------------------------------------------------------
@@ -117,10 +118,13 @@ class ComponentEndpoint(SplitEndpoint):
         state = self._lookup(self.name, component)
         if state is None:
             raise runtime_errors.inference_component_not_found(component, self.name)
+        component = state.name or component
         copies = self._components.get(component.lower())
-        if copies is not None and not copies.ready and state.copies > 0:
+        if (copies is None or not copies.ready) and state.copies > 0 \
+                and self._build_copy is not None:
             # Placed copies still starting (a scale-out from zero, a restart): the call waits
             # for the first, within its own timeout, as it would for a cold model [U].
+            copies = self._copies(component)
             await copies.wait_for_copy(self._timeout_s)
         if copies is None or not copies.ready:  # Creating, Failed, scaled to zero, not started
             self._count_no_capacity(component)

@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
-from tests.multi_container_support import triton_tarball
+from tests.multi_container_support import TRITON_IMAGE, triton_tarball
 from tests.support import output_of, scale_request, wait_until
 
 ROLE = "arn:aws:iam::123456789012:role/sagemaker"
@@ -37,19 +37,27 @@ class Module:
         self.models = {name: triton_tarball(root, store, name, scale).as_uri()
                        for name, scale in (("double", 2.0), ("triple", 3.0))}
         self.cache = root / "cache"
-        self.server = EmulatorServer(Settings.from_env(env={}, cache_dir=self.cache,
-                                                       port=0)).start()
+        self.server = self._start()
+
+    def _start(self) -> EmulatorServer:
+        return EmulatorServer(Settings.from_env(env={}, cache_dir=self.cache, port=0)).start()
+
+    def restart(self) -> None:
+        self.server.stop()
+        self.server = self._start()
 
     def client(self, service: str) -> Any:
         return boto3.client(service, endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
                             config=Config(retries={"max_attempts": 1}))
 
-    def tritons(self) -> list[psutil.Process]:
-        """Triton processes serving from this module's cache (this server's copies)."""
+    def tritons(self, endpoint: str = "") -> list[psutil.Process]:
+        """Triton processes serving from this module's cache (this server's copies), or from
+        one endpoint's part of it."""
+        where = str(self.cache / "endpoints" / endpoint) if endpoint else str(self.cache)
         found = []
-        for process in psutil.process_iter(["name", "cmdline"]):
+        for process in psutil.process_iter(["cmdline"]):
             cmdline = " ".join(process.info["cmdline"] or ())
-            if "tritonserver" in cmdline and str(self.cache) in cmdline:
+            if "tritonserver" in cmdline and f"{where}/" in cmdline:
                 found.append(process)
         return found
 
@@ -76,11 +84,17 @@ def _endpoint(module: Module, name: str, **variant: Any) -> None:
                30, f"endpoint {name} InService")
 
 
-def _component(module: Module, name: str, endpoint: str, model: str, copies: int) -> None:
+def _component(module: Module, name: str, endpoint: str, model: str, copies: int,
+               container: bool = False) -> None:
+    """A component of a Model (or of its own Container), InService (its copies may still be
+    starting: calls wait for the first)."""
     sm = module.client("sagemaker")
+    spec: dict[str, Any] = {"ModelName": model}
+    if container:
+        spec = {"Container": {"Image": TRITON_IMAGE, "ArtifactUrl": module.models[model]}}
     sm.create_inference_component(
         InferenceComponentName=name, EndpointName=endpoint, VariantName="AllTraffic",
-        Specification={"ModelName": model, "ComputeResourceRequirements": RESOURCES},
+        Specification={**spec, "ComputeResourceRequirements": RESOURCES},
         RuntimeConfig={"CopyCount": copies})
     wait_until(lambda: sm.describe_inference_component(InferenceComponentName=name)[
         "InferenceComponentStatus"] == "InService", 30, f"component {name} InService")
@@ -95,9 +109,10 @@ def _invoke(module: Module, endpoint: str, component: str) -> tuple[list[float],
 
 
 def test_two_components_on_one_endpoint_each_answer_with_their_model(module: Module) -> None:
+    """One names a Model, the other brings its own Container (Image and ArtifactUrl)."""
     _endpoint(module, "two")
     _component(module, "two-double", "two", "double", copies=1)
-    _component(module, "two-triple", "two", "triple", copies=1)
+    _component(module, "two-triple", "two", "triple", copies=1, container=True)
     values, headers = _invoke(module, "two", "two-double")
     assert values == [2, 4, 6, 8]
     assert headers["x-amzn-invoked-production-variant"] == "AllTraffic"
@@ -133,8 +148,9 @@ def test_a_copy_count_change_under_steady_calls_fails_none(module: Module) -> No
         wait_until(lambda: len(set(answered[-20:])) == 2, 60, "both copies answering")
         sm.update_inference_component_runtime_config(InferenceComponentName="steady-ic",
                                                      DesiredRuntimeConfig={"CopyCount": 1})
-        wait_until(lambda: len(module.tritons()) >= 1 and len(set(answered[-20:])) == 1
-                   and len(answered) > 40, 60, "one copy again")
+        wait_until(lambda: len(module.tritons("steady")) == 1, 60, "the removed copy stopped")
+        calls = len(answered)
+        wait_until(lambda: len(answered) > calls + 10, 30, "calls after the scale-in")
     finally:
         stop.set()
         caller.join()
@@ -192,11 +208,8 @@ def test_deletes_leave_no_triton(module: Module) -> None:
     _component(module, "gone-b", "gone", "triple", copies=1)
     assert _invoke(module, "gone", "gone-a")[0] == [2, 4, 6, 8]
     assert _invoke(module, "gone", "gone-b")[0] == [3, 6, 9, 12]
-    gone_dir = str(module.cache / "endpoints" / "gone")
-
     def tritons() -> list[psutil.Process]:
-        return [p for p in module.tritons()
-                if gone_dir in " ".join(p.info["cmdline"] or ())]
+        return module.tritons("gone")
 
     assert len(tritons()) == 3
     sm = module.client("sagemaker")
@@ -207,3 +220,20 @@ def test_deletes_leave_no_triton(module: Module) -> None:
         EndpointNameEquals="gone")["InferenceComponents"], 30, "the components deleted")
     sm.delete_endpoint(EndpointName="gone")
     wait_until(lambda: not tritons(), 30, "no Triton of the endpoint left")
+
+
+def test_copies_serve_again_after_a_restart_and_random_routing_spreads(module: Module) -> None:
+    """A restart brings the copies back (a call waits for the first to start); RANDOM routing
+    (the variant's RoutingConfig) reaches both copies."""
+    _endpoint(module, "again", RoutingConfig={"RoutingStrategy": "RANDOM"})
+    _component(module, "again-ic", "again", "triple", copies=2)
+    module.restart()
+    seen = set()
+    for _ in range(40):
+        # Any case of the name, as the control plane takes it.
+        values, headers = _invoke(module, "again", "AGAIN-ic")
+        assert values == [3, 6, 9, 12]
+        seen.add(headers["x-mme-instance"])
+        if len(seen) == 2:
+            break
+    assert len(seen) == 2, seen
