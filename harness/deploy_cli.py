@@ -7,9 +7,13 @@
     mme teardown --target aws --endpoint-name demo [--bucket <b> --prefix demo/]
     mme deploy --target local --endpoint-name demo --traffic canary --canary-size 10% \
         --bake 300 --rollback-alarm demo-errors ./repos/resnet       # a guarded update
+    mme deploy --target local --endpoint-name shared --inference-component resnet \
+        --copies 2 --cpus 1 --memory-mb 2048 ./repos/resnet          # an inference component
+    mme teardown --target local --endpoint-name shared [--inference-component resnet]
 
 A guarded update reports each step and exits with 3 when it was rolled back (1 for any other
-failure), on the emulator and on SageMaker alike.
+failure), on the emulator and on SageMaker alike. Flags that cannot go together or are out of
+SageMaker's ranges exit with 2 before any call, as argparse does for a malformed flag.
 
 Wire-in: ``add_subcommands(subparsers)`` adds both commands; each sets ``func`` (a function of the
 parsed arguments returning the exit code), as ``mme.cli`` expects.
@@ -25,11 +29,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from emulator.settings import DeprecatedVariable
+from harness.component_deployer import ROUTING_STRATEGIES, ComponentSpec, check_component
 from harness.deployer import (
     DEFAULT_EMULATOR_URL,
     DEFAULT_STORE_DIR,
     DEFAULT_TRITON_VERSION,
     TRITON_VERSIONS,
+    BadInput,
     DeployConfig,
     Deployer,
     DeployError,
@@ -39,6 +45,7 @@ from harness.deployer import (
 )
 
 EXIT_ROLLED_BACK = 3
+EXIT_BAD_INPUT = 2  # argparse's own code for a bad flag
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -170,6 +177,28 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
                          help="MaximumExecutionTimeoutInSeconds (600-28800)")
     guarded.add_argument("--rollback-alarm", action="append", default=[], metavar="ALARM",
                          help="CloudWatch alarm that rolls the update back (repeatable, 1-10)")
+    component = deploy.add_argument_group(
+        "inference component (one repository deployed as a component of an endpoint for "
+        "components, created or reused; docs/deploy.md)")
+    component.add_argument("--inference-component", metavar="NAME",
+                           help="deploy the one artifact as this inference component")
+    component.add_argument("--copies", type=int, default=None,
+                           help="RuntimeConfig.CopyCount (default 1)")
+    component.add_argument("--cpus", type=float, default=None,
+                           help="NumberOfCpuCoresRequired per copy (default 1, at least 0.25)")
+    component.add_argument("--memory-mb", type=int, default=None,
+                           help="MinMemoryRequiredInMb per copy (default 1024, at least 128)")
+    component.add_argument("--max-memory-mb", type=int, default=None,
+                           help="MaxMemoryRequiredInMb per copy")
+    component.add_argument("--accelerators", type=int, default=None,
+                           help="NumberOfAcceleratorDevicesRequired per copy")
+    component.add_argument("--min-instances", type=int, default=None,
+                           help="a new endpoint's ManagedInstanceScaling MinInstanceCount")
+    component.add_argument("--max-instances", type=int, default=None,
+                           help="a new endpoint's ManagedInstanceScaling MaxInstanceCount")
+    component.add_argument("--routing", type=str.upper, default=None,
+                           choices=ROUTING_STRATEGIES,
+                           help="a new endpoint's RoutingConfig.RoutingStrategy")
     deploy.set_defaults(func=run_deploy)
 
     teardown = subparsers.add_parser(
@@ -193,6 +222,12 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         default=[],
         metavar="TARGET_MODEL",
         help="delete only these objects (default: everything under --prefix)",
+    )
+    teardown.add_argument(
+        "--inference-component",
+        metavar="NAME",
+        help="delete only this inference component (and its model); the endpoint goes too "
+        "when no other component is left on it (default: every component, then the endpoint)",
     )
     teardown.set_defaults(func=run_teardown)
 
@@ -269,33 +304,58 @@ def _deployment_config(args: argparse.Namespace) -> dict[str, object] | None:
         args.termination_wait, args.max_execution_timeout, args.rollback_alarm)
 
 
+_COMPONENT_FLAGS = ("copies", "cpus", "memory_mb", "max_memory_mb", "accelerators",
+                    "min_instances", "max_instances", "routing")
+
+
+def _component_spec(args: argparse.Namespace) -> ComponentSpec | None:
+    """The inference component the flags describe, or None for a multi-model endpoint."""
+    if args.inference_component is None:
+        given = [f"--{flag.replace('_', '-')}" for flag in _COMPONENT_FLAGS
+                 if getattr(args, flag) is not None]
+        if given:
+            raise BadInput(f"{', '.join(given)} describe an inference component: add "
+                           "--inference-component NAME (or leave them out)")
+        return None
+    chosen = {flag: getattr(args, flag) for flag in _COMPONENT_FLAGS
+              if getattr(args, flag) is not None}
+    return ComponentSpec(name=args.inference_component, **chosen)
+
+
 def run_deploy(args: argparse.Namespace) -> int:
     def work() -> None:
+        component = _component_spec(args)
         store_dir, prefix = _store(args)
         guarded = _deployment_config(args)
-        deployer = _deployer(args)
-        result = deployer.deploy(
-            DeployConfig(
-                endpoint_name=args.endpoint_name,
-                artifacts=args.artifacts,
-                bucket=args.bucket,
-                prefix=prefix,
-                store_dir=store_dir,
-                instance_type=args.instance_type,
-                instance_count=args.instance_count,
-                image_uri=args.image_uri,
-                triton_version=args.triton_version,
-                role_arn=args.role_arn,
-                environment=dict(args.env),
-                model_cache=args.model_cache == "enabled",
-                smoke=not args.no_smoke,
-                payloads={k: Path(v) for k, v in args.payload},
-                wait_delay_s=_delay(args),
-                create_bucket=args.create_bucket or args.target == "local",
-                dry_run=args.dry_run,
-                deployment_config=guarded,
-            )
+        config = DeployConfig(
+            endpoint_name=args.endpoint_name,
+            artifacts=args.artifacts,
+            bucket=args.bucket,
+            prefix=prefix,
+            store_dir=store_dir,
+            instance_type=args.instance_type,
+            instance_count=args.instance_count,
+            image_uri=args.image_uri,
+            triton_version=args.triton_version,
+            role_arn=args.role_arn,
+            environment=dict(args.env),
+            model_cache=args.model_cache == "enabled",
+            smoke=not args.no_smoke,
+            payloads={k: Path(v) for k, v in args.payload},
+            wait_delay_s=_delay(args),
+            create_bucket=args.create_bucket or args.target == "local",
+            dry_run=args.dry_run,
+            deployment_config=guarded,
+            component=component,
         )
+        if component is not None:  # its flags are checked before the emulator is asked
+            check_component(component, config)
+        result = _deployer(args).deploy(config)
+        if component is not None:
+            print(f"inference component {component.name} on endpoint {result.endpoint_name}: "
+                  f"{result.action}; model {result.model_name}; ModelDataUrl "
+                  f"{result.model_data_url}")
+            return
         targets = ", ".join(a.target_model for a in result.artifacts)
         print(
             f"endpoint {result.endpoint_name}: {result.action}; ModelDataUrl "
@@ -316,6 +376,7 @@ def run_teardown(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             wait_delay_s=_delay(args),
             store_dir=store_dir,
+            inference_component=args.inference_component,
         )
 
     return _run(work)
@@ -329,6 +390,9 @@ def _run(work: Callable[[], None]) -> int:
     except RolledBack as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ROLLED_BACK
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except DeployError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from botocore import xform_name  # boto3's own operation -> method name
 
@@ -48,6 +48,9 @@ from harness.model_store import (
     is_tarball,
     tarball_name,
 )
+
+if TYPE_CHECKING:
+    from harness.component_deployer import ComponentSpec
 
 DEFAULT_TRITON_VERSION = "24.09"
 # Account of the SageMaker Triton image per region (sagemaker-python-sdk,
@@ -90,6 +93,11 @@ _NAME_OK = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 
 class DeployError(RuntimeError):
     """A deployment that cannot go on; the message says what failed and what to do."""
+
+
+class BadInput(DeployError):
+    """What was asked cannot be deployed as given (a flag out of range, flags that do not go
+    together); found before any call. ``mme deploy`` exits with 2 for it, as for a bad flag."""
 
 
 class RolledBack(DeployError):
@@ -234,6 +242,9 @@ class DeployConfig:
     dry_run: bool = False
     # SageMaker's DeploymentConfig for an update (``deployment_config``); None: a plain update.
     deployment_config: Mapping[str, Any] | None = None
+    # Deploy the one artifact as this inference component (harness/component_deployer.py)
+    # instead of to a multi-model endpoint.
+    component: ComponentSpec | None = None
 
     def normalized_prefix(self) -> str:
         prefix = self.prefix.strip("/")
@@ -420,13 +431,11 @@ class Deployer:
     def deploy(self, config: DeployConfig) -> DeployResult:
         self._dry_run = config.dry_run
         _check_name(config.endpoint_name)
-        region = self.clients.region
-        image = config.image_uri or triton_image_uri(region, config.triton_version)
-        role = config.role_arn
-        if role is None:
-            if self.clients.target == "aws":
-                raise DeployError("--role-arn is required for --target aws (SageMaker's role)")
-            role = LOCAL_ROLE_ARN
+        if config.component is not None:
+            from harness.component_deployer import deploy_component
+
+            return deploy_component(self, config, config.component)
+        image, role = self.image_and_role(config)
         prefix = config.normalized_prefix()
         folder = self._store_folder(config)
         if folder is not None:
@@ -488,6 +497,16 @@ class Deployer:
                         f"smoke invocation failed for {len(failed)} model(s): {details}"
                     )
         return result
+
+    def image_and_role(self, config: DeployConfig) -> tuple[str, str]:
+        """The container image and the execution role of a deployment (a made-up role locally)."""
+        image = config.image_uri or triton_image_uri(self.clients.region, config.triton_version)
+        role = config.role_arn
+        if role is None:
+            if self.clients.target == "aws":
+                raise DeployError("--role-arn is required for --target aws (SageMaker's role)")
+            role = LOCAL_ROLE_ARN
+        return image, role
 
     def _exists(self, operation: str, **params: Any) -> dict[str, Any] | None:
         from botocore.exceptions import ClientError
@@ -694,14 +713,27 @@ class Deployer:
         dry_run: bool = False,
         wait_delay_s: float = 30.0,
         store_dir: Path | None = None,
+        inference_component: str | None = None,
     ) -> None:
         """Delete the endpoint, then the models and configs this deployer made for it.
+
+        An endpoint for inference components loses its components first (and their models),
+        as SageMaker's console does; with ``inference_component`` only that one goes, and the
+        endpoint only if no other component is left on it.
 
         With ``bucket``, also deletes the named TargetModel objects (``artifacts``), or every
         object under ``prefix`` when none are named; with ``store_dir``, the same of the
         tarballs copied under ``store_dir/prefix``.
         """
+        from harness.component_deployer import teardown_components
+
         self._dry_run = dry_run
+        component_models, components_left = teardown_components(
+            self, endpoint_name, inference_component, wait_delay_s)
+        if components_left:
+            self._say(f"endpoint {endpoint_name} kept: inference components "
+                      f"{', '.join(components_left)} are still on it")
+            return
         described = self._exists("DescribeEndpoint", EndpointName=endpoint_name)
         config_names = set(self._owned(endpoint_name, "ListEndpointConfigs", "EndpointConfigs"))
         if described is not None:
@@ -715,12 +747,14 @@ class Deployer:
                 )
         else:
             self._say(f"endpoint {endpoint_name} does not exist")
-        model_names = set(self._owned(endpoint_name, "ListModels", "Models"))
+        model_names = set(self._owned(endpoint_name, "ListModels", "Models")) | component_models
         for name in sorted(config_names):
             config = self._exists("DescribeEndpointConfig", EndpointConfigName=name)
             if config is None:
                 continue
-            model_names.update(v["ModelName"] for v in config.get("ProductionVariants", []))
+            # A variant for inference components names no model.
+            model_names.update(v["ModelName"] for v in config.get("ProductionVariants", [])
+                               if v.get("ModelName"))
             self._mutate(self.clients.sagemaker, "DeleteEndpointConfig", EndpointConfigName=name)
         for name in sorted(model_names):
             if self._exists("DescribeModel", ModelName=name) is not None:
@@ -840,10 +874,28 @@ def _resource_name(endpoint_name: str, digest: str) -> str:
 def auto_payload(tarball: Path) -> tuple[bytes, str]:
     """A KServe JSON request for the tarball's entry model (the ensemble, else the only model),
     with random inputs of the declared types and shapes (-1 dimensions become 1)."""
-    from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
     from harness.payloads import build_request, random_inputs
+
+    entry, _ = entry_model(tarball)
+    specs = []
+    for tensor in entry.input:
+        datatype = model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_")
+        datatype = "BYTES" if datatype == "STRING" else datatype
+        dims = list(tensor.dims)
+        if entry.max_batch_size > 0:
+            dims = [1, *dims]
+        specs.append((tensor.name, datatype, dims))
+    request = build_request(random_inputs(specs), binary=False)
+    return request.body, request.content_type
+
+
+def entry_model(tarball: Path) -> tuple[Any, int]:
+    """The config (a ``ModelConfig``) of the tarball's entry model (the ensemble no other
+    ensemble uses, else the only model) and how many models the tarball holds."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
 
     configs = []
     with tarfile.open(tarball, "r:gz") as tar:
@@ -866,14 +918,4 @@ def auto_payload(tarball: Path) -> tuple[bytes, str]:
             f"cannot tell the entry model of {tarball.name} ({len(entries)} candidates); "
             "give a payload with --payload TARGET=FILE"
         )
-    entry = entries[0]
-    specs = []
-    for tensor in entry.input:
-        datatype = model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_")
-        datatype = "BYTES" if datatype == "STRING" else datatype
-        dims = list(tensor.dims)
-        if entry.max_batch_size > 0:
-            dims = [1, *dims]
-        specs.append((tensor.name, datatype, dims))
-    request = build_request(random_inputs(specs), binary=False)
-    return request.body, request.content_type
+    return entries[0], len(configs)

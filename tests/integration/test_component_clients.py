@@ -1,0 +1,240 @@
+"""Clients of inference components (issue #30 item 8) against a real `mme serve`: the shared
+deployer (`mme deploy --inference-component`) and the SageMaker Python SDK v2, unmodified.
+
+One emulator for the module (real Tritons: each copy is one). Each test uses names of its own;
+the tests run in any order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import numpy as np
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from emulator.server import EmulatorServer
+from emulator.settings import Settings
+from ensembles.packaging import package
+from harness.deploy_cli import main as cli_main
+from harness.deployer import triton_image_uri
+from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.support import output_of, scale_request, write_scale_ensemble, write_scale_model
+
+ROLE = "arn:aws:iam::123456789012:role/sagemaker"
+
+
+class Module:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.repos = root / "repos"
+        write_scale_model(self.repos / "double", "double", scale=2.0)
+        write_scale_ensemble(self.repos / "chain", scale_a=2.0, scale_b=5.0)
+        self.server = EmulatorServer(Settings.from_env(env={}, cache_dir=root / "cache",
+                                                       port=0)).start()
+
+    def sm(self) -> Any:
+        return boto3.client("sagemaker", endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
+                            config=Config(retries={"max_attempts": 1}))
+
+    def mme(self, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+        """`mme deploy|teardown --target local ...` in this process, on this emulator."""
+        command, *rest = args
+        code = cli_main([command, "--target", "local", "--emulator-url", self.server.url,
+                         "--store-dir", str(self.root / "store"), "--wait-delay", "0.1",
+                         *rest])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
+    module = Module(tmp_path_factory.mktemp("component-clients"))
+    yield module
+    module.server.stop()
+
+
+def _invoke(module: Module, endpoint: str, component: str, input_name: str = "X",
+            output_name: str = "Y") -> np.ndarray:
+    response = runtime_client(module.server.url).invoke_endpoint(
+        EndpointName=endpoint, InferenceComponentName=component, ContentType="application/json",
+        Body=scale_request([1.0, 2.0, 3.0, 4.0], input_name=input_name))
+    return output_of(response["Body"].read(), output_name)
+
+
+def _names(module: Module, endpoint: str) -> dict[str, list[str]]:
+    """What exists of an endpoint's deployment: its components, endpoint, configs, models."""
+    sm = module.sm()
+    return {
+        "components": [c["InferenceComponentName"] for c in sm.list_inference_components(
+            EndpointNameEquals=endpoint)["InferenceComponents"]],
+        "endpoints": [e["EndpointName"] for e in sm.list_endpoints(
+            NameContains=endpoint)["Endpoints"]],
+        "configs": [c["EndpointConfigName"] for c in sm.list_endpoint_configs(
+            NameContains=endpoint)["EndpointConfigs"]],
+        "models": [m["ModelName"] for m in sm.list_models()["Models"]],
+    }
+
+
+def test_mme_deploy_puts_repositories_on_one_endpoint_as_components_then_tears_down(
+        module: Module, capsys: pytest.CaptureFixture[str]) -> None:
+    sm = module.sm()
+    code, out, err = module.mme(
+        capsys, "deploy", "--endpoint-name", "cli-shared", "--inference-component", "cli-double",
+        "--copies", "2", "--cpus", "1", "--memory-mb", "512", "--routing", "random",
+        "--instance-type", "ml.g5.12xlarge", str(module.repos / "double"))
+    assert code == 0, err + out
+    assert "inference component cli-double: InService, copies 2/2" in out  # the progress
+    assert "smoke inference component cli-double: ok" in out
+
+    # AWS's shape: a config whose variant names no model, the model in the component.
+    endpoint = sm.describe_endpoint(EndpointName="cli-shared")
+    config = sm.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])
+    [variant] = config["ProductionVariants"]
+    assert "ModelName" not in variant and config["ExecutionRoleArn"]
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "RANDOM"}
+    described = sm.describe_inference_component(InferenceComponentName="cli-double")
+    assert described["RuntimeConfig"]["DesiredCopyCount"] == 2
+    assert described["RuntimeConfig"]["CurrentCopyCount"] == 2
+    assert described["Specification"]["ComputeResourceRequirements"] == {
+        "NumberOfCpuCoresRequired": 1.0, "MinMemoryRequiredInMb": 512}
+    model = sm.describe_model(ModelName=described["Specification"]["ModelName"])
+    assert model["PrimaryContainer"]["ModelDataUrl"].endswith("/cli-shared/double.tar.gz")
+    np.testing.assert_allclose(_invoke(module, "cli-shared", "cli-double"), [2, 4, 6, 8])
+
+    # The same deployment again changes nothing.
+    code, out, err = module.mme(
+        capsys, "deploy", "--endpoint-name", "cli-shared", "--inference-component", "cli-double",
+        "--copies", "2", "--cpus", "1", "--memory-mb", "512", str(module.repos / "double"))
+    assert code == 0 and "call " not in out, err + out
+    assert "unchanged inference component cli-double" in out
+
+    # A second component on the same endpoint: the endpoint is reused; an ensemble's tarball
+    # gets SAGEMAKER_TRITON_DEFAULT_MODEL_NAME (SageMaker's Triton needs it for several models).
+    code, out, err = module.mme(
+        capsys, "deploy", "--endpoint-name", "cli-shared", "--inference-component", "cli-chain",
+        str(module.repos / "chain"))
+    assert code == 0, err + out
+    assert "reusing endpoint cli-shared" in out and "CreateEndpoint " not in out
+    np.testing.assert_allclose(_invoke(module, "cli-shared", "cli-chain", "INPUT", "OUTPUT"),
+                               [10, 20, 30, 40])
+
+    # One component goes; the endpoint stays for the other.
+    code, out, err = module.mme(capsys, "teardown", "--endpoint-name", "cli-shared",
+                                "--inference-component", "cli-chain")
+    assert code == 0, err + out
+    assert _names(module, "cli-shared")["components"] == ["cli-double"]
+    np.testing.assert_allclose(_invoke(module, "cli-shared", "cli-double"), [2, 4, 6, 8])
+
+    # The rest: component, endpoint, config, model, in that order, and the copied tarballs.
+    code, out, err = module.mme(capsys, "teardown", "--endpoint-name", "cli-shared")
+    assert code == 0, err + out
+    order = [out.index(f"call sagemaker.{operation} ") for operation in (
+        "DeleteInferenceComponent", "DeleteEndpoint", "DeleteEndpointConfig", "DeleteModel")]
+    assert order == sorted(order), out
+    left = _names(module, "cli-shared")
+    assert left["components"] == left["endpoints"] == left["configs"] == []
+    assert not [m for m in left["models"] if m.startswith("cli-")]
+    assert not (module.root / "store" / "cli-shared").exists()
+
+
+def test_a_refused_component_leaves_nothing_of_the_run_behind(
+        module: Module, capsys: pytest.CaptureFixture[str]) -> None:
+    # 64 cores cannot fit one ml.g5.xlarge (4 vCPUs): CreateInferenceComponent is refused
+    # after the model, the config and the endpoint were made.
+    code, out, err = module.mme(
+        capsys, "deploy", "--endpoint-name", "cli-refused", "--inference-component",
+        "cli-too-big", "--cpus", "64", "--instance-type", "ml.g5.xlarge",
+        str(module.repos / "double"))
+    assert code == 1
+    assert "CreateInferenceComponent failed" in err and "Traceback" not in err
+    assert "rolling back: delete endpoint cli-refused" in out
+    left = _names(module, "cli-refused")
+    assert left["components"] == left["endpoints"] == left["configs"] == []
+    assert not [m for m in left["models"] if m.startswith("cli-too-big")]
+    assert not (module.root / "store" / "cli-refused").exists()
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--inference-component", "ic", "--copies", "-1"], "--copies is 0 or more"),
+    (["--inference-component", "ic", "--cpus", "0.1"], "--cpus is at least 0.25"),
+    (["--inference-component", "ic", "--memory-mb", "64"], "--memory-mb is at least 128"),
+    (["--inference-component", "bad_name"], "invalid inference component name"),
+    (["--inference-component", "ic", "--min-instances", "0"], "both --min-instances and"),
+    (["--inference-component", "ic", "--traffic", "canary", "--canary-size", "1"],
+     "leave those flags out with --inference-component"),
+    (["--copies", "2"], "add --inference-component NAME"),
+    (["--inference-component", "ic", "EXTRA"], "2 were given"),
+])
+def test_bad_component_flags_exit_2_before_any_call(
+        flags: list[str], message: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "double"
+    write_scale_model(repo, "double", scale=2.0)
+    flags = [str(repo) if f == "EXTRA" else f for f in flags]
+    # Nothing listens on port 9: the flags are refused before the emulator is even asked.
+    code = cli_main(["deploy", "--target", "local", "--emulator-url", "http://127.0.0.1:9",
+                     "--endpoint-name", "ep", *flags, str(repo)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err and "Traceback" not in err and "no emulator answers" not in err
+
+
+def test_sdk_v2_deploys_a_component_and_predicts_unmodified(
+        module: Module, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SDK's own switch for its "v2 is on the path of deprecation" warning (the suite turns
+    # warnings into errors).
+    monkeypatch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    sagemaker = pytest.importorskip("sagemaker")
+    from sagemaker.compute_resource_requirements.resource_requirements import (
+        ResourceRequirements,
+    )
+    from sagemaker.deserializers import JSONDeserializer
+    from sagemaker.enums import EndpointType
+    from sagemaker.model import Model
+    from sagemaker.predictor import Predictor
+    from sagemaker.serializers import JSONSerializer
+
+    boto_session = boto3.Session(**DUMMY_CREDENTIALS)
+    session = sagemaker.Session(
+        boto_session=boto_session,
+        sagemaker_client=boto_session.client("sagemaker", endpoint_url=module.server.url),
+        sagemaker_runtime_client=boto_session.client("sagemaker-runtime",
+                                                     endpoint_url=module.server.url))
+    tarball = package(module.repos / "double", module.root / "sdk" / "double.tar.gz",
+                      layout="flat")
+
+    model = Model(image_uri=triton_image_uri("us-east-1"), model_data=tarball.as_uri(),
+                  role=ROLE, name="sdk-double", sagemaker_session=session,
+                  predictor_cls=Predictor)
+    # wait=False, then the SDK's own public wait with a short poll: deploy(wait=True) is the
+    # same calls but polls every 30 s (endpoint) and 20 s (component), fixed in the SDK.
+    predictor = model.deploy(
+        initial_instance_count=1, instance_type="ml.g5.xlarge", endpoint_name="sdk-endpoint",
+        endpoint_type=EndpointType.INFERENCE_COMPONENT_BASED,
+        resources=ResourceRequirements(requests={"num_cpus": 1, "memory": 1024, "copies": 1}),
+        inference_component_name="sdk-component", wait=False,
+        serializer=JSONSerializer(), deserializer=JSONDeserializer())
+    described = session.wait_for_inference_component("sdk-component", poll=0.2)
+    assert described["InferenceComponentStatus"] == "InService"
+    assert described["Specification"]["ModelName"] == "sdk-double"
+
+    request = json.loads(scale_request([1.0, 2.0, 3.0, 4.0]))
+    answer = predictor.predict(request)
+    assert answer["outputs"][0]["data"] == [2.0, 4.0, 6.0, 8.0]
+    by_name = Predictor("sdk-endpoint", sagemaker_session=session,
+                        component_name="sdk-component", serializer=JSONSerializer(),
+                        deserializer=JSONDeserializer())
+    assert by_name.predict(request)["outputs"][0]["data"] == [2.0, 4.0, 6.0, 8.0]
+
+    predictor.delete_predictor()  # the component
+    session.wait_for_inference_component_deletion("sdk-component", poll=0.2)
+    predictor.delete_endpoint()  # the endpoint and its config
+    model.delete_model()
+    with pytest.raises(ClientError):
+        module.sm().describe_endpoint(EndpointName="sdk-endpoint")
