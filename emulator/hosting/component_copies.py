@@ -122,7 +122,7 @@ class ComponentCopies:
                     if self._check is not None:  # a missing artifact fails before any process
                         await asyncio.to_thread(self._check, target.variant.container)
                     await self._start(target.variant, missing)
-                except BaseException as exc:
+                except Exception as exc:  # a cancel (a shutdown) is no failure of the copies
                     self.failure = str(exc) or type(exc).__name__
                     await self._notify()
                     raise
