@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from tests.client_support import DUMMY_CREDENTIALS
-from tests.support import package, wait_until, write_scale_model
+from tests.support import package, scale_request, wait_until, write_scale_model
 
 ROLE = "arn:aws:iam::123456789012:role/sagemaker"
 DIMENSION = "sagemaker:inference-component:DesiredCopyCount"
@@ -203,3 +203,38 @@ def test_scale_to_zero_and_back_through_the_no_capacity_alarm(module: Module) ->
     assert "-AlarmLow-" in scale_in["Cause"]
     assert newest["StatusMessage"] == ("Successfully set desired copy count to 1. Change "
                                        "successfully fulfilled by sagemaker.")
+
+
+def test_target_tracking_adds_a_copy_under_load(module: Module) -> None:
+    """The runtime's own InvocationsPerCopy: calls above the target per copy for three
+    (emulated) minutes add a copy, which ManagedInstanceScaling gives an instance of its own
+    (one copy fits an ml.m5.xlarge); the calls succeed meanwhile."""
+    _deploy(module, "busy", 1, ManagedInstanceScaling={
+        "Status": "ENABLED", "MinInstanceCount": 1, "MaxInstanceCount": 2})
+    sm, asg = module.client("sagemaker"), module.client("application-autoscaling")
+    asg.register_scalable_target(**_key("busy-ic"), MinCapacity=1, MaxCapacity=2)
+    asg.put_scaling_policy(
+        **_key("busy-ic"), PolicyName="per-copy", PolicyType="TargetTrackingScaling",
+        TargetTrackingScalingPolicyConfiguration={
+            "TargetValue": 2.0, "PredefinedMetricSpecification": {
+                "PredefinedMetricType": "SageMakerInferenceComponentInvocationsPerCopy"}})
+    rt = module.client("sagemaker-runtime")
+    failed: list[str] = []
+
+    def call() -> None:
+        try:
+            rt.invoke_endpoint(EndpointName="busy", InferenceComponentName="busy-ic",
+                               ContentType="application/json", Body=scale_request([1, 2, 3, 4]))
+        except ClientError as exc:
+            failed.append(str(exc))
+
+    # a call every few milliseconds: far above 2 per copy per (quarter-second) minute
+    wait_until(lambda: call() is None and _copies(sm, "busy-ic") == (2, 2), 60,
+               "busy-ic scaled out to 2 copies")
+    assert failed == []
+    assert _instances(sm, "busy") == 2
+    (activity,) = asg.describe_scaling_activities(
+        ServiceNamespace="sagemaker", ResourceId="inference-component/busy-ic")[
+        "ScalingActivities"]
+    assert activity["Description"] == "Setting desired copy count to 2."
+    assert "-AlarmHigh-" in activity["Cause"]
