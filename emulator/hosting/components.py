@@ -42,6 +42,9 @@ class ComponentState:
     name: str = ""
 
 
+# The status of a component being deleted (its copies are stopping; none may start).
+_DELETING = "Deleting"
+
 # (endpoint name, component name) -> the component's state, or None if the endpoint has none
 # of that name.
 ComponentLookup = Callable[[str, str], "ComponentState | None"]
@@ -97,6 +100,9 @@ class ComponentEndpoint(SplitEndpoint):
             if copies is not None:
                 await copies.stop()
             return
+        state = self._lookup(self.name, component)
+        if state is None or state.status == _DELETING:
+            return  # a change queued before the delete: no copy may start after it
         await self._copies(component).apply(target)
 
     async def stop(self) -> None:
