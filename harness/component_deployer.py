@@ -163,20 +163,22 @@ def deploy_component(deployer: Deployer, config: DeployConfig,
     with tempfile.TemporaryDirectory(prefix="mme-deploy-") as tmp:
         [artifact] = deployer.package(config.artifacts, Path(tmp))
         created = _Created(deployer)
+        # Under the component's name: two components' tarballs of the same name never clash
+        # (component names are unique in an account and region).
         if folder is not None:
-            copied = folder / artifact.target_model
+            copied = folder / spec.name / artifact.target_model
             if not copied.exists() and not config.dry_run:
                 created.add(f"copied {copied}", lambda: _remove_copy(copied))
-            deployer.copy_to_folder([artifact], folder)
+            deployer.copy_to_folder([artifact], copied.parent)
             model_data_url = copied.as_uri()
         else:
             assert config.bucket is not None  # _store_folder checked it
-            bucket, key = config.bucket, f"{prefix}{artifact.target_model}"
+            bucket, key = config.bucket, f"{prefix}{spec.name}/{artifact.target_model}"
             deployer.ensure_bucket(bucket, config.create_bucket)
             if not config.dry_run and not _object_exists(deployer, bucket, key):
                 created.add(f"uploaded s3://{bucket}/{key}", lambda: deployer._mutate(
                     deployer.clients.s3, "DeleteObject", Bucket=bucket, Key=key))
-            deployer.upload([artifact], bucket, prefix)
+            deployer.upload([artifact], bucket, f"{prefix}{spec.name}/")
             model_data_url = f"s3://{bucket}/{key}"
         try:
             return _deploy(deployer, config, spec, artifact, model_data_url, image, role,
@@ -190,8 +192,9 @@ def deploy_component(deployer: Deployer, config: DeployConfig,
 
 def _remove_copy(copied: Path) -> None:
     copied.unlink(missing_ok=True)
-    if copied.parent.is_dir() and not any(copied.parent.iterdir()):
-        copied.parent.rmdir()  # the folder this run made for it
+    for folder in (copied.parent, copied.parent.parent):  # the component's, the endpoint's
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def _object_exists(deployer: Deployer, bucket: str, key: str) -> bool:

@@ -733,7 +733,22 @@ class Deployer:
         if components_left:
             self._say(f"endpoint {endpoint_name} kept: inference components "
                       f"{', '.join(components_left)} are still on it")
-            return
+            # The tarball of the one that went is under its own name (component_deployer).
+            assert inference_component is not None
+            prefix = f"{(prefix or '').strip('/')}/{inference_component}".strip("/")
+            artifacts = ()
+        else:
+            self._delete_endpoint(endpoint_name, component_models, wait_delay_s)
+        if bucket:
+            self._delete_objects(bucket, (prefix or "").strip("/"), artifacts)
+        if store_dir is not None:
+            self._delete_copies(store_dir.expanduser().resolve() / (prefix or "").strip("/"),
+                                artifacts)
+
+    def _delete_endpoint(self, endpoint_name: str, component_models: set[str],
+                         wait_delay_s: float) -> None:
+        """The endpoint, then its configs, then their models (and ``component_models``)."""
+        dry_run = self._dry_run
         described = self._exists("DescribeEndpoint", EndpointName=endpoint_name)
         config_names = set(self._owned(endpoint_name, "ListEndpointConfigs", "EndpointConfigs"))
         if described is not None:
@@ -759,24 +774,26 @@ class Deployer:
         for name in sorted(model_names):
             if self._exists("DescribeModel", ModelName=name) is not None:
                 self._mutate(self.clients.sagemaker, "DeleteModel", ModelName=name)
-        if bucket:
-            self._delete_objects(bucket, (prefix or "").strip("/"), artifacts)
-        if store_dir is not None:
-            self._delete_copies(store_dir.expanduser().resolve() / (prefix or "").strip("/"),
-                                artifacts)
 
     def _delete_copies(self, folder: Path, artifacts: Sequence[str]) -> None:
         """The local twin of ``_delete_objects``: the tarballs ``copy_to_folder`` put there."""
         if not folder.is_dir():
             return
-        names = list(artifacts) or sorted(p.name for p in folder.glob("*.tar.gz"))
+        # An inference component's tarball sits in a folder of its own name.
+        names = list(artifacts) or sorted(str(p.relative_to(folder))
+                                          for p in folder.rglob("*.tar.gz"))
         for name in names:
             path = folder / name
             if path.is_file():
                 self._say(f"{'would delete' if self._dry_run else 'delete'} {path}")
                 if not self._dry_run:
                     path.unlink()
-        if not self._dry_run and not any(folder.iterdir()):
+        if self._dry_run:
+            return
+        for emptied in sorted((p for p in folder.rglob("*") if p.is_dir()), reverse=True):
+            if not any(emptied.iterdir()):
+                emptied.rmdir()
+        if not any(folder.iterdir()):
             folder.rmdir()
 
     def _delete_objects(self, bucket: str, prefix: str, artifacts: Sequence[str]) -> None:

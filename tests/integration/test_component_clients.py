@@ -104,7 +104,9 @@ def test_mme_deploy_puts_repositories_on_one_endpoint_as_components_then_tears_d
     assert described["Specification"]["ComputeResourceRequirements"] == {
         "NumberOfCpuCoresRequired": 1.0, "MinMemoryRequiredInMb": 512}
     model = sm.describe_model(ModelName=described["Specification"]["ModelName"])
-    assert model["PrimaryContainer"]["ModelDataUrl"].endswith("/cli-shared/double.tar.gz")
+    store = module.root / "store" / "cli-shared"
+    assert model["PrimaryContainer"]["ModelDataUrl"] == (
+        store / "cli-double" / "double.tar.gz").as_uri()
     np.testing.assert_allclose(_invoke(module, "cli-shared", "cli-double"), [2, 4, 6, 8])
 
     # The same deployment again changes nothing.
@@ -129,6 +131,7 @@ def test_mme_deploy_puts_repositories_on_one_endpoint_as_components_then_tears_d
                                 "--inference-component", "cli-chain")
     assert code == 0, err + out
     assert _names(module, "cli-shared")["components"] == ["cli-double"]
+    assert not (store / "cli-chain").exists() and (store / "cli-double").is_dir()
     np.testing.assert_allclose(_invoke(module, "cli-shared", "cli-double"), [2, 4, 6, 8])
 
     # The rest: component, endpoint, config, model, in that order, and the copied tarballs.
@@ -140,7 +143,7 @@ def test_mme_deploy_puts_repositories_on_one_endpoint_as_components_then_tears_d
     left = _names(module, "cli-shared")
     assert left["components"] == left["endpoints"] == left["configs"] == []
     assert not [m for m in left["models"] if m.startswith("cli-")]
-    assert not (module.root / "store" / "cli-shared").exists()
+    assert not store.exists()
 
 
 def test_a_refused_component_leaves_nothing_of_the_run_behind(
