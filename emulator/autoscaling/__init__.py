@@ -1,7 +1,8 @@
-"""Application Auto Scaling for SageMaker variants: ``wire`` (JSON 1.1 via botocore's model),
-``service`` (the API and its state, kept across restarts), ``engine`` (the policies, run by
-their CloudWatch alarms' actions), ``step`` (step scaling), ``capacity`` (how the endpoint is
-reached: SageMaker's API), ``rules`` (target tracking as AWS documents it, and the [U])."""
+"""Application Auto Scaling for SageMaker variants and inference components: ``wire`` (JSON 1.1
+via botocore's model), ``service`` (the API and its state, kept across restarts), ``engine``
+(the policies, run by their CloudWatch alarms' actions), ``step`` (step scaling), ``capacity``
+(how a variant or a component is reached: SageMaker's API), ``rules`` (target tracking as AWS
+documents it, and the [U])."""
 
 from emulator.autoscaling.capacity import SageMakerVariants
 from emulator.autoscaling.routes import build_autoscaling_router, json_handler

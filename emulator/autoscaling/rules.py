@@ -9,7 +9,11 @@ Documented (Application Auto Scaling user guide, SageMaker's auto scaling guide)
 - ``SageMakerVariantInvocationsPerInstance`` is the per-minute Sum of InvocationsPerInstance;
 - SageMaker's default cooldowns are 300 s; DisableScaleIn stops scale in only;
 - with no traffic InvocationsPerInstance has no datapoints, so the low alarm never fires and an
-  idle endpoint is not scaled in (the AlarmLow stays INSUFFICIENT_DATA).
+  idle endpoint is not scaled in (the AlarmLow stays INSUFFICIENT_DATA);
+- an inference component's copies scale as a variant's instances do, on
+  ``sagemaker:inference-component:DesiredCopyCount`` (ResourceId ``inference-component/<name>``),
+  down to MinCapacity 0 (SageMaker's "Scale an endpoint to zero instances"); from 0 copies only a
+  step scaling policy scales out (target tracking's proportion of 0 is 0).
 """
 
 from __future__ import annotations
