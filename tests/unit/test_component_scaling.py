@@ -313,3 +313,34 @@ def test_without_managed_instance_scaling_the_count_is_the_users(tmp_path: Path)
 
     _run(tmp_path, test,
          managed={"Status": "DISABLED", "MinInstanceCount": 1, "MaxInstanceCount": 4})
+
+
+def test_a_component_target_and_its_policy_survive_a_restart(tmp_path: Path) -> None:
+    async def test(rig: Rig) -> None:
+        state = tmp_path / "scaling.json"
+        rig.service.state_file = state
+        await rig.service.handle("RegisterScalableTarget",
+                                 {**KEY, "MinCapacity": 0, "MaxCapacity": 3})
+        await rig.service.handle("PutScalingPolicy", {
+            **KEY, "PolicyName": "from-zero", "PolicyType": "StepScaling",
+            "StepScalingPolicyConfiguration": {
+                "AdjustmentType": "ChangeInCapacity",
+                "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]}})
+        again = AutoScalingService(SageMakerVariants(rig.control), rig.clock, "us-east-1",
+                                   "123456789012", rig.alarms, state_file=state)
+        (target,) = (await again.handle("DescribeScalableTargets", {
+            "ServiceNamespace": "sagemaker", "ScalableDimension": KEY["ScalableDimension"]}
+        ))["ScalableTargets"]
+        assert (target["ResourceId"], target["ScalableDimension"], target["MinCapacity"]) == (
+            IC, KEY["ScalableDimension"], 0)
+        (policy,) = (await again.handle("DescribeScalingPolicies", {
+            "ServiceNamespace": "sagemaker", "ResourceId": IC}))["ScalingPolicies"]
+        assert (policy["PolicyName"], policy["ScalableDimension"]) == (
+            "from-zero", KEY["ScalableDimension"])
+        # the other dimension's filter finds none of them
+        assert (await again.handle("DescribeScalableTargets", {
+            "ServiceNamespace": "sagemaker",
+            "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
+        ))["ScalableTargets"] == []
+
+    _run(tmp_path, test)
