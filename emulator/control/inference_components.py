@@ -227,8 +227,15 @@ class InferenceComponents:
                                  failure_reason=f"Endpoint {record.endpoint_name} {why}"[:1024])
                 return
             if endpoint.status == IN_SERVICE:
+                # Creating until its copies are placed and started (as on AWS); [U] copies
+                # that fail to start leave it InService, its calls answered with the reason.
+                started = self._replace(endpoint, record.variant_name, creating=name).get(name)
+                if started is not None:
+                    await asyncio.gather(asyncio.shield(started), return_exceptions=True)
                 self._transition(name, CREATING, IN_SERVICE, failure_reason=None)
-                self._replace(endpoint, record.variant_name)
+                endpoint = self.store.get_endpoint(record.endpoint_name)
+                if endpoint is not None:
+                    self._replace(endpoint, record.variant_name)
                 return
             await asyncio.sleep(_ENDPOINT_POLL_S)
 
@@ -289,10 +296,12 @@ class InferenceComponents:
             for variant in endpoint.current.variants:
                 self._replace(endpoint, variant["VariantName"])
 
-    def _replace(self, endpoint: EndpointRecord,
-                 variant_name: str) -> dict[str, asyncio.Task[None] | None]:
-        """Place the copies of every InService component of a variant again (oldest first):
-        each record gets its copies per instance; what fits nowhere stays pending."""
+    def _replace(self, endpoint: EndpointRecord, variant_name: str,
+                 creating: str | None = None) -> dict[str, asyncio.Task[None] | None]:
+        """Place the copies of every InService component of a variant again (oldest first),
+        and of ``creating`` (a Create's component, whose copies start before it is InService):
+        each record gets its copies per instance; what fits nowhere stays pending. Returns the
+        runtime's copy changes so started, by component."""
         variant = next((v for v in endpoint.current.variants
                         if v["VariantName"] == variant_name), None)
         if variant is None:
@@ -300,7 +309,7 @@ class InferenceComponents:
         records = sorted(
             (ComponentRecord.from_resource(r) for r in self.store.all(INFERENCE_COMPONENTS)),
             key=lambda r: (r.created, r.name.lower()))
-        records = [r for r in records if r.status == IN_SERVICE
+        records = [r for r in records if (r.status == IN_SERVICE or r.name == creating)
                    and r.endpoint_name.lower() == endpoint.name.lower()
                    and r.variant_name == variant_name]
         demands = [placement.Demand(r.name, r.desired_copies, _reservation(r.specification),

@@ -96,13 +96,11 @@ class ComponentCopies:
         self._turn = itertools.count()
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
-        self._changed = asyncio.Condition()
         self.target: CopyTarget | None = None
         self._specs: dict[str, VariantSpec] = {}  # copy id -> the model it serves
         self.ready: list[Copy] = []  # in routing, oldest first
         self.failure: str | None = None  # why the last start failed (None: it did not)
         self.in_flight = 0
-        self.stopped = False
         # Instance metrics (model loading and the like) of the copies: kept, not published.
         self._instance_metrics: dict[str, EndpointMetrics] = {}
 
@@ -124,7 +122,6 @@ class ComponentCopies:
                     await self._start(target.variant, missing)
                 except Exception as exc:  # a cancel (a shutdown) is no failure of the copies
                     self.failure = str(exc) or type(exc).__name__
-                    await self._notify()
                     raise
             self.failure = None
             await self._remove(outdated + extra)
@@ -132,8 +129,6 @@ class ComponentCopies:
     async def stop(self) -> None:
         """Every copy out of routing, drained, stopped (DeleteInferenceComponent, DeleteEndpoint,
         shutdown)."""
-        self.stopped = True
-        await self._notify()  # calls waiting for a copy are answered now
         async with self._lock:
             self.target = None
             await self._remove(list(self.ready))
@@ -168,7 +163,6 @@ class ComponentCopies:
         self.ready.extend(built)  # only now do calls reach them
         log.info("inference component %s: %d copies started (%d ready)", self.name, count,
                  len(self.ready))
-        await self._notify()
 
     async def _remove(self, copies: Sequence[Copy]) -> None:
         for copy in copies:  # out of routing at once; what they have in flight finishes
@@ -187,23 +181,6 @@ class ComponentCopies:
             self._specs.pop(copy.id, None)
             await asyncio.to_thread(shutil.rmtree, copy.work_dir, True)
             log.info("inference component %s: copy %s stopped", self.name, copy.id)
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
-
-    async def wait_for_copy(self, timeout_s: float) -> bool:
-        """Wait (at most ``timeout_s``) for a ready copy while copies are starting; False if
-        none is ready by then, a start failed, or the copies were stopped."""
-        async def ready() -> None:
-            async with self._changed:
-                await self._changed.wait_for(lambda: bool(self.ready) or self.failure is not None
-                                             or self.stopped)
-        try:
-            await asyncio.wait_for(ready(), timeout_s)
-        except asyncio.TimeoutError:
-            return False
-        return bool(self.ready)
 
     # --- the request path -------------------------------------------------------------------
 

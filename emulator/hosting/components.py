@@ -126,13 +126,9 @@ class ComponentEndpoint(SplitEndpoint):
             raise runtime_errors.inference_component_not_found(component, self.name)
         component = state.name or component
         copies = self._components.get(component.lower())
-        if (copies is None or not copies.ready) and state.copies > 0 \
-                and self._build_copy is not None:
-            # Placed copies still starting (a scale-out from zero, a restart): the call waits
-            # for the first, within its own timeout, as it would for a cold model [U].
-            copies = self._copies(component)
-            await copies.wait_for_copy(self._timeout_s)
-        if copies is None or not copies.ready:  # Creating, Failed, scaled to zero, not started
+        # No ready copy: Creating, Failed, scaled to zero, or copies still starting (a scale-out
+        # from zero, a restart): the call fails at once, as AWS's do during a cold start.
+        if copies is None or not copies.ready:
             self._count_no_capacity(component)
             if copies is not None and copies.failure is not None and state.copies > 0:
                 raise runtime_errors.inference_component_copies_failed(component,

@@ -86,8 +86,7 @@ def _endpoint(module: Module, name: str, **variant: Any) -> None:
 
 def _component(module: Module, name: str, endpoint: str, model: str, copies: int,
                container: bool = False) -> None:
-    """A component of a Model (or of its own Container), InService (its copies may still be
-    starting: calls wait for the first)."""
+    """A component of a Model (or of its own Container), InService (its copies started)."""
     sm = module.client("sagemaker")
     spec: dict[str, Any] = {"ModelName": model}
     if container:
@@ -109,7 +108,8 @@ def _invoke(module: Module, endpoint: str, component: str) -> tuple[list[float],
 
 
 def test_two_components_on_one_endpoint_each_answer_with_their_model(module: Module) -> None:
-    """One names a Model, the other brings its own Container (Image and ArtifactUrl)."""
+    """One names a Model, the other brings its own Container (Image and ArtifactUrl); each
+    answers as soon as it is InService (Creating lasts until its copies are started)."""
     _endpoint(module, "two")
     _component(module, "two-double", "two", "double", copies=1)
     _component(module, "two-triple", "two", "triple", copies=1, container=True)
@@ -223,11 +223,20 @@ def test_deletes_leave_no_triton(module: Module) -> None:
 
 
 def test_copies_serve_again_after_a_restart_and_random_routing_spreads(module: Module) -> None:
-    """A restart brings the copies back (a call waits for the first to start); RANDOM routing
-    (the variant's RoutingConfig) reaches both copies."""
+    """A restart brings the copies back (calls meanwhile fail as in a cold start, with no
+    capacity); RANDOM routing (the variant's RoutingConfig) reaches both copies."""
     _endpoint(module, "again", RoutingConfig={"RoutingStrategy": "RANDOM"})
     _component(module, "again-ic", "again", "triple", copies=2)
     module.restart()
+
+    def served() -> bool:
+        try:
+            return _invoke(module, "again", "again-ic")[0] == [3, 6, 9, 12]
+        except ClientError as exc:
+            assert "has no copy to serve this request" in exc.response["Error"]["Message"]
+            return False
+
+    wait_until(served, 60, "the copies back after the restart")
     seen = set()
     for _ in range(40):
         # Any case of the name, as the control plane takes it.
