@@ -25,7 +25,7 @@ from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.hosting.factory import InstanceFactory
 from emulator.hosting.spec import EndpointSpec, VariantSpec, single_variant
-from emulator.http_protocol import Answer, BodySource, DirectAnswer
+from emulator.http_protocol import Answered, DirectAnswer
 from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
 from emulator.page.failed_invocations import InvocationErrors
@@ -58,8 +58,10 @@ class EmulatorApp(FastAPI):
     front: ASGIApp | None = None  # the feed, auth and body bound around ``routed``
     # The front door's table: (service, operation) -> the handler that answers it.
     handlers: Mapping[tuple[Service, str], ASGIApp] = MappingProxyType({})
-    # InvokeEndpoint answered without ASGI (None while auth is on: SigV4 is an ASGI layer).
+    # InvokeEndpoint answered without ASGI (None while auth is on: SigV4 is an ASGI layer),
+    # and the error feed told of those answers.
     direct_invocations: DirectAnswer | None = None
+    direct_answered: Answered | None = None
 
     def direct_answer(self, scope: Scope) -> DirectAnswer | None:
         """How to answer this request without ASGI, or None to call the app."""
@@ -161,10 +163,6 @@ def build_app(settings: Settings) -> EmulatorApp:
     errors_feed = InvocationErrors(with_auth(ApiBodyLimit(app.routed)), feed)
     app.front = errors_feed
     if settings.auth == "off":
-        async def answer_directly(scope: Scope, body_source: BodySource) -> Answer:
-            answer = await invocations.answer(scope, body_source)
-            errors_feed.answered(scope, *answer)
-            return answer
-
-        app.direct_invocations = answer_directly
+        app.direct_invocations = invocations.answer
+        app.direct_answered = errors_feed.answered
     return app

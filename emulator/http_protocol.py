@@ -86,6 +86,9 @@ Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 BodySource = Callable[[], Awaitable[tuple[Sequence[bytes], bool]]]
 # Answers a request without ASGI (the app's ``direct_answer`` says which requests).
 DirectAnswer = Callable[[Scope, BodySource], Awaitable[Answer]]
+# Told of each direct answer before it is written (the app's ``direct_answered``, if any): a
+# call, not one more coroutine around the answer, whose every resume would pass through it.
+Answered = Callable[[Scope, int, list[tuple[bytes, bytes]], bytes], None]
 
 
 class CoalescingTransport:
@@ -228,7 +231,8 @@ class EmulatorHttpProtocol(HttpToolsProtocol):
         direct_answer = getattr(self.app, "direct_answer", None)
         answer = direct_answer(cycle.scope) if direct_answer and app is self.app else None
         if answer is not None:
-            app = functools.partial(_write_directly, cycle, answer)
+            app = functools.partial(_write_directly, cycle, answer,
+                                    getattr(self.app, "direct_answered", None))
         super()._start_asgi_task(cycle, app)
 
 
@@ -254,13 +258,16 @@ async def received_pieces(cycle: RequestResponseCycle) -> tuple[Sequence[bytes],
 _value_of = operator.itemgetter(1)  # of a (name, value) header pair
 
 
-async def _write_directly(cycle: RequestResponseCycle, answer: DirectAnswer, scope: Scope,
-                          _receive: Receive, _send: Send) -> None:
+async def _write_directly(cycle: RequestResponseCycle, answer: DirectAnswer,
+                          answered: Answered | None, scope: Scope, _receive: Receive,
+                          _send: Send) -> None:
     """Run as uvicorn's ASGI app (so its handling of an exception, a 500, still applies): the
     answer is written as ``RequestResponseCycle.send`` writes one (the same header-value check),
     in one go, without the ASGI messages and the app's middleware layers. Measured with the
     batched metrics of the same change: 3 % less CPU per call (README, "Measured")."""
     status, headers, body = await answer(scope, functools.partial(received_pieces, cycle))
+    if answered is not None:
+        answered(scope, status, headers, body)
     if cycle.flow.write_paused and not cycle.disconnected:
         await cycle.flow.drain()
     if cycle.disconnected:
