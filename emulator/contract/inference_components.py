@@ -137,8 +137,6 @@ def _check_create(params: dict[str, Any]) -> None:
 
 
 def _check_update(params: dict[str, Any]) -> None:
-    if params.get("DeploymentConfig") is not None:
-        raise not_honoured("DeploymentConfig (rolling updates)")
     if params.get("Specifications") is not None:
         raise not_honoured("Specifications (one specification per instance type)")
     if params.get("Specification") is None and params.get("RuntimeConfig") is None:

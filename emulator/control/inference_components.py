@@ -21,13 +21,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from emulator import instance_types
+from emulator.clock import Clock
 from emulator.contract import control_plane as wire
 from emulator.contract import inference_components as rules
 from emulator.contract.control_plane import KIND_ENDPOINT, KIND_MODEL
+from emulator.control import component_updates as updates
+from emulator.control.deployments import AlarmStates
 from emulator.control.state_db import (
     INFERENCE_COMPONENTS,
     MODELS,
@@ -38,7 +42,7 @@ from emulator.control.state_db import (
 )
 from emulator.hosting import managed_instances, placement
 from emulator.hosting.component_copies import CopyTarget
-from emulator.hosting.components import ComponentState
+from emulator.hosting.components import ComponentState, RollingTarget
 from emulator.hosting.spec import ContainerSpec, VariantSpec
 
 log = logging.getLogger(__name__)
@@ -70,6 +74,10 @@ class ComponentRecord:
     tags: list[dict[str, str]] = dataclasses.field(default_factory=list)
     # Set while an Update is in progress: the specification it moves to (None: unchanged).
     pending_specification: dict[str, Any] | None = None
+    # The DeploymentConfig of the latest update that had one (LastDeploymentConfig), and the
+    # progress of a rolling update while it runs (``component_updates.Rollout``).
+    last_deployment_config: dict[str, Any] | None = None
+    rollout: dict[str, Any] | None = None
 
     def to_resource(self) -> Resource:
         return Resource(self.name, self.created, dataclasses.asdict(self))
@@ -92,6 +100,9 @@ class InferenceComponents:
         # ``apply_copies``); None: copies stay bookkeeping (unit tests without a runtime).
         self.apply_copies: Callable[[str, str, CopyTarget | None], Awaitable[None]] | None = None
         self._copy_changes: set[asyncio.Task[None]] = set()
+        # Rolling updates wait on the emulated clock and watch these alarms (the service's).
+        self.emulated_clock = Clock()
+        self.alarms: AlarmStates | None = None
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]:
         return {
@@ -166,7 +177,26 @@ class InferenceComponents:
             endpoint = self._endpoint(record.endpoint_name)
             self._check_specification(spec, self._variant(endpoint, record.variant_name))
         copies = (params.get("RuntimeConfig") or {}).get("CopyCount")
+        config = params.get("DeploymentConfig")
+        if config is not None:
+            # [U] Without a new Specification there is nothing to roll: the config is kept.
+            rollout = self._rollout(record, config) if spec is not None else None
+            record.last_deployment_config, record.rollout = config, rollout
         return self._start_update(record, spec, copies)
+
+    def _rollout(self, record: ComponentRecord, config: dict[str, Any]) -> dict[str, Any]:
+        """A rolling update's plan and start (``component_updates``), or SageMaker's error."""
+        try:
+            plan = updates.plan(config, record.current_copies)
+        except updates.PlanError as exc:
+            raise wire.validation_error(str(exc)) from None
+        missing = [a for a in plan.alarms if self.alarms is None or not self.alarms.exists(a)]
+        if missing:  # [U] wording, as for UpdateEndpoint
+            raise wire.validation_error(
+                f"AutoRollbackConfiguration names CloudWatch alarm(s) that do not exist: "
+                f"{', '.join(missing)}. Create them with PutMetricAlarm first.")
+        return updates.Rollout(plan.to_doc(), started=time.time(), total=record.current_copies,
+                               desired_before=record.desired_copies).to_doc()
 
     async def update_runtime_config(self, params: dict[str, Any]) -> dict[str, Any]:
         record = self._updatable(params["InferenceComponentName"])
@@ -243,12 +273,61 @@ class InferenceComponents:
         record = self._get(name)
         if record is None or record.status != UPDATING:
             return
+        if record.rollout is not None:
+            await self._run_rollout(record)
+            return
         changes: dict[str, Any] = {"pending_specification": None, "failure_reason": None}
         if record.pending_specification is not None:
             changes["specification"] = record.pending_specification
         self._transition(name, UPDATING, IN_SERVICE, **changes)
         endpoint = self.store.get_endpoint(record.endpoint_name)
         if endpoint is not None:
+            self._replace(endpoint, record.variant_name)
+
+    async def _run_rollout(self, record: ComponentRecord) -> None:
+        """A rolling update to its end: InService on the new specification, or rolled back to
+        the old one with the reason as FailureReason (``component_updates``)."""
+        name = record.name
+        assert record.rollout is not None
+
+        def save(progress: updates.Rollout) -> None:
+            current = self._get(name)
+            if current is not None and current.status == UPDATING:
+                current.rollout = progress.to_doc()
+                self._save(current)
+
+        async def roll(old: int, new: int) -> None:
+            current = self._component(name)
+            endpoint = self.store.get_endpoint(current.endpoint_name)
+            if endpoint is None:
+                raise LookupError(f"endpoint {current.endpoint_name} no longer exists")
+            variant = self._variant(endpoint, current.variant_name)
+            outgoing = self._copy_target(current, variant)
+            incoming = self._copy_target(
+                dataclasses.replace(current, specification=current.pending_specification
+                                    or current.specification), variant)
+            if self.apply_copies is not None:
+                await self.apply_copies(current.endpoint_name, name, RollingTarget(
+                    incoming.variant, new, incoming.routing, outgoing.variant, old))
+
+        rollout = updates.Rollout.from_doc(record.rollout)
+        run = updates.RollingUpdate(name, rollout, roll, self.emulated_clock, self.alarms, save)
+        try:
+            reason = await run.run()
+        except Exception as exc:  # noqa: BLE001 - the rollback itself failed [U]: Failed
+            log.warning("inference component %s: rollback failed: %s", name, exc)
+            self._transition(name, UPDATING, FAILED, pending_specification=None, rollout=None,
+                             failure_reason=f"The rollback of the update failed: {exc}"[:1024])
+            return
+        if reason is None:
+            self._transition(name, UPDATING, IN_SERVICE, failure_reason=None, rollout=None,
+                             specification=record.pending_specification,
+                             pending_specification=None)
+        else:  # the old specification stays, and the copy count it had
+            self._transition(name, UPDATING, IN_SERVICE, failure_reason=reason, rollout=None,
+                             pending_specification=None, desired_copies=rollout.desired_before)
+        endpoint = self.store.get_endpoint(record.endpoint_name)
+        if endpoint is not None:  # the runtime keeps the side that won, the other stops
             self._replace(endpoint, record.variant_name)
 
     async def _run_delete(self, name: str, previous: asyncio.Task[None] | None) -> None:
@@ -271,6 +350,11 @@ class InferenceComponents:
             if record.status == CREATING:
                 # Waits for its endpoint, which may take a while: not waited for here.
                 self._spawn(record.name, self._run_create(record.name))
+            elif record.status == UPDATING and record.rollout is not None:
+                # A rolling update resumes at its batch; it takes its time: not waited for.
+                record.rollout["resumed"] = int(record.rollout.get("resumed") or 0) + 1
+                self._save(record)
+                self._spawn(record.name, self._run_update(record.name))
             elif record.status == UPDATING:
                 waited.append(self._spawn(record.name, self._run_update(record.name)))
             elif record.status == DELETING:
@@ -309,13 +393,16 @@ class InferenceComponents:
         records = sorted(
             (ComponentRecord.from_resource(r) for r in self.store.all(INFERENCE_COMPONENTS)),
             key=lambda r: (r.created, r.name.lower()))
-        records = [r for r in records if (r.status == IN_SERVICE or r.name == creating)
+        # A component in a rolling update keeps its room; its copies are the update's.
+        records = [r for r in records if (r.status == IN_SERVICE or r.name == creating
+                                          or r.rollout is not None)
                    and r.endpoint_name.lower() == endpoint.name.lower()
                    and r.variant_name == variant_name]
         demands = [placement.Demand(r.name, r.desired_copies, _reservation(r.specification),
                                     _strategy(r.specification)) for r in records]
         count = self._managed_instances(endpoint, variant, demands)
         placed = placement.place(variant.get("InstanceType"), count, demands)
+        records = [r for r in records if r.rollout is None]
         for record in records:
             counts = placed.get(record.name, [])
             if counts != record.placement or sum(counts) != record.current_copies:
@@ -501,6 +588,7 @@ class InferenceComponents:
             "CreationTime": record.created,
             "LastModifiedTime": record.modified,
             "InferenceComponentStatus": record.status,
+            "LastDeploymentConfig": record.last_deployment_config,
         }
 
     def _placement_status(self, record: ComponentRecord) -> list[dict[str, Any]] | None:

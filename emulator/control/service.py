@@ -145,6 +145,7 @@ class ControlPlaneService:
         self.components = components.InferenceComponents(store, self.arn, clock)
         # Their copies are started and stopped by the runtime (a test double may have none).
         self.components.apply_copies = getattr(registry, "apply_copies", None)
+        self.components.emulated_clock, self.components.alarms = self.emulated_clock, alarms
         self._handlers.update(self.components.handlers())
 
     # -- entry point -------------------------------------------------------------------------

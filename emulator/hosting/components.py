@@ -15,6 +15,8 @@ hosting layer.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +47,16 @@ class ComponentState:
 # The status of a component being deleted (its copies are stopping; none may start).
 _DELETING = "Deleting"
 
+@dataclass(frozen=True)
+class RollingTarget(CopyTarget):
+    """A batch of a rolling update (``emulator.control.component_updates``): ``copies`` of the
+    new ``variant`` beside ``outgoing_copies`` of the ``outgoing`` (old) one. A plain
+    ``CopyTarget`` afterwards ends the update: the side whose specification it names stays."""
+
+    outgoing: VariantSpec | None = None
+    outgoing_copies: int = 0
+
+
 # (endpoint name, component name) -> the component's state, or None if the endpoint has none
 # of that name.
 ComponentLookup = Callable[[str, str], "ComponentState | None"]
@@ -71,6 +83,10 @@ class ComponentEndpoint(SplitEndpoint):
         self._seed = seed
         self._check_artifact = check_artifact
         self._components: dict[str, ComponentCopies] = {}  # by lowercased component name
+        # The new specification's copies of a component in a rolling update, beside its own.
+        self._incoming: dict[str, ComponentCopies] = {}
+        self._update_ids = itertools.count(1)
+        self._generation_draw = random.Random(seed)
 
     @property
     def is_multi_model(self) -> bool:
@@ -78,7 +94,8 @@ class ComponentEndpoint(SplitEndpoint):
 
     @property
     def instances(self) -> list[HostedInstance]:
-        return [c for copies in self._components.values() for c in copies.ready]
+        return [c for copies in [*self._components.values(), *self._incoming.values()]
+                for c in copies.ready]
 
     # --- copies -----------------------------------------------------------------------------
 
@@ -97,22 +114,67 @@ class ComponentEndpoint(SplitEndpoint):
         """Move a component's copies to ``target`` (None: stop them all and forget it)."""
         if target is None:
             copies = self._components.pop(component.lower(), None)
-            if copies is not None:
-                await copies.stop()
+            incoming = self._incoming.pop(component.lower(), None)
+            await asyncio.gather(*(c.stop() for c in (copies, incoming) if c is not None))
             return
         state = self._lookup(self.name, component)
         if state is None or state.status == _DELETING:
             return  # a change queued before the delete: no copy may start after it
-        await self._copies(component).apply(target)
+        if isinstance(target, RollingTarget):
+            await self._roll(component, target)
+        elif component.lower() in self._incoming:
+            await self._settle(component, target)
+        else:
+            await self._copies(component).apply(target)
+
+    async def _roll(self, component: str, target: RollingTarget) -> None:
+        """One batch of a rolling update: the side that grows first (its new copies join
+        routing once ready), then the side that shrinks (its copies leave routing, drain, stop),
+        so a call always finds a ready copy."""
+        if target.outgoing is None:
+            raise ValueError("a rolling update's target names the outgoing specification")
+        key = component.lower()
+        old = self._copies(component)
+        new = self._incoming.get(key)
+        if new is None:
+            assert self._build_copy is not None  # self._copies refused otherwise
+            new = self._incoming[key] = ComponentCopies(
+                self.name, component, self.work_dir / f"{key}.update-{next(self._update_ids)}",
+                self._build_copy, self._metric_sink, self._seed)
+        steps = [(new, CopyTarget(target.variant, target.copies, target.routing)),
+                 (old, CopyTarget(target.outgoing, target.outgoing_copies, target.routing))]
+        if target.copies < len(new.ready):  # a rollback batch: the old side grows first
+            steps.reverse()
+        for copies, goal in steps:
+            await copies.apply(goal)
+
+    async def _settle(self, component: str, target: CopyTarget) -> None:
+        """The end of a rolling update: the side whose specification ``target`` names becomes
+        the component's copies (to the target's count); the other drains and stops."""
+        key = component.lower()
+        old, new = self._copies(component), self._incoming[key]
+        if new.target is not None and new.target.variant == target.variant:
+            await new.apply(target)
+            self._components[key] = new
+            self._incoming.pop(key, None)
+            await old.stop()
+        else:
+            await old.apply(target)
+            self._incoming.pop(key, None)
+            await new.stop()
 
     async def stop(self) -> None:
         """DeleteEndpoint or shutdown: every copy of every component drains and stops."""
-        components, self._components = list(self._components.values()), {}
+        components = [*self._components.values(), *self._incoming.values()]
+        self._components, self._incoming = {}, {}
         await asyncio.gather(*(c.stop() for c in components), return_exceptions=True)
 
     def describe(self) -> dict[str, object]:
-        return {"Variants": {}, "InferenceComponents": {c.name: dict(c.describe())
-                                        for c in self._components.values()}}
+        described: dict[str, object] = {c.name: dict(c.describe())
+                                        for c in self._components.values()}
+        for c in self._incoming.values():  # a rolling update's new copies
+            described[f"{c.name} (updating)"] = dict(c.describe())
+        return {"Variants": {}, "InferenceComponents": described}
 
     # --- the request path -------------------------------------------------------------------
 
@@ -126,6 +188,11 @@ class ComponentEndpoint(SplitEndpoint):
             raise runtime_errors.inference_component_not_found(component, self.name)
         component = state.name or component
         copies = self._components.get(component.lower())
+        incoming = self._incoming.get(component.lower())
+        if incoming is not None and incoming.ready:  # a rolling update: both sides serve,
+            old_ready = len(copies.ready) if copies is not None else 0  # by their ready copies
+            if self._generation_draw.random() * (old_ready + len(incoming.ready)) >= old_ready:
+                copies = incoming
         # No ready copy: Creating, Failed, scaled to zero, or copies still starting (a scale-out
         # from zero, a restart): the call fails at once, as AWS's do during a cold start.
         if copies is None or not copies.ready:
