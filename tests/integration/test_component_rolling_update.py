@@ -40,8 +40,15 @@ class Module:
         self.models = {name: triton_tarball(root, store, name, scale).as_uri()
                        for name, scale in (("double", 2.0), ("triple", 3.0))}
         self.cache = root / "cache"
-        self.server = EmulatorServer(Settings.from_env(
+        self.server = self._start()
+
+    def _start(self) -> EmulatorServer:
+        return EmulatorServer(Settings.from_env(
             env={}, cache_dir=self.cache, port=0, clock_scale=SCALE)).start()
+
+    def restart(self) -> None:
+        self.server.stop()
+        self.server = self._start()
 
     def client(self, service: str) -> Any:
         return boto3.client(service, endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
@@ -232,3 +239,32 @@ def test_what_a_rolling_update_refuses(module: Module) -> None:
     assert described["InferenceComponentStatus"] == "InService"
     assert described["Specification"]["ModelName"] == "double"
     assert "LastDeploymentConfig" not in described
+
+
+def test_an_update_interrupted_by_a_restart_resumes_at_its_batch(module: Module) -> None:
+    """A restart during the first batch's (long) bake: the component is still Updating and
+    both models answer again (one old copy, one new: the batch it was in), and its alarm still
+    rolls it back to the old model."""
+    _component(module, "resumed", copies=2)
+    sm, cw = module.client("sagemaker"), module.client("cloudwatch")
+    cw.put_metric_alarm(AlarmName="resumed-guard", Namespace="CI/Rolling", MetricName="Nothing",
+                        Statistic="Sum", Period=60, EvaluationPeriods=1, Threshold=0,
+                        ComparisonOperator="GreaterThanThreshold", TreatMissingData="ignore")
+    sm.update_inference_component(
+        InferenceComponentName="resumed", Specification=NEW_SPEC,
+        DeploymentConfig=_rolling(batch=1, wait_s=3600, alarms=("resumed-guard",)))
+    wait_until(lambda: _call(module, "resumed") == NEW, 60, "the first new copy answering")
+    module.restart()
+    sm, cw = module.client("sagemaker"), module.client("cloudwatch")
+    assert _describe(module, "resumed")["InferenceComponentStatus"] == "Updating"
+    answers: list[list[float] | None] = []
+    wait_until(lambda: answers.append(_call(module, "resumed")) or (
+        NEW in answers and OLD in answers), 60, "both models answering after the restart")
+    assert _describe(module, "resumed")["InferenceComponentStatus"] == "Updating"
+    cw.set_alarm_state(AlarmName="resumed-guard", StateValue="ALARM", StateReason="test")
+    wait_until(lambda: _describe(module, "resumed")["InferenceComponentStatus"] == "InService",
+               60, "the rollback done")
+    done = _describe(module, "resumed")
+    assert done["Specification"]["ModelName"] == "double"
+    assert '"resumed-guard"' in done["FailureReason"]
+    assert {tuple(_call(module, "resumed") or ()) for _ in range(10)} == {tuple(OLD)}
