@@ -13,10 +13,13 @@ baseline) and one as now; rounds alternate between them (ABBA, so a drift of thi
 weighs on both), each round a series of misses from one client:
 
 1. the trivial Python model (``Y = X * scale``): two of them, a budget with room for one
-   (``--memory-budget``, measured memory), called in turn, so every call is a miss that evicts;
+   (``--memory-budget``; by default sized from what they measure alone on this machine), called
+   in turn, so every call is a miss that evicts;
 2. an ensemble of two trivial Python steps: two such ensembles, room for one, in turn. Its miss
    is set against the sum of its steps' loads: twice the load of the trivial model (each step is
-   that model), as the same server logged it in part 1.
+   that model), as the same server logged it in part 1. Both sides wait for an evicted
+   ensemble's steps to be gone (the release before waited for the ensemble alone, which Triton
+   reports gone at once: its ensemble misses looked cheaper than they were).
 
 Each miss's client time is measured here; the emulator's own ``step=load`` and ``step=unload``
 seconds are read from its log. The machine's load average is printed: on a shared machine the
