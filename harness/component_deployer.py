@@ -348,7 +348,9 @@ def _ensure_component(deployer: Deployer, config: DeployConfig, spec: ComponentS
 
 
 def _same_resources(deployed: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    return {k: float(v) for k, v in deployed.items()} == {k: float(v) for k, v in wanted.items()}
+    """[U] Only what the flags ask for is compared: SageMaker may describe members it filled in
+    itself, which must not make every re-run an update."""
+    return all(k in deployed and float(deployed[k]) == float(v) for k, v in wanted.items())
 
 
 def wait_for_component(deployer: Deployer, name: str, delay_s: float,

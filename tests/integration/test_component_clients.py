@@ -7,7 +7,10 @@ the tests run in any order.
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,10 +24,17 @@ from botocore.exceptions import ClientError
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from ensembles.packaging import package
+from harness.component_deployer import ComponentSpec
 from harness.deploy_cli import main as cli_main
-from harness.deployer import triton_image_uri
+from harness.deployer import DeployConfig, Deployer, make_clients, triton_image_uri
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
-from tests.support import output_of, scale_request, write_scale_ensemble, write_scale_model
+from tests.support import (
+    output_of,
+    scale_request,
+    wait_until,
+    write_scale_ensemble,
+    write_scale_model,
+)
 
 ROLE = "arn:aws:iam::123456789012:role/sagemaker"
 
@@ -239,5 +249,37 @@ def test_sdk_v2_deploys_a_component_and_predicts_unmodified(
     session.wait_for_inference_component_deletion("sdk-component", poll=0.2)
     predictor.delete_endpoint()  # the endpoint and its config
     model.delete_model()
+    wait_until(lambda: not module.sm().list_endpoints(NameContains="sdk-endpoint")[
+        "Endpoints"], 60, "the SDK's endpoint deleted")
     with pytest.raises(ClientError):
-        module.sm().describe_endpoint(EndpointName="sdk-endpoint")
+        module.sm().describe_model(ModelName="sdk-double")
+
+
+def test_the_same_component_deployment_on_sagemaker(tmp_path: Path) -> None:
+    """The deployer's component path against real SageMaker: the same boto3 calls. Runs with
+    ``MME_AWS_TESTS=1``, credentials, ``MME_AWS_BUCKET`` and ``MME_AWS_ROLE_ARN`` (as
+    tests/integration/test_deployer.py); ``MME_AWS_INSTANCE_TYPE`` defaults to ml.m5.xlarge."""
+    if os.environ.get("MME_AWS_TESTS") != "1":
+        pytest.skip("real AWS tests are off: set MME_AWS_TESTS=1 (and credentials) to run")
+    missing = [k for k in ("MME_AWS_BUCKET", "MME_AWS_ROLE_ARN") if not os.environ.get(k)]
+    if missing:
+        pytest.skip(f"MME_AWS_TESTS=1 needs {', '.join(missing)}")
+    session = boto3.Session()
+    if session.get_credentials() is None:
+        pytest.skip("MME_AWS_TESTS=1 but no AWS credentials are configured")
+    repo = tmp_path / "double"
+    write_scale_model(repo, "double", scale=2.0)
+    suffix = uuid.uuid4().hex[:8]
+    endpoint, component = f"mme-ic-test-{suffix}", f"mme-ic-double-{suffix}"
+    prefix = f"mme-deployer-tests/{suffix}/"
+    deployer = Deployer(make_clients(session, "aws"), out=io.StringIO(), progress=False)
+    try:
+        result = deployer.deploy(DeployConfig(
+            endpoint, [repo], bucket=os.environ["MME_AWS_BUCKET"], prefix=prefix,
+            role_arn=os.environ["MME_AWS_ROLE_ARN"],
+            instance_type=os.environ.get("MME_AWS_INSTANCE_TYPE", "ml.m5.xlarge"),
+            wait_delay_s=30.0, component=ComponentSpec(component, cpus=1, memory_mb=1024)))
+        assert result.action == "created" and [s.ok for s in result.smoke] == [True]
+    finally:
+        deployer.teardown(endpoint, bucket=os.environ["MME_AWS_BUCKET"], prefix=prefix,
+                          wait_delay_s=30.0)
