@@ -54,11 +54,13 @@ class Module:
         return boto3.client(service, endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
                             config=Config(retries={"max_attempts": 1}))
 
-    def tritons(self) -> list[psutil.Process]:
+    def tritons(self, endpoint: str = "") -> list[psutil.Process]:
+        """Triton processes of this server's copies (of one endpoint's, if named)."""
+        where = self.cache / "endpoints" / endpoint if endpoint else self.cache
         found = []
         for process in psutil.process_iter(["cmdline"]):
             cmdline = " ".join(process.info["cmdline"] or ())
-            if "tritonserver" in cmdline and f"{self.cache}/" in cmdline:
+            if "tritonserver" in cmdline and f"{where}/" in cmdline:
                 found.append(process)
         return found
 
@@ -268,3 +270,26 @@ def test_an_update_interrupted_by_a_restart_resumes_at_its_batch(module: Module)
     assert done["Specification"]["ModelName"] == "double"
     assert '"resumed-guard"' in done["FailureReason"]
     assert {tuple(_call(module, "resumed") or ()) for _ in range(10)} == {tuple(OLD)}
+
+
+def test_a_component_deleted_during_its_update_leaves_no_copy(module: Module) -> None:
+    """DeleteInferenceComponent in the middle of a rolling update: the update stops, the old
+    and the new copies drain and stop, the component is gone."""
+    _component(module, "dropped", copies=2)
+    sm = module.client("sagemaker")
+    sm.update_inference_component(InferenceComponentName="dropped", Specification=NEW_SPEC,
+                                  DeploymentConfig=_rolling(batch=1, wait_s=3600))
+    wait_until(lambda: _call(module, "dropped") == NEW, 60, "the first new copy answering")
+    wait_until(lambda: len(module.tritons("dropped")) == 2, 60,
+               "one old copy and one new in the first batch's bake (the other old one stopped)")
+    sm.delete_inference_component(InferenceComponentName="dropped")
+
+    def gone() -> bool:
+        try:
+            _describe(module, "dropped")
+        except ClientError as exc:
+            return exc.response["Error"]["Code"] == "ValidationException"
+        return False
+
+    wait_until(gone, 60, "the component gone")
+    wait_until(lambda: not module.tritons("dropped"), 60, "its copies' Tritons stopped")
