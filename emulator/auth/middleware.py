@@ -76,7 +76,9 @@ class SigV4Middleware:
             if more:
                 raise auth_errors.incomplete("Request body too large to verify.")
             try:
-                call = classify(method, path, lookup, body, self.region, self.account, api)
+                # No API (the front door found none): nothing to classify again.
+                call = None if api is None else classify(method, path, lookup, body,
+                                                         self.region, self.account, api)
             except RepeatedParameter as exc:
                 raise auth_errors.repeated_parameter(str(exc)) from exc
             principal = verify(

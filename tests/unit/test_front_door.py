@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from emulator.app import build_app
 from emulator.auth import middleware, sigv4
+from emulator.auth import requests as auth_requests
 from emulator.contract import apis
 from emulator.page.feed import Feed
 from emulator.settings import Settings
@@ -31,7 +32,9 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
             return real(*args, **kwargs)
         return call
 
-    monkeypatch.setattr(apis, "identify", counting("identify", apis.identify))
+    identify = counting("identify", apis.identify)
+    monkeypatch.setattr(apis, "identify", identify)
+    monkeypatch.setattr(auth_requests, "identify", identify)  # IAM's own import of it
     monkeypatch.setattr(apis, "_runtime_request", counting("identify-runtime",
                                                            apis._runtime_request.__wrapped__))
     monkeypatch.setattr(middleware, "verify", counting("verify", sigv4.verify))
@@ -54,6 +57,9 @@ def test_an_asgi_request_is_read_authenticated_and_fed_once(
         counted.clear()
         assert client.post("/", headers={"X-Amz-Target": "SageMaker.ListModels"},
                            content=b"{}").status_code == 403
+        assert counted == {"identify": 1, "verify": 1}
+        counted.clear()
+        assert client.post("/_emulator/nothing", content=b"{}").status_code == 403  # no API
         assert counted == {"identify": 1, "verify": 1}
 
 
