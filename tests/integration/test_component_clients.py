@@ -173,6 +173,40 @@ def test_a_refused_component_leaves_nothing_of_the_run_behind(
     assert not (module.root / "store" / "cli-refused").exists()
 
 
+def test_a_failed_smoke_call_rolls_the_new_component_back(
+        module: Module, capsys: pytest.CaptureFixture[str]) -> None:
+    wrong = module.root / "wrong-input.json"
+    wrong.write_bytes(scale_request([1.0], input_name="NOT_AN_INPUT"))
+    code, out, err = module.mme(
+        capsys, "deploy", "--endpoint-name", "cli-smoke", "--inference-component", "cli-bad-call",
+        "--payload", f"cli-bad-call={wrong}", str(module.repos / "double"))
+    assert code == 1 and "smoke invocation of inference component cli-bad-call failed" in err
+    undone = [out.index(f"rolling back: delete {what}") for what in (
+        "inference component cli-bad-call", "endpoint cli-smoke", "endpoint config",
+        "model cli-bad-call-ic-", "copied")]
+    assert undone == sorted(undone), out
+    left = _names(module, "cli-smoke")
+    assert left["components"] == left["endpoints"] == left["configs"] == []
+    assert not [m for m in left["models"] if m.startswith("cli-bad-call")]
+    assert not (module.root / "store" / "cli-smoke").exists()
+
+
+def test_a_dry_run_prints_the_component_calls_and_makes_none(
+        module: Module, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = module.mme(
+        capsys, "deploy", "--dry-run", "--endpoint-name", "cli-dry", "--inference-component",
+        "cli-dry-ic", "--copies", "3", str(module.repos / "double"))
+    assert code == 0, err + out
+    for call in ("CreateModel", "CreateEndpointConfig", "CreateEndpoint",
+                 "CreateInferenceComponent"):
+        assert f"would call sagemaker.{call} " in out
+    assert '"RuntimeConfig": {"CopyCount": 3}' in out and "call sagemaker" not in out.replace(
+        "would call sagemaker", "")
+    left = _names(module, "cli-dry")
+    assert left["components"] == left["endpoints"] == left["configs"] == []
+    assert not (module.root / "store" / "cli-dry").exists()
+
+
 @pytest.mark.parametrize(("flags", "message"), [
     (["--inference-component", "ic", "--copies", "-1"], "--copies is 0 or more"),
     (["--inference-component", "ic", "--cpus", "0.1"], "--cpus is at least 0.25"),
