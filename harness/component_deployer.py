@@ -333,6 +333,13 @@ def _ensure_component(deployer: Deployer, config: DeployConfig, spec: ComponentS
     if current["InferenceComponentStatus"] in ("Creating", "Updating") and not config.dry_run:
         current = wait_for_component(deployer, spec.name, config.wait_delay_s,
                                      config.wait_max_attempts)
+    if current["InferenceComponentStatus"] in ("Failed", "Deleting"):
+        # SageMaker takes no update of a Failed component: it can only be deleted.
+        raise DeployError(
+            f"inference component {spec.name} is {current['InferenceComponentStatus']} "
+            f"({current.get('FailureReason') or 'no reason given'}): delete it first "
+            f"(mme teardown --endpoint-name {config.endpoint_name} --inference-component "
+            f"{spec.name}), then deploy again")
     deployed = current.get("Specification", {})
     same = (deployed.get("ModelName") == model_name
             and _same_resources(deployed.get("ComputeResourceRequirements", {}),
