@@ -41,6 +41,7 @@ class Module:
                        for name, scale in (("double", 2.0), ("triple", 3.0))}
         self.cache = root / "cache"
         self.server = self._start()
+        self.created: list[str] = []  # components of the test running
 
     def _start(self) -> EmulatorServer:
         return EmulatorServer(Settings.from_env(
@@ -77,9 +78,24 @@ def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     assert not module.tritons(), "a copy's Triton outlived the server"
 
 
+@pytest.fixture(autouse=True)
+def _components_deleted(module: Module) -> Iterator[None]:
+    """A test's components are deleted after it: their copies' Tritons do not load the machine
+    (or a restart) for the tests that follow."""
+    yield
+    sm = module.client("sagemaker")
+    for name in module.created:
+        try:
+            sm.delete_inference_component(InferenceComponentName=name)
+        except ClientError:
+            pass  # deleted by the test itself
+    module.created.clear()
+
+
 def _component(module: Module, name: str, copies: int) -> None:
     """An endpoint ``name`` with component ``name`` of the old model, its copies serving."""
     sm = module.client("sagemaker")
+    module.created.append(name)
     sm.create_endpoint_config(EndpointConfigName=name, ExecutionRoleArn=ROLE, ProductionVariants=[{
         "VariantName": "AllTraffic", "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1}])
     sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
