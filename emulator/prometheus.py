@@ -12,8 +12,16 @@ dashboard can be matched against CloudWatch's:
   utilization as a ratio (CloudWatch's percent / 100).
 
 Labels are ``endpoint_name``, ``variant_name`` and, per instance, ``instance_id`` (not
-``instance``, which Prometheus sets to the scraped target). CloudWatch alarms' states are
-``cloudwatch_alarm_state{alarm_name, alarm_type, state}`` (``AlarmCollector``).
+``instance``, which Prometheus sets to the scraped target).
+
+Inference components (``sagemaker_component_*``, labels ``endpoint_name``, ``variant_name``,
+``inference_component_name``): their invocations, errors and no-capacity failures (counters),
+model and overhead latency (histograms), copies desired / placed / ready (gauges), and per copy
+(labels ``copy_id``, ``instance_id``: the instance its placement put it on) the normalized
+utilization of namespace /aws/sagemaker/InferenceComponents as a ratio.
+
+CloudWatch alarms' states are ``cloudwatch_alarm_state{alarm_name, alarm_type, state}``
+(``AlarmCollector``).
 """
 
 from __future__ import annotations
@@ -32,12 +40,18 @@ from prometheus_client.registry import Collector
 
 from emulator.cloudwatch.alarms import STATES as ALARM_STATES
 from emulator.cloudwatch.alarms import AlarmStore
+from emulator.hosting import copy_utilization
+from emulator.hosting.component_tally import ComponentTally
+from emulator.hosting.components import ComponentEndpoint
+from emulator.hosting.copy_utilization import ComponentGroup
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.metrics import DURATION_BUCKETS_S, METRICS, EndpointMetrics
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 VARIANT_LABELS = ["endpoint_name", "variant_name"]
 INSTANCE_LABELS = [*VARIANT_LABELS, "instance_id"]
+COMPONENT_LABELS = [*VARIANT_LABELS, "inference_component_name"]
+COPY_LABELS = [*COMPONENT_LABELS, "copy_id", "instance_id"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +134,15 @@ class FleetCollector(Collector):
         yield from self._histograms(variants)
         yield from self._counters(variants)
         yield from self._gauges()
+        yield from self._components()
+
+    def _components(self) -> Iterator[Metric]:
+        """Every inference component's series (``sagemaker_component_*``)."""
+        found: list[tuple[list[str], ComponentGroup, ComponentTally]] = [
+            ([e.name, c.variant, c.name], c, e.tally)
+            for e in self._registry.all() if isinstance(e, ComponentEndpoint)
+            for c in e.component_groups()]
+        yield from _component_series(found)
 
     @staticmethod
     def _histograms(variants: list[tuple[list[str], EndpointMetrics]]) -> Iterator[Metric]:
@@ -218,3 +241,74 @@ def exposition(registry: EndpointRegistry, alarms: AlarmStore | None = None) -> 
     if alarms is not None:
         collectors.register(AlarmCollector(alarms))
     return generate_latest(collectors)
+
+
+COMPONENT_COUNTERS = (
+    Mapping("sagemaker_component_invocations", "Invocations"),
+    Mapping("sagemaker_component_invocation_4xx_errors", "Invocation4XXErrors"),
+    Mapping("sagemaker_component_invocation_5xx_errors", "Invocation5XXErrors"),
+    Mapping("sagemaker_component_invocation_model_errors", "InvocationModelErrors"),
+    Mapping("sagemaker_component_no_capacity_invocation_failures",
+            "NoCapacityInvocationFailures", note="calls that found no copy to serve them"),
+)
+COMPONENT_HISTOGRAMS = (
+    Mapping("sagemaker_component_model_latency_seconds", "ModelLatency"),
+    Mapping("sagemaker_component_overhead_latency_seconds", "OverheadLatency"),
+)
+COPY_UTILIZATION = {
+    copy_utilization.CPU: "sagemaker_component_cpu_utilization_normalized_ratio",
+    copy_utilization.MEMORY: "sagemaker_component_memory_utilization_normalized_ratio",
+    copy_utilization.GPU: "sagemaker_component_gpu_utilization_normalized_ratio",
+    copy_utilization.GPU_MEMORY: "sagemaker_component_gpu_memory_utilization_normalized_ratio",
+}
+
+
+def _component_series(
+        found: list[tuple[list[str], ComponentGroup, ComponentTally]]) -> Iterator[Metric]:
+    def component_help(mapping: Mapping, unit: str) -> str:
+        return (f"CloudWatch AWS/SageMaker {mapping.cloudwatch} ({unit}), dimension "
+                f"InferenceComponentName" + (f"; {mapping.note}" if mapping.note else ""))
+
+    for mapping in COMPONENT_COUNTERS:
+        counter = CounterMetricFamily(mapping.name, component_help(mapping, "None"),
+                                      labels=COMPONENT_LABELS)
+        for labels, component, tally in found:
+            stat = tally.statistics(component.name).get(mapping.cloudwatch)
+            counter.add_metric(labels, stat.total if stat is not None else 0.0)
+        yield counter
+    for mapping in COMPONENT_HISTOGRAMS:
+        histogram = HistogramMetricFamily(
+            mapping.name.removesuffix("_seconds"),
+            component_help(mapping, "Microseconds") + "; here in seconds",
+            labels=COMPONENT_LABELS, unit="seconds")
+        for labels, component, tally in found:
+            stat = tally.statistics(component.name).get(mapping.cloudwatch)
+            histogram.add_metric(
+                labels, _cumulative(tally.duration_buckets(component.name, mapping.cloudwatch)),
+                stat.total / 1e6 if stat is not None else 0.0)
+        yield histogram
+    copies = {
+        "desired": GaugeMetricFamily(
+            "sagemaker_component_desired_copies", "DescribeInferenceComponent's "
+            "RuntimeConfig.DesiredCopyCount", labels=COMPONENT_LABELS),
+        "current": GaugeMetricFamily(
+            "sagemaker_component_current_copies", "DescribeInferenceComponent's "
+            "RuntimeConfig.CurrentCopyCount (copies placed on an instance)",
+            labels=COMPONENT_LABELS),
+        "ready": GaugeMetricFamily(
+            "mme_component_ready_copies", "Copies whose serving process is ready and takes "
+            "calls", labels=COMPONENT_LABELS)}
+    utilization = {metric: GaugeMetricFamily(
+        name.removesuffix("_ratio"), f"CloudWatch {copy_utilization.NAMESPACE} {metric} "
+        "(Percent), per copy; last sample, percent / 100", labels=COPY_LABELS, unit="ratio")
+        for metric, name in COPY_UTILIZATION.items()}
+    for labels, component, _tally in found:
+        copies["desired"].add_metric(labels, component.desired_copies)
+        copies["current"].add_metric(labels, component.current_copies)
+        copies["ready"].add_metric(labels, sum(len(g.ready) for g in component.groups))
+        for copy in copy_utilization.copy_rows(component):
+            for metric, value in copy["Utilization"].items():
+                utilization[metric].add_metric(
+                    [*labels, copy["CopyId"], copy["Instance"] or ""], value / 100)
+    yield from copies.values()
+    yield from utilization.values()

@@ -222,7 +222,8 @@ class InferenceComponents:
         if record is None or record.endpoint_name.lower() != endpoint_name.lower():
             return None
         return ComponentState(record.status, record.current_copies, record.variant_name,
-                              record.name)
+                              record.name, record.desired_copies, tuple(record.placement),
+                              _reservation(record.specification))
 
     def on_endpoint(self, endpoint_name: str) -> list[str]:
         """Names of the components on an endpoint, in creation order."""

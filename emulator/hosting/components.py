@@ -26,8 +26,12 @@ from typing import NoReturn
 from emulator.contract import runtime, runtime_errors
 from emulator.hosting.component_copies import ComponentCopies, CopyBuilder, CopyTarget
 from emulator.hosting.component_copies import record as record_metrics
+from emulator.hosting.component_tally import ComponentTally
+from emulator.hosting.copy_utilization import ComponentGroup, CopyUtilization
+from emulator.hosting.copy_utilization import describe as describe_component
 from emulator.hosting.deployment import SplitEndpoint
 from emulator.hosting.endpoint import HostedInstance, InvokeResult
+from emulator.hosting.placement import Reservation
 from emulator.hosting.routing import Router
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
 from emulator.metrics import EndpointMetrics, MetricSink
@@ -42,6 +46,11 @@ class ComponentState:
     copies: int
     variant: str = "AllTraffic"
     name: str = ""
+    # For the metrics and the page (``hosting.copy_utilization``): copies asked for, placed
+    # copies per instance, and what each copy reserves.
+    desired_copies: int = 0
+    placement: tuple[int, ...] = ()
+    reservation: Reservation | None = None
 
 
 # The status of a component being deleted (its copies are stopping; none may start).
@@ -79,7 +88,11 @@ class ComponentEndpoint(SplitEndpoint):
                          region_account, invocation_timeout_s)
         self._lookup = lookup
         self._build_copy = build_copy
-        self._metric_sink = sink
+        # Every component metric goes through the tally (running statistics for /metrics and
+        # the page) on to the CloudWatch store.
+        self.tally = ComponentTally(sink)
+        self._metric_sink = self.tally
+        self._utilization = CopyUtilization()
         self._seed = seed
         self._check_artifact = check_artifact
         self._components: dict[str, ComponentCopies] = {}  # by lowercased component name
@@ -169,12 +182,30 @@ class ComponentEndpoint(SplitEndpoint):
         self._components, self._incoming = {}, {}
         await asyncio.gather(*(c.stop() for c in components), return_exceptions=True)
 
+    def component_groups(self) -> list[ComponentGroup]:
+        """Each component with copies here, what the control plane says of it, and its copies
+        (a rolling update's new ones second)."""
+        found = []
+        for key, copies in list(self._components.items()):
+            incoming = self._incoming.get(key)
+            state = self._lookup(self.name, copies.name)
+            variant = (state.variant if state else copies.target.variant.name
+                       if copies.target is not None else "")
+            found.append(ComponentGroup(
+                copies.name, variant, state.status if state else None,
+                state.desired_copies if state else 0, state.copies if state else 0,
+                state.placement if state else (), state.reservation if state else None,
+                (copies, incoming) if incoming is not None else (copies,)))
+        return found
+
+    def sample_utilization(self, now: float) -> None:
+        """One utilization sample of every ready copy (the registry's periodic tick)."""
+        self._utilization.sample(self.component_groups(), now, self.tally)
+
     def describe(self) -> dict[str, object]:
-        described: dict[str, object] = {c.name: dict(c.describe())
-                                        for c in self._components.values()}
-        for c in self._incoming.values():  # a rolling update's new copies
-            described[f"{c.name} (updating)"] = dict(c.describe())
-        return {"Variants": {}, "InferenceComponents": described}
+        return {"Variants": {}, "InferenceComponents": {
+            c.name: describe_component(c, self.tally.statistics(c.name))
+            for c in self.component_groups()}}
 
     # --- the request path -------------------------------------------------------------------
 

@@ -101,6 +101,7 @@ class EndpointRegistry:
                                      s.invocation_timeout_s, lookup, self._build_instance,
                                      self._sink, s.routing_seed, self._check_artifact)
         self._endpoints[name] = endpoint
+        self._ensure_sampler()  # its copies' utilization, on the instances' tick
         return endpoint
 
     def _check_artifact(self, container: ContainerSpec) -> None:
@@ -254,6 +255,8 @@ class EndpointRegistry:
         now = time.monotonic()
         seen: dict[int, UtilizationSampler] = {}
         for endpoint in self.all():
+            if isinstance(endpoint, ComponentEndpoint):  # its copies' normalized utilization
+                endpoint.sample_utilization(now)
             for variant in endpoint.variants:
                 for instance in list(variant.instances):
                     sampler = seen[id(instance)] = self._samplers.get(id(instance),

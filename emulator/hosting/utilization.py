@@ -64,11 +64,9 @@ class UtilizationSampler:
                cache_dir: Path) -> dict[str, float]:
         figures: dict[str, float] = {}
         if pid is not None:
-            cpu, rss = _cpu_seconds_and_rss(pid)
-            previous = self.last_cpu.get(pid)
-            self.last_cpu = {pid: (now, cpu)}
-            if previous is not None and now > previous[0]:
-                figures["CPUUtilization"] = 100.0 * (cpu - previous[1]) / (now - previous[0])
+            cpu_percent, rss = self.cpu_and_rss(pid, now)
+            if cpu_percent is not None:
+                figures["CPUUtilization"] = cpu_percent
             figures["MemoryUtilization"] = 100.0 * rss / _total_memory()
         if disk_budget:
             figures["DiskUtilization"] = 100.0 * disk_bytes / disk_budget
@@ -77,6 +75,19 @@ class UtilizationSampler:
             figures["DiskUtilization"] = 100.0 * usage.used / usage.total
         figures.update(gpu_utilization())
         return figures
+
+
+    def cpu_and_rss(self, pid: int, now: float) -> tuple[float | None, int]:
+        """The CPU time of ``pid``'s process tree since the previous call, in percent of one
+        core (None at the first call: it sets the base), and the tree's resident bytes now.
+        Also what an inference component's copy is measured by
+        (``emulator.hosting.copy_utilization``)."""
+        cpu, rss = _cpu_seconds_and_rss(pid)
+        previous = self.last_cpu.get(pid)
+        self.last_cpu = {pid: (now, cpu)}
+        if previous is None or now <= previous[0]:
+            return None, rss
+        return 100.0 * (cpu - previous[1]) / (now - previous[0]), rss
 
 
 def gpu_utilization() -> dict[str, float]:

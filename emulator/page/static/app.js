@@ -73,15 +73,18 @@ function renderSummary() {
     const m = ep.Metrics.Metrics;
     const hits = m.ModelCacheHit;
     const ratio = hits.SampleCount ? (hits.Sum / hits.SampleCount * 100).toFixed(1) + " %" : "–";
-    const errors = m.Invocation4XXErrors.Sum + m.Invocation5XXErrors.Sum;
+    const components = Object.values(ep.InferenceComponents || {});
+    const errors = m.Invocation4XXErrors.Sum + m.Invocation5XXErrors.Sum
+      + components.reduce((n, c) => n + c.Errors, 0);
     const inFlight = Object.values(ep.Variants).flatMap(v => v.Instances)
       .reduce((n, i) => n + i.InFlight, 0);
     const figure = (label, value, id) => el("div", { class: "figure" },
       el("span", { class: "value", "data-figure": id }, value), el("span", { class: "label" }, label));
     return el("article", { class: "card", "data-endpoint": name },
-      el("h3", {}, name, el("small", {}, ep.MultiModel ? " multi-model" : " single model")),
+      el("h3", {}, name, el("small", {}, ep.InferenceComponents ? " inference components"
+        : ep.MultiModel ? " multi-model" : " single model")),
       el("div", { class: "figures" },
-        figure("invocations", m.Invocations.Sum, "invocations"),
+        figure("invocations", m.Invocations.Sum + components.reduce((n, c) => n + c.Invocations, 0), "invocations"),
         figure("cache hit ratio", ratio, "hit-ratio"),
         figure("loaded models", m.LoadedModelCount.Current, "loaded"),
         figure("in flight", inFlight, "in-flight"),
@@ -152,6 +155,39 @@ function deploymentBlock(name, d) {
     el("p", {}, `green fleet: ${d.NewConfigInstances} instance(s) serving `, ...instances));
 }
 
+// An endpoint for inference components: component -> copies -> instances, with each copy's
+// state and normalized utilization (namespace /aws/sagemaker/InferenceComponents).
+function percent(value) { return value === undefined || value === null ? "–" : `${value.toFixed(1)} %`; }
+
+function componentBlock(c) {
+  const r = c.Reservation;
+  const reserved = [r.NumberOfCpuCoresRequired ? `${r.NumberOfCpuCoresRequired} vCPU` : null,
+    r.MinMemoryRequiredInMb ? `${r.MinMemoryRequiredInMb} MiB` : null,
+    r.NumberOfAcceleratorDevicesRequired ? `${r.NumberOfAcceleratorDevicesRequired} accelerators` : null]
+    .filter(Boolean).join(", ") || "nothing reserved";
+  const rows = c.Copies.map(copy => el("tr", {
+      class: "copy", "data-copy": copy.CopyId, "data-state": copy.State, "data-instance": copy.Instance },
+    el("td", { class: "name" }, copy.CopyId ?? el("span", { class: "muted" }, "–")),
+    el("td", {}, copy.Instance ?? el("span", { class: "muted" }, "no instance has room")),
+    el("td", {}, el("span", { class: `badge copy-${copy.State}` }, copy.State)),
+    el("td", { class: "num" }, copy.InFlight),
+    el("td", { class: "num", "data-metric": "CPUUtilizationNormalized" }, percent(copy.Utilization.CPUUtilizationNormalized)),
+    el("td", { class: "num", "data-metric": "MemoryUtilizationNormalized" }, percent(copy.Utilization.MemoryUtilizationNormalized)),
+    el("td", { class: "num", "data-metric": "GPUUtilizationNormalized" }, percent(copy.Utilization.GPUUtilizationNormalized))));
+  return el("div", { class: "component", "data-component": c.InferenceComponentName, "data-status": c.Status },
+    el("h4", {}, `inference component ${c.InferenceComponentName}`,
+      el("span", { class: "badge component-status" }, c.Status),
+      el("small", {}, ` variant ${c.VariantName} · ${c.InstanceType || "no instance type"} · `,
+        el("span", { "data-figure": "copies" }, `${c.ReadyCopyCount} ready, ${c.CurrentCopyCount} placed, ${c.DesiredCopyCount} desired`),
+        ` · per copy ${reserved} · ${c.Invocations} invocations · ${c.InFlight} in flight`
+        + (c.ModelLatencyAverageUs ? ` · model latency (avg) ${micros(c.ModelLatencyAverageUs)}` : ""))),
+    c.Failure ? el("p", { class: "note" }, `copies failed to start: ${c.Failure}`) : null,
+    rows.length ? el("table", { class: "models copies" },
+      el("thead", {}, el("tr", {}, ...["copy", "instance", "state", "in flight", "CPU (normalized)", "memory (normalized)", "GPU (normalized)"].map(h => el("th", {}, h)))),
+      el("tbody", {}, ...rows))
+      : el("p", { class: "empty" }, "No copy: scaled to zero."));
+}
+
 function renderFleet() {
   const blocks = [];
   for (const [name, ep] of Object.entries(state.Endpoints)) {
@@ -181,8 +217,9 @@ function renderFleet() {
             el("tbody", {}, ...models.map(m => modelRow(name, vname, instance, m))))
             : el("p", { class: "empty" }, "No model yet: the first request for a TargetModel downloads and loads it."));
       })));
+    const components = Object.values(ep.InferenceComponents || {}).map(componentBlock);
     blocks.push(el("div", { class: "endpoint", "data-endpoint": name }, el("h3", {}, `endpoint ${name}`),
-      deploymentBlock(name, ep.Deployment), ...variants));
+      deploymentBlock(name, ep.Deployment), ...variants, ...components));
   }
   document.getElementById("fleet").replaceChildren(...blocks);
 }
