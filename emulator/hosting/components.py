@@ -153,7 +153,7 @@ class ComponentEndpoint(SplitEndpoint):
             assert self._build_copy is not None  # self._copies refused otherwise
             new = self._incoming[key] = ComponentCopies(
                 self.name, component, self.work_dir / f"{key}.update-{next(self._update_ids)}",
-                self._build_copy, self._metric_sink, self._seed)
+                self._build_copy, self._metric_sink, self._seed, self._check_artifact)
         steps = [(new, CopyTarget(target.variant, target.copies, target.routing)),
                  (old, CopyTarget(target.outgoing, target.outgoing_copies, target.routing))]
         if target.copies < len(new.ready):  # a rollback batch: the old side grows first

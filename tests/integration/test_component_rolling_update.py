@@ -89,6 +89,8 @@ def _components_deleted(module: Module) -> Iterator[None]:
             sm.delete_inference_component(InferenceComponentName=name)
         except ClientError:
             pass  # deleted by the test itself
+    for name in module.created:  # gone, its copies stopped, before anything else goes on
+        wait_until(lambda name=name: not _exists(module, name), 60, f"component {name} deleted")
     module.created.clear()
 
 
@@ -108,6 +110,16 @@ def _component(module: Module, name: str, copies: int) -> None:
     wait_until(lambda: _describe(module, name)["InferenceComponentStatus"] == "InService", 60,
                f"component {name} InService")
     wait_until(lambda: _call(module, name) == OLD, 60, f"component {name} answers")
+
+
+def _exists(module: Module, name: str) -> bool:
+    try:
+        _describe(module, name)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "ValidationException":
+            return False
+        raise
+    return True
 
 
 def _describe(module: Module, name: str) -> dict[str, Any]:
@@ -299,13 +311,30 @@ def test_a_component_deleted_during_its_update_leaves_no_copy(module: Module) ->
     wait_until(lambda: len(module.tritons("dropped")) == 2, 60,
                "one old copy and one new in the first batch's bake (the other old one stopped)")
     sm.delete_inference_component(InferenceComponentName="dropped")
-
-    def gone() -> bool:
-        try:
-            _describe(module, "dropped")
-        except ClientError as exc:
-            return exc.response["Error"]["Code"] == "ValidationException"
-        return False
-
-    wait_until(gone, 60, "the component gone")
+    wait_until(lambda: not _exists(module, "dropped"), 60, "the component gone")
     wait_until(lambda: not module.tritons("dropped"), 60, "its copies' Tritons stopped")
+
+
+def test_a_new_model_that_cannot_start_rolls_the_update_back(module: Module) -> None:
+    """The new Model's artifact does not exist: its copy never starts, the old copy keeps
+    answering every call, and the update ends InService on the old model, saying why."""
+    _component(module, "broken", copies=1)
+    sm = module.client("sagemaker")
+    sm.create_model(ModelName="broken-model", ExecutionRoleArn=ROLE, PrimaryContainer={
+        "Image": "triton", "ModelDataUrl": module.models["triple"] + ".missing"})
+    stream = Stream(module, "broken")
+    try:
+        sm.update_inference_component(
+            InferenceComponentName="broken", DeploymentConfig=_rolling(batch=1, wait_s=60),
+            Specification={**NEW_SPEC, "ModelName": "broken-model"})
+        wait_until(lambda: _describe(module, "broken")["InferenceComponentStatus"] ==
+                   "InService", 60, "the rollback done")
+        seen = len(stream.answers)
+        wait_until(lambda: len(stream.answers) >= seen + 5, 30, "calls after the rollback")
+    finally:
+        stream.stop()
+    assert stream.failures == []
+    assert set(map(tuple, stream.answers)) == {tuple(OLD)}
+    done = _describe(module, "broken")
+    assert done["Specification"]["ModelName"] == "double"
+    assert "a copy of the new specification failed to start" in done["FailureReason"]
