@@ -264,7 +264,7 @@ async def _write_directly(cycle: RequestResponseCycle, answer: DirectAnswer,
     """Run as uvicorn's ASGI app (so its handling of an exception, a 500, still applies): the
     answer is written as ``RequestResponseCycle.send`` writes one (the same header-value check),
     in one go, without the ASGI messages and the app's middleware layers. Measured with the
-    batched metrics of the same change: 3 % less CPU per call (README, "Measured")."""
+    batched metrics of the same change: 3 % less CPU per call (docs/benchmarks.md)."""
     status, headers, body = await answer(scope, functools.partial(received_pieces, cycle))
     if answered is not None:
         answered(scope, status, headers, body)

@@ -152,7 +152,7 @@ OptionalUserPath = Annotated[Path | None, AfterValidator(_expand)]
 
 @dataclass(frozen=True)
 class Flag:
-    """How a setting shows on ``mme serve`` and in the README's configuration table."""
+    """How a setting shows on ``mme serve`` and in docs/configuration.md's table."""
 
     name: str | None = None  # the flag; None: ``--`` + the field name with dashes
     default_text: str | None = None  # the table's "default" when the value itself says little
@@ -202,7 +202,7 @@ class _Environment(EnvSettingsSource):
 
 
 class Settings(BaseSettings):
-    """The emulator's settings; each field's docstring is its help text and README row."""
+    """The emulator's settings; each field's docstring is its help text and table row."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, use_attribute_docstrings=True,
                                       extra="forbid")
@@ -379,7 +379,7 @@ class InvalidSettings(ValueError):
         super().__init__("; ".join(problems))
 
 
-# -- the command line and the README, both from the fields above -------------------------------
+# -- the command line and docs/configuration.md, both from the fields above ----------------------
 
 def _flag_of(info: FieldInfo) -> Flag:
     return next((m for m in info.metadata if isinstance(m, Flag)), Flag())
@@ -447,7 +447,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def configuration_table() -> str:
-    """The README's configuration table: one row per setting."""
+    """docs/configuration.md's configuration table: one row per setting."""
     rows = ["| flag | env | default | meaning |", "|---|---|---|---|"]
     for name, info in Settings.model_fields.items():
         flag = flag_name(name)

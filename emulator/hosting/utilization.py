@@ -10,7 +10,7 @@
   installed and sees a GPU; otherwise not published, as on a CPU instance.
 
 Only the embedded launcher exposes a process id; for docker and external Tritons the CPU and
-memory figures are not sampled (documented in the README).
+memory figures are not sampled (documented in docs/hosting.md, "Fleets").
 """
 
 from __future__ import annotations

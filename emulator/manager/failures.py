@@ -29,7 +29,8 @@ NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 # [U] SageMaker budgets memory, not a model count: --max-loaded-models counts the models that
 # serve or are loading, so a load may start once Triton has accepted its victim's unload; under
-# --memory-budget it waits for the unload to complete (ModelManager._load_may_overlap_unloads).
+# --memory-budget too, but it waits for the unload to complete where the victims' memory could
+# pass the instance's or Triton has GPUs (ModelManager._load_may_overlap_unloads).
 
 
 class DiskFull(Exception):

@@ -76,7 +76,7 @@ class StubDied(Exception):
         self.instances = instances
 
 
-# What a load may fail with here; ``load_failure`` turns each into the container's answer.
+# What a load may fail with here; ``load_failed`` turns each into the container's answer.
 LOAD_ERRORS = (TritonError, TritonUnreachable, asyncio.TimeoutError, StubDied)
 
 

@@ -1,12 +1,12 @@
 """``mme loadtest``'s side of a Locust run: the plan handed over, Locust started, the result read.
 
-Locust is the load engine (``harness/locust_engine.py`` inside the Locust processes). It runs as
-a child process (``python -m locust -f harness/locustfile.py``), never imported here: importing
-Locust monkey-patches the whole interpreter with gevent (sockets, threads, ``time.sleep``), which
-must not reach the emulator, pytest or asyncio code that calls ``run_load``. So this side stays
-plain asyncio: it starts Locust, polls the endpoint's counters, instance counts and loaded models
-while Locust loads it, and joins both into one ``LoadResult`` once Locust has written what it
-measured (``--mme-result``, JSON with epoch times).
+Locust is the load engine (``harness/loadtest/locust_engine.py``, inside the Locust processes). It
+runs as a child process (``python -m locust -f harness/locustfile.py``), never imported here:
+importing Locust monkey-patches the whole interpreter with gevent (sockets, threads,
+``time.sleep``), which must not reach the emulator, pytest or asyncio code that calls ``run_load``.
+So this side stays plain asyncio: it starts Locust, polls the endpoint's counters, instance counts
+and loaded models while Locust loads it, and joins both into one ``LoadResult`` once Locust has
+written what it measured (``--mme-result``, JSON with epoch times).
 
 The same child serves the three ways to run: one process (Locust's LocalRunner), ``--processes
 N`` (Locust forks N workers under a master), and ``--master --expect-workers N`` with workers on

@@ -1,6 +1,6 @@
 """What a load test measured (``LoadResult``) and the controller that steers it.
 
-The load itself is Locust's (``harness/locust_engine.py``, started by ``locust_run.run_load``).
+The load itself is Locust's (``locust_engine.py``, started by ``locust_run.run_load``).
 The ``Controller`` (pure, driven by the caller's clock) decides at every tick how many users
 should be running (from the phases) and whether a stopping condition is met; Locust's shape
 asks it.
