@@ -14,6 +14,7 @@ from typing import Any
 
 from botocore.model import OperationModel
 
+from emulator.contract.apis import TARGET_PREFIX_OF, Service
 from emulator.contract.botocore_output import project
 from emulator.contract.botocore_validation import (
     constraint_failure,
@@ -28,7 +29,7 @@ from emulator.contract.json_errors import (
     read_body,
 )
 
-TARGET_PREFIX = "AnyScaleFrontendService."
+TARGET_PREFIX = TARGET_PREFIX_OF[Service.AUTOSCALING]
 JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
 
 # MaxResults' range, where botocore's model documents it ("This value can be between 1 and 50")

@@ -25,7 +25,13 @@ import cbor2
 from botocore.model import ListShape, MapShape, OperationModel, Shape, StructureShape
 
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
-from emulator.contract.apis import RepeatedParameter, parse_form
+from emulator.contract.apis import (
+    CBOR_PREFIX,
+    TARGET_PREFIX_OF,
+    RepeatedParameter,
+    Service,
+    parse_form,
+)
 from emulator.contract.botocore_output import project
 from emulator.contract.botocore_validation import (
     format_errors,
@@ -35,8 +41,8 @@ from emulator.contract.botocore_validation import (
 )
 from emulator.contract.json_errors import SERIALIZATION, UnreadableBody, read_body
 
-TARGET_PREFIX = "GraniteServiceVersion20100801."
-CBOR_PATH = "/service/GraniteServiceVersion20100801/operation/{operation}"
+TARGET_PREFIX = TARGET_PREFIX_OF[Service.CLOUDWATCH]
+CBOR_PATH = CBOR_PREFIX + "{operation}"
 CBOR_CONTENT_TYPE = "application/cbor"
 JSON_CONTENT_TYPE = "application/x-amz-json-1.0"
 XML_CONTENT_TYPE = "text/xml"

@@ -81,6 +81,8 @@ TARGET_PREFIXES: Mapping[str, Service] = {
     "AnyScaleFrontendService.": Service.AUTOSCALING,
     "GraniteServiceVersion20100801.": Service.CLOUDWATCH,
 }
+# Each service's ``X-Amz-Target`` prefix, for the wire modules that strip it off the operation.
+TARGET_PREFIX_OF: Mapping[Service, str] = {s: p for p, s in TARGET_PREFIXES.items()}
 
 
 class ApiRequest(NamedTuple):  # a tuple: made for every request, at a third of a dataclass's cost

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from botocore.model import OperationModel
 
 from emulator.contract import sagemaker_rules
+from emulator.contract.apis import TARGET_PREFIX_OF, Service
 from emulator.contract.botocore_output import output_problems, project
 from emulator.contract.botocore_validation import (
     format_errors,
@@ -39,7 +40,7 @@ from emulator.contract.json_errors import (
 
 DEFAULT_ACCOUNT = "123456789012"
 JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
-TARGET_PREFIX = "SageMaker."
+TARGET_PREFIX = TARGET_PREFIX_OF[Service.SAGEMAKER]
 
 OPERATIONS = frozenset(
     {

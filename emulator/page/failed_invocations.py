@@ -1,8 +1,9 @@
 """Tells the page's feed of every failed invocation, with the SageMaker error the client got.
 
-A pure ASGI middleware, so the runtime route stays unaware of the page: it looks only at
-``/endpoints/{name}/...`` requests, and reads the answer only when its status is an error (the
-error body is small JSON; successful bodies pass through untouched and unbuffered).
+A pure ASGI middleware, so the runtime route stays unaware of the page: it looks only at the
+requests the front door read as sagemaker-runtime calls (``emulator/contract/apis.py``), and reads
+the answer only when its status is an error (the error body is small JSON; successful bodies pass
+through untouched and unbuffered).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from emulator.contract.apis import API_SCOPE_KEY, ApiRequest, Service
 from emulator.contract.runtime import H_TARGET_MODEL
 from emulator.page.feed import Feed
 
@@ -26,8 +28,8 @@ class InvocationErrors:
         self.feed = feed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if not path.startswith("/endpoints/"):
+        api: ApiRequest | None = scope.get(API_SCOPE_KEY)
+        if api is None or api.service is not Service.RUNTIME:
             await self.app(scope, receive, send)
             return
         failure: dict[str, Any] = {}
@@ -47,12 +49,14 @@ class InvocationErrors:
 
     def answered(self, scope: Scope, status: int, headers: Iterable[tuple[bytes, bytes]],
                  body: bytes) -> None:
-        """What a request to ``/endpoints/...`` was answered, whole (a server that writes the
-        answer itself, bypassing this middleware, tells it here)."""
+        """What a runtime call was answered, whole (a server that writes the answer itself,
+        bypassing this middleware, tells it here)."""
         if status < 400:
             return
+        api: ApiRequest | None = scope.get(API_SCOPE_KEY)
         code = dict(headers).get(ERROR_TYPE_HEADER, b"").decode() or "Unknown"
-        self._tell(scope, scope["path"].split("/")[2], {"status": status, "code": code}, body)
+        endpoint = api.endpoint if api is not None and api.endpoint else ""
+        self._tell(scope, endpoint, {"status": status, "code": code}, body)
 
     def _tell(self, scope: Scope, endpoint: str, failure: dict[str, Any], body: bytes) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
