@@ -308,8 +308,8 @@ class InferenceComponents:
                 dataclasses.replace(current, specification=current.pending_specification
                                     or current.specification), variant)
             if self.apply_copies is not None:
-                await self.apply_copies(current.endpoint_name, name, RollingTarget(
-                    incoming.variant, new, incoming.routing, outgoing.variant, old))
+                await self.apply_copies(current.endpoint_name, name, RollingTarget.of(
+                    incoming, new, outgoing.variant, old))
 
         rollout = updates.Rollout.from_doc(record.rollout)
         run = updates.RollingUpdate(name, rollout, roll, self.emulated_clock, self.alarms, save)

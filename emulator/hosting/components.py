@@ -19,9 +19,9 @@ import itertools
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from emulator.contract import runtime, runtime_errors
 from emulator.hosting.component_copies import ComponentCopies, CopyBuilder, CopyTarget
@@ -64,6 +64,27 @@ class RollingTarget(CopyTarget):
 
     outgoing: VariantSpec | None = None
     outgoing_copies: int = 0
+
+    @classmethod
+    def of(cls, incoming: CopyTarget, copies: int, outgoing: VariantSpec,
+           outgoing_copies: int) -> RollingTarget:
+        """``copies`` copies of ``incoming`` (all its settings kept) beside ``outgoing_copies``
+        of ``outgoing``."""
+        return cls(**{**_settings(incoming), "copies": copies}, outgoing=outgoing,
+                   outgoing_copies=outgoing_copies)
+
+    def sides(self) -> tuple[CopyTarget, CopyTarget]:
+        """The new side's target and the old side's, each a plain ``CopyTarget``."""
+        if self.outgoing is None:
+            raise ValueError("a rolling update's target names the outgoing specification")
+        new = CopyTarget(**_settings(self))
+        return new, CopyTarget(**{**_settings(self), "variant": self.outgoing,
+                                  "copies": self.outgoing_copies})
+
+
+def _settings(target: CopyTarget) -> dict[str, Any]:
+    """A target's members as ``CopyTarget`` has them (whatever members it gains)."""
+    return {f.name: getattr(target, f.name) for f in fields(CopyTarget)}
 
 
 # (endpoint name, component name) -> the component's state, or None if the endpoint has none
@@ -144,8 +165,7 @@ class ComponentEndpoint(SplitEndpoint):
         """One batch of a rolling update: the side that grows first (its new copies join
         routing once ready), then the side that shrinks (its copies leave routing, drain, stop),
         so a call always finds a ready copy."""
-        if target.outgoing is None:
-            raise ValueError("a rolling update's target names the outgoing specification")
+        new_target, old_target = target.sides()
         key = component.lower()
         old = self._copies(component)
         new = self._incoming.get(key)
@@ -154,8 +174,7 @@ class ComponentEndpoint(SplitEndpoint):
             new = self._incoming[key] = ComponentCopies(
                 self.name, component, self.work_dir / f"{key}.update-{next(self._update_ids)}",
                 self._build_copy, self._metric_sink, self._seed, self._check_artifact)
-        steps = [(new, CopyTarget(target.variant, target.copies, target.routing)),
-                 (old, CopyTarget(target.outgoing, target.outgoing_copies, target.routing))]
+        steps = [(new, new_target), (old, old_target)]
         if target.copies < len(new.ready):  # a rollback batch: the old side grows first
             steps.reverse()
         for copies, goal in steps:
