@@ -24,7 +24,8 @@ figure), memory as the copy's memory probe counts it (``triton.memory``), else t
 bytes. [U] A copy can use more than it reserves (nothing here caps it): the figures are held
 at 100 %, the top of AWS's documented range. A copy without a process id (a SageMaker container
 under the docker launcher) is not sampled. Enhanced metrics' extra dimensions (EndpointName,
-InstanceId, ContainerId, GpuId with ``EnableEnhancedMetrics``) are not published.
+InstanceId, ContainerId, GpuId with ``EnableEnhancedMetrics``) are not published. The same
+tick publishes each instance's reservation and use (``hosting.component_instances``).
 
 Which instance a copy is on is the placement's bookkeeping (``hosting.placement``): the ready
 copies, oldest first, fill the placed slots instance by instance (``i-1``, ``i-2``, ... as the
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator import instance_types
+from emulator.hosting import component_instances
 from emulator.hosting.component_copies import ComponentCopies, Copy
 from emulator.hosting.placement import Reservation
 from emulator.hosting.utilization import UtilizationSampler, gpu_utilization
@@ -124,27 +126,49 @@ class CopyUtilization:
 
     def sample(self, components: Sequence[ComponentGroup], now: float,
                sink: MetricSink) -> None:
+        """Each ready copy's figures under its component's name, then each instance's
+        (``hosting.component_instances``: what its copies reserve and use)."""
         seen: dict[int, UtilizationSampler] = {}
         gpu = gpu_utilization()  # the machine's, once per tick
+        variants: dict[str, component_instances.VariantLoad] = {}
         for component in components:
+            variant = variants.setdefault(component.variant, component_instances.VariantLoad(
+                component.instance_type, {}))
+            variant.instance_type = variant.instance_type or component.instance_type
+            for index, count in enumerate(component.placement):
+                variant.instances.setdefault(index, component_instances.InstanceLoad()).reserve(
+                    component.reservation or Reservation(), count)
+            slots = _slots(component)
             limits = component.limits
-            for copies in component.groups:
-                for copy in list(copies.ready):
-                    sampler = seen[id(copy)] = self._samplers.get(id(copy), UtilizationSampler())
-                    figures = _measure(copy, sampler, now, limits, gpu)
-                    if not figures:
-                        continue
-                    copy.metrics.latest.update(figures)
-                    sink.record_many({DIMENSION: component.name}, [
-                        (NAMESPACE, PERCENT, name, value) for name, value in figures.items()])
+            ready = [copy for copies in component.groups for copy in list(copies.ready)]
+            for position, copy in enumerate(ready):  # in copy_rows' order: the same instances
+                sampler = seen[id(copy)] = self._samplers.get(id(copy), UtilizationSampler())
+                measured = _measure(copy, sampler, now, limits, gpu)
+                if measured is None:
+                    continue
+                cpu_percent, memory_bytes, figures = measured
+                if position < len(slots):
+                    variant.instances[slots[position]].measured(cpu_percent, memory_bytes)
+                copy.metrics.latest.update(figures)
+                sink.record_many({DIMENSION: component.name}, [
+                    (NAMESPACE, PERCENT, name, value) for name, value in figures.items()])
         self._samplers = seen
+        if components and components[0].groups:
+            component_instances.publish(components[0].groups[0].endpoint, variants, sink)
+
+
+def _slots(component: ComponentGroup) -> list[int]:
+    """The instance (index) of each placed copy, instance by instance."""
+    return [index for index, count in enumerate(component.placement) for _ in range(count)]
 
 
 def _measure(copy: Copy, sampler: UtilizationSampler, now: float, limits: CopyLimits,
-             gpu: dict[str, float]) -> dict[str, float]:
+             gpu: dict[str, float]) -> tuple[float | None, int, dict[str, float]] | None:
+    """(percent of one core or None at the first sample, memory bytes, normalized figures);
+    None for a copy with no process of its own to measure (docker, external)."""
     pid = getattr(copy.launcher, "pid", None)
     if not isinstance(pid, int):
-        return {}  # no process of its own to measure (docker, external)
+        return None
     cpu_percent, rss = sampler.cpu_and_rss(pid, now)
     manager = getattr(copy, "manager", None)
     probe = getattr(manager, "memory_probe", None)
@@ -152,13 +176,14 @@ def _measure(copy: Copy, sampler: UtilizationSampler, now: float, limits: CopyLi
     figures: dict[str, float] = {}
     if cpu_percent is not None:  # percent of one core over the period
         figures[CPU] = _percent(cpu_percent / 100.0, limits.cpus)
-    figures[MEMORY] = _percent(memory if memory is not None else rss, limits.memory_bytes)
+    used = memory if memory is not None else rss
+    figures[MEMORY] = _percent(used, limits.memory_bytes)
     if gpu and limits.accelerators:
         figures[GPU] = _percent(gpu["GPUUtilization"] / 100.0, limits.accelerators)
         gpu_bytes = probe.gpu_bytes() if probe is not None else None
         if gpu_bytes is not None and limits.gpu_memory_bytes:
             figures[GPU_MEMORY] = _percent(gpu_bytes, limits.gpu_memory_bytes)
-    return figures
+    return cpu_percent, used, figures
 
 
 def copy_label(copies_index: int, copy: Copy) -> str:
@@ -171,8 +196,7 @@ def copy_rows(component: ComponentGroup) -> list[dict[str, Any]]:
     """A component's copies and their instances: each copy's state is ``ready`` (serving),
     ``draining``, ``starting`` (placed, its process not ready yet), ``failed`` (its start
     failed) or ``pending`` (placed nowhere: no instance has room); only a process has an id."""
-    slots = [f"i-{index + 1}" for index, count in enumerate(component.placement)
-             for _ in range(count)]
+    slots = [f"i-{index + 1}" for index in _slots(component)]
     copies: list[dict[str, Any]] = []
     for index, group in enumerate(component.groups):
         for copy in list(group.ready):

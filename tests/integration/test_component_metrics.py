@@ -74,12 +74,14 @@ def _invoke(module: Module, times: int) -> None:
                            Body=scale_request([1, 2, 3, 4]))["Body"].read()
 
 
-def _statistics(module: Module, metric: str) -> dict[str, Any]:
+def _statistics(module: Module, metric: str, namespace: str = NAMESPACE,
+                dimensions: dict[str, str] | None = None) -> dict[str, Any]:
     """All of the metric's samples so far, as one datapoint (SampleCount 0: none yet)."""
     now = datetime.now(timezone.utc)
+    dimensions = dimensions or {"InferenceComponentName": COMPONENT}
     points = module.client("cloudwatch").get_metric_statistics(
-        Namespace=NAMESPACE, MetricName=metric,
-        Dimensions=[{"Name": "InferenceComponentName", "Value": COMPONENT}],
+        Namespace=namespace, MetricName=metric,
+        Dimensions=[{"Name": k, "Value": v} for k, v in dimensions.items()],
         StartTime=now - timedelta(hours=1), EndTime=now + timedelta(hours=1), Period=3600 * 2,
         Statistics=["SampleCount", "Minimum", "Maximum"])["Datapoints"]
     return points[0] if points else {"SampleCount": 0}
@@ -106,6 +108,22 @@ def test_each_copy_reports_its_utilization_normalized_against_its_reservation(
         Namespace=NAMESPACE)["Metrics"]}
     if not gpu_utilization():  # no GPU on this machine: no GPU figure, as on a CPU instance
         assert published == {"CPUUtilizationNormalized", "MemoryUtilizationNormalized"}
+
+
+def test_the_instance_reports_what_its_copies_reserve_and_use(module: MeteredModule) -> None:
+    """/aws/sagemaker/Endpoints for an endpoint with components: its one instance holds the
+    two placed copies, 2 x 1.5 of its 4 vCPUs and 2 x 1024 MiB of its 16 GiB."""
+    def instance(metric: str) -> dict[str, Any]:
+        return _statistics(module, metric, "/aws/sagemaker/Endpoints",
+                           {"EndpointName": ENDPOINT, "VariantName": "AllTraffic"})
+
+    wait_until(lambda: instance("CPUUtilizationNormalized")["SampleCount"] >= 1, 60,
+               "the instance's CPUUtilizationNormalized")
+    assert instance("CPUReservation")["Maximum"] == pytest.approx(75.0)
+    assert instance("MemoryReservation")["Maximum"] == pytest.approx(12.5)
+    cpu = instance("CPUUtilizationNormalized")
+    assert 0 <= cpu["Minimum"] <= cpu["Maximum"] <= 100
+    assert 0 < instance("MemoryUtilization")["Maximum"] < 100
 
 
 def test_metrics_has_the_components_series(module: MeteredModule) -> None:
