@@ -37,6 +37,8 @@ OPERATIONS = frozenset({
 })
 
 STATUSES = ("Creating", "InService", "Updating", "Failed", "Deleting")
+# AWS's answer to CreateInferenceComponent with RuntimeConfig.CopyCount 0, as users quote it.
+COPY_COUNT_ZERO_AT_CREATE = "Inference components copy count an integer larger than 0"
 
 # Members of InferenceComponentSpecification the emulator does not honour yet (refused).
 _SPEC_NOT_HONOURED = {
@@ -134,6 +136,12 @@ def _check_create(params: dict[str, Any]) -> None:
         raise wire.validation_error(
             "RuntimeConfig (CopyCount) is required for an inference component that is not "
             "an adapter component.")
+    if params["RuntimeConfig"].get("CopyCount") == 0:
+        # botocore allows 0 (the shape is shared with UpdateInferenceComponentRuntimeConfig,
+        # where 0 is scale to zero), but CreateInferenceComponent refuses it, in these words
+        # (quoted by users in github.com/stdapi-ai/stdapi.ai/issues/43): a component is
+        # created with copies; Application Auto Scaling takes it to zero afterwards.
+        raise wire.validation_error(COPY_COUNT_ZERO_AT_CREATE)
 
 
 def _check_update(params: dict[str, Any]) -> None:

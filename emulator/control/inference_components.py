@@ -258,12 +258,19 @@ class InferenceComponents:
                                  failure_reason=f"Endpoint {record.endpoint_name} {why}"[:1024])
                 return
             if endpoint.status == IN_SERVICE:
-                # Creating until its copies are placed and started (as on AWS); [U] copies
-                # that fail to start leave it InService, its calls answered with the reason.
+                # Creating until its copies are placed and started (as on AWS); copies that
+                # cannot start (no model file, a container that exits, a startup timeout) end
+                # the Create Failed with the reason, as AWS fails a Create whose copies fail.
                 started = self._replace(endpoint, record.variant_name, creating=name).get(name)
+                failure: BaseException | None = None
                 if started is not None:
-                    await asyncio.gather(asyncio.shield(started), return_exceptions=True)
-                self._transition(name, CREATING, IN_SERVICE, failure_reason=None)
+                    (failure,) = await asyncio.gather(asyncio.shield(started),
+                                                      return_exceptions=True)
+                if isinstance(failure, Exception):  # not a cancel (a shutdown)
+                    self._transition(name, CREATING, FAILED, current_copies=0, placement=[],
+                                     failure_reason=copies_failed(failure))
+                else:
+                    self._transition(name, CREATING, IN_SERVICE, failure_reason=None)
                 endpoint = self.store.get_endpoint(record.endpoint_name)
                 if endpoint is not None:
                     self._replace(endpoint, record.variant_name)
@@ -461,7 +468,8 @@ class InferenceComponents:
                 startup_timeout_s=startup.get("ContainerStartupHealthCheckTimeoutInSeconds")),
             record.current_copies,
             str((variant.get("RoutingConfig") or {}).get("RoutingStrategy")
-                or "LEAST_OUTSTANDING_REQUESTS"))
+                or "LEAST_OUTSTANDING_REQUESTS"),
+            download_timeout_s=startup.get("ModelDataDownloadTimeoutInSeconds"))
 
     def _managed_instances(self, endpoint: EndpointRecord, variant: dict[str, Any],
                            demands: list[placement.Demand]) -> int:
@@ -636,6 +644,12 @@ class InferenceComponents:
 
         task.add_done_callback(forget)
         return task
+
+
+def copies_failed(exc: BaseException) -> str:
+    """FailureReason of a Create whose copies could not start [U wording: AWS does not publish
+    it]; the runtime's reason says what failed (the model file, the container, a timeout)."""
+    return f"The inference component's copies failed to start: {exc}"[:1024]
 
 
 def _reservation(spec: dict[str, Any]) -> placement.Reservation:

@@ -17,8 +17,9 @@ Metrics, in namespace AWS/SageMaker under the one dimension ``InferenceComponent
 publishes an inference component's invocation metrics): Invocations, Invocation4XXErrors,
 Invocation5XXErrors, InvocationModelErrors, InvocationsPerCopy (1 / ready copies per call),
 ModelLatency and OverheadLatency (Microseconds), NoCapacityInvocationFailures (a call that found
-no copy) and ConcurrentRequestsPerCopy (the component's requests in flight, this one included,
-per ready copy, sampled as each call arrives [U: AWS samples it on its own clock]).
+no copy) and ConcurrentRequestsPerCopy (the component's requests in flight per ready copy:
+sampled as each call arrives, this one included, and every CONCURRENCY_TICK_S of the emulated
+clock, 0 when idle [U: AWS samples it on its own clock]).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ import random
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulator.clock import Clock
 from emulator.contract import runtime, runtime_errors
 from emulator.hosting.instance import Instance
 from emulator.hosting.multi_container import MultiContainerInstance
@@ -59,6 +61,12 @@ COMPONENT_METRICS: dict[str, str] = {
 }
 # [U] How long a removed copy may take to finish the requests it has in flight.
 DRAIN_TIMEOUT_S = 120.0
+# ConcurrentRequestsPerCopy is also published on this tick of the emulated clock (seconds),
+# 0 when idle, so the high-resolution target tracking (10-second datapoints) sees an idle
+# component and scales it in [U: AWS does not document its sampling; 10 s is the metric's
+# resolution]. InvocationsPerCopy stays per call, as AWS publishes invocation metrics only
+# when calls come.
+CONCURRENCY_TICK_S = 10.0
 
 Copy = Instance | MultiContainerInstance
 CopyBuilder = Callable[[EndpointSpec, VariantSpec, str, Path, EndpointMetrics], Awaitable[Copy]]
@@ -75,17 +83,85 @@ def record(sink: MetricSink | None, component: str,
 @dataclass(frozen=True)
 class CopyTarget:
     """What a component's copies should be: the model of each (a one-instance variant of the
-    component's endpoint) and how many, and how calls are spread over them."""
+    component's endpoint) and how many, and how calls are spread over them.
+    ``variant.startup_timeout_s`` is the Specification's
+    ``StartupParameters.ContainerStartupHealthCheckTimeoutInSeconds``, ``download_timeout_s``
+    its ``ModelDataDownloadTimeoutInSeconds`` (None: unbounded)."""
 
     variant: VariantSpec
     copies: int
     routing: str = LEAST_OUTSTANDING_REQUESTS
+    download_timeout_s: float | None = field(default=None, kw_only=True)
+
+
+class CopyStartTimeout(Exception):
+    """A copy did not download its model, or did not become ready, within its
+    StartupParameters' timeout."""
+
+
+class _StartPhases:
+    """Which phase a copy's start is in, from its model manager's events: the model's download
+    and extraction (``downloading`` .. ``downloaded``), or the rest (the serving process
+    starting, the model loading: what the health check waits for)."""
+
+    def __init__(self) -> None:
+        self.downloading = False
+        self.changed = asyncio.Event()
+
+    def observe(self, step: str, target: str, details: Mapping[str, object]) -> None:
+        if step in ("downloading", "downloaded"):
+            self.downloading = step == "downloading"
+            self.changed.set()
+
+
+async def start_within(copy: Copy, download_timeout_s: float | None,
+                       health_timeout_s: float | None) -> None:
+    """``copy.start()``, failed with CopyStartTimeout naming the timeout exceeded: the model's
+    download and extraction within ``download_timeout_s``, and the rest of the start (the
+    serving process up, the model loaded: ready for /ping) within ``health_timeout_s``, the
+    download's time not counted [U: on AWS the download precedes the container's start; here
+    a Triton copy starts its process first, then downloads its model]."""
+    phases = _StartPhases()
+    manager = getattr(copy, "manager", None)  # a Triton copy; a container's download is built
+    if manager is not None:
+        manager.add_observer(phases.observe)
+    loop = asyncio.get_running_loop()
+    start = asyncio.ensure_future(copy.start())
+    health_used = 0.0
+    try:
+        while True:
+            downloading, since = phases.downloading, loop.time()
+            limit = download_timeout_s if downloading else (
+                None if health_timeout_s is None else health_timeout_s - health_used)
+            phases.changed.clear()
+            change = asyncio.ensure_future(phases.changed.wait())
+            done, _ = await asyncio.wait({start, change}, timeout=limit,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            change.cancel()
+            if start in done:
+                start.result()
+                return
+            if not done:  # the phase's time is up
+                if downloading:
+                    raise CopyStartTimeout(
+                        f"the model data was not downloaded and extracted within "
+                        f"ModelDataDownloadTimeoutInSeconds ({download_timeout_s:g} s)")
+                raise CopyStartTimeout(
+                    f"the container did not pass its health check within "
+                    f"ContainerStartupHealthCheckTimeoutInSeconds ({health_timeout_s:g} s)")
+            if not downloading:
+                health_used += loop.time() - since
+    finally:
+        if not start.done():
+            start.cancel()
+            await asyncio.gather(start, return_exceptions=True)
 
 
 class ComponentCopies:
     def __init__(self, endpoint: str, name: str, work_dir: Path, build: CopyBuilder,
                  sink: MetricSink | None, seed: int | None = None,
-                 check: Callable[[ContainerSpec], None] | None = None) -> None:
+                 check: Callable[[ContainerSpec], None] | None = None,
+                 clock: Clock | None = None) -> None:
         self.endpoint = endpoint
         self._check = check
         self.name = name
@@ -103,6 +179,9 @@ class ComponentCopies:
         self.in_flight = 0
         # Instance metrics (model loading and the like) of the copies: kept, not published.
         self._instance_metrics: dict[str, EndpointMetrics] = {}
+        # The emulated clock ConcurrentRequestsPerCopy is ticked on (None: only per call).
+        self._clock = clock
+        self._ticker: asyncio.Task[None] | None = None
 
     # --- the copies -------------------------------------------------------------------------
 
@@ -119,7 +198,7 @@ class ComponentCopies:
                 try:
                     if self._check is not None:  # a missing artifact fails before any process
                         await asyncio.to_thread(self._check, target.variant.container)
-                    await self._start(target.variant, missing)
+                    await self._start(target.variant, missing, target.download_timeout_s)
                 except Exception as exc:  # a cancel (a shutdown) is no failure of the copies
                     self.failure = str(exc) or type(exc).__name__
                     raise
@@ -131,20 +210,30 @@ class ComponentCopies:
         shutdown)."""
         async with self._lock:
             self.target = None
+            if self._ticker is not None:
+                self._ticker.cancel()
+                self._ticker = None
             await self._remove(list(self.ready))
 
-    async def _start(self, variant: VariantSpec, count: int) -> None:
+    async def _start(self, variant: VariantSpec, count: int,
+                     download_timeout_s: float | None = None) -> None:
         built: list[Copy] = []
 
         async def one() -> None:
             copy_id = f"copy-{next(self._ids)}"
             metrics = self._instance_metrics[copy_id] = EndpointMetrics(
                 self.endpoint, variant.name)
-            copy = await self._build(EndpointSpec(self.endpoint, (variant,)), variant,
-                                     f"{self.name}/{copy_id}", self.work_dir / copy_id, metrics)
+            building = self._build(EndpointSpec(self.endpoint, (variant,)), variant,
+                                   f"{self.name}/{copy_id}", self.work_dir / copy_id, metrics)
+            try:  # a SageMaker container's model data is downloaded as it is built
+                copy = await asyncio.wait_for(building, download_timeout_s)
+            except asyncio.TimeoutError:
+                raise CopyStartTimeout(
+                    f"the model data was not downloaded and extracted within "
+                    f"ModelDataDownloadTimeoutInSeconds ({download_timeout_s:g} s)") from None
             self._specs[copy.id] = variant
             built.append(copy)
-            await copy.start()
+            await start_within(copy, download_timeout_s, variant.startup_timeout_s)
 
         starts = [asyncio.ensure_future(one()) for _ in range(count)]
         try:
@@ -161,6 +250,8 @@ class ComponentCopies:
             await asyncio.gather(*(self._stop_copy(c) for c in built), return_exceptions=True)
             raise failure
         self.ready.extend(built)  # only now do calls reach them
+        if self._ticker is None and self._clock is not None and self._sink is not None:
+            self._ticker = asyncio.ensure_future(self._publish_concurrency(self._clock))
         log.info("inference component %s: %d copies started (%d ready)", self.name, count,
                  len(self.ready))
 
@@ -228,6 +319,14 @@ class ComponentCopies:
         headers["X-Mme-Model-Latency-Us"] = str(int(answer.model_latency_s * 1e6))
         headers["X-Mme-Instance"] = f"{variant_name}/{copy.id}"
         return answer.body, headers
+
+    async def _publish_concurrency(self, clock: Clock) -> None:
+        """ConcurrentRequestsPerCopy every CONCURRENCY_TICK_S emulated seconds while the
+        component has ready copies (0 when none is in flight)."""
+        while True:
+            await clock.sleep(CONCURRENCY_TICK_S)
+            if self.ready:
+                self.record([("ConcurrentRequestsPerCopy", self.in_flight / len(self.ready))])
 
     def record(self, samples: Sequence[tuple[str, float]]) -> None:
         record(self._sink, self.name, samples)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn
 
+from emulator.clock import Clock
 from emulator.contract import runtime, runtime_errors
 from emulator.hosting.component_copies import ComponentCopies, CopyBuilder, CopyTarget
 from emulator.hosting.component_copies import record as record_metrics
@@ -104,7 +105,8 @@ class ComponentEndpoint(SplitEndpoint):
                  region_account: tuple[str, str], invocation_timeout_s: float,
                  lookup: ComponentLookup, build_copy: CopyBuilder | None = None,
                  sink: MetricSink | None = None, seed: int | None = None,
-                 check_artifact: Callable[[ContainerSpec], None] | None = None) -> None:
+                 check_artifact: Callable[[ContainerSpec], None] | None = None,
+                 clock: Clock | None = None) -> None:
         super().__init__(EndpointSpec(name, ()), work_dir, _no_instances, router,
                          region_account, invocation_timeout_s)
         self._lookup = lookup
@@ -116,6 +118,7 @@ class ComponentEndpoint(SplitEndpoint):
         self._utilization = CopyUtilization()
         self._seed = seed
         self._check_artifact = check_artifact
+        self._clock = clock  # the emulated clock: the copies' metric tick
         self._components: dict[str, ComponentCopies] = {}  # by lowercased component name
         # The new specification's copies of a component in a rolling update, beside its own.
         self._incoming: dict[str, ComponentCopies] = {}
@@ -141,7 +144,7 @@ class ComponentEndpoint(SplitEndpoint):
                 raise RuntimeError("this endpoint was built without a copy builder")
             copies = self._components[key] = ComponentCopies(
                 self.name, component, self.work_dir / key, self._build_copy, self._metric_sink,
-                self._seed)
+                self._seed, clock=self._clock)
         return copies
 
     async def apply_copies(self, component: str, target: CopyTarget | None) -> None:
@@ -173,7 +176,8 @@ class ComponentEndpoint(SplitEndpoint):
             assert self._build_copy is not None  # self._copies refused otherwise
             new = self._incoming[key] = ComponentCopies(
                 self.name, component, self.work_dir / f"{key}.update-{next(self._update_ids)}",
-                self._build_copy, self._metric_sink, self._seed, self._check_artifact)
+                self._build_copy, self._metric_sink, self._seed, self._check_artifact,
+                clock=self._clock)
         steps = [(new, new_target), (old, old_target)]
         if target.copies < len(new.ready):  # a rollback batch: the old side grows first
             steps.reverse()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from emulator.clock import Clock
 from emulator.hosting.component_copies import CopyTarget
 from emulator.hosting.components import ComponentEndpoint, ComponentLookup
 from emulator.hosting.deployment import SplitEndpoint
@@ -99,7 +100,8 @@ class EndpointRegistry:
             await asyncio.to_thread(shutil.rmtree, work_dir)
         endpoint = ComponentEndpoint(name, work_dir, self._router, (s.region, s.account_id),
                                      s.invocation_timeout_s, lookup, self._build_instance,
-                                     self._sink, s.routing_seed, self._check_artifact)
+                                     self._sink, s.routing_seed, self._check_artifact,
+                                     clock=Clock(s.clock_scale))
         self._endpoints[name] = endpoint
         self._ensure_sampler()  # its copies' utilization, on the instances' tick
         return endpoint

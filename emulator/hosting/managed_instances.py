@@ -15,9 +15,15 @@ Choices, each [U]:
   updated, scaled or deleted; the endpoint resized or restarted), and takes effect at once:
   AWS takes minutes to provision an instance and waits before releasing one
   (``ScaleInPolicy.CooldownInMinutes``, default 20); the emulator has no instance to wait for;
-- ``ScaleInPolicy`` (IDLE_RELEASE or CONSOLIDATION, ``MaximumStepSize``) is kept and shown, and
-  both strategies come to the same here: placement is recomputed from scratch each time, so
-  copies are always as consolidated as the placement strategy puts them;
+- ``ScaleInPolicy.Strategy`` as AWS documents it (ProductionVariantManagedInstanceScaling-
+  ScaleInPolicy): IDLE_RELEASE "releases instances that have no hosted inference component
+  copies" -- an instance is released only when the copies, placed on the current instances,
+  leave it empty; CONSOLIDATION "consolidates inference component copies onto fewer instances"
+  -- empty instances are released, and at most ``MaximumStepSize`` (default 1) more per
+  placement, their copies moved onto the others. Without a ScaleInPolicy the count goes to the
+  fewest instances at once [U: AWS does not say what it does then].
+  ``CooldownInMinutes`` is not waited for [U]: the next consolidation step comes with the next
+  placement (the next change of the variant's components or instances), not on a timer;
 - an endpoint is not resized before it hosts a component (its InitialInstanceCount stands);
 - the emulator's bound on instances per endpoint caps ``MaxInstanceCount``.
 """
@@ -30,6 +36,9 @@ from typing import Any
 from emulator.hosting import placement
 
 ENABLED = "ENABLED"
+IDLE_RELEASE, CONSOLIDATION = "IDLE_RELEASE", "CONSOLIDATION"
+# ScaleInPolicy.MaximumStepSize when not given: AWS's documented default.
+DEFAULT_MAXIMUM_STEP_SIZE = 1
 
 
 def enabled(variant: dict[str, Any]) -> bool:
@@ -54,4 +63,20 @@ def instance_count(variant: dict[str, Any], demands: Sequence[placement.Demand],
                    placement.place(instance_type, count, demands).values())
 
     most = placed(high)
-    return next(count for count in range(low, high + 1) if placed(count) >= most)
+    fewest = next(count for count in range(low, high + 1) if placed(count) >= most)
+    policy = scaling.get("ScaleInPolicy") or {}
+    strategy = policy.get("Strategy")
+    if fewest >= current or strategy not in (IDLE_RELEASE, CONSOLIDATION):
+        return fewest
+    # Scale-in: the instances the copies leave empty when placed on the current ones go.
+    occupied = _occupied(placement.place(instance_type, current, demands), current)
+    if strategy == IDLE_RELEASE:
+        return max(fewest, occupied)
+    step = int(policy.get("MaximumStepSize") or DEFAULT_MAXIMUM_STEP_SIZE)
+    return max(fewest, min(occupied, current - step))
+
+
+def _occupied(placed: dict[str, list[int]], instances: int) -> int:
+    """How many of the instances hold at least one copy."""
+    return sum(1 for i in range(instances)
+               if any(i < len(counts) and counts[i] for counts in placed.values()))

@@ -238,3 +238,23 @@ def test_target_tracking_adds_a_copy_under_load(module: Module) -> None:
         "ScalingActivities"]
     assert activity["Description"] == "Setting desired copy count to 2."
     assert "-AlarmHigh-" in activity["Cause"]
+
+
+def test_an_idle_component_scales_in_on_concurrent_requests_per_copy(module: Module) -> None:
+    """The runtime publishes ConcurrentRequestsPerCopy every 10 emulated seconds, 0 when no
+    call is in flight, so target tracking on the high-resolution predefined metric scales an
+    idle component in (to its MinCapacity) with no call at all."""
+    _deploy(module, "idle", 2, InitialInstanceCount=2)  # one copy per ml.m5.xlarge
+    sm, asg = module.client("sagemaker"), module.client("application-autoscaling")
+    asg.register_scalable_target(**_key("idle-ic"), MinCapacity=1, MaxCapacity=2)
+    asg.put_scaling_policy(
+        **_key("idle-ic"), PolicyName="concurrency", PolicyType="TargetTrackingScaling",
+        TargetTrackingScalingPolicyConfiguration={
+            "TargetValue": 1.0, "PredefinedMetricSpecification": {"PredefinedMetricType":
+                "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"}})
+    wait_until(lambda: _copies(sm, "idle-ic") == (1, 1), 60, "idle-ic scaled in to 1 copy")
+    (activity,) = asg.describe_scaling_activities(
+        ServiceNamespace="sagemaker", ResourceId="inference-component/idle-ic")[
+        "ScalingActivities"]
+    assert activity["Description"] == "Setting desired copy count to 1."
+    assert "-AlarmLow-" in activity["Cause"]

@@ -1,8 +1,9 @@
 """Inference components' control plane (issue #30) against a real emulator, with boto3.
 
-One emulator for the module. The models here are not readable tarballs, so every copy fails
-to start at once (its Triton stops as soon as the model fails to load): the module is fast and
-tests the control plane; copies that serve are tested in test_inference_component_copies.py.
+One emulator for the module. Its model is the trivial scale model (a copy is a Triton that
+starts in a few seconds), so components reach InService as on AWS; one model is not a
+readable tarball, so its copies fail to start and its Create ends Failed. How copies serve
+is tested in test_inference_component_copies.py.
 Each test uses names of its own: the tests run in any order, one of them restarts the server.
 """
 
@@ -23,6 +24,7 @@ from emulator.contract.control_plane import check_output
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.multi_container_support import triton_tarball
 from tests.support import wait_until
 
 ROLE = "arn:aws:iam::123456789012:role/sagemaker"
@@ -35,7 +37,10 @@ class Module:
         self.root = root
         self.store = root / "store"
         (self.store / "model").mkdir(parents=True)
-        (self.store / "model" / "model.tar.gz").write_bytes(b"not read by the control plane")
+        self.model_data = triton_tarball(root / "work", self.store / "model", "model",
+                                         2.0).as_uri()
+        self.broken = self.store / "broken.tar.gz"
+        self.broken.write_bytes(b"not a tarball: the copies cannot start")
         self.server = self._start()
 
     def _start(self) -> EmulatorServer:
@@ -58,9 +63,10 @@ def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     module.server.stop()
 
 
-def _model(module: Module, name: str) -> None:
+def _model(module: Module, name: str, broken: bool = False) -> None:
     module.sm().create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer={
-        "Image": "triton", "ModelDataUrl": (module.store / "model" / "model.tar.gz").as_uri()})
+        "Image": "triton",
+        "ModelDataUrl": module.broken.as_uri() if broken else module.model_data})
 
 
 def _component_endpoint(module: Module, name: str, instance_type: str = "ml.g5.12xlarge",
@@ -295,6 +301,11 @@ def test_component_request_errors(module: Module) -> None:
                          "ModelName": "err-model", "ComputeResourceRequirements": {
                              "MinMemoryRequiredInMb": 64}}, RuntimeConfig={"CopyCount": -1})
     assert message.startswith("2 validation errors detected: ")
+    # Zero copies passes botocore's constraint (an update to 0 is scale to zero) but not
+    # CreateInferenceComponent: AWS's words as users quote them.
+    assert _error(sm.create_inference_component, InferenceComponentName="err-ic",
+                  EndpointName="err", Specification=base, RuntimeConfig={"CopyCount": 0}) == \
+        "Inference components copy count an integer larger than 0"
     assert "'runtimeConfig.copyCount' failed to satisfy constraint: Member must have value " \
         "greater than or equal to 0" in message
     # An endpoint whose variant names a model takes no component: AWS's own words. Its model
@@ -349,17 +360,28 @@ def test_components_survive_a_restart(module: Module) -> None:
 
 
 def test_invocations_on_an_endpoint_for_components(module: Module) -> None:
-    """What the front end answers before a copy is reached, and for copies that failed to
-    start (the model here is not a tarball)."""
+    """What the front end answers before a copy is reached, and for a component whose copies
+    could not start (its model is not a tarball): its Create ends Failed, saying why."""
     sm = module.sm()
     _model(module, "rt-model")
+    _model(module, "rt-broken", broken=True)
     _component_endpoint(module, "rt")
     _component_endpoint(module, "rt-other")
-    _component(module, "rt-ic", "rt", "rt-model")
-    _component(module, "rt-zero", "rt", "rt-model", copies=0)
-    _component(module, "rt-elsewhere", "rt-other", "rt-model")
-    for name in ("rt-ic", "rt-zero", "rt-elsewhere"):
-        _wait_in_service(sm, name)
+    _component(module, "rt-ic", "rt", "rt-broken")
+    _component(module, "rt-zero", "rt", "rt-model")
+    _component(module, "rt-elsewhere", "rt-other", "rt-broken")
+    _wait_in_service(sm, "rt-zero")
+    sm.update_inference_component_runtime_config(  # scale to zero: allowed by an update
+        InferenceComponentName="rt-zero", DesiredRuntimeConfig={"CopyCount": 0})
+    wait_until(lambda: sm.describe_inference_component(InferenceComponentName="rt-zero")[
+        "RuntimeConfig"]["CurrentCopyCount"] == 0, 30, "rt-zero at 0 copies")
+    _wait_in_service(sm, "rt-zero")
+    wait_until(lambda: _status(sm, "rt-ic") == "Failed", 30, "rt-ic Failed")
+    failed = sm.describe_inference_component(InferenceComponentName="rt-ic")
+    assert failed["FailureReason"].startswith(
+        "The inference component's copies failed to start: ")
+    assert "not a readable .tar.gz archive" in failed["FailureReason"]
+    assert failed["RuntimeConfig"]["CurrentCopyCount"] == 0
     rt = runtime_client(module.server.url)
 
     def invoke(**kwargs: Any) -> tuple[str, str]:
@@ -377,11 +399,9 @@ def test_invocations_on_an_endpoint_for_components(module: Module) -> None:
         "ValidationError", "Inference component nope was not found on endpoint rt.")
     assert invoke(InferenceComponentName="rt-elsewhere")[1] == \
         "Inference component rt-elsewhere was not found on endpoint rt."
-    code, message = invoke(InferenceComponentName="rt-zero")
-    assert code == "ValidationError" and "has no copy to serve this request" in message
-    code, message = invoke(InferenceComponentName="rt-ic")
-    assert code == "ServiceUnavailable" and "copies failed to start" in message
-    assert "not a readable .tar.gz archive" in message
+    for name in ("rt-zero", "rt-ic"):  # no copy: scaled to zero, or Failed
+        code, message = invoke(InferenceComponentName=name)
+        assert code == "ValidationError" and "has no copy to serve this request" in message
 
 
 def test_copies_that_fit_nowhere_stay_pending_until_room_frees(module: Module) -> None:
