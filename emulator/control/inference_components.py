@@ -287,10 +287,34 @@ class InferenceComponents:
         changes: dict[str, Any] = {"pending_specification": None, "failure_reason": None}
         if record.pending_specification is not None:
             changes["specification"] = record.pending_specification
+            # The new specification's copies start beside the old ones, which serve until they
+            # are ready [U]; if they cannot start, the update fails: the component stays
+            # InService on its old specification, the reason as FailureReason.
+            failure = await self._start_new_copies(record)
+            if failure is not None:
+                changes = {"pending_specification": None,
+                           "failure_reason": copies_failed(failure, update=True)}
         self._transition(name, UPDATING, IN_SERVICE, **changes)
         endpoint = self.store.get_endpoint(record.endpoint_name)
         if endpoint is not None:
             self._replace(endpoint, record.variant_name)
+
+    async def _start_new_copies(self, record: ComponentRecord) -> Exception | None:
+        """Start the copies of an update's new specification (as many as are placed); the
+        failure, if they cannot start."""
+        endpoint = self.store.get_endpoint(record.endpoint_name)
+        variant = next((v for v in endpoint.current.variants
+                        if v["VariantName"] == record.variant_name), None) if endpoint else None
+        spec = record.pending_specification
+        if self.apply_copies is None or variant is None or spec is None \
+                or not record.current_copies:
+            return None
+        try:
+            target = self._copy_target(dataclasses.replace(record, specification=spec), variant)
+            await self.apply_copies(record.endpoint_name, record.name, target)
+        except Exception as exc:  # noqa: BLE001 - any start failure fails the update
+            return exc
+        return None
 
     async def _run_rollout(self, record: ComponentRecord) -> None:
         """A rolling update to its end: InService on the new specification, or rolled back to
@@ -646,9 +670,13 @@ class InferenceComponents:
         return task
 
 
-def copies_failed(exc: BaseException) -> str:
-    """FailureReason of a Create whose copies could not start [U wording: AWS does not publish
-    it]; the runtime's reason says what failed (the model file, the container, a timeout)."""
+def copies_failed(exc: BaseException, update: bool = False) -> str:
+    """FailureReason of a Create (or an update) whose copies could not start [U wording: AWS
+    does not publish it]; the runtime's reason says what failed (the model file, the
+    container, a timeout)."""
+    if update:
+        return (f"The update failed: the new specification's copies failed to start: {exc}. "
+                "The inference component keeps its previous specification.")[:1024]
     return f"The inference component's copies failed to start: {exc}"[:1024]
 
 

@@ -161,7 +161,12 @@ def test_a_copy_count_change_under_steady_calls_fails_none(module: Module) -> No
 
 def test_zero_copies_fail_as_aws_and_count_no_capacity(module: Module) -> None:
     _endpoint(module, "zero")
-    _component(module, "zero-ic", "zero", "double", copies=0)
+    # Created with a copy (AWS refuses 0 at create), then scaled to zero.
+    _component(module, "zero-ic", "zero", "double", copies=1)
+    sm = module.client("sagemaker")
+    sm.update_inference_component_runtime_config(InferenceComponentName="zero-ic",
+                                                 DesiredRuntimeConfig={"CopyCount": 0})
+    wait_until(lambda: not module.tritons("zero"), 60, "the copy stopped")
     with pytest.raises(ClientError) as raised:
         _invoke(module, "zero", "zero-ic")
     error = raised.value.response["Error"]

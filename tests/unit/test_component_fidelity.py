@@ -1,7 +1,8 @@
 """Inference components as AWS has them where the first build differed (issue #30): a Create
-with no copy refused, a Create whose copies cannot start ends Failed, StartupParameters'
-timeouts bound a copy's start, ConcurrentRequestsPerCopy published while idle, and
-ManagedInstanceScaling's ScaleInPolicy. No Triton: fake copies, a real SQLite store.
+with no copy refused, a Create whose copies cannot start ends Failed (an update's keeps the
+old specification), StartupParameters' timeouts bound a copy's start,
+ConcurrentRequestsPerCopy published while idle, and ManagedInstanceScaling's ScaleInPolicy.
+No Triton: fake copies, a real SQLite store.
 
 Over HTTP with real copies: tests/integration/test_inference_components.py (Failed) and
 tests/integration/test_component_scaling.py (an idle component scaled in).
@@ -95,6 +96,37 @@ def test_a_create_whose_copies_cannot_start_ends_failed_with_the_reason(
         "start: model.onnx is missing")
     assert described["RuntimeConfig"]["CurrentCopyCount"] == 0
     assert targets and targets[0] is not None and targets[0].copies == 2
+
+
+def test_an_update_whose_new_copies_cannot_start_keeps_the_old_specification(
+        tmp_path: Path) -> None:
+    components = _components(tmp_path)
+    started: list[str] = []
+
+    async def apply_copies(endpoint: str, component: str, target: CopyTarget | None) -> None:
+        if target is not None and target.variant.container.model_data == "file:///new.tar.gz":
+            raise RuntimeError("The primary container failed to start: no such file")
+        if target is not None:
+            started.append(target.variant.container.model_data)
+
+    components.apply_copies = apply_copies
+
+    async def run() -> dict[str, Any]:
+        await _create_until_done(components, SPEC)
+        new = {**SPEC, "Container": {**SPEC["Container"], "ArtifactUrl": "file:///new.tar.gz"}}
+        await components.update({"InferenceComponentName": "ic", "Specification": new})
+        while components._tasks:
+            await asyncio.gather(*components._tasks.values())
+        return await components.describe({"InferenceComponentName": "ic"})
+
+    described = asyncio.run(run())
+    assert described["InferenceComponentStatus"] == "InService"
+    assert described["Specification"]["Container"]["ArtifactUrl"] == "file:///m.tar.gz"
+    assert described["FailureReason"] == (
+        "The update failed: the new specification's copies failed to start: The primary "
+        "container failed to start: no such file. The inference component keeps its previous "
+        "specification.")
+    assert started and set(started) == {"file:///m.tar.gz"}
 
 
 def test_the_startup_parameters_reach_the_copies(tmp_path: Path) -> None:
