@@ -124,6 +124,7 @@ class ComponentEndpoint(SplitEndpoint):
         self._incoming: dict[str, ComponentCopies] = {}
         self._update_ids = itertools.count(1)
         self._generation_draw = random.Random(seed)
+        self._update_locks: dict[str, asyncio.Lock] = {}
 
     @property
     def is_multi_model(self) -> bool:
@@ -149,20 +150,34 @@ class ComponentEndpoint(SplitEndpoint):
 
     async def apply_copies(self, component: str, target: CopyTarget | None) -> None:
         """Move a component's copies to ``target`` (None: stop them all and forget it)."""
+        key = component.lower()
         if target is None:
-            copies = self._components.pop(component.lower(), None)
-            incoming = self._incoming.pop(component.lower(), None)
-            await asyncio.gather(*(c.stop() for c in (copies, incoming) if c is not None))
+            async with self._update_lock(key):  # a rolling update's batch (or end) first
+                copies = self._components.pop(key, None)
+                incoming = self._incoming.pop(key, None)
+                await asyncio.gather(*(c.stop() for c in (copies, incoming) if c is not None))
             return
         state = self._lookup(self.name, component)
         if state is None or state.status == _DELETING:
             return  # a change queued before the delete: no copy may start after it
-        if isinstance(target, RollingTarget):
-            await self._roll(component, target)
-        elif component.lower() in self._incoming:
-            await self._settle(component, target)
-        else:
+        if not isinstance(target, RollingTarget) and key not in self._incoming:
             await self._copies(component).apply(target)
+            return
+        async with self._update_lock(key):  # one batch (or the end) at a time, then a delete
+            state = self._lookup(self.name, component)
+            if state is None or state.status == _DELETING:
+                return  # deleted while this waited: nothing may start now
+            if isinstance(target, RollingTarget):
+                await self._roll(component, target)
+            elif key in self._incoming:
+                await self._settle(component, target)
+            else:  # the update ended while this waited
+                await self._copies(component).apply(target)
+
+    def _update_lock(self, key: str) -> asyncio.Lock:
+        """Serializes a component's rolling-update batches, the update's end and its delete, so
+        that no copy starts on a side already stopped."""
+        return self._update_locks.setdefault(key, asyncio.Lock())
 
     async def _roll(self, component: str, target: RollingTarget) -> None:
         """One batch of a rolling update: the side that grows first (its new copies join
