@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 CONTENT_TYPE = "application/vnd.amazon.eventstream"
 
@@ -83,3 +83,33 @@ def model_stream_error(text: str, error_code: str) -> bytes:
 def internal_stream_failure(text: str) -> bytes:
     """The InternalStreamFailure event: the stream failed for a reason of the service's."""
     return _exception("InternalStreamFailure", {"Message": text})
+
+
+# --- InvokeEndpointWithResponseStream's headers (botocore's model) ----------------------------
+
+# The request's Accept travels in this header (InvokeEndpoint's is plain Accept).
+H_STREAM_ACCEPT = "x-amzn-sagemaker-accept"
+
+
+def request_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The request's (lower-case) headers as InvokeEndpoint's parser reads them: Accept is
+    X-Amzn-SageMaker-Accept's (a plain Accept header is no member of this operation)."""
+    mapped = {name: value for name, value in headers.items() if name != "accept"}
+    if H_STREAM_ACCEPT in headers:
+        mapped["accept"] = headers[H_STREAM_ACCEPT]
+    return mapped
+
+
+def response_headers(request_id: str, variant: str, content_type: str,
+                     custom_attributes: str | None) -> dict[str, str]:
+    """The answer's headers: the model's content type is X-Amzn-SageMaker-Content-Type, the
+    body itself an event stream."""
+    headers = {
+        "Content-Type": CONTENT_TYPE,
+        "X-Amzn-SageMaker-Content-Type": content_type,
+        "x-Amzn-Invoked-Production-Variant": variant,
+        "x-amzn-RequestId": request_id,
+    }
+    if custom_attributes is not None:
+        headers["X-Amzn-SageMaker-Custom-Attributes"] = custom_attributes
+    return headers

@@ -32,6 +32,7 @@ from emulator.hosting.copy_utilization import ComponentGroup, CopyUtilization
 from emulator.hosting.copy_utilization import describe as describe_component
 from emulator.hosting.deployment import SplitEndpoint
 from emulator.hosting.endpoint import HostedInstance, InvokeResult
+from emulator.hosting.instance import ErrorContext
 from emulator.hosting.placement import Reservation
 from emulator.hosting.routing import Router
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
@@ -249,6 +250,24 @@ class ComponentEndpoint(SplitEndpoint):
 
     async def invoke(self, request: runtime.InvokeRequest) -> InvokeResult:
         started = time.monotonic()
+        copies, state = self.serving_copies(request)
+        body, headers = await copies.invoke(request, started, self._timeout_s, state.variant)
+        return InvokeResult(body, headers)
+
+    @property
+    def invocation_timeout_s(self) -> float:
+        return self._timeout_s
+
+    @property
+    def errors(self) -> ErrorContext:
+        """What a ModelError of this endpoint names (a streamed call's container errors)."""
+        return ErrorContext(self.name, self._region, self._account)
+
+    def serving_copies(self, request: runtime.InvokeRequest
+                       ) -> tuple[ComponentCopies, ComponentState]:
+        """The copies that serve this call (a rolling update's new or old ones, by their ready
+        copies) and the component's state; raises what SageMaker answers before a copy is
+        reached. InvokeEndpoint and InvokeEndpointWithResponseStream route alike."""
         component = request.inference_component
         if component is None:
             raise runtime_errors.inference_component_required()
@@ -270,8 +289,7 @@ class ComponentEndpoint(SplitEndpoint):
                 raise runtime_errors.inference_component_copies_failed(component,
                                                                        copies.failure)
             raise runtime_errors.inference_component_no_capacity(component, state.status)
-        body, headers = await copies.invoke(request, started, self._timeout_s, state.variant)
-        return InvokeResult(body, headers)
+        return copies, state
 
     def _count_no_capacity(self, component: str) -> None:
         """NoCapacityInvocationFailures, with the call counted as a 4XX invocation [U]."""

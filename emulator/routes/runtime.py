@@ -1,4 +1,5 @@
-"""sagemaker-runtime: InvokeEndpoint and the two operations it refuses on an MME.
+"""sagemaker-runtime: InvokeEndpoint, InvokeEndpointWithResponseStream (on an endpoint for
+inference components; refused elsewhere, as InvokeEndpointAsync is on an MME).
 
 Each is a plain ASGI app that the front door (``emulator/app.py``) calls by the operation
 ``contract/apis.py`` read from the request, behind the same error feed and auth check as every
@@ -25,9 +26,11 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from emulator.contract import runtime, runtime_errors
+from emulator.contract import event_stream, runtime, runtime_errors
 from emulator.contract.apis import API_SCOPE_KEY, RUNTIME_OPERATIONS, ApiRequest, Service
 from emulator.contract.body import Body
+from emulator.hosting import component_streaming
+from emulator.hosting.components import ComponentEndpoint
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.http_protocol import Answer, BodySource
 from emulator.settings import Settings
@@ -177,12 +180,70 @@ class RefusedOnMultiModel:
         await error_response(error, runtime.new_request_id())(scope, receive, send)
 
 
+class ResponseStreams:
+    """Plain ASGI: InvokeEndpointWithResponseStream. An endpoint for inference components
+    streams the answer of one of the named component's copies
+    (``hosting/component_streaming.py``) as an ``application/vnd.amazon.eventstream`` body;
+    every other endpoint refuses it as before (``RefusedOnMultiModel``)."""
+
+    def __init__(self, settings: Settings, registry: EndpointRegistry,
+                 refused: RefusedOnMultiModel) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.refused = refused
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        api: ApiRequest | None = scope.get(API_SCOPE_KEY)
+        assert api is not None and api.endpoint is not None, "not a runtime request"
+        endpoint = self.registry.get(api.endpoint)
+        if not isinstance(endpoint, ComponentEndpoint):
+            await self.refused(scope, receive, send)  # the body is not read
+            return
+        limit = self.settings.max_payload_bytes
+        request_id = runtime.new_request_id()
+        try:
+            headers = event_stream.request_headers(request_headers(scope))
+            declared = headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise runtime_errors.oversize_body(request_id, limit)  # unread
+            body = await read_bounded(asgi_body(receive), limit, request_id)
+            parsed = runtime.parse_invoke(api.endpoint, headers, body, limit, request_id)
+            answer = await component_streaming.open_stream(endpoint, parsed)
+        except runtime_errors.SageMakerError as exc:  # before the first byte: a plain error
+            await error_response(exc, request_id)(scope, receive, send)
+            return
+        except ClientDisconnect:
+            log.info("request=%s outcome=client-disconnected", request_id)
+            return
+        except Exception as exc:  # a bug of ours: SageMaker's shape, the details in the log
+            log.exception("request=%s outcome=internal-failure", request_id)
+            await error_response(runtime_errors.InternalFailure(f"internal failure: {exc}"),
+                                 request_id)(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (_header_name(name), value.encode("latin-1"))
+            for name, value in answer.headers.items()]})
+        events = answer.events
+        try:
+            async for event in events:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+        except Exception:  # a bug of ours mid-stream: the stream's own failure event
+            log.exception("request=%s outcome=internal-stream-failure", request_id)
+            await send({"type": "http.response.body", "more_body": True,
+                         "body": event_stream.internal_stream_failure(
+                             "The stream failed for an internal reason; try again.")})
+        finally:
+            await events.aclose()  # a client gone: the call's bookkeeping ends here
+        await send({"type": "http.response.body", "body": b""})
+
+
 def runtime_handlers(settings: Settings, registry: EndpointRegistry,
                      invocations: InvocationsApp) -> dict[tuple[Service, str], ASGIApp]:
     """The runtime's rows of the front door's table, by (service, operation)."""
     refused = RefusedOnMultiModel(settings, registry)
     return {(Service.RUNTIME, "InvokeEndpoint"): invocations,
-            (Service.RUNTIME, "InvokeEndpointWithResponseStream"): refused,
+            (Service.RUNTIME, "InvokeEndpointWithResponseStream"):
+                ResponseStreams(settings, registry, refused),
             (Service.RUNTIME, "InvokeEndpointAsync"): refused}
 
 
