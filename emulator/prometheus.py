@@ -194,18 +194,18 @@ class FleetCollector(Collector):
             for variant in endpoint.variants:
                 for instance in list(variant.instances):
                     labels = [endpoint.name, variant.name, instance.id]
-                    memory, disk = instance.manager.memory, instance.manager.disk
+                    usage = instance.manager.usage()
                     loaded.add_metric(labels, instance.metrics.loaded_model_count)
-                    loaded_bytes.add_metric(labels, memory.total_bytes)
-                    loaded_file_bytes.add_metric(labels, instance.manager.loaded_file_bytes())
-                    disk_bytes.add_metric(labels, disk.total_bytes)
+                    loaded_bytes.add_metric(labels, usage.loaded_bytes)
+                    loaded_file_bytes.add_metric(labels, usage.loaded_file_bytes)
+                    disk_bytes.add_metric(labels, usage.disk_bytes)
                     in_flight.add_metric(labels, instance.in_flight)
-                    if memory.capacity_bytes is not None:
-                        memory_budget.add_metric(labels, memory.capacity_bytes)
-                    if memory.capacity_count is not None:
-                        max_models.add_metric(labels, memory.capacity_count)
-                    if disk.capacity_bytes is not None:
-                        disk_budget.add_metric(labels, disk.capacity_bytes)
+                    if usage.memory_budget_bytes is not None:
+                        memory_budget.add_metric(labels, usage.memory_budget_bytes)
+                    if usage.max_loaded_models is not None:
+                        max_models.add_metric(labels, usage.max_loaded_models)
+                    if usage.disk_budget_bytes is not None:
+                        disk_budget.add_metric(labels, usage.disk_budget_bytes)
                     for name, value in instance.metrics.latest.items():
                         if name in utilization:
                             utilization[name].add_metric(labels, value / 100)

@@ -264,13 +264,10 @@ class EndpointRegistry:
                     sampler = seen[id(instance)] = self._samplers.get(id(instance),
                                                                       UtilizationSampler())
                     pid = getattr(instance.launcher, "pid", None)
-                    # A multi-container instance has no model manager of its own.
-                    disk = instance.manager.disk if instance.manager is not None else None
+                    usage = instance.manager.usage()
                     figures = sampler.sample(
-                        pid if isinstance(pid, int) else None, now,
-                        disk.total_bytes if disk is not None else 0,
-                        disk.capacity_bytes if disk is not None else None,
-                        Path(instance.work_dir))
+                        pid if isinstance(pid, int) else None, now, usage.disk_bytes,
+                        usage.disk_budget_bytes, Path(instance.work_dir))
                     # Memory as measured against the instance's own memory (docs/memory.md).
                     figures.update(getattr(instance, "memory_utilization", dict)())
                     # One LoadedModelCount sample per instance and period, so that, as in

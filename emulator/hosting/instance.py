@@ -107,9 +107,9 @@ class Instance:
         self._errors = errors_context
         self._load_timeout_s = load_timeout_s
         # Where the memory budget came from (--memory-budget, the InstanceType or none).
-        self.budget = budget or Budget(manager.memory.capacity_bytes, None,
-                                       "--memory-budget" if manager.memory.capacity_bytes
-                                       else "none")
+        memory_budget = manager.usage().memory_budget_bytes
+        self.budget = budget or Budget(memory_budget, None,
+                                       "--memory-budget" if memory_budget else "none")
         self.in_flight = 0
         self.draining = False
         self._idle = asyncio.Event()
@@ -126,28 +126,17 @@ class Instance:
     # --- what the router reads --------------------------------------------------------------
 
     def has_loaded(self, target: str) -> bool:
-        record = self.manager.records.get(target)
-        return record is not None and record.state is ModelState.LOADED
+        return self.manager.state_of(target) is ModelState.LOADED
 
     def is_bringing_in(self, target: str) -> bool:
-        record = self.manager.records.get(target)
-        return record is not None and record.state in (ModelState.DOWNLOADING,
-                                                        ModelState.LOADING)
+        return self.manager.state_of(target) in (ModelState.DOWNLOADING, ModelState.LOADING)
 
     def has_on_disk(self, target: str) -> bool:
-        record = self.manager.records.get(target)
-        return record is not None and record.artifact_dir is not None
+        return self.manager.is_on_disk(target)
 
     def free_fraction(self) -> float:
         """How much of the memory budget is free, 0..1 (1 without a budget)."""
-        index = self.manager.memory
-        free = 1.0
-        if index.capacity_bytes:
-            free = min(free, max(index.capacity_bytes - index.total_bytes, 0)
-                       / index.capacity_bytes)
-        if index.capacity_count:
-            free = min(free, max(index.capacity_count - len(index), 0) / index.capacity_count)
-        return free
+        return self.manager.usage().free_fraction()
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -359,7 +348,7 @@ class Instance:
         return figures
 
     def describe(self) -> dict[str, object]:
-        memory, disk = self.manager.memory, self.manager.disk
+        usage = self.manager.usage()
         return {
             "InstanceId": self.id,
             "TritonUrl": self.launcher.http_url,
@@ -369,16 +358,16 @@ class Instance:
             "Draining": self.draining,
             "InFlight": self.in_flight,
             "InstanceType": self.budget.instance_type,
-            "MemoryBudgetBytes": memory.capacity_bytes,
+            "MemoryBudgetBytes": usage.memory_budget_bytes,
             "MemoryBudgetSource": self.budget.source,
             "MemoryBudgetBeyondMachine": self.budget.beyond_machine,
             "GpuMemoryBudgetBytes": self.budget.gpu_memory_bytes,
-            "MaxLoadedModels": memory.capacity_count,
-            "DiskBudgetBytes": disk.capacity_bytes,
-            "LoadedBytes": memory.total_bytes,  # as eviction counts them: measured
-            "LoadedFileBytes": self.manager.loaded_file_bytes(),
+            "MaxLoadedModels": usage.max_loaded_models,
+            "DiskBudgetBytes": usage.disk_budget_bytes,
+            "LoadedBytes": usage.loaded_bytes,  # as eviction counts them: measured
+            "LoadedFileBytes": usage.loaded_file_bytes,
             "MemoryMeasured": self.manager.memory_probe is not None,
-            "DiskBytes": disk.total_bytes,
+            "DiskBytes": usage.disk_bytes,
             "LoadedModelCount": self.metrics.loaded_model_count,
             "Utilization": dict(self.metrics.latest),
             "Models": self.manager.describe(),

@@ -22,7 +22,6 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,7 +29,7 @@ from emulator.containers.sagemaker import ContainerUnreachable, SageMakerContain
 from emulator.contract import multi_container, runtime
 from emulator.hosting.instance import ContainerAnswer, ErrorContext, Instance, InstanceStartFailed
 from emulator.hosting.spec import VariantSpec
-from emulator.manager.model_manager import ModelManager, ModelObserver
+from emulator.manager.model_manager import ModelManager, ModelObserver, Usage
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.supervision import LauncherError
 
@@ -268,13 +267,6 @@ class MultiContainerInstance:
         }
 
 
-@dataclass(frozen=True)
-class _Budget:
-    total_bytes: int = 0
-    capacity_bytes: int | None = None
-    capacity_count: int | None = None
-
-
 class MembersModels:
     """What readers of ``instance.manager`` (introspection, the live page, utilization) see on
     a multi-container instance: the models of its Triton members, named by container; no
@@ -283,16 +275,17 @@ class MembersModels:
     def __init__(self, managers: dict[str, ModelManager]) -> None:
         self._managers = managers
 
-    @property
-    def memory(self) -> _Budget:
-        return _Budget(sum(m.memory.total_bytes for m in self._managers.values()))
-
-    @property
-    def disk(self) -> _Budget:
-        return _Budget(sum(m.disk.total_bytes for m in self._managers.values()))
-
     def loaded_file_bytes(self) -> int:
         return sum(m.loaded_file_bytes() for m in self._managers.values())
+
+    def usage(self) -> Usage:
+        """The members' models added up; no budget of its own."""
+        usages = [m.usage() for m in self._managers.values()]
+        return Usage(loaded_bytes=sum(u.loaded_bytes for u in usages),
+                     loaded_file_bytes=sum(u.loaded_file_bytes for u in usages),
+                     loaded_count=sum(u.loaded_count for u in usages), memory_budget_bytes=None,
+                     max_loaded_models=None, disk_bytes=sum(u.disk_bytes for u in usages),
+                     disk_budget_bytes=None)
 
     def describe(self) -> list[dict[str, Any]]:
         return [{**model, "ContainerName": label} for label, manager in self._managers.items()

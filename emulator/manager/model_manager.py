@@ -60,6 +60,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +104,33 @@ __all__ = [
     "ModelRecord",
     "ModelState",
     "RecycleRequest",
+    "Usage",
     "artifact_key",
 ]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The two budgets of one manager as the instance, the page and the metrics read them."""
+
+    loaded_bytes: int  # as eviction counts them: measured where measured, else the files' bytes
+    loaded_file_bytes: int
+    loaded_count: int
+    memory_budget_bytes: int | None  # None: unlimited
+    max_loaded_models: int | None
+    disk_bytes: int
+    disk_budget_bytes: int | None
+
+    def free_fraction(self) -> float:
+        """How much of the memory budget is free, 0..1 (1 without a budget)."""
+        free = 1.0
+        if self.memory_budget_bytes:
+            free = min(free, max(self.memory_budget_bytes - self.loaded_bytes, 0)
+                       / self.memory_budget_bytes)
+        if self.max_loaded_models:
+            free = min(free, max(self.max_loaded_models - self.loaded_count, 0)
+                       / self.max_loaded_models)
+        return free
 
 
 class Holding:
@@ -615,6 +641,22 @@ class ModelManager:
     def loaded_file_bytes(self) -> int:
         """The extracted files' bytes of the models counted in memory (beside the measured)."""
         return self._memory.loaded_file_bytes()
+
+    def usage(self) -> Usage:
+        memory, disk = self.memory, self.disk
+        return Usage(loaded_bytes=memory.total_bytes, loaded_file_bytes=self.loaded_file_bytes(),
+                     loaded_count=len(memory), memory_budget_bytes=memory.capacity_bytes,
+                     max_loaded_models=memory.capacity_count, disk_bytes=disk.total_bytes,
+                     disk_budget_bytes=disk.capacity_bytes)
+
+    def state_of(self, target: str) -> ModelState | None:
+        """Where ``target`` is in its life here (None: this manager has never seen it)."""
+        record = self.records.get(target)
+        return None if record is None else record.state
+
+    def is_on_disk(self, target: str) -> bool:
+        record = self.records.get(target)
+        return record is not None and record.artifact_dir is not None
 
     def loaded_count(self) -> int:
         return self._memory.loaded_count()

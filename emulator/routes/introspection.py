@@ -33,8 +33,9 @@ def describe_endpoint(endpoint: Endpoint) -> dict[str, object]:
     # as before the fleet; the budgets are per instance anyway.
     summary = {key: first.get(key) for key in (
         "TritonUrl", "MemoryBudgetBytes", "MaxLoadedModels", "DiskBudgetBytes")}
-    summary["LoadedBytes"] = sum(i.manager.memory.total_bytes for _, i in instances)
-    summary["DiskBytes"] = sum(i.manager.disk.total_bytes for _, i in instances)
+    usages = [i.manager.usage() for _, i in instances]
+    summary["LoadedBytes"] = sum(u.loaded_bytes for u in usages)
+    summary["DiskBytes"] = sum(u.disk_bytes for u in usages)
     return {**summary, "Models": models, **endpoint.describe()}
 
 
