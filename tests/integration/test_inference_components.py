@@ -148,9 +148,9 @@ def test_component_lifecycle_and_describe_shapes(module: Module) -> None:
         RuntimeConfig={"CopyCount": 1})
 
     sm.update_inference_component_runtime_config(InferenceComponentName="life-ic",
-                                                 DesiredRuntimeConfig={"CopyCount": 4})
+                                                 DesiredRuntimeConfig={"CopyCount": 3})
     wait_until(lambda: sm.describe_inference_component(InferenceComponentName="life-ic")[
-        "RuntimeConfig"]["CurrentCopyCount"] == 4, 30, "four copies")
+        "RuntimeConfig"]["CurrentCopyCount"] == 3, 30, "three copies")
     _model(module, "life-model-2")
     sm.update_inference_component(
         InferenceComponentName="life-ic", RuntimeConfig={"CopyCount": 1},
@@ -340,7 +340,7 @@ def test_components_survive_a_restart(module: Module) -> None:
     sm = module.sm()
     _model(module, "restart-model")
     _component_endpoint(module, "restart")
-    _component(module, "restart-ic", "restart", "restart-model", copies=3)
+    _component(module, "restart-ic", "restart", "restart-model", copies=1)
     before = _wait_in_service(sm, "restart-ic")
     module.restart()
     sm = module.sm()
