@@ -9,9 +9,10 @@ component metrics. What the copy is asked depends on its container:
   streams answers with chunked transfer encoding [U: AWS's container guide says the container
   must support streaming; the path is the same /invocations, as SageMaker's LLM containers
   (TGI, LMI) stream there]. Each piece read becomes one PayloadPart event.
-- a Triton copy: SageMaker's Triton container serves only ``/ping`` and ``/invocations`` (and
-  the MME's ``/models``) and answers in one piece; the whole answer is relayed as one
-  PayloadPart [U: what AWS answers for a container that does not stream is not documented;
+- a Triton copy: SageMaker's Triton container (Triton's ``src/sagemaker_server.cc``) serves only
+  ``/ping``, ``/invocations`` and the MME's ``/models``, sends one response per request ("expected
+  a single response") and refuses decoupled (streaming) models; its whole answer is relayed as
+  one PayloadPart [U: what AWS relays from a container that does not stream is not documented;
   relaying what the container sent is the plausible reading].
 
 Errors before the first byte are the usual error responses (the container's non-200 status is a
