@@ -101,6 +101,10 @@ class ApiRequest(NamedTuple):  # a tuple: made for every request, at a third of 
 
     @property
     def action(self) -> str:
+        # InvokeEndpointWithResponseStream needs sagemaker:InvokeEndpoint (its API reference:
+        # "your IAM permissions must allow the sagemaker:InvokeEndpoint action").
+        if self.operation == "InvokeEndpointWithResponseStream":
+            return "sagemaker:InvokeEndpoint"
         return f"{self.service.iam_prefix}:{self.operation}"
 
 

@@ -167,8 +167,9 @@ def test_runtime_mapping() -> None:
     assert invoke.keys["sagemaker:TargetModel"] == "team-a/x.tar.gz"
     assert invoke.keys["sagemaker:TargetContainerHostname"] == "customIps1"
     assert call("POST", "/endpoints/e/invocations").keys["sagemaker:TargetModel"] is None
+    # Its API reference: "your IAM permissions must allow the sagemaker:InvokeEndpoint action"
     assert call("POST", "/endpoints/e/invocations-response-stream").action == \
-        "sagemaker:InvokeEndpointWithResponseStream"
+        "sagemaker:InvokeEndpoint"
     assert call("POST", "/endpoints/e/async-invocations").action == "sagemaker:InvokeEndpointAsync"
 
 
