@@ -294,10 +294,26 @@ class InferenceComponents:
             if failure is not None:
                 changes = {"pending_specification": None,
                            "failure_reason": copies_failed(failure, update=True)}
+        else:
+            await self._apply_copy_count(record)
         self._transition(name, UPDATING, IN_SERVICE, **changes)
         endpoint = self.store.get_endpoint(record.endpoint_name)
         if endpoint is not None:
             self._replace(endpoint, record.variant_name)
+
+    async def _apply_copy_count(self, record: ComponentRecord) -> None:
+        """A new copy count (UpdateInferenceComponentRuntimeConfig, an autoscaling action):
+        the component stays Updating until its copies have started or stopped, as on AWS, so
+        a client that waits for InService (AWS's scale-to-zero notebook after a scale-out from
+        zero) finds the copies serving. [U] Copies that fail to start leave it InService with
+        those that run (their calls answered with the reason), as a later scale-out does."""
+        endpoint = self.store.get_endpoint(record.endpoint_name)
+        if endpoint is None:
+            return
+        change = self._replace(endpoint, record.variant_name, creating=record.name).get(
+            record.name)
+        if change is not None:
+            await asyncio.gather(asyncio.shield(change), return_exceptions=True)
 
     async def _start_new_copies(self, record: ComponentRecord) -> Exception | None:
         """Start the copies of an update's new specification (as many as are placed); the
@@ -411,6 +427,44 @@ class InferenceComponents:
         if endpoint is not None:
             for variant in endpoint.current.variants:
                 self._replace(endpoint, variant["VariantName"])
+
+    def check_endpoint_move(self, endpoint: EndpointRecord,
+                            variants: list[dict[str, Any]]) -> None:
+        """UpdateEndpoint of an endpoint for components to ``variants``
+        (``control.component_endpoint_updates``): refused while a component is in progress, if
+        a variant that hosts components is missing, or if a copy no longer fits one instance.
+        [U] wording."""
+        endpoint_arn = self._arn(KIND_ENDPOINT, endpoint.name)
+        by_name = {v["VariantName"]: v for v in variants}
+        for resource in self.store.all(INFERENCE_COMPONENTS):
+            record = ComponentRecord.from_resource(resource)
+            if record.endpoint_name.lower() != endpoint.name.lower():
+                continue
+            if record.status in _IN_PROGRESS:
+                raise wire.validation_error(
+                    f'Cannot update endpoint "{endpoint_arn}" while its inference component '
+                    f"{record.name} is {record.status}; wait until it is InService.")
+            variant = by_name.get(record.variant_name)
+            if variant is None:
+                raise wire.validation_error(
+                    f"The new endpoint config has no production variant {record.variant_name}, "
+                    f"which hosts inference component {record.name}; keep the variant or "
+                    "delete the component first.")
+            self._check_specification(record.specification, variant)
+
+    async def move_copies(self, endpoint_name: str) -> list[str]:
+        """Place every component's copies on the endpoint's (new) variants and wait until the
+        runtime started and stopped them; returns why a component's copies failed to start."""
+        endpoint = self.store.get_endpoint(endpoint_name)
+        if endpoint is None:
+            return []
+        changes: dict[str, asyncio.Task[None]] = {}
+        for variant in endpoint.current.variants:
+            changes.update({name: task for name, task in self._replace(
+                endpoint, variant["VariantName"]).items() if task is not None})
+        results = await asyncio.gather(*changes.values(), return_exceptions=True)
+        return [f"{name}: {result}" for name, result in zip(changes, results, strict=True)
+                if isinstance(result, BaseException)]
 
     def _replace(self, endpoint: EndpointRecord, variant_name: str,
                  creating: str | None = None) -> dict[str, asyncio.Task[None] | None]:

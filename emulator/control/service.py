@@ -28,8 +28,8 @@ from botocore import xform_name
 
 from emulator.clock import Clock
 from emulator.contract import control_plane as wire
-from emulator.contract import inference_components as component_rules
 from emulator.contract.control_plane import KIND_CONFIG, KIND_ENDPOINT, KIND_MODEL
+from emulator.control import component_endpoint_updates as endpoint_updates
 from emulator.control import inference_components as components
 from emulator.control.deployments import (
     BAKING,
@@ -297,11 +297,17 @@ class ControlPlaneService:
         name = params["EndpointName"]
         endpoint_arn = self.arn(KIND_ENDPOINT, name)
         record = self._updatable(self.store.get_endpoint(name), endpoint_arn)
-        if components.is_component_deployment(record.current.variants):
-            raise component_rules.not_honoured("UpdateEndpoint on an endpoint")
         new = self._deployment(record.name, params["EndpointConfigName"])
-        if not new.spec:  # a config for inference components
-            raise component_rules.not_honoured("UpdateEndpoint to an endpoint config")
+        endpoint_updates.check_same_kind(record.current, new, endpoint_arn)
+        if endpoint_updates.is_for_components(record.current):
+            # Components' copies move onto the new config's instances (their own module).
+            record.pending = endpoint_updates.prepare(record, new, params, self.components)
+            record.status, record.failure_reason = "Updating", None
+            record.modified = self._clock()
+            self.store.save_endpoint(record)
+            self._spawn(name, endpoint_updates.run(record.name, self._get, self._transition,
+                                                   self.components))
+            return {"EndpointArn": endpoint_arn}
         deployment = self._retained(record, new, params)
         config = self._deployment_config(record, params)
         progress = None if config is None else self._guarded(record, deployment, config)
@@ -836,7 +842,9 @@ class ControlPlaneService:
         elif components.is_component_deployment(record.current.variants):
             doc["ProductionVariants"] = components.variant_summaries(
                 record.current.variants, in_service=record.status == "InService")
-        if record.pending is not None:
+        if record.pending is not None and not record.pending.spec:  # for components
+            doc["PendingDeploymentSummary"] = endpoint_updates.pending_summary(record.pending)
+        elif record.pending is not None:
             pending = EndpointSpec.from_doc(record.pending.spec)
             green = self.registry.green(record.name) if progress is not None else None
             doc["PendingDeploymentSummary"] = {
