@@ -40,11 +40,11 @@ STATUSES = ("Creating", "InService", "Updating", "Failed", "Deleting")
 # AWS's answer to CreateInferenceComponent with RuntimeConfig.CopyCount 0, as users quote it.
 COPY_COUNT_ZERO_AT_CREATE = "Inference components copy count an integer larger than 0"
 
-# Members of InferenceComponentSpecification the emulator does not honour yet (refused).
+# Members of InferenceComponentSpecification the emulator does not support (refused; the
+# table "Not supported" in docs/inference-components.md). DataCacheConfig and InstanceType are
+# honoured (the latter checked against the variant's by emulator.control.inference_components).
 _SPEC_NOT_HONOURED = {
-    "BaseInferenceComponentName": "adapter inference components (BaseInferenceComponentName)",
-    "DataCacheConfig": "DataCacheConfig",
-    "InstanceType": "a per-instance-type Specification (InstanceType)",
+    "BaseInferenceComponentName": "BaseInferenceComponentName (adapter inference components)",
 }
 # Routing strategies of a component endpoint the emulator does not honour.
 _ROUTING_NOT_HONOURED = ("PREFIX_AWARE", "KV_AWARE")
@@ -85,10 +85,11 @@ def in_progress(component_arn: str, status: str) -> wire.ControlPlaneError:
 
 
 def not_honoured(what: str) -> wire.ControlPlaneError:
-    """A member the emulator does not implement: refused, so nobody believes it took effect."""
+    """A member the emulator does not implement: refused, so nobody believes it took effect.
+    ``what`` starts with the member's name."""
     return wire.validation_error(
-        f"The emulator does not support {what} for inference components yet "
-        "(docs/inference-components.md lists what is built); remove it from the request.")
+        f"{what} is not supported by the emulator for inference components "
+        "(docs/inference-components.md, 'Not supported'); remove it from the request.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,7 +201,15 @@ def check_specification(spec: dict[str, Any], path: str) -> None:
             "Specification.ComputeResourceRequirements is required (MinMemoryRequiredInMb, and "
             "NumberOfCpuCoresRequired or NumberOfAcceleratorDevicesRequired as the model needs).")
     if resources.get("AcceleratorPartitionType") is not None:
-        raise not_honoured("AcceleratorPartitionType (accelerator partitions)")
+        # AWS: it "must be one of the partition profiles declared in the target endpoint's
+        # accelerator partition layout ... For endpoints without a layout, omit this field"
+        # (botocore's model). Layouts are not supported here, so no variant has one. [U] wording.
+        raise wire.validation_error(
+            f"AcceleratorPartitionType {resources['AcceleratorPartitionType']} must be one of "
+            "the partition profiles of the variant's AcceleratorPartitionLayouts, and the "
+            "variant declares none (AcceleratorPartitionLayouts is not supported by the "
+            "emulator); omit AcceleratorPartitionType to place the component on whole "
+            "accelerators.")
     low, high = resources.get("MinMemoryRequiredInMb"), resources.get("MaxMemoryRequiredInMb")
     if isinstance(low, int) and isinstance(high, int) and high < low:
         raise wire.validation_error(format_errors([constraint_failure(
@@ -237,11 +246,13 @@ def _check_component_config(params: dict[str, Any]) -> None:
             problems.append(f"InitialInstanceCount is required for production variant {name}.")
         if variant.get("InstancePools") is not None:
             raise not_honoured("InstancePools")
+        if variant.get("AcceleratorPartitionLayouts") is not None:
+            raise not_honoured("AcceleratorPartitionLayouts (accelerator partitions)")
         problems += _scaling_problems(variant)
         strategy = (variant.get("RoutingConfig") or {}).get("RoutingStrategy")
         if strategy in _ROUTING_NOT_HONOURED:
             raise not_honoured(f"RoutingStrategy {strategy} (LEAST_OUTSTANDING_REQUESTS and "
-                               "RANDOM are)")
+                               "RANDOM are supported)")
     if params.get("ShadowProductionVariants"):
         raise not_honoured("ShadowProductionVariants")
     weights = [v.get("InitialVariantWeight", 1.0) for v in variants]

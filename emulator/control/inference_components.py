@@ -624,6 +624,14 @@ class InferenceComponents:
         type (a copy never spans instances), by the instance-type table's figures."""
         if spec.get("ModelName") and self.store.get(MODELS, spec["ModelName"]) is None:
             raise wire.not_found(KIND_MODEL, self._arn(KIND_MODEL, spec["ModelName"]))
+        named = spec.get("InstanceType")
+        if named is not None and named != variant.get("InstanceType"):
+            # The member "specifies which instance type this specification applies to" (one of
+            # the variant's); a variant here has one InstanceType (InstancePools are refused).
+            raise wire.validation_error(  # [U] wording
+                f"Specification.InstanceType {named} is not the instance type of variant "
+                f"{variant['VariantName']} ({variant.get('InstanceType')}); name that one, or "
+                "leave InstanceType out.")
         known = instance_types.lookup(variant.get("InstanceType") or "")
         if known is None:  # a type the table does not know: nothing to check it against
             return
@@ -650,7 +658,8 @@ class InferenceComponents:
         spec = record.specification
         summary: dict[str, Any] = {
             key: spec[key] for key in ("ModelName", "StartupParameters",
-                                       "ComputeResourceRequirements") if key in spec}
+                                       "ComputeResourceRequirements", "InstanceType",
+                                       "DataCacheConfig", "SchedulingConfig") if key in spec}
         container = spec.get("Container")
         if container:
             summary["Container"] = {
