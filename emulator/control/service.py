@@ -841,7 +841,7 @@ class ControlPlaneService:
             ]
         elif components.is_component_deployment(record.current.variants):
             doc["ProductionVariants"] = components.variant_summaries(
-                record.current.variants, in_service=record.status == "InService")
+                record.current.variants, in_service=record.status in ("InService", "Updating"))
         if record.pending is not None and not record.pending.spec:  # for components
             doc["PendingDeploymentSummary"] = endpoint_updates.pending_summary(record.pending)
         elif record.pending is not None:

@@ -184,6 +184,7 @@ def test_a_new_instance_type_moves_the_copies_and_fails_no_call(module: Module) 
         assert during["PendingDeploymentSummary"]["EndpointConfigName"] == f"{name}-c5"
         pending = during["PendingDeploymentSummary"]["ProductionVariants"][0]
         assert pending["InstanceType"] == "ml.c5.2xlarge"
+        assert during["ProductionVariants"][0]["CurrentInstanceCount"] >= 1  # instances serve
         wait_until(lambda: _status(module, name) == "InService", 60, "the update done")
         answered = len(stream.copies)
         wait_until(lambda: len(stream.copies) >= answered + 3, 30, "calls after the update")
