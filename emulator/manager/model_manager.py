@@ -361,6 +361,11 @@ class ModelManager:
         if pending_unload is not None:
             await asyncio.shield(pending_unload)
         if record.artifact_dir is None or not record.artifact_dir.is_dir():
+            if self.disk.capacity_bytes is not None and self._unloads:
+                # A victim still leaving Triton (a load overlapped its teardown) holds its files
+                # until it is gone; under a disk budget they may be the room this download needs.
+                await asyncio.gather(*map(asyncio.shield, list(self._unloads.values())),
+                                     return_exceptions=True)
             await self._artifacts.download(record, stream=self.stream_downloads)
         await self._triton.install(record)
         try:

@@ -35,6 +35,7 @@ from tests.ensemble_support import (
     seed_images,
 )
 from tests.launcher_support import TritonLauncher
+from tests.support import wait_for
 
 pytest.importorskip("nvidia.dali")
 pytest.importorskip("sentence_transformers")
@@ -234,7 +235,10 @@ def test_headline_two_ensembles_one_endpoint(model_data: Path, repos: dict[str, 
                            model_memory="files")
     try:
         _alternate(runtime_client(tight.url), 2, want_text, want_image)
-        metrics = endpoint_metrics(tight.url)
+        # The last eviction's unload goes on after the call that caused it is answered (the
+        # load overlaps the victim's teardown), and its ModelUnloadingTime is recorded then.
+        metrics = wait_for(lambda: (m := endpoint_metrics(tight.url))["ModelUnloadingTime"]
+                           ["SampleCount"] >= 3 and m, what="the third unload to be recorded")
     finally:
         tight.stop()
     assert metrics["ModelCacheHit"]["SampleCount"] == 4
