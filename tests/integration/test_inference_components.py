@@ -149,8 +149,8 @@ def test_component_lifecycle_and_describe_shapes(module: Module) -> None:
 
     sm.update_inference_component_runtime_config(InferenceComponentName="life-ic",
                                                  DesiredRuntimeConfig={"CopyCount": 3})
-    wait_until(lambda: sm.describe_inference_component(InferenceComponentName="life-ic")[
-        "RuntimeConfig"]["CurrentCopyCount"] == 3, 30, "three copies")
+    # Updating until the copies started (as on AWS), then InService with three.
+    assert _wait_in_service(sm, "life-ic")["RuntimeConfig"]["CurrentCopyCount"] == 3
     _model(module, "life-model-2")
     sm.update_inference_component(
         InferenceComponentName="life-ic", RuntimeConfig={"CopyCount": 1},
