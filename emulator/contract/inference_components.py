@@ -250,6 +250,13 @@ def _check_component_config(params: dict[str, Any]) -> None:
             raise not_honoured("AcceleratorPartitionLayouts (accelerator partitions)")
         problems += _scaling_problems(variant)
         strategy = (variant.get("RoutingConfig") or {}).get("RoutingStrategy")
+        if (variant.get("RoutingConfig") or {}).get("PrefixAwareRoutingConfig") is not None \
+                and strategy != "PREFIX_AWARE":
+            # botocore's model: "Specify this parameter only when you set RoutingStrategy to
+            # PREFIX_AWARE." [U] wording.
+            problems.append(f"RoutingConfig.PrefixAwareRoutingConfig of production variant "
+                            f"{name} applies only with RoutingStrategy PREFIX_AWARE (it is "
+                            f"{strategy or 'not set'}); remove it.")
         if strategy in _ROUTING_NOT_HONOURED:
             raise not_honoured(f"RoutingStrategy {strategy} (LEAST_OUTSTANDING_REQUESTS and "
                                "RANDOM are supported)")

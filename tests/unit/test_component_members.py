@@ -131,3 +131,12 @@ def test_instance_type_and_data_cache_config_are_honoured(tmp_path: Path) -> Non
                "AllTraffic (ml.m5.xlarge)" in raised.value.message
 
     asyncio.run(scenario())
+
+
+def test_prefix_aware_settings_without_prefix_aware_routing_are_refused() -> None:
+    message = _refusal(_parse, "CreateEndpointConfig", {
+        "EndpointConfigName": "cfg", "ProductionVariants": [{**VARIANT, "RoutingConfig": {
+            "RoutingStrategy": "RANDOM", "PrefixAwareRoutingConfig": {
+                "PrefixLength": 1024, "ConcurrencyThreshold": 4}}}]})
+    assert "PrefixAwareRoutingConfig of production variant AllTraffic applies only with " \
+           "RoutingStrategy PREFIX_AWARE (it is RANDOM)" in message
