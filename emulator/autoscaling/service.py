@@ -128,6 +128,20 @@ class AutoScalingService:
             raise ScalingError("Unsupported service namespace, resource type or scalable "
                                "dimension")
 
+    def _check_existing_key(self, params: dict[str, Any], missing: str) -> None:
+        """Deregister and DeleteScalingPolicy name an existing target: a SageMaker ResourceId
+        with the other SageMaker dimension (an inference component with
+        sagemaker:variant:DesiredInstanceCount, as AWS's own inference-component notebooks
+        clean up, catching only ObjectNotFoundException) names none, so it is not found. [U]:
+        RegisterScalableTarget and the rest still refuse the pair as invalid."""
+        resource, dimension = params.get("ResourceId"), params.get("ScalableDimension")
+        if (params.get("ServiceNamespace") == rules.NAMESPACE
+                and dimension in (rules.DIMENSION, rules.COMPONENT_DIMENSION)
+                and resource is not None
+                and rules.dimension_of(resource) not in (None, dimension)):
+            raise not_found(missing)
+        self._check_dimension(params)
+
     @staticmethod
     def _wanted(params: dict[str, Any], resource_id: str) -> bool:
         """A Describe* filter: the ScalableDimension asked for, if any."""
@@ -207,9 +221,10 @@ class AutoScalingService:
         return {"ScalableTargetARN": target.arn}
 
     async def _deregister_scalable_target(self, params: dict[str, Any]) -> dict[str, Any]:
-        self._check_dimension(params)
+        missing = f"No scalable target found for {_key_text(params)}"
+        self._check_existing_key(params, missing)
         if params["ResourceId"] not in self.targets:
-            raise not_found(f"No scalable target found for {_key_text(params)}")
+            raise not_found(missing)
         del self.targets[params["ResourceId"]]
         for key in [k for k in self.policies if k[0] == params["ResourceId"]]:
             self._drop_alarms(self.policies.pop(key))
@@ -340,11 +355,12 @@ class AutoScalingService:
         } for p in page], "NextToken": token}
 
     async def _delete_scaling_policy(self, params: dict[str, Any]) -> dict[str, Any]:
-        self._check_dimension(params)
+        missing = (f"No scaling policy found for {_key_text(params)}, "
+                   f"policy name: {params['PolicyName']}")
+        self._check_existing_key(params, missing)
         key = (params["ResourceId"], params["PolicyName"])
         if key not in self.policies:
-            raise not_found(f"No scaling policy found for {_key_text(params)}, "
-                            f"policy name: {params['PolicyName']}")
+            raise not_found(missing)
         self._drop_alarms(self.policies.pop(key))
         return {}
 

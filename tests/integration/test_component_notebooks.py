@@ -99,7 +99,8 @@ def test_the_inference_components_workshop_hosts_two_models_and_scales_one(
     timeouts; a Model given as ``Containers=[...]``; one component of that Model, one of its
     own Container with StartupParameters; the SDK's Predictor with ``component_name``;
     Application Auto Scaling with the component's target tracking policies; a copy count
-    raised and waited for as InService; the cleanup in the notebooks' order."""
+    raised and waited for as InService; the cleanup in the notebooks' order (including their
+    deregistration under the variant's dimension, which finds nothing)."""
     sm, session = module.client("sagemaker"), module.session()
     from sagemaker.deserializers import JSONDeserializer
     from sagemaker.predictor import Predictor
@@ -179,6 +180,16 @@ def test_the_inference_components_workshop_hosts_two_models_and_scales_one(
     # ml.g5.12xlarge has 4 GPUs: three copies of one GPU each still fit on one instance.
     assert _variant(sm, "lab")["CurrentInstanceCount"] == 1
 
+    # The cleanup cells of sm-app_autoscaling_realtime_endpoints_inference_components and of
+    # aws-samples/sagemaker-genai-hosting-examples scale-to-zero-endpoint/
+    # llama3-8b-scale-to-zero-autoscaling.ipynb name the component with the variant's dimension
+    # and catch only ObjectNotFoundException: no such target, and the component's is kept.
+    wrong = {**key, "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
+    with pytest.raises(asg.exceptions.ObjectNotFoundException):
+        asg.deregister_scalable_target(**wrong)
+    with pytest.raises(asg.exceptions.ObjectNotFoundException):
+        asg.delete_scaling_policy(PolicyName="lab-invocations", **wrong)
+    assert len(asg.describe_scaling_policies(**key)["ScalingPolicies"]) == 2
     for name in ("lab-concurrency", "lab-invocations"):
         asg.delete_scaling_policy(PolicyName=name, **key)
     asg.deregister_scalable_target(**key)
