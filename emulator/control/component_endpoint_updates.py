@@ -128,7 +128,10 @@ async def run(name: str, get: Callable[[str], EndpointRecord | None], transition
         return
     previous, new = record.current, record.pending
     transition(name, (UPDATING,), UPDATING, current=new)
-    failures = await components.move_copies(name)
+    try:
+        failures = await components.move_copies(name)
+    except Exception as exc:  # noqa: BLE001 - never left Updating: the previous config again
+        failures = [str(exc) or type(exc).__name__]
     if not failures:
         transition(name, (UPDATING,), IN_SERVICE, pending=None, failure_reason=None)
         log.info("endpoint %s: now on endpoint config %s", name, new.config_name)

@@ -133,3 +133,34 @@ def test_retain_all_variant_properties_keeps_the_running_count_and_weight(
         assert kept.variants[0]["InstanceType"] == "ml.m5.2xlarge"
 
     asyncio.run(scenario())
+
+
+class _Broken:
+    """Components whose placement itself raises (a bug, a store error) on the first move."""
+
+    def __init__(self) -> None:
+        self.moves = 0
+
+    def check_endpoint_move(self, endpoint: EndpointRecord,
+                            variants: list[dict[str, Any]]) -> None:
+        return None
+
+    async def move_copies(self, endpoint_name: str) -> list[str]:
+        self.moves += 1
+        if self.moves == 1:
+            raise RuntimeError("placement broke")
+        return []
+
+
+def test_an_update_whose_placement_raises_is_not_left_updating(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        fixture = Fixture(tmp_path)
+        broken = _Broken()
+        new = Deployment(config_name="new", variants=_variants("ml.c5.2xlarge"), spec={})
+        fixture.transition("ep", None, "Updating", pending=new)
+        await updates.run("ep", fixture.store.get_endpoint, fixture.transition, broken)
+        done = fixture.endpoint()
+        assert (done.status, done.current.config_name) == ("InService", "old")
+        assert done.failure_reason is not None and "placement broke" in done.failure_reason
+
+    asyncio.run(scenario())
