@@ -153,7 +153,7 @@ def _check_update(params: dict[str, Any]) -> None:
         raise wire.validation_error(
             "Specify Specification, RuntimeConfig or both to update an inference component.")
     if params.get("Specification") is not None:
-        check_specification(params["Specification"], "specification")
+        check_specification(params["Specification"], "specification", update=True)
 
 
 def _check_nothing(params: dict[str, Any]) -> None:
@@ -174,8 +174,10 @@ def _one_specification(params: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def check_specification(spec: dict[str, Any], path: str) -> None:
-    """An InferenceComponentSpecification of a (non-adapter) component."""
+def check_specification(spec: dict[str, Any], path: str, update: bool = False) -> None:
+    """An InferenceComponentSpecification of a (non-adapter) component. [U] An update's may
+    name no model (ModelName or Container): the component keeps its own, as the SageMaker
+    Python SDK's Predictor.update_predictor(resources=...) sends it."""
     for member, what in _SPEC_NOT_HONOURED.items():
         if spec.get(member) is not None:
             raise not_honoured(what)
@@ -185,12 +187,13 @@ def check_specification(spec: dict[str, Any], path: str) -> None:
     container = spec.get("Container") or {}
     if container.get("ContainerMetricsConfig") is not None:
         raise not_honoured("ContainerMetricsConfig")
-    if not spec.get("ModelName") and not spec.get("Container"):
+    keeps_its_model = update and not spec.get("ModelName") and not spec.get("Container")
+    if not spec.get("ModelName") and not spec.get("Container") and not keeps_its_model:
         # [U] wording: the component needs something to run.
         raise wire.validation_error(
             "Specify ModelName (an existing model) or Container (Image, ArtifactUrl) in the "
             "inference component's Specification.")
-    if not spec.get("ModelName") and not container.get("Image"):
+    if not spec.get("ModelName") and not container.get("Image") and not keeps_its_model:
         raise wire.validation_error(  # [U] wording
             "Specification.Container.Image is required when the Specification names no model.")
     resources = spec.get("ComputeResourceRequirements")

@@ -173,6 +173,11 @@ class InferenceComponents:
     async def update(self, params: dict[str, Any]) -> dict[str, Any]:
         record = self._updatable(params["InferenceComponentName"])
         spec = params.get("Specification")
+        if spec is not None and not spec.get("ModelName") and not spec.get("Container"):
+            # [U] A new Specification that names no model keeps the component's (the SDK's
+            # Predictor.update_predictor(resources=...) sends only the new resources).
+            spec = {**{key: record.specification[key] for key in ("ModelName", "Container")
+                       if key in record.specification}, **spec}
         if spec is not None:
             endpoint = self._endpoint(record.endpoint_name)
             self._check_specification(spec, self._variant(endpoint, record.variant_name))

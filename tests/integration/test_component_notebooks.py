@@ -10,6 +10,7 @@ endpoint and names, so the tests run in any order.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,7 +100,8 @@ def test_the_inference_components_workshop_hosts_two_models_and_scales_one(
     timeouts; a Model given as ``Containers=[...]``; one component of that Model, one of its
     own Container with StartupParameters; the SDK's Predictor with ``component_name``;
     Application Auto Scaling with the component's target tracking policies; a copy count
-    raised and waited for as InService; the cleanup in the notebooks' order (including their
+    raised and waited for as InService; the SDK's update_predictor with new resources only;
+    the cleanup in the notebooks' order (including their
     deregistration under the variant's dimension, which finds nothing)."""
     sm, session = module.client("sagemaker"), module.session()
     from sagemaker.deserializers import JSONDeserializer
@@ -179,6 +181,24 @@ def test_the_inference_components_workshop_hosts_two_models_and_scales_one(
     assert len(served_by) == 2, f"calls right after InService all went to {served_by}"
     # ml.g5.12xlarge has 4 GPUs: three copies of one GPU each still fit on one instance.
     assert _variant(sm, "lab")["CurrentInstanceCount"] == 1
+
+    # The SDK's Predictor.update_predictor(resources=...) sends a Specification with only the
+    # new ComputeResourceRequirements: the component keeps its own Container.
+    from sagemaker.compute_resource_requirements.resource_requirements import (
+        ResourceRequirements,
+    )
+    # (It waits with the session's wait_for_inference_component, which polls every 20 s.)
+    session.wait_for_inference_component = functools.partial(
+        session.wait_for_inference_component, poll=0.2)
+    Predictor(endpoint_name="lab", sagemaker_session=session,
+              component_name="lab-ic-triple").update_predictor(
+        resources=ResourceRequirements(requests={"num_accelerators": 1, "memory": 2048,
+                                                 "copies": 1}))
+    updated = sm.describe_inference_component(InferenceComponentName="lab-ic-triple")
+    assert updated["InferenceComponentStatus"] == "InService"
+    assert updated["Specification"]["Container"]["ArtifactUrl"] == module.models["triple"]
+    assert updated["Specification"]["ComputeResourceRequirements"]["MinMemoryRequiredInMb"] == 2048
+    assert module.invoke("lab", "lab-ic-triple")[0] == [3.0, 6.0, 9.0, 12.0]
 
     # The cleanup cells of sm-app_autoscaling_realtime_endpoints_inference_components and of
     # aws-samples/sagemaker-genai-hosting-examples scale-to-zero-endpoint/
