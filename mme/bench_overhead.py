@@ -542,7 +542,7 @@ def _size(text: str) -> int:
     return size
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = commands.add_parser("overhead", help="emulator vs direct Triton on one warm model, "
                                              "driven by wrk")
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="trivial")
