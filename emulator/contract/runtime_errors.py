@@ -124,11 +124,14 @@ def inference_component_not_found(component: str, endpoint: str) -> ValidationEr
         f"Inference component {component} was not found on endpoint {endpoint}.")
 
 
-def inference_component_no_capacity(component: str, status: str) -> ValidationError:  # [U]
+def inference_component_no_capacity(component: str, status: str) -> ValidationError:
+    """A call that finds no copy of ``component`` (``status``, 0 ready copies). [O] AWS's
+    words, quoted in aws-samples/sagemaker-genai-hosting-examples
+    03-features/autoscaling/scale_down_to_zero.ipynb: they name neither."""
     return ValidationError(
-        f"Inference component {component} has no copy to serve this request (it is {status} "
-        "with 0 copies); wait until it is InService with copies, or raise its copy count with "
-        "UpdateInferenceComponentRuntimeConfig.")
+        "Inference Component has no capacity to process this request. ApplicationAutoScaling "
+        "may be in-progress (if configured) or try to increase the capacity by invoking "
+        "UpdateInferenceComponentRuntimeConfig API.")
 
 
 def inference_component_copies_failed(component: str, reason: str) -> ServiceUnavailable:  # [U]

@@ -292,7 +292,11 @@ def test_scale_down_to_zero_and_back_as_the_notebook_waits_for_it(module: Module
 
     with pytest.raises(ClientError) as raised:
         module.invoke("zero", "zero-ic")
-    assert raised.value.response["Error"]["Code"] == "ValidationError"
+    # AWS's words, as the notebook quotes them
+    assert raised.value.response["Error"] == {"Code": "ValidationError", "Message": (
+        "Inference Component has no capacity to process this request. ApplicationAutoScaling "
+        "may be in-progress (if configured) or try to increase the capacity by invoking "
+        "UpdateInferenceComponentRuntimeConfig API.")}
 
     # The notebook's wait after the failed call: the alarm's step scaling puts the component
     # in Updating; once InService again its copy answers the very next call.

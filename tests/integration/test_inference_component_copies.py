@@ -171,7 +171,7 @@ def test_zero_copies_fail_as_aws_and_count_no_capacity(module: Module) -> None:
         _invoke(module, "zero", "zero-ic")
     error = raised.value.response["Error"]
     assert error["Code"] == "ValidationError"
-    assert "has no copy to serve this request" in error["Message"]
+    assert "has no capacity to process this request" in error["Message"]
     cloudwatch = module.client("cloudwatch")
     now = datetime.now(timezone.utc)
 
@@ -238,7 +238,7 @@ def test_copies_serve_again_after_a_restart_and_random_routing_spreads(module: M
         try:
             return _invoke(module, "again", "again-ic")[0] == [3, 6, 9, 12]
         except ClientError as exc:
-            assert "has no copy to serve this request" in exc.response["Error"]["Message"]
+            assert "has no capacity to process this request" in exc.response["Error"]["Message"]
             return False
 
     wait_until(served, 60, "the copies back after the restart")

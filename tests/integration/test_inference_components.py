@@ -400,7 +400,7 @@ def test_invocations_on_an_endpoint_for_components(module: Module) -> None:
         "Inference component rt-elsewhere was not found on endpoint rt."
     for name in ("rt-zero", "rt-ic"):  # no copy: scaled to zero, or Failed
         code, message = invoke(InferenceComponentName=name)
-        assert code == "ValidationError" and "has no copy to serve this request" in message
+        assert code == "ValidationError" and "has no capacity to process this request" in message
 
 
 def test_copies_that_fit_nowhere_stay_pending_until_room_frees(module: Module) -> None:
