@@ -210,5 +210,26 @@ def response_headers(request_id: str, variant: str, content_type: str,
     return headers
 
 
+# Emulator-only response headers (not in SageMaker's contract), for load tests and debugging:
+# the model's own time, whether the model was already loaded, which instance (or copy) answered,
+# and, during a blue/green deployment, which generation.
+H_MODEL_LATENCY_US = "X-Mme-Model-Latency-Us"
+H_MODEL_CACHE_HIT = "X-Mme-Model-Cache-Hit"
+H_INSTANCE = "X-Mme-Instance"
+H_GENERATION = "X-Mme-Generation"
+
+
+def add_emulator_headers(headers: dict[str, str], instance: str,
+                         model_latency_s: float | None = None,
+                         cache_hit: bool | None = None) -> dict[str, str]:
+    """``headers`` with the emulator's own headers added; ``instance``: "<variant>/<id>"."""
+    if model_latency_s is not None:
+        headers[H_MODEL_LATENCY_US] = str(int(model_latency_s * 1e6))
+    if cache_hit is not None:
+        headers[H_MODEL_CACHE_HIT] = "1" if cache_hit else "0"
+    headers[H_INSTANCE] = instance
+    return headers
+
+
 def error_headers(error: runtime_errors.SageMakerError, request_id: str) -> dict[str, str]:
     return {**error.headers(), "x-amzn-RequestId": request_id}

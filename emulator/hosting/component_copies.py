@@ -313,11 +313,10 @@ class ComponentCopies:
             ("ModelLatency", answer.model_latency_s * 1e6),
             ("OverheadLatency", (time.monotonic() - started - answer.model_latency_s) * 1e6))
         self.record(samples)
-        headers = runtime.response_headers(request.request_id, variant_name, answer.content_type,
-                                           answer.custom_attributes)
-        # Emulator-only, as on other endpoints: which copy answered.
-        headers["X-Mme-Model-Latency-Us"] = str(int(answer.model_latency_s * 1e6))
-        headers["X-Mme-Instance"] = f"{variant_name}/{copy.id}"
+        headers = runtime.add_emulator_headers(
+            runtime.response_headers(request.request_id, variant_name, answer.content_type,
+                                     answer.custom_attributes),
+            f"{variant_name}/{copy.id}", answer.model_latency_s)  # which copy answered
         return answer.body, headers
 
     async def _publish_concurrency(self, clock: Clock) -> None:

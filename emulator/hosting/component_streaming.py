@@ -143,7 +143,7 @@ async def open_stream(endpoint: ComponentEndpoint, request: runtime.InvokeReques
     tally.succeeded(answer.model_latency_s)
     headers = event_stream.response_headers(request.request_id, state.variant,
                                             answer.content_type, answer.custom_attributes)
-    headers["X-Mme-Instance"] = f"{state.variant}/{copy.id}"  # emulator-only, as InvokeEndpoint
+    runtime.add_emulator_headers(headers, f"{state.variant}/{copy.id}")  # as InvokeEndpoint
 
     async def whole() -> AsyncGenerator[bytes, None]:
         for part in event_stream.payload_parts(answer.body):
@@ -194,7 +194,7 @@ async def _open_container_stream(endpoint: ComponentEndpoint, request: runtime.I
     answer_headers = event_stream.response_headers(
         request.request_id, variant, response.headers.get("Content-Type") or "application/json",
         response.headers.get("X-Amzn-SageMaker-Custom-Attributes"))
-    answer_headers["X-Mme-Instance"] = f"{variant}/{copy.id}"
+    runtime.add_emulator_headers(answer_headers, f"{variant}/{copy.id}")
 
     async def relay() -> AsyncGenerator[bytes, None]:
         outcome = "client-left"

@@ -45,7 +45,6 @@ LINEAR = "LINEAR"
 INSTANCE_COUNT = "INSTANCE_COUNT"
 CAPACITY_PERCENT = "CAPACITY_PERCENT"
 BLUE_GREEN = "BlueGreenUpdatePolicy"
-GENERATION_HEADER = "X-Mme-Generation"
 ROLLING = "RollingUpdatePolicy"
 
 
@@ -201,5 +200,5 @@ class SplitEndpoint(Endpoint):
     async def _invoke_green(green: Endpoint, request: runtime.InvokeRequest) -> InvokeResult:
         result = await green.invoke(request)
         # Emulator-only, like X-Mme-Instance: which generation answered.
-        result.headers[GENERATION_HEADER] = "green"
+        result.headers[runtime.H_GENERATION] = "green"
         return result

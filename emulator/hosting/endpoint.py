@@ -233,12 +233,10 @@ class Endpoint:
         metrics.record_soon(samples)  # after the answer is written (see record_soon)
         for container, seconds in answer.container_latencies:
             metrics.record("ContainerLatency", seconds * 1e6, {"ContainerName": container})
-        headers = runtime.response_headers(request.request_id, variant.name, answer.content_type,
-                                           answer.custom_attributes)
-        # Emulator-only headers (not in SageMaker's contract), for load tests and debugging.
-        headers["X-Mme-Model-Latency-Us"] = str(int(answer.model_latency_s * 1e6))
-        headers["X-Mme-Model-Cache-Hit"] = "1" if answer.cache_hit else "0"
-        headers["X-Mme-Instance"] = f"{variant.name}/{instance.id}"
+        headers = runtime.add_emulator_headers(
+            runtime.response_headers(request.request_id, variant.name, answer.content_type,
+                                     answer.custom_attributes),
+            f"{variant.name}/{instance.id}", answer.model_latency_s, answer.cache_hit)
         return InvokeResult(answer.body, headers)
 
     def describe(self) -> dict[str, object]:
