@@ -39,7 +39,6 @@ resumes the update at the batch it was in.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import math
@@ -48,7 +47,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from emulator.clock import Clock
-from emulator.control.deployments import ALARM, AlarmStates
+from emulator.control.deployments import ALARM, AlarmStates, watch_alarms
 from emulator.hosting.deployment import alarm_names
 
 log = logging.getLogger(__name__)
@@ -251,18 +250,7 @@ class RollingUpdate:
             "specification).")
 
     def _watch(self, fired: asyncio.Queue[str]) -> Callable[[], None]:
-        """Alarm changes into ALARM, as they happen (the callback may come from any thread)."""
-        if self._alarms is None or not self.plan.alarms:
-            return lambda: None
-        loop = asyncio.get_running_loop()
-        watched = set(self.plan.alarms)
-
-        def changed(name: str, _old: str, new: str) -> None:
-            if name in watched and new == ALARM:
-                with contextlib.suppress(RuntimeError):  # the loop closed at shutdown
-                    loop.call_soon_threadsafe(fired.put_nowait, name)
-
-        return self._alarms.subscribe(changed)
+        return watch_alarms(self._alarms, self.plan.alarms, fired)
 
     def _record(self, **changes: Any) -> None:
         for key, value in changes.items():

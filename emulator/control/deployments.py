@@ -30,7 +30,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from emulator.clock import Clock
@@ -56,6 +56,23 @@ class AlarmStates(Protocol):
     def state(self, name: str) -> str | None: ...
 
     def subscribe(self, callback: Callable[[str, str, str], None]) -> Callable[[], None]: ...
+
+
+def watch_alarms(alarms: AlarmStates | None, names: Iterable[str],
+                 fired: asyncio.Queue[str]) -> Callable[[], None]:
+    """Put each of ``names`` on ``fired`` as it goes into ALARM (the store may call from any
+    thread); returns the unsubscribe. A deployment and a component's rolling update watch so."""
+    watched = set(names)
+    if alarms is None or not watched:
+        return lambda: None
+    loop = asyncio.get_running_loop()
+
+    def changed(name: str, _old: str, new: str) -> None:
+        if name in watched and new == ALARM:
+            with contextlib.suppress(RuntimeError):  # the loop closed at shutdown
+                loop.call_soon_threadsafe(fired.put_nowait, name)
+
+    return alarms.subscribe(changed)
 
 
 class Generations(Protocol):
@@ -222,18 +239,7 @@ class DeploymentRun:
             f"({share:.0%} of traffic on the new fleet).")
 
     def _watch(self, fired: asyncio.Queue[str]) -> Callable[[], None]:
-        """Alarm changes into ALARM, as they happen (the callback may come from any thread)."""
-        if self._alarms is None or not self.plan.alarms:
-            return lambda: None
-        loop = asyncio.get_running_loop()
-        watched = set(self.plan.alarms)
-
-        def changed(name: str, _old: str, new: str) -> None:
-            if name in watched and new == ALARM:
-                with contextlib.suppress(RuntimeError):  # the loop closed at shutdown
-                    loop.call_soon_threadsafe(fired.put_nowait, name)
-
-        return self._alarms.subscribe(changed)
+        return watch_alarms(self._alarms, self.plan.alarms, fired)
 
     def _record(self, **changes: Any) -> None:
         for key, value in changes.items():
