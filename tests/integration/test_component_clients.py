@@ -18,16 +18,14 @@ from typing import Any
 import boto3
 import numpy as np
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from emulator.server import EmulatorServer
-from emulator.settings import Settings
 from ensembles.packaging import package
 from harness.component_deployer import ComponentSpec
 from harness.deploy_cli import main as cli_main
 from harness.deployer import DeployConfig, Deployer, make_clients, triton_image_uri
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.component_support import ROLE, ComponentServer
 from tests.support import (
     output_of,
     scale_request,
@@ -36,21 +34,18 @@ from tests.support import (
     write_scale_model,
 )
 
-ROLE = "arn:aws:iam::123456789012:role/sagemaker"
 
+class Module(ComponentServer):
+    """The server (no tarballs: the deployers package the repositories), and the CLI on it."""
 
-class Module:
     def __init__(self, root: Path) -> None:
-        self.root = root
         self.repos = root / "repos"
         write_scale_model(self.repos / "double", "double", scale=2.0)
         write_scale_ensemble(self.repos / "chain", scale_a=2.0, scale_b=5.0)
-        self.server = EmulatorServer(Settings.from_env(env={}, cache_dir=root / "cache",
-                                                       port=0)).start()
+        super().__init__(root, scales={})
 
     def sm(self) -> Any:
-        return boto3.client("sagemaker", endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
-                            config=Config(retries={"max_attempts": 1}))
+        return self.client("sagemaker")
 
     def mme(self, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
         """`mme deploy|teardown --target local ...` in this process, on this emulator."""
@@ -66,7 +61,7 @@ class Module:
 def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     module = Module(tmp_path_factory.mktemp("component-clients"))
     yield module
-    module.server.stop()
+    module.stop()
 
 
 def _invoke(module: Module, endpoint: str, component: str, input_name: str = "X",

@@ -9,121 +9,53 @@ the module; each test has its own names.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import boto3
-import psutil
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from emulator.server import EmulatorServer
-from emulator.settings import Settings
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
-from tests.multi_container_support import triton_tarball
+from tests.client_support import runtime_client
+from tests.component_support import ROLE, CallStream, ComponentServer, deploy_component, serving
 from tests.support import output_of, scale_request, wait_until
 
-ROLE = "arn:aws:iam::123456789012:role/sagemaker"
-RESOURCES = {"NumberOfCpuCoresRequired": 0.5, "MinMemoryRequiredInMb": 512}
 DOUBLED = [2.0, 4.0, 6.0, 8.0]
 
 
-class Module:
-    def __init__(self, root: Path) -> None:
-        store = root / "store"
-        store.mkdir()
-        self.model_url = triton_tarball(root, store, "double", 2.0).as_uri()
-        self.cache = root / "cache"
-        self.server = self._start()
-        self.components: list[str] = []
-
-    def _start(self) -> EmulatorServer:
-        return EmulatorServer(Settings.from_env(env={}, cache_dir=self.cache, port=0)).start()
-
-    def restart(self) -> None:
-        self.server.stop()
-        self.server = self._start()
-
-    def client(self) -> Any:
-        return boto3.client("sagemaker", endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
-                            config=Config(retries={"max_attempts": 1}))
-
-    def tritons(self, endpoint: str = "") -> list[psutil.Process]:
-        where = self.cache / "endpoints" / endpoint if endpoint else self.cache
-        found = []
-        for process in psutil.process_iter(["cmdline"]):
-            cmdline = " ".join(process.info["cmdline"] or ())
-            if "tritonserver" in cmdline and f"{where}/" in cmdline:
-                found.append(process)
-        return found
-
-
 @pytest.fixture(scope="module")
-def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
-    module = Module(tmp_path_factory.mktemp("endpoint-update"))
-    module.client().create_model(ModelName="double", ExecutionRoleArn=ROLE, PrimaryContainer={
-        "Image": "triton", "ModelDataUrl": module.model_url})
-    yield module
-    module.server.stop()
-    assert not module.tritons(), "a copy's Triton outlived the server"
+def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComponentServer]:
+    with serving(tmp_path_factory.mktemp("endpoint-update"), scales={"double": 2.0}) as module:
+        yield module
 
 
 @pytest.fixture(autouse=True)
-def _components_deleted(module: Module) -> Iterator[None]:
+def _components_deleted(module: ComponentServer) -> Iterator[None]:
     """A test's components are deleted after it, so their Tritons weigh on no other test."""
     yield
-    sm = module.client()
-    for name in module.components:
-        try:
-            sm.delete_inference_component(InferenceComponentName=name)
-        except ClientError:
-            pass
-    for name in module.components:
-        wait_until(lambda name=name: not _exists(module, name), 60, f"{name} deleted")
-    module.components.clear()
+    module.delete_created()
 
 
-def _config(module: Module, name: str, **variant: Any) -> None:
-    module.client().create_endpoint_config(
+def _config(module: ComponentServer, name: str, **variant: Any) -> None:
+    module.client("sagemaker").create_endpoint_config(
         EndpointConfigName=name, ExecutionRoleArn=ROLE, ProductionVariants=[{
             "VariantName": "AllTraffic", "InstanceType": "ml.m5.xlarge",
             "InitialInstanceCount": 1, **variant}])
 
 
-def _status(module: Module, endpoint: str) -> str:
-    return str(module.client().describe_endpoint(EndpointName=endpoint)["EndpointStatus"])
+def _status(module: ComponentServer, endpoint: str) -> str:
+    return str(module.client("sagemaker").describe_endpoint(
+        EndpointName=endpoint)["EndpointStatus"])
 
 
-def _endpoint_with_component(module: Module, name: str) -> None:
+def _endpoint_with_component(module: ComponentServer, name: str) -> None:
     """Endpoint ``name`` (one ml.m5.xlarge) with component ``name``: one copy, answering."""
-    sm = module.client()
-    _config(module, name)
-    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
-    wait_until(lambda: _status(module, name) == "InService", 30, f"endpoint {name} InService")
-    module.components.append(name)
-    sm.create_inference_component(
-        InferenceComponentName=name, EndpointName=name, VariantName="AllTraffic",
-        Specification={"ModelName": "double", "ComputeResourceRequirements": RESOURCES},
-        RuntimeConfig={"CopyCount": 1})
-    wait_until(lambda: _component(module, name)["InferenceComponentStatus"] == "InService", 60,
-               f"component {name} InService")
+    module.created.append(name)
+    deploy_component(module.client("sagemaker"), name, name, "double")
 
 
-def _exists(module: Module, name: str) -> bool:
-    try:
-        _component(module, name)
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ValidationException":
-            return False
-        raise
-    return True
-
-
-def _component(module: Module, name: str) -> dict[str, Any]:
-    return dict(module.client().describe_inference_component(InferenceComponentName=name))
+def _component(module: ComponentServer, name: str) -> dict[str, Any]:
+    return dict(module.client("sagemaker").describe_inference_component(
+        InferenceComponentName=name))
 
 
 def _call(client: Any, name: str) -> tuple[list[float], str]:
@@ -135,47 +67,21 @@ def _call(client: Any, name: str) -> tuple[list[float], str]:
     return output_of(answer["Body"].read()).tolist(), copy
 
 
-class Stream:
-    """Calls one after the other during the update; each answering copy and failure kept."""
-
-    def __init__(self, module: Module, name: str) -> None:
-        self.copies: list[str] = []
-        self.failures: list[BaseException] = []
-        self._stop = threading.Event()
-        self._client = runtime_client(module.server.url)
-        self._name = name
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                values, copy = _call(self._client, self._name)
-                assert values == DOUBLED, values
-                self.copies.append(copy)
-            except BaseException as exc:  # noqa: BLE001 - every failure is the test's finding
-                self.failures.append(exc)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-
-def test_a_new_instance_type_moves_the_copies_and_fails_no_call(module: Module) -> None:
+def test_a_new_instance_type_moves_the_copies_and_fails_no_call(module: ComponentServer) -> None:
     """ml.m5.xlarge x1 -> ml.c5.2xlarge x2 with RANDOM routing and ManagedInstanceScaling:
     Updating (the new config pending), then InService on it; the copy is started anew on the
     new instance type and the old one stops once it is ready: a steady stream of calls sees no
     failure and ends on the new copy."""
     name = "moved"
     _endpoint_with_component(module, name)
-    sm = module.client()
+    sm = module.client("sagemaker")
     old_copy = _call(runtime_client(module.server.url), name)[1]
     old_tritons = {p.pid for p in module.tritons(name)}
     assert len(old_tritons) == 1
     scaling = {"Status": "ENABLED", "MinInstanceCount": 1, "MaxInstanceCount": 2}
     _config(module, f"{name}-c5", InstanceType="ml.c5.2xlarge", InitialInstanceCount=2,
             RoutingConfig={"RoutingStrategy": "RANDOM"}, ManagedInstanceScaling=scaling)
-    stream = Stream(module, name)
+    stream = CallStream(module.server.url, name, expected=DOUBLED)
     try:
         wait_until(lambda: len(stream.copies) >= 3, 30, "calls answered before the update")
         sm.update_endpoint(EndpointName=name, EndpointConfigName=f"{name}-c5")
@@ -206,16 +112,16 @@ def test_a_new_instance_type_moves_the_copies_and_fails_no_call(module: Module) 
     assert len(now) == 1 and not now & old_tritons, "the old copy's Triton still runs"
 
 
-def test_an_update_interrupted_by_a_restart_ends_on_the_new_config(module: Module) -> None:
+def test_an_update_interrupted_by_a_restart_ends_on_the_new_config(module: ComponentServer) -> None:
     """A restart right after UpdateEndpoint: the endpoint comes back on the new config and
     its component answers from a copy on the new instance type, none left on the old."""
     name = "restarted"
     _endpoint_with_component(module, name)
     _config(module, f"{name}-c5", InstanceType="ml.c5.2xlarge")
-    module.client().update_endpoint(EndpointName=name, EndpointConfigName=f"{name}-c5")
+    module.client("sagemaker").update_endpoint(EndpointName=name, EndpointConfigName=f"{name}-c5")
     module.restart()
     wait_until(lambda: _status(module, name) == "InService", 60, "the update carried on")
-    assert module.client().describe_endpoint(
+    assert module.client("sagemaker").describe_endpoint(
         EndpointName=name)["EndpointConfigName"] == f"{name}-c5"
     client = runtime_client(module.server.url)
 
@@ -231,21 +137,21 @@ def test_an_update_interrupted_by_a_restart_ends_on_the_new_config(module: Modul
     assert len(module.tritons(name)) == 1
 
 
-def _refusal(module: Module, endpoint: str, config: str, **params: Any) -> str:
+def _refusal(module: ComponentServer, endpoint: str, config: str, **params: Any) -> str:
     with pytest.raises(ClientError) as raised:
-        module.client().update_endpoint(EndpointName=endpoint, EndpointConfigName=config,
+        module.client("sagemaker").update_endpoint(EndpointName=endpoint, EndpointConfigName=config,
                                         **params)
     assert raised.value.response["Error"]["Code"] == "ValidationException"
     assert _status(module, endpoint) == "InService"
     return str(raised.value.response["Error"]["Message"])
 
 
-def test_what_an_update_of_an_endpoint_for_components_refuses(module: Module) -> None:
+def test_what_an_update_of_an_endpoint_for_components_refuses(module: ComponentServer) -> None:
     """A config for models onto it, a variant of its components missing, a DeploymentConfig;
     and a config for components onto an endpoint for models. Nothing changes."""
     name = "refusing"
     _endpoint_with_component(module, name)
-    sm = module.client()
+    sm = module.client("sagemaker")
     sm.create_endpoint_config(EndpointConfigName=f"{name}-models", ProductionVariants=[{
         "VariantName": "AllTraffic", "ModelName": "double", "InstanceType": "ml.m5.xlarge",
         "InitialInstanceCount": 1}])

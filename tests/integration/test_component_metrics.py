@@ -17,11 +17,9 @@ from typing import Any
 import pytest
 
 from emulator.hosting.utilization import gpu_utilization
-from emulator.server import EmulatorServer
-from emulator.settings import Settings
 from emulator.triton.memory import process_bytes, process_tree
 from tests.client_support import runtime_client
-from tests.integration.test_inference_component_copies import ROLE, Module
+from tests.component_support import ComponentServer, deploy_component, serving
 from tests.integration.test_page import WAIT_MS, browser_page  # noqa: F401 - the fixture
 from tests.prometheus_support import get_json, scrape, value
 from tests.support import scale_request, wait_until
@@ -33,39 +31,16 @@ LABELS = {"endpoint_name": ENDPOINT, "variant_name": "AllTraffic",
           "inference_component_name": COMPONENT}
 
 
-class MeteredModule(Module):
-    def _start(self) -> EmulatorServer:
-        return EmulatorServer(Settings.from_env(env={}, cache_dir=self.cache, port=0,
-                                                clock_scale=60)).start()
-
-
 @pytest.fixture(scope="module")
-def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeteredModule]:
-    module = MeteredModule(tmp_path_factory.mktemp("metered"))
-    sm = module.client("sagemaker")
-    try:
-        sm.create_model(ModelName="double", ExecutionRoleArn=ROLE, PrimaryContainer={
-            "Image": "triton", "ModelDataUrl": module.models["double"]})
-        sm.create_endpoint_config(EndpointConfigName=ENDPOINT, ExecutionRoleArn=ROLE,
-                                  ProductionVariants=[{"VariantName": "AllTraffic",
-                                                       "InstanceType": "ml.m5.xlarge",
-                                                       "InitialInstanceCount": 1}])
-        sm.create_endpoint(EndpointName=ENDPOINT, EndpointConfigName=ENDPOINT)
-        wait_until(lambda: sm.describe_endpoint(EndpointName=ENDPOINT)["EndpointStatus"]
-                   == "InService", 30, "endpoint InService")
-        sm.create_inference_component(
-            InferenceComponentName=COMPONENT, EndpointName=ENDPOINT, VariantName="AllTraffic",
-            Specification={"ModelName": "double", "ComputeResourceRequirements": RESOURCES},
-            RuntimeConfig={"CopyCount": 3})
-        wait_until(lambda: sm.describe_inference_component(InferenceComponentName=COMPONENT)[
-            "InferenceComponentStatus"] == "InService", 60, "component InService")
+def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComponentServer]:
+    with serving(tmp_path_factory.mktemp("metered"), scales={"double": 2.0},
+                 clock_scale=60) as module:
+        deploy_component(module.client("sagemaker"), ENDPOINT, COMPONENT, "double",
+                         copies=3, resources=RESOURCES)
         yield module
-    finally:
-        module.server.stop()
-    assert not module.tritons(), "a copy's Triton outlived the server"
 
 
-def _invoke(module: Module, times: int) -> None:
+def _invoke(module: ComponentServer, times: int) -> None:
     rt = runtime_client(module.server.url)
     for _ in range(times):
         rt.invoke_endpoint(EndpointName=ENDPOINT, InferenceComponentName=COMPONENT,
@@ -73,14 +48,14 @@ def _invoke(module: Module, times: int) -> None:
                            Body=scale_request([1, 2, 3, 4]))["Body"].read()
 
 
-def _copy_view(module: Module, copy: str) -> dict[str, Any]:
+def _copy_view(module: ComponentServer, copy: str) -> dict[str, Any]:
     """One copy as ``/_emulator/models`` shows it (its instance, state, last utilization)."""
     view = get_json(f"{module.server.url}/_emulator/models")["Endpoints"][ENDPOINT][
         "InferenceComponents"][COMPONENT]
     return next(c for c in view["Copies"] if c["CopyId"] == copy)
 
 
-def _statistics(module: Module, metric: str, namespace: str = NAMESPACE,
+def _statistics(module: ComponentServer, metric: str, namespace: str = NAMESPACE,
                 dimensions: dict[str, str] | None = None) -> dict[str, Any]:
     """All of the metric's samples so far, as one datapoint (SampleCount 0: none yet)."""
     now = datetime.now(timezone.utc)
@@ -94,7 +69,7 @@ def _statistics(module: Module, metric: str, namespace: str = NAMESPACE,
 
 
 def test_each_copy_reports_its_utilization_normalized_against_its_reservation(
-        module: MeteredModule) -> None:
+        module: ComponentServer) -> None:
     _invoke(module, 5)
     # Two placed copies, one sample each per tick (the first tick of a copy sets its CPU base).
     wait_until(lambda: _statistics(module, "CPUUtilizationNormalized")["SampleCount"] >= 4, 60,
@@ -118,7 +93,7 @@ def test_each_copy_reports_its_utilization_normalized_against_its_reservation(
         assert published == {"CPUUtilizationNormalized", "MemoryUtilizationNormalized"}
 
 
-def test_the_instance_reports_what_its_copies_reserve_and_use(module: MeteredModule) -> None:
+def test_the_instance_reports_what_its_copies_reserve_and_use(module: ComponentServer) -> None:
     """/aws/sagemaker/Endpoints for an endpoint with components: its one instance holds the
     two placed copies, 2 x 1.5 of its 4 vCPUs and 2 x 1024 MiB of its 16 GiB."""
     def instance(metric: str) -> dict[str, Any]:
@@ -134,7 +109,7 @@ def test_the_instance_reports_what_its_copies_reserve_and_use(module: MeteredMod
     assert 0 < instance("MemoryUtilization")["Maximum"] < 100
 
 
-def test_metrics_has_the_components_series(module: MeteredModule) -> None:
+def test_metrics_has_the_components_series(module: ComponentServer) -> None:
     _types, before = scrape(module.server.url)
     _invoke(module, 3)
     types, after = scrape(module.server.url)
@@ -161,7 +136,7 @@ def test_metrics_has_the_components_series(module: MeteredModule) -> None:
 
 
 def test_the_page_shows_the_component_its_copies_and_their_instances(
-        module: MeteredModule, browser_page: Any) -> None:  # noqa: F811 - the fixture
+        module: ComponentServer, browser_page: Any) -> None:  # noqa: F811 - the fixture
     view = get_json(f"{module.server.url}/_emulator/models")["Endpoints"][ENDPOINT][
         "InferenceComponents"][COMPONENT]
     assert [(c["Instance"], c["State"]) for c in view["Copies"]] == [

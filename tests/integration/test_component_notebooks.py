@@ -18,32 +18,24 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from emulator.server import EmulatorServer
-from emulator.settings import Settings
 from tests.client_support import DUMMY_CREDENTIALS
-from tests.multi_container_support import triton_tarball
+from tests.component_support import ROLE, ComponentServer
 from tests.support import output_of, scale_request, wait_until
 
-ROLE = "arn:aws:iam::123456789012:role/sagemaker"
 DIMENSION = "sagemaker:inference-component:DesiredCopyCount"
 REQUEST = scale_request([1.0, 2.0, 3.0, 4.0])
 
 
-class Module:
-    def __init__(self, root: Path) -> None:
-        store = root / "store"
-        store.mkdir()
-        self.models = {name: triton_tarball(root, store, name, scale).as_uri()
-                       for name, scale in (("double", 2.0), ("triple", 3.0))}
-        self.server = EmulatorServer(Settings.from_env(
-            env={}, cache_dir=root / "cache", port=0, clock_scale=240)).start()
+class Module(ComponentServer):
+    """The server on a fast emulated clock, and the notebooks' SDK session and invoke."""
 
-    def client(self, service: str) -> Any:
-        return boto3.client(service, endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
-                            config=Config(retries={"max_attempts": 1}, read_timeout=120))
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, clock_scale=240)
+
+    def client(self, service: str, **config: Any) -> Any:
+        return super().client(service, read_timeout=120, **config)
 
     def session(self) -> Any:
         """A SageMaker Python SDK v2 Session on this emulator, as the notebooks use one."""
@@ -71,7 +63,7 @@ def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
         patch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
         module = Module(tmp_path_factory.mktemp("component-notebooks"))
         yield module
-        module.server.stop()
+        module.stop()
 
 
 def _status_when_settled(sm: Any, component: str) -> dict[str, Any]:

@@ -10,124 +10,55 @@ module; each test has its own endpoint, component and alarm, so the tests run in
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import boto3
-import psutil
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from emulator.server import EmulatorServer
-from emulator.settings import Settings
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
-from tests.multi_container_support import triton_tarball
+from tests.client_support import runtime_client
+from tests.component_support import (
+    RESOURCES,
+    ROLE,
+    CallStream,
+    ComponentServer,
+    component_exists,
+    deploy_component,
+    serving,
+)
 from tests.support import output_of, scale_request, wait_until
 
-ROLE = "arn:aws:iam::123456789012:role/sagemaker"
-RESOURCES = {"NumberOfCpuCoresRequired": 0.5, "MinMemoryRequiredInMb": 512}
 SCALE = 60.0  # emulated seconds per real second
 OLD, NEW = [2.0, 4.0, 6.0, 8.0], [3.0, 6.0, 9.0, 12.0]  # "double" and "triple" of [1, 2, 3, 4]
 
 
-class Module:
-    def __init__(self, root: Path) -> None:
-        store = root / "store"
-        store.mkdir()
-        self.models = {name: triton_tarball(root, store, name, scale).as_uri()
-                       for name, scale in (("double", 2.0), ("triple", 3.0))}
-        self.cache = root / "cache"
-        self.server = self._start()
-        self.created: list[str] = []  # components of the test running
-
-    def _start(self) -> EmulatorServer:
-        return EmulatorServer(Settings.from_env(
-            env={}, cache_dir=self.cache, port=0, clock_scale=SCALE)).start()
-
-    def restart(self) -> None:
-        self.server.stop()
-        self.server = self._start()
-
-    def client(self, service: str) -> Any:
-        return boto3.client(service, endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
-                            config=Config(retries={"max_attempts": 1}))
-
-    def tritons(self, endpoint: str = "") -> list[psutil.Process]:
-        """Triton processes of this server's copies (of one endpoint's, if named)."""
-        where = self.cache / "endpoints" / endpoint if endpoint else self.cache
-        found = []
-        for process in psutil.process_iter(["cmdline"]):
-            cmdline = " ".join(process.info["cmdline"] or ())
-            if "tritonserver" in cmdline and f"{where}/" in cmdline:
-                found.append(process)
-        return found
-
-
 @pytest.fixture(scope="module")
-def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
-    module = Module(tmp_path_factory.mktemp("rolling"))
-    sm = module.client("sagemaker")
-    for name, url in module.models.items():
-        sm.create_model(ModelName=name, ExecutionRoleArn=ROLE,
-                        PrimaryContainer={"Image": "triton", "ModelDataUrl": url})
-    yield module
-    module.server.stop()
-    assert not module.tritons(), "a copy's Triton outlived the server"
+def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComponentServer]:
+    with serving(tmp_path_factory.mktemp("rolling"), clock_scale=SCALE) as module:
+        yield module
 
 
 @pytest.fixture(autouse=True)
-def _components_deleted(module: Module) -> Iterator[None]:
+def _components_deleted(module: ComponentServer) -> Iterator[None]:
     """A test's components are deleted after it: their copies' Tritons do not load the machine
     (or a restart) for the tests that follow."""
     yield
-    sm = module.client("sagemaker")
-    for name in module.created:
-        try:
-            sm.delete_inference_component(InferenceComponentName=name)
-        except ClientError:
-            pass  # deleted by the test itself
-    for name in module.created:  # gone, its copies stopped, before anything else goes on
-        wait_until(lambda name=name: not _exists(module, name), 60, f"component {name} deleted")
-    module.created.clear()
+    module.delete_created()
 
 
-def _component(module: Module, name: str, copies: int) -> None:
+def _component(module: ComponentServer, name: str, copies: int) -> None:
     """An endpoint ``name`` with component ``name`` of the old model, its copies serving."""
-    sm = module.client("sagemaker")
     module.created.append(name)
-    sm.create_endpoint_config(EndpointConfigName=name, ExecutionRoleArn=ROLE, ProductionVariants=[{
-        "VariantName": "AllTraffic", "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1}])
-    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
-    wait_until(lambda: sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "InService",
-               30, f"endpoint {name} InService")
-    sm.create_inference_component(
-        InferenceComponentName=name, EndpointName=name, VariantName="AllTraffic",
-        Specification={"ModelName": "double", "ComputeResourceRequirements": RESOURCES},
-        RuntimeConfig={"CopyCount": copies})
-    wait_until(lambda: _describe(module, name)["InferenceComponentStatus"] == "InService", 60,
-               f"component {name} InService")
+    deploy_component(module.client("sagemaker"), name, name, "double", copies)
     wait_until(lambda: _call(module, name) == OLD, 60, f"component {name} answers")
 
 
-def _exists(module: Module, name: str) -> bool:
-    try:
-        _describe(module, name)
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ValidationException":
-            return False
-        raise
-    return True
-
-
-def _describe(module: Module, name: str) -> dict[str, Any]:
+def _describe(module: ComponentServer, name: str) -> dict[str, Any]:
     return module.client("sagemaker").describe_inference_component(
         InferenceComponentName=name)
 
 
-def _call(module: Module, name: str) -> list[float] | None:
+def _call(module: ComponentServer, name: str) -> list[float] | None:
     try:
         answer = runtime_client(module.server.url).invoke_endpoint(
             EndpointName=name, InferenceComponentName=name, ContentType="application/json",
@@ -135,33 +66,6 @@ def _call(module: Module, name: str) -> list[float] | None:
     except ClientError:
         return None
     return output_of(answer["Body"].read()).tolist()
-
-
-class Stream:
-    """Calls one after the other, each answer (or failure) kept in order."""
-
-    def __init__(self, module: Module, name: str) -> None:
-        self.answers: list[list[float]] = []
-        self.failures: list[BaseException] = []
-        self._stop = threading.Event()
-        self._client = runtime_client(module.server.url)
-        self._name = name
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                answer = self._client.invoke_endpoint(
-                    EndpointName=self._name, InferenceComponentName=self._name,
-                    ContentType="application/json", Body=scale_request([1, 2, 3, 4]))
-                self.answers.append(output_of(answer["Body"].read()).tolist())
-            except BaseException as exc:  # noqa: BLE001 - every failure is the test's finding
-                self.failures.append(exc)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
 
 
 def _rolling(batch: int, wait_s: int, alarms: tuple[str, ...] = (),
@@ -180,14 +84,14 @@ NEW_SPEC = {"ModelName": "triple", "ComputeResourceRequirements": RESOURCES}
 
 
 def test_a_rolling_update_replaces_the_copies_in_batches_and_fails_no_call(
-        module: Module) -> None:
+        module: ComponentServer) -> None:
     """2 copies, one per batch, each batch baked 60 emulated seconds: Updating (the old
     Specification, the DeploymentConfig as LastDeploymentConfig) while answers move from the
     old model to the new; InService on the new Specification; no call of the stream fails."""
     _component(module, "roll", copies=2)
     sm = module.client("sagemaker")
     config = _rolling(batch=1, wait_s=60)
-    stream = Stream(module, "roll")
+    stream = CallStream(module.server.url, "roll")
     try:
         wait_until(lambda: len(stream.answers) >= 5, 30, "calls answered before the update")
         sm.update_inference_component(InferenceComponentName="roll", Specification=NEW_SPEC,
@@ -217,7 +121,7 @@ def test_a_rolling_update_replaces_the_copies_in_batches_and_fails_no_call(
     assert done["LastDeploymentConfig"] == config
 
 
-def test_an_alarm_during_the_update_rolls_it_back_to_the_old_model(module: Module) -> None:
+def test_an_alarm_during_the_update_rolls_it_back_to_the_old_model(module: ComponentServer) -> None:
     """The first batch's bake is long (an emulated hour); its alarm goes to ALARM: the new copy
     is replaced by an old one again (RollbackMaximumBatchSize 1), InService on the old
     Specification with the alarm named in FailureReason; no call fails."""
@@ -226,7 +130,7 @@ def test_an_alarm_during_the_update_rolls_it_back_to_the_old_model(module: Modul
     cw.put_metric_alarm(AlarmName="back-guard", Namespace="CI/Rolling", MetricName="Nothing",
                         Statistic="Sum", Period=60, EvaluationPeriods=1, Threshold=0,
                         ComparisonOperator="GreaterThanThreshold", TreatMissingData="ignore")
-    stream = Stream(module, "back")
+    stream = CallStream(module.server.url, "back")
     try:
         sm.update_inference_component(
             InferenceComponentName="back", Specification=NEW_SPEC,
@@ -250,7 +154,7 @@ def test_an_alarm_during_the_update_rolls_it_back_to_the_old_model(module: Modul
     assert "rolled back" in done["FailureReason"]
 
 
-def test_what_a_rolling_update_refuses(module: Module) -> None:
+def test_what_a_rolling_update_refuses(module: ComponentServer) -> None:
     """A batch over half the copies, an alarm that does not exist, an update while one runs:
     ValidationException saying what to fix, and the component unchanged."""
     _component(module, "refused", copies=2)
@@ -271,7 +175,7 @@ def test_what_a_rolling_update_refuses(module: Module) -> None:
     assert "LastDeploymentConfig" not in described
 
 
-def test_an_update_interrupted_by_a_restart_resumes_at_its_batch(module: Module) -> None:
+def test_an_update_interrupted_by_a_restart_resumes_at_its_batch(module: ComponentServer) -> None:
     """A restart during the first batch's (long) bake: the component is still Updating and
     both models answer again (one old copy, one new: the batch it was in), and its alarm still
     rolls it back to the old model."""
@@ -300,7 +204,7 @@ def test_an_update_interrupted_by_a_restart_resumes_at_its_batch(module: Module)
     assert {tuple(_call(module, "resumed") or ()) for _ in range(10)} == {tuple(OLD)}
 
 
-def test_a_component_deleted_during_its_update_leaves_no_copy(module: Module) -> None:
+def test_a_component_deleted_during_its_update_leaves_no_copy(module: ComponentServer) -> None:
     """DeleteInferenceComponent in the middle of a rolling update: the update stops, the old
     and the new copies drain and stop, the component is gone."""
     _component(module, "dropped", copies=2)
@@ -311,18 +215,18 @@ def test_a_component_deleted_during_its_update_leaves_no_copy(module: Module) ->
     wait_until(lambda: len(module.tritons("dropped")) == 2, 60,
                "one old copy and one new in the first batch's bake (the other old one stopped)")
     sm.delete_inference_component(InferenceComponentName="dropped")
-    wait_until(lambda: not _exists(module, "dropped"), 60, "the component gone")
+    wait_until(lambda: not component_exists(sm, "dropped"), 60, "the component gone")
     wait_until(lambda: not module.tritons("dropped"), 60, "its copies' Tritons stopped")
 
 
-def test_a_new_model_that_cannot_start_rolls_the_update_back(module: Module) -> None:
+def test_a_new_model_that_cannot_start_rolls_the_update_back(module: ComponentServer) -> None:
     """The new Model's artifact does not exist: its copy never starts, the old copy keeps
     answering every call, and the update ends InService on the old model, saying why."""
     _component(module, "broken", copies=1)
     sm = module.client("sagemaker")
     sm.create_model(ModelName="broken-model", ExecutionRoleArn=ROLE, PrimaryContainer={
         "Image": "triton", "ModelDataUrl": module.models["triple"] + ".missing"})
-    stream = Stream(module, "broken")
+    stream = CallStream(module.server.url, "broken")
     try:
         sm.update_inference_component(
             InferenceComponentName="broken", DeploymentConfig=_rolling(batch=1, wait_s=60),

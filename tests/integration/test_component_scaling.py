@@ -13,44 +13,25 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from emulator.server import EmulatorServer
-from emulator.settings import Settings
-from tests.client_support import DUMMY_CREDENTIALS
-from tests.support import package, scale_request, wait_until, write_scale_model
+from tests.component_support import ROLE, ComponentServer, deploy_component
+from tests.support import scale_request, wait_until
 
-ROLE = "arn:aws:iam::123456789012:role/sagemaker"
 DIMENSION = "sagemaker:inference-component:DesiredCopyCount"
 # ml.m5.xlarge: 4 vCPUs; a copy takes 3 cores, so one copy per instance.
 RESOURCES = {"NumberOfCpuCoresRequired": 3, "MinMemoryRequiredInMb": 1024}
 
 
-class Module:
-    def __init__(self, root: Path) -> None:
-        store = root / "store"
-        store.mkdir()
-        self.model_data = package(write_scale_model(root / "work", "m", 2.0),
-                                  store / "m.tar.gz", "folder").as_uri()
-        self.server = EmulatorServer(Settings.from_env(
-            env={}, cache_dir=root / "cache", port=0, clock_scale=240)).start()
-
-    def client(self, name: str) -> Any:
-        return boto3.client(name, endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
-                            config=Config(retries={"max_attempts": 1}))
-
-
 @pytest.fixture(scope="module")
-def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
-    module = Module(tmp_path_factory.mktemp("component-scaling"))
+def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComponentServer]:
+    module = ComponentServer(tmp_path_factory.mktemp("component-scaling"), scales={"m": 2.0},
+                             clock_scale=240)
     yield module
-    module.server.stop()
+    module.stop()
 
 
 def _key(component: str) -> dict[str, str]:
@@ -58,21 +39,12 @@ def _key(component: str) -> dict[str, str]:
             "ScalableDimension": DIMENSION}
 
 
-def _deploy(module: Module, name: str, copies: int, **variant: Any) -> None:
+def _deploy(module: ComponentServer, name: str, copies: int, **variant: Any) -> None:
     """An endpoint for components on ml.m5.xlarge and one component ``name``-ic on it."""
     sm = module.client("sagemaker")
     sm.create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer={
-        "Image": "triton", "ModelDataUrl": module.model_data})
-    sm.create_endpoint_config(EndpointConfigName=name, ExecutionRoleArn=ROLE, ProductionVariants=[{
-        "VariantName": "AllTraffic", "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1,
-        **variant}])
-    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
-    wait_until(lambda: sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "InService",
-               30, f"endpoint {name} InService")
-    sm.create_inference_component(
-        InferenceComponentName=f"{name}-ic", EndpointName=name, VariantName="AllTraffic",
-        Specification={"ModelName": name, "ComputeResourceRequirements": RESOURCES},
-        RuntimeConfig={"CopyCount": copies})
+        "Image": "triton", "ModelDataUrl": module.models["m"]})
+    deploy_component(sm, name, f"{name}-ic", name, copies, RESOURCES, **variant)
     wait_until(lambda: _copies(sm, f"{name}-ic") == (copies, copies), 60,
                f"{name}-ic InService with {copies} copies")
 
@@ -99,7 +71,7 @@ def _error(call: Any, **params: Any) -> str:
     return message
 
 
-def test_register_a_component_and_the_refusals(module: Module) -> None:
+def test_register_a_component_and_the_refusals(module: ComponentServer) -> None:
     _deploy(module, "reg", 1)
     asg = module.client("application-autoscaling")
     asg.register_scalable_target(**_key("reg-ic"), MinCapacity=0, MaxCapacity=3)
@@ -128,7 +100,7 @@ def test_register_a_component_and_the_refusals(module: Module) -> None:
                 "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}})
 
 
-def test_scale_to_zero_and_back_through_the_no_capacity_alarm(module: Module) -> None:
+def test_scale_to_zero_and_back_through_the_no_capacity_alarm(module: ComponentServer) -> None:
     """SageMaker's "Scale an endpoint to zero instances", its commands as boto3 calls."""
     _deploy(module, "zero", 1, ManagedInstanceScaling={
         "Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 2})
@@ -205,7 +177,7 @@ def test_scale_to_zero_and_back_through_the_no_capacity_alarm(module: Module) ->
                                        "successfully fulfilled by sagemaker.")
 
 
-def test_target_tracking_adds_a_copy_under_load(module: Module) -> None:
+def test_target_tracking_adds_a_copy_under_load(module: ComponentServer) -> None:
     """The runtime's own InvocationsPerCopy: calls above the target per copy for three
     (emulated) minutes add a copy, which ManagedInstanceScaling gives an instance of its own
     (one copy fits an ml.m5.xlarge); the calls succeed meanwhile."""
@@ -240,7 +212,8 @@ def test_target_tracking_adds_a_copy_under_load(module: Module) -> None:
     assert "-AlarmHigh-" in activity["Cause"]
 
 
-def test_an_idle_component_scales_in_on_concurrent_requests_per_copy(module: Module) -> None:
+def test_an_idle_component_scales_in_on_concurrent_requests_per_copy(
+        module: ComponentServer) -> None:
     """The runtime publishes ConcurrentRequestsPerCopy every 10 emulated seconds, 0 when no
     call is in flight, so target tracking on the high-resolution predefined metric scales an
     idle component in (to its MinCapacity) with no call at all."""

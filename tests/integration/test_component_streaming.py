@@ -16,39 +16,20 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.client_support import runtime_client
-from tests.integration.test_inference_component_copies import RESOURCES, ROLE, Module
+from tests.component_support import ComponentServer, deploy_component, serving
 from tests.support import output_of, scale_request, wait_until
 
 ENDPOINT, COMPONENT = "streamed", "streamed-ic"
 
 
 @pytest.fixture(scope="module")
-def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
-    module = Module(tmp_path_factory.mktemp("streaming"))
-    sm = module.client("sagemaker")
-    try:
-        sm.create_model(ModelName="double", ExecutionRoleArn=ROLE, PrimaryContainer={
-            "Image": "triton", "ModelDataUrl": module.models["double"]})
-        sm.create_endpoint_config(EndpointConfigName=ENDPOINT, ExecutionRoleArn=ROLE,
-                                  ProductionVariants=[{"VariantName": "AllTraffic",
-                                                       "InstanceType": "ml.m5.xlarge",
-                                                       "InitialInstanceCount": 1}])
-        sm.create_endpoint(EndpointName=ENDPOINT, EndpointConfigName=ENDPOINT)
-        wait_until(lambda: sm.describe_endpoint(EndpointName=ENDPOINT)["EndpointStatus"]
-                   == "InService", 30, "endpoint InService")
-        sm.create_inference_component(
-            InferenceComponentName=COMPONENT, EndpointName=ENDPOINT, VariantName="AllTraffic",
-            Specification={"ModelName": "double", "ComputeResourceRequirements": RESOURCES},
-            RuntimeConfig={"CopyCount": 1})
-        wait_until(lambda: sm.describe_inference_component(InferenceComponentName=COMPONENT)[
-            "InferenceComponentStatus"] == "InService", 60, "component InService")
+def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComponentServer]:
+    with serving(tmp_path_factory.mktemp("streaming"), scales={"double": 2.0}) as module:
+        deploy_component(module.client("sagemaker"), ENDPOINT, COMPONENT, "double", copies=1)
         yield module
-    finally:
-        module.server.stop()
-    assert not module.tritons(), "a copy's Triton outlived the server"
 
 
-def _stream(module: Module, **call: Any) -> dict[str, Any]:
+def _stream(module: ComponentServer, **call: Any) -> dict[str, Any]:
     return runtime_client(module.server.url).invoke_endpoint_with_response_stream(
         EndpointName=ENDPOINT, ContentType="application/json", **call)
 
@@ -59,7 +40,7 @@ def _error(call: Any) -> dict[str, Any]:
     return raised.value.response
 
 
-def test_the_components_answer_arrives_as_payload_parts(module: Module) -> None:
+def test_the_components_answer_arrives_as_payload_parts(module: ComponentServer) -> None:
     answer = _stream(module, InferenceComponentName=COMPONENT,
                      Body=scale_request([1, 2, 3, 4]), Accept="application/json")
     headers = answer["ResponseMetadata"]["HTTPHeaders"]
@@ -72,7 +53,7 @@ def test_the_components_answer_arrives_as_payload_parts(module: Module) -> None:
     assert output_of(body).tolist() == [2, 4, 6, 8]
 
 
-def test_no_component_header_is_invoke_endpoints_error(module: Module) -> None:
+def test_no_component_header_is_invoke_endpoints_error(module: ComponentServer) -> None:
     rt = runtime_client(module.server.url)
     streamed = _error(lambda: _stream(module, Body=scale_request([1, 2, 3, 4])))
     plain = _error(lambda: rt.invoke_endpoint(EndpointName=ENDPOINT, Body=b"{}",
@@ -82,7 +63,7 @@ def test_no_component_header_is_invoke_endpoints_error(module: Module) -> None:
     assert "Inference Component Name header is required" in streamed["Error"]["Message"]
 
 
-def test_an_unknown_component_is_invoke_endpoints_error(module: Module) -> None:
+def test_an_unknown_component_is_invoke_endpoints_error(module: ComponentServer) -> None:
     rt = runtime_client(module.server.url)
     streamed = _error(lambda: _stream(module, InferenceComponentName="nope", Body=b"{}"))
     plain = _error(lambda: rt.invoke_endpoint(EndpointName=ENDPOINT, Body=b"{}",
@@ -91,7 +72,8 @@ def test_an_unknown_component_is_invoke_endpoints_error(module: Module) -> None:
     assert streamed["Error"] == plain["Error"]
 
 
-def test_a_model_error_before_the_first_byte_is_a_plain_model_error(module: Module) -> None:
+def test_a_model_error_before_the_first_byte_is_a_plain_model_error(
+        module: ComponentServer) -> None:
     """The model refuses the input (no tensor X): nothing was streamed, so the answer is the
     ModelError (424) InvokeEndpoint gives, not an event."""
     wrong = scale_request([1, 2, 3, 4], input_name="NOT_X")
@@ -101,7 +83,7 @@ def test_a_model_error_before_the_first_byte_is_a_plain_model_error(module: Modu
     assert err["OriginalStatusCode"] == 400
 
 
-def test_streamed_calls_count_in_the_components_metrics(module: Module) -> None:
+def test_streamed_calls_count_in_the_components_metrics(module: ComponentServer) -> None:
     cloudwatch = module.client("cloudwatch")
 
     def total(metric: str) -> float:

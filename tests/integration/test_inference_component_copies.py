@@ -10,96 +10,46 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
-import boto3
 import psutil
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from emulator.server import EmulatorServer
-from emulator.settings import Settings
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
-from tests.multi_container_support import TRITON_IMAGE, triton_tarball
+from tests.client_support import runtime_client
+from tests.component_support import (
+    RESOURCES,
+    ComponentServer,
+    create_component,
+    create_component_endpoint,
+    serving,
+)
+from tests.multi_container_support import TRITON_IMAGE
 from tests.support import output_of, scale_request, wait_until
-
-ROLE = "arn:aws:iam::123456789012:role/sagemaker"
-RESOURCES = {"NumberOfCpuCoresRequired": 0.5, "MinMemoryRequiredInMb": 512}
-
-
-class Module:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        store = root / "store"
-        store.mkdir()
-        self.models = {name: triton_tarball(root, store, name, scale).as_uri()
-                       for name, scale in (("double", 2.0), ("triple", 3.0))}
-        self.cache = root / "cache"
-        self.server = self._start()
-
-    def _start(self) -> EmulatorServer:
-        return EmulatorServer(Settings.from_env(env={}, cache_dir=self.cache, port=0)).start()
-
-    def restart(self) -> None:
-        self.server.stop()
-        self.server = self._start()
-
-    def client(self, service: str) -> Any:
-        return boto3.client(service, endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
-                            config=Config(retries={"max_attempts": 1}))
-
-    def tritons(self, endpoint: str = "") -> list[psutil.Process]:
-        """Triton processes serving from this module's cache (this server's copies), or from
-        one endpoint's part of it."""
-        where = str(self.cache / "endpoints" / endpoint) if endpoint else str(self.cache)
-        found = []
-        for process in psutil.process_iter(["cmdline"]):
-            cmdline = " ".join(process.info["cmdline"] or ())
-            if "tritonserver" in cmdline and f"{where}/" in cmdline:
-                found.append(process)
-        return found
 
 
 @pytest.fixture(scope="module")
-def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
-    module = Module(tmp_path_factory.mktemp("copies"))
-    sm = module.client("sagemaker")
-    for name, url in module.models.items():
-        sm.create_model(ModelName=name, ExecutionRoleArn=ROLE,
-                        PrimaryContainer={"Image": "triton", "ModelDataUrl": url})
-    yield module
-    module.server.stop()
-    assert not module.tritons(), "a copy's Triton outlived the server"
+def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComponentServer]:
+    with serving(tmp_path_factory.mktemp("copies")) as module:
+        yield module
 
 
-def _endpoint(module: Module, name: str, **variant: Any) -> None:
-    sm = module.client("sagemaker")
-    sm.create_endpoint_config(EndpointConfigName=name, ExecutionRoleArn=ROLE, ProductionVariants=[{
-        "VariantName": "AllTraffic", "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1,
-        **variant}])
-    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
-    wait_until(lambda: sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "InService",
-               30, f"endpoint {name} InService")
+def _endpoint(module: ComponentServer, name: str, **variant: Any) -> None:
+    create_component_endpoint(module.client("sagemaker"), name, **variant)
 
 
-def _component(module: Module, name: str, endpoint: str, model: str, copies: int,
+def _component(module: ComponentServer, name: str, endpoint: str, model: str, copies: int,
                container: bool = False) -> None:
     """A component of a Model (or of its own Container), InService (its copies started)."""
-    sm = module.client("sagemaker")
     spec: dict[str, Any] = {"ModelName": model}
     if container:
         spec = {"Container": {"Image": TRITON_IMAGE, "ArtifactUrl": module.models[model]}}
-    sm.create_inference_component(
-        InferenceComponentName=name, EndpointName=endpoint, VariantName="AllTraffic",
-        Specification={**spec, "ComputeResourceRequirements": RESOURCES},
-        RuntimeConfig={"CopyCount": copies})
-    wait_until(lambda: sm.describe_inference_component(InferenceComponentName=name)[
-        "InferenceComponentStatus"] == "InService", 30, f"component {name} InService")
+    create_component(module.client("sagemaker"), name, endpoint, copies, **spec,
+                     ComputeResourceRequirements=RESOURCES)
 
 
-def _invoke(module: Module, endpoint: str, component: str) -> tuple[list[float], dict[str, str]]:
+def _invoke(module: ComponentServer, endpoint: str,
+            component: str) -> tuple[list[float], dict[str, str]]:
     answer = runtime_client(module.server.url).invoke_endpoint(
         EndpointName=endpoint, InferenceComponentName=component,
         ContentType="application/json", Body=scale_request([1, 2, 3, 4]))
@@ -107,7 +57,8 @@ def _invoke(module: Module, endpoint: str, component: str) -> tuple[list[float],
     return output_of(answer["Body"].read()).tolist(), headers
 
 
-def test_two_components_on_one_endpoint_each_answer_with_their_model(module: Module) -> None:
+def test_two_components_on_one_endpoint_each_answer_with_their_model(
+        module: ComponentServer) -> None:
     """One names a Model, the other brings its own Container (Image and ArtifactUrl); each
     answers as soon as it is InService (Creating lasts until its copies are started)."""
     _endpoint(module, "two")
@@ -120,7 +71,7 @@ def test_two_components_on_one_endpoint_each_answer_with_their_model(module: Mod
     assert _invoke(module, "two", "two-triple")[0] == [3, 6, 9, 12]
 
 
-def test_a_copy_count_change_under_steady_calls_fails_none(module: Module) -> None:
+def test_a_copy_count_change_under_steady_calls_fails_none(module: ComponentServer) -> None:
     """1 -> 2 copies (the new one joins once ready: both then answer) -> 1 (the removed one
     drains first): no call of the stream fails."""
     _endpoint(module, "steady")
@@ -159,7 +110,7 @@ def test_a_copy_count_change_under_steady_calls_fails_none(module: Module) -> No
     assert described["RuntimeConfig"]["CurrentCopyCount"] == 1
 
 
-def test_zero_copies_fail_as_aws_and_count_no_capacity(module: Module) -> None:
+def test_zero_copies_fail_as_aws_and_count_no_capacity(module: ComponentServer) -> None:
     _endpoint(module, "zero")
     # Created with a copy (AWS refuses 0 at create), then scaled to zero.
     _component(module, "zero-ic", "zero", "double", copies=1)
@@ -186,7 +137,7 @@ def test_zero_copies_fail_as_aws_and_count_no_capacity(module: Module) -> None:
     wait_until(failures_counted, 10, "NoCapacityInvocationFailures counted")
 
 
-def test_served_calls_are_counted_per_component(module: Module) -> None:
+def test_served_calls_are_counted_per_component(module: ComponentServer) -> None:
     _endpoint(module, "counted")
     _component(module, "counted-ic", "counted", "triple", copies=1)
     for _ in range(3):
@@ -207,7 +158,7 @@ def test_served_calls_are_counted_per_component(module: Module) -> None:
     assert total("ModelLatency") > 0 and total("Invocation5XXErrors") == 0
 
 
-def test_deletes_leave_no_triton(module: Module) -> None:
+def test_deletes_leave_no_triton(module: ComponentServer) -> None:
     _endpoint(module, "gone")
     _component(module, "gone-a", "gone", "double", copies=2)
     _component(module, "gone-b", "gone", "triple", copies=1)
@@ -227,7 +178,8 @@ def test_deletes_leave_no_triton(module: Module) -> None:
     wait_until(lambda: not tritons(), 30, "no Triton of the endpoint left")
 
 
-def test_copies_serve_again_after_a_restart_and_random_routing_spreads(module: Module) -> None:
+def test_copies_serve_again_after_a_restart_and_random_routing_spreads(
+        module: ComponentServer) -> None:
     """A restart brings the copies back (calls meanwhile fail as in a cold start, with no
     capacity); RANDOM routing (the variant's RoutingConfig) reaches both copies."""
     _endpoint(module, "again", RoutingConfig={"RoutingStrategy": "RANDOM"})

@@ -15,52 +15,36 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from emulator.contract.control_plane import check_output
-from emulator.server import EmulatorServer
-from emulator.settings import Settings
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
-from tests.multi_container_support import triton_tarball
+from tests.client_support import runtime_client
+from tests.component_support import ROLE, ComponentServer, create_component_endpoint
 from tests.support import wait_until
 
-ROLE = "arn:aws:iam::123456789012:role/sagemaker"
 ACCOUNT = "123456789012"
 RESOURCES = {"NumberOfCpuCoresRequired": 1, "MinMemoryRequiredInMb": 1024}
 
 
-class Module:
+class Module(ComponentServer):
+    """The server with its model, and a model whose tarball is not one."""
+
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.store = root / "store"
-        (self.store / "model").mkdir(parents=True)
-        self.model_data = triton_tarball(root / "work", self.store / "model", "model",
-                                         2.0).as_uri()
-        self.broken = self.store / "broken.tar.gz"
+        super().__init__(root, scales={"model": 2.0})
+        self.model_data = self.models["model"]
+        self.broken = root / "store" / "broken.tar.gz"
         self.broken.write_bytes(b"not a tarball: the copies cannot start")
-        self.server = self._start()
-
-    def _start(self) -> EmulatorServer:
-        return EmulatorServer(Settings.from_env(env={}, cache_dir=self.root / "cache",
-                                                port=0)).start()
-
-    def restart(self) -> None:
-        self.server.stop()
-        self.server = self._start()
 
     def sm(self, **config: Any) -> Any:
-        return boto3.client("sagemaker", endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
-                            config=Config(retries={"max_attempts": 1}, **config))
+        return self.client("sagemaker", **config)
 
 
 @pytest.fixture(scope="module")
 def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     module = Module(tmp_path_factory.mktemp("components"))
     yield module
-    module.server.stop()
+    module.stop()
 
 
 def _model(module: Module, name: str, broken: bool = False) -> None:
@@ -71,13 +55,7 @@ def _model(module: Module, name: str, broken: bool = False) -> None:
 
 def _component_endpoint(module: Module, name: str, instance_type: str = "ml.g5.12xlarge",
                         **variant: Any) -> None:
-    sm = module.sm()
-    sm.create_endpoint_config(EndpointConfigName=name, ExecutionRoleArn=ROLE, ProductionVariants=[{
-        "VariantName": "AllTraffic", "InstanceType": instance_type, "InitialInstanceCount": 1,
-        **variant}])
-    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
-    wait_until(lambda: sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "InService",
-               30, f"endpoint {name} InService")
+    create_component_endpoint(module.sm(), name, instance_type, **variant)
 
 
 def _component(module: Module, name: str, endpoint: str, model: str, copies: int = 1,
