@@ -31,6 +31,9 @@ from dataclasses import dataclass
 GIB = 1024**3
 # [U] The share of the instance's memory the platform keeps for itself (see the docstring).
 PLATFORM_SHARE = 0.10
+# [U] The emulator's own limit: every instance is a Triton process on this machine. SageMaker's
+# equivalent is an account quota per instance type, answered with ResourceLimitExceeded.
+MAX_INSTANCES_PER_ENDPOINT = 16
 
 # GiB of memory per vCPU of the CPU families SageMaker hosts on (EC2's figures).
 _GIB_PER_VCPU = {

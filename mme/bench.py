@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 
 from emulator.cloudwatch.statistics import percentile
-from mme import bench_overhead
+from mme import bench_baseline, bench_overhead
 from mme.bench_scale import serve
 
 
@@ -117,7 +117,7 @@ def run_fleet(args: argparse.Namespace) -> int:
 
 def add_bench_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``mme bench overhead`` and ``mme bench fleet``."""
-    bench_overhead.add_parser(commands)
+    bench_overhead.add_parser(commands, compare_with=bench_baseline.compare_with)
     f = commands.add_parser("fleet", help="a 3-instance endpoint vs 1 instance with the same "
                                           "total memory, on one Zipf workload")
     f.add_argument("--instances", type=int, default=3)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -489,7 +490,12 @@ def _per_call(m: Measure) -> str:
     return f"{ms(m.proxy_cpu_s):>9}{ms(m.triton_cpu_s):>11}"
 
 
-def run_overhead(args: argparse.Namespace) -> int:
+# ``--baseline``: the whole run against another revision (``mme.bench_baseline.compare_with``,
+# handed in by ``mme/bench.py``: that module builds on this one).
+CompareWith = Callable[[str, Callable[[Path], Workload], str, list[int], float, int], int]
+
+
+def run_overhead(args: argparse.Namespace, compare_with: CompareWith | None = None) -> int:
     driver = args.driver
     if driver == "auto":
         driver = "wrk" if shutil.which("wrk") else "python"
@@ -502,8 +508,9 @@ def run_overhead(args: argparse.Namespace) -> int:
               "(apt-get install -y wrk)", file=sys.stderr)
         return 2
     if args.baseline is not None:
-        from mme.bench_baseline import compare_with
-
+        if compare_with is None:
+            print("mme bench overhead: --baseline is not available here", file=sys.stderr)
+            return 2
         return compare_with(args.baseline, _workload_of(args), driver,
                             [int(c) for c in (args.concurrency or "1,8").split(",")],
                             args.seconds, args.rounds)
@@ -542,7 +549,8 @@ def _size(text: str) -> int:
     return size
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
+               compare_with: CompareWith | None = None) -> None:
     p = commands.add_parser("overhead", help="emulator vs direct Triton on one warm model, "
                                              "driven by wrk")
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="trivial")
@@ -560,4 +568,4 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "worktree), alternating rounds (mme/bench_baseline.py)")
     p.add_argument("--serve-flag", action="append", metavar="FLAG",
                    help="passed on to mme serve (repeat; e.g. --serve-flag=--workers=2)")
-    p.set_defaults(func=run_overhead)
+    p.set_defaults(func=functools.partial(run_overhead, compare_with=compare_with))

@@ -558,10 +558,10 @@ class InferenceComponents:
                            demands: list[placement.Demand]) -> int:
         """The variant's instance count; ManagedInstanceScaling adds instances for pending
         copies and releases the ones no copy needs (``hosting.managed_instances``)."""
-        from emulator.control.service import MAX_INSTANCES_PER_ENDPOINT  # (imports this module)
 
         count = int(variant.get("InitialInstanceCount") or 0)
-        managed = managed_instances.instance_count(variant, demands, MAX_INSTANCES_PER_ENDPOINT)
+        managed = managed_instances.instance_count(variant, demands,
+                                                   instance_types.MAX_INSTANCES_PER_ENDPOINT)
         if managed is None or managed == count:
             return count
         log.info("endpoint=%s variant=%s ManagedInstanceScaling: %d -> %d instances",

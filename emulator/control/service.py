@@ -53,6 +53,7 @@ from emulator.control.state_db import (
 from emulator.hosting import deployment as guardrails
 from emulator.hosting.components import ComponentLookup
 from emulator.hosting.spec import SERIAL, ContainerSpec, EndpointSpec, VariantSpec
+from emulator.instance_types import MAX_INSTANCES_PER_ENDPOINT
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +81,6 @@ class EndpointRuntimes(Generations, Protocol):
 
     async def create_for_components(self, name: str, lookup: ComponentLookup) -> Any: ...
 
-
-# [U] The emulator's own limit: every instance is a Triton process on this machine. SageMaker's
-# equivalent is an account quota per instance type, answered with ResourceLimitExceeded.
-MAX_INSTANCES_PER_ENDPOINT = 16
 
 
 def failure_reason(exc: BaseException) -> str:
