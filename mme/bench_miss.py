@@ -61,7 +61,7 @@ def _body(input_name: str) -> bytes:
 
 def build_store(store: Path, work: Path) -> dict[str, tuple[str, float]]:
     """Two trivial models and two ensembles; returns target -> (input name, expected factor)."""
-    from mme.testmodels import package, write_scale_model
+    from mme.testmodels import package, write_scale_model, write_two_step_ensemble
 
     expected: dict[str, tuple[str, float]] = {}
     for k in range(2):
@@ -72,28 +72,10 @@ def build_store(store: Path, work: Path) -> dict[str, tuple[str, float]]:
         repo = work / f"ensemble{k}"
         write_scale_model(repo, "preprocess", 2.0 + k)
         write_scale_model(repo, "postprocess", 10.0)
-        _write_ensemble(repo / "ensemble")
+        write_two_step_ensemble(repo / "ensemble")
         package(repo, store / f"e{k}.tar.gz", "flat")
         expected[f"e{k}.tar.gz"] = ("INPUT", (2.0 + k) * 10.0)
     return expected
-
-
-def _write_ensemble(folder: Path) -> None:
-    (folder / "1").mkdir(parents=True, exist_ok=True)
-    (folder / "config.pbtxt").write_text('''name: "ensemble"
-platform: "ensemble"
-max_batch_size: 8
-input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
-ensemble_scheduling {
-  step [
-    { model_name: "preprocess" model_version: -1
-      input_map { key: "X" value: "INPUT" } output_map { key: "Y" value: "mid" } },
-    { model_name: "postprocess" model_version: -1
-      input_map { key: "X" value: "mid" } output_map { key: "Y" value: "OUTPUT" } }
-  ]
-}
-''')
 
 
 @dataclass

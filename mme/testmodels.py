@@ -70,3 +70,24 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 {param_text}
 ''')
     return folder
+
+
+def write_two_step_ensemble(folder: Path) -> Path:
+    """An ensemble ``ensemble`` of two steps, ``preprocess`` then ``postprocess`` (each a scale
+    model with input X and output Y), FP32 [4] in and out."""
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text('''name: "ensemble"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "preprocess" model_version: -1
+      input_map { key: "X" value: "INPUT" } output_map { key: "Y" value: "mid" } },
+    { model_name: "postprocess" model_version: -1
+      input_map { key: "X" value: "mid" } output_map { key: "Y" value: "OUTPUT" } }
+  ]
+}
+''')
+    return folder

@@ -17,7 +17,7 @@ from typing import TypeVar
 import numpy as np
 
 from emulator import processes
-from mme.testmodels import SCALE_MODEL_PY, package, write_scale_model
+from mme.testmodels import SCALE_MODEL_PY, package, write_scale_model, write_two_step_ensemble
 
 __all__ = ["SCALE_MODEL_PY", "package", "write_scale_model", "write_scale_ensemble",
            "scale_request", "output_of", "tar_bytes", "wait_until", "wait_for", "wait_for_async"]
@@ -31,23 +31,7 @@ def write_scale_ensemble(repo: Path, scale_a: float = 2.0, scale_b: float = 3.0,
     write_scale_model(repo, "postprocess", scale_b)
     if pad_bytes:  # gives the artifact a chosen size for memory-budget tests
         (repo / "postprocess" / "1" / "weights.bin").write_bytes(b"\0" * pad_bytes)
-    folder = repo / "ensemble"
-    (folder / "1").mkdir(parents=True, exist_ok=True)
-    (folder / "config.pbtxt").write_text('''name: "ensemble"
-platform: "ensemble"
-max_batch_size: 8
-input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
-ensemble_scheduling {
-  step [
-    { model_name: "preprocess" model_version: -1
-      input_map { key: "X" value: "INPUT" } output_map { key: "Y" value: "mid" } },
-    { model_name: "postprocess" model_version: -1
-      input_map { key: "X" value: "mid" } output_map { key: "Y" value: "OUTPUT" } }
-  ]
-}
-''')
-    return folder
+    return write_two_step_ensemble(repo / "ensemble")
 
 
 def scale_request(values: list[float], input_name: str = "X") -> bytes:
