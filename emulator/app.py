@@ -101,7 +101,7 @@ def build_app(settings: Settings) -> EmulatorApp:
     metric_store = cloudwatch.MetricStore(clock)  # every sample of the fleet, for CloudWatch
     # every alarm, evaluated over metric_store; deployments (emulator/control) watch them too
     alarms = cloudwatch.AlarmStore(metric_store, clock, settings.region, settings.account_id,
-                                   settings.cache_dir / "alarms.json",
+                                   settings.cache_dir / "alarms.db",
                                    sns_endpoint_url=settings.sns_endpoint_url)
     factory = InstanceFactory(settings)
     feed = Feed()  # what the live page at /_emulator/ shows beyond the fleet's state

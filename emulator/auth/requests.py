@@ -38,6 +38,10 @@ from emulator.contract.apis import (
     parse_form,
     with_form,
 )
+from emulator.contract.request_compression import TooLarge, Undecodable, inflate
+
+# A compressed form body is read inflated, up to this (the APIs' own bound on a body).
+_MAX_INFLATED_FORM = 8 * 1024 * 1024
 
 # Control-plane parameter -> resource type in the ARN. The first one present names the resource.
 # An inference component's operations act on the component (CreateInferenceComponent names its
@@ -81,7 +85,7 @@ def classify(method: str, path: str, headers: Mapping[str, str], body: bytes, re
     if api is None:
         return None
     if api.protocol is Protocol.QUERY:
-        api = with_form(api, parse_form(body))
+        api = with_form(api, parse_form(_plain(body, headers)))
         if not api.operation:
             return None  # no Action: the service answers that itself, and runs nothing
     keys: dict[str, str | list[str] | None] = {}
@@ -99,6 +103,15 @@ def classify(method: str, path: str, headers: Mapping[str, str], body: bytes, re
         resource = sagemaker_arn("endpoint", api.endpoint, region, account)
         keys = {"sagemaker:TargetModel": api.target_model}
     return ApiCall(api.service.signing_name, api.action, resource, api.protocol, keys)
+
+
+def _plain(body: bytes, headers: Mapping[str, str]) -> bytes:
+    """A form body as written (``Content-Encoding: gzip`` undone: botocore compresses
+    PutMetricData), so IAM reads the same Action the service runs."""
+    try:
+        return inflate(body, headers, _MAX_INFLATED_FORM)
+    except (TooLarge, Undecodable):
+        return b""  # the service refuses it too, and runs nothing
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import json
 import math
 import re
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from emulator.clock import Clock
 from emulator.cloudwatch import alarm_rule, metric_math, statistics
@@ -33,7 +36,13 @@ from emulator.cloudwatch.evaluation import OPERATORS
 from emulator.cloudwatch.series import MetricStore
 
 ALARM_PERIODS = (10, 20, 30)  # or a multiple of 60 (PutMetricAlarm's Period)
-MAX_EVALUATION_SECONDS = 86_400  # "EvaluationPeriods multiplied by Period ... 86,400 seconds"
+# "Period multiplied by EvaluationPeriods can't be more than 604,800 seconds. For alarms with a
+# period of less than one hour (3,600 seconds), the total evaluation period can't be longer than
+# one day (86,400 seconds)."
+MAX_EVALUATION_SECONDS = 604_800
+MAX_SHORT_EVALUATION_SECONDS = 86_400
+LONG_PERIOD_S = 3_600
+MAX_PARENTS = 150  # "Any single alarm can be included in the rule expressions of as many as 150"
 MAX_ACTIONS = 5  # per state
 MAX_ALARM_METRICS = 10  # "an alarm can include as many as 10 metrics" (metric math)
 MAX_TAGS = 50
@@ -54,6 +63,37 @@ UNSUPPORTED_MEMBERS = ("EvaluationWindow", "WarmUpConfiguration", "EvaluationCri
 _QUERY_ID = re.compile(r"[a-z][a-zA-Z0-9_]*")
 _SNS_ARN = re.compile(r"arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_.-]+")
 _POLICY_ARN = re.compile(r"arn:aws[a-z-]*:autoscaling:[a-z0-9-]+:\d{12}:scalingPolicy:.+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_name(value: str | None, parameter: str) -> None:
+    """AWS refuses ASCII control characters in alarm names, namespaces, metric names and
+    dimensions (the PutMetricAlarm and PutMetricData references)."""
+    if value is None:
+        return
+    found = _CONTROL.search(value)
+    if found is not None:
+        raise invalid(f"The value for parameter {parameter} must not contain ASCII control "
+                      f"characters; it has U+{ord(found.group()):04X} at position "
+                      f"{found.start() + 1}.")
+
+
+def _check_dimension_names(items: list[dict[str, str]] | None, where: str) -> None:
+    for index, item in enumerate(items or [], start=1):
+        check_name(item.get("Name"), f"{where}.member.{index}.Name")
+        check_name(item.get("Value"), f"{where}.member.{index}.Value")
+
+
+def _check_metric_names(config: dict[str, Any]) -> None:
+    check_name(config.get("Namespace"), "Namespace")
+    check_name(config.get("MetricName"), "MetricName")
+    _check_dimension_names(config.get("Dimensions"), "Dimensions")
+    for index, query in enumerate(config.get("Metrics") or [], start=1):
+        metric = (query.get("MetricStat") or {}).get("Metric") or {}
+        where = f"Metrics.member.{index}.MetricStat.Metric"
+        check_name(metric.get("Namespace"), f"{where}.Namespace")
+        check_name(metric.get("MetricName"), f"{where}.MetricName")
+        _check_dimension_names(metric.get("Dimensions"), f"{where}.Dimensions")
 
 
 def not_supported(what: str) -> CloudWatchError:
@@ -124,6 +164,7 @@ class AlarmApi:
     # PutMetricAlarm
 
     def put_metric_alarm(self, params: dict[str, Any]) -> dict[str, Any]:
+        check_name(params["AlarmName"], "AlarmName")
         config = {k: v for k, v in params.items() if k not in ("AlarmName", "Tags")}
         check_metric_alarm(config)
         _check_actions(params, composite=False)
@@ -135,6 +176,7 @@ class AlarmApi:
 
     def put_composite_alarm(self, params: dict[str, Any]) -> dict[str, Any]:
         name = params["AlarmName"]
+        check_name(name, "AlarmName")
         for member in ("ActionsSuppressor", "ActionsSuppressorWaitPeriod",
                        "ActionsSuppressorExtensionPeriod", "ActionConfiguration"):
             if params.get(member) is not None:
@@ -151,6 +193,12 @@ class AlarmApi:
         if name in referred or self._reaches(referred, name):
             raise CloudWatchError("ValidationError", "The alarm rule of a composite alarm "
                                   f"must not refer to itself: {name} is part of a cycle.")
+        for child in sorted(referred):
+            parents = set(self.alarms.parents(child)) - {name}
+            if len(parents) >= MAX_PARENTS:
+                raise CloudWatchError("LimitExceeded", f"The alarm {child} is already in the "
+                                      f"rules of {MAX_PARENTS} composite alarms, the most one "
+                                      "alarm can be in; remove it from one of them first.")
         existing = self.alarms.get(name)
         if existing is not None and existing.alarm_type != COMPOSITE_ALARM:
             raise invalid(f"The alarm {name} already exists as a metric alarm; delete it "
@@ -169,7 +217,8 @@ class AlarmApi:
             if alarm is None or alarm.name in seen or alarm.alarm_type != COMPOSITE_ALARM:
                 continue
             seen.add(alarm.name)
-            children = alarm_rule.parse(alarm.config["AlarmRule"]).alarms()
+            rule = self.alarms.rule(alarm.name)
+            children = rule.alarms() if rule is not None else set()
             if target in children:
                 return True
             stack.extend(children)
@@ -219,7 +268,7 @@ class AlarmApi:
             if related is not None and alarm.name not in related:
                 continue
             found.append(alarm)
-        page, token = _page(found, params, DESCRIBE_PAGE)
+        page, token = _page(found, [a.name for a in found], params, DESCRIBE_PAGE)
         now = self.clock.now()
         out: dict[str, Any] = {
             "MetricAlarms": [self.describe(a, now) for a in page
@@ -235,10 +284,10 @@ class AlarmApi:
             alarm = self.alarms.get(children_of)
             if alarm is None or alarm.alarm_type != COMPOSITE_ALARM:
                 return set()
-            return alarm_rule.parse(alarm.config["AlarmRule"]).alarms()
+            rule = self.alarms.rule(children_of)
+            return rule.alarms() if rule is not None else set()
         if parents_of:
-            return {a.name for a in self.alarms.all() if a.alarm_type == COMPOSITE_ALARM
-                    and parents_of in alarm_rule.parse(a.config["AlarmRule"]).alarms()}
+            return set(self.alarms.parents(parents_of))
         return None
 
     def describe(self, alarm: Alarm, now: float) -> dict[str, Any]:
@@ -312,9 +361,11 @@ class AlarmApi:
             if (start is not None and when < start) or (end is not None and when > end):
                 continue
             found.append((when, item))
-        if params.get("ScanBy", "TimestampDescending") == "TimestampDescending":
+        descending = params.get("ScanBy", "TimestampDescending") == "TimestampDescending"
+        if descending:
             found.reverse()
-        page, token = _page(found, params, HISTORY_PAGE)
+        page, token = _page(found, [item.id for _when, item in found], params, HISTORY_PAGE,
+                            descending)
         out: dict[str, Any] = {"AlarmHistoryItems": [{
             "AlarmName": item.alarm_name, "AlarmType": item.alarm_type, "Timestamp": when,
             "HistoryItemType": item.item_type, "HistorySummary": item.summary,
@@ -349,9 +400,8 @@ class AlarmApi:
         if unknown:
             raise CloudWatchError("ResourceNotFound", "1 or more alarms do not exist: "
                                   f"{', '.join(unknown)}; nothing was deleted.", 404)
-        parents = {a.name for a in self.alarms.all() if a.alarm_type == COMPOSITE_ALARM
-                   and a.name not in names and alarm_rule.parse(
-                       a.config["AlarmRule"]).alarms() & set(names)}
+        parents = {parent for name in names for parent in self.alarms.parents(name)
+                   if parent not in names}
         if parents:
             # [U] AWS's wording; a composite alarm must not be left with a rule on nothing
             raise CloudWatchError("ValidationError", "Could not delete the alarms: they are "
@@ -402,6 +452,7 @@ class AlarmApi:
 
     def put_metric_data(self, params: dict[str, Any]) -> dict[str, Any]:
         namespace = params["Namespace"]
+        check_name(namespace, "Namespace")
         if namespace.startswith("AWS/"):
             raise invalid("The value AWS/ for parameter Namespace is invalid.")
         if params.get("EntityMetricData"):
@@ -417,6 +468,8 @@ class AlarmApi:
         expanded_total = 0
         for index, datum in enumerate(data, start=1):
             where = f"MetricData.member.{index}"
+            check_name(datum.get("MetricName"), f"{where}.MetricName")
+            _check_dimension_names(datum.get("Dimensions"), f"{where}.Dimensions")
             if datum.get("StatisticValues") is not None:
                 raise not_supported(f"{where}.StatisticValues (give Value, or Values and "
                                     "Counts: the emulator keeps raw samples)")
@@ -479,6 +532,7 @@ def check_metric_alarm(config: dict[str, Any]) -> None:
     if operator is None:
         raise CloudWatchError("MissingParameter", "The parameter ComparisonOperator is "
                               "required.")
+    _check_metric_names(config)
     if operator not in OPERATORS:
         raise not_supported(f"ComparisonOperator {operator} (anomaly detection bands)")
     if config.get("Threshold") is None:
@@ -530,7 +584,11 @@ def check_metric_alarm(config: dict[str, Any]) -> None:
         _dimensions(config.get("Dimensions"))
     if period * periods > MAX_EVALUATION_SECONDS:
         raise CloudWatchError("ValidationError", "Metrics cannot be checked across more than "
-                              "a day (EvaluationPeriods * Period must be <= 86400).")
+                              "a week (EvaluationPeriods * Period must be <= 604800).")
+    if period < LONG_PERIOD_S and period * periods > MAX_SHORT_EVALUATION_SECONDS:
+        raise CloudWatchError("ValidationError", "Metrics cannot be checked across more than "
+                              "a day (EvaluationPeriods * Period must be <= 86400) with a "
+                              f"period under {LONG_PERIOD_S} seconds.")
 
 
 def _check_metrics(queries: list[dict[str, Any]]) -> int:
@@ -587,7 +645,26 @@ def _check_metrics(queries: list[dict[str, Any]]) -> int:
     if not periods:
         raise CloudWatchError("ValidationError", "An alarm's Metrics must include at least "
                               "one MetricStat.")
+    _dry_run(queries)
     return periods.pop()
+
+
+def _dry_run(queries: list[dict[str, Any]]) -> None:
+    """Every expression evaluated once over one missing datapoint, in the order the alarm's
+    evaluation runs them: what is stored is what can be evaluated (arity, METRICS() where one
+    series is needed)."""
+    series: dict[str, Any] = {}
+    metric_ids = [q["Id"] for q in queries if q.get("MetricStat")]
+    for query_id in metric_ids:
+        series[query_id] = np.full(1, np.nan)
+    for query in queries:
+        if query.get("Expression"):
+            try:
+                series[query["Id"]] = metric_math.evaluate(
+                    metric_math.parse(str(query["Expression"])), series, 1, metric_ids)
+            except metric_math.MathError as exc:
+                raise CloudWatchError("ValidationError", f"The expression of {query['Id']} "
+                                      f"cannot be evaluated: {exc}") from exc
 
 
 def _tags(items: list[dict[str, str]] | None) -> dict[str, str]:
@@ -597,22 +674,44 @@ def _tags(items: list[dict[str, str]] | None) -> dict[str, str]:
     return tags
 
 
-def _page(items: list[Any], params: dict[str, Any], default: int) -> tuple[list[Any],
-                                                                          str | None]:
+def _page(items: list[Any], keys: list[Any], params: dict[str, Any], default: int,
+          descending: bool = False) -> tuple[list[Any], str | None]:
+    """One page of ``items``, which are in the order of ``keys`` (unique; ascending, or
+    descending). The NextToken names the last key shown, not a position: a page goes on after
+    it whatever was deleted or added meanwhile."""
     size = params.get("MaxRecords") or default
     if not 1 <= size <= 100:
         raise invalid("The parameter MaxRecords must be between 1 and 100.")
-    offset = 0
+    start = 0
     token = params.get("NextToken")
     if token:
-        try:
-            offset = json.loads(base64.urlsafe_b64decode(token.encode()))["offset"]
-        except (ValueError, KeyError, TypeError, binascii.Error):
-            offset = -1
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise CloudWatchError("InvalidNextToken", "The service couldn't process the "
-                                  "NextToken because it is not valid.")
-    page = items[offset: offset + size]
-    more = offset + size < len(items)
-    return page, (base64.urlsafe_b64encode(json.dumps({"offset": offset + size}).encode())
-                  .decode() if more else None)
+        after = _decode_token(token)
+        if keys and type(after) is not type(keys[0]):
+            raise _bad_token()
+        if descending:
+            start = next((i for i, k in enumerate(keys) if k < after), len(keys))
+        else:
+            start = bisect.bisect_right(keys, after)
+    page = items[start: start + size]
+    more = start + size < len(items)
+    return page, (_encode_token(keys[start + size - 1]) if more else None)
+
+
+def _bad_token() -> CloudWatchError:
+    return CloudWatchError("InvalidNextToken", "The service couldn't process the NextToken "
+                           "because it is not valid.")
+
+
+def _encode_token(after: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"after": after}).encode()).decode()
+
+
+def _decode_token(token: str) -> Any:
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+        after = decoded["after"]
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise _bad_token() from exc
+    if not isinstance(after, (str, int)) or isinstance(after, bool):
+        raise _bad_token()
+    return after

@@ -13,6 +13,15 @@ Evaluation runs on the emulated clock (``emulator/clock.py``) over the same metr
 CloudWatch reads serve (``emulator/cloudwatch/series.py``): ``emulator/cloudwatch/evaluation.py``
 says how; every [U] choice is listed in ``docs/alarms.md``.
 
+Isolation: each alarm is evaluated on its own; one that fails (a surprise in its metric math,
+its rule) is recorded on that alarm (INSUFFICIENT_DATA, the reason saying why) and the round goes
+on with the others. Rules and expressions are parsed once, at Put or when a stored alarm is loaded
+(``emulator/cloudwatch/compiled.py``); a stored alarm whose rule no longer parses is loaded,
+listed and deletable, but skipped by the evaluation, with a warning in the log.
+
+Persistence: ``emulator/cloudwatch/alarm_db.py`` (SQLite); every change writes only the alarms
+it touched and the history items it added.
+
 Thread safety: API calls run in worker threads, the evaluation on the event loop; one lock
 guards the alarms. Subscribers are called on the event loop thread (``call_soon_threadsafe``
 when the change came from a worker thread), after the change is stored, in subscription order;
@@ -25,7 +34,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
@@ -36,7 +44,9 @@ from typing import Any
 from emulator.clock import Clock
 from emulator.cloudwatch import alarm_rule, evaluation
 from emulator.cloudwatch.actions import ActionCall, ActionHandler
-from emulator.cloudwatch.cloudwatch_errors import invalid
+from emulator.cloudwatch.alarm_db import AlarmDb
+from emulator.cloudwatch.cloudwatch_errors import CloudWatchError, invalid
+from emulator.cloudwatch.compiled import Compiled, CompileError, compile_alarm
 from emulator.cloudwatch.notifications import SnsPublisher
 from emulator.cloudwatch.series import MetricStore
 
@@ -71,6 +81,7 @@ class HistoryItem:
     item_type: str  # ConfigurationUpdate | StateUpdate | Action
     summary: str
     data: str  # JSON text, as AWS writes HistoryData
+    id: int = 0  # increasing: the order items were written in (NextToken pages by it)
 
 
 @dataclass
@@ -105,6 +116,7 @@ class Alarm:
 class AlarmStore:
     def __init__(self, metrics: MetricStore, clock: Clock, region: str, account: str,
                  state_file: Path | None = None, sns_endpoint_url: str | None = None) -> None:
+        """``state_file``: the SQLite file alarms are kept in (``alarm_db``); None: memory."""
         self.metrics = metrics
         self.clock = clock
         self.region = region
@@ -113,6 +125,14 @@ class AlarmStore:
         self.lock = threading.RLock()
         self.alarms: dict[str, Alarm] = {}
         self.history: list[HistoryItem] = []
+        # Parsed rules and expressions, by alarm; an alarm missing here is not evaluated.
+        self._compiled: dict[str, Compiled] = {}
+        # What the next save writes (under the lock): alarms changed, deleted, history added.
+        self._dirty: set[str] = set()
+        self._deleted: set[str] = set()
+        self._new_history: list[HistoryItem] = []
+        self._next_history_id = 1
+        self.db = AlarmDb(state_file, MAX_HISTORY) if state_file is not None else None
         self._listeners: list[StateListener] = []
         # (ARN prefix, handler, run in the background: not awaited by the round)
         self._action_handlers: list[tuple[str, ActionHandler, bool]] = []
@@ -124,8 +144,8 @@ class AlarmStore:
         self._save_lock = threading.Lock()
         self._load()
         # SNS topics: published to --sns-endpoint-url, else recorded in the history only.
-        self.add_action_handler("arn:aws:sns:", SnsPublisher(sns_endpoint_url, self).publish,
-                                background=True)
+        self.sns = SnsPublisher(sns_endpoint_url, self)
+        self.add_action_handler("arn:aws:sns:", self.sns.publish, background=True)
 
     # -----------------------------------------------------------------------------------------
     # The interface deployments (emulator/control) rely on
@@ -201,30 +221,69 @@ class AlarmStore:
             call()
 
     # -----------------------------------------------------------------------------------------
-    # Persistence: a JSON file in the cache folder, written whole after every change
+    # Persistence: only what changed is written (alarm_db)
 
     def _load(self) -> None:
-        if self.state_file is None or not self.state_file.exists():
+        if self.db is None:
             return
-        try:
-            saved = json.loads(self.state_file.read_text())
-            self.alarms = {a["name"]: Alarm(**a) for a in saved.get("alarms", [])}
-            self.history = [HistoryItem(**h) for h in saved.get("history", [])]
-        except (ValueError, TypeError, KeyError) as exc:
-            log.warning("alarms not restored: %s is unreadable (%s)", self.state_file, exc)
+        docs, history = self.db.load()
+        for doc in docs:
+            try:
+                alarm = Alarm(**doc)
+            except TypeError as exc:
+                log.warning("alarm %s not restored: its stored form is not an alarm (%s)",
+                            doc.get("name"), exc)
+                continue
+            self.alarms[alarm.name] = alarm
+            try:
+                self._compiled[alarm.name] = compile_alarm(alarm.alarm_type, alarm.config)
+            except (CompileError, KeyError, TypeError) as exc:
+                log.warning("alarm %s is not evaluated: its stored rule or expression does not "
+                            "parse (%s); delete it or put it again", alarm.name, exc)
+                alarm.state, alarm.reason = INSUFFICIENT_DATA, (
+                    f"Unchecked: the stored alarm does not parse: {exc}")[:1023]
+        for item_id, doc in history:
+            try:
+                self.history.append(HistoryItem(**{**doc, "id": item_id}))
+            except TypeError:
+                log.warning("alarm history item %s not restored", item_id)
+        self._next_history_id = self.db.next_history_id()
 
     def save(self) -> None:
-        """Write the whole state (alarms, states, history) atomically; one writer at a time."""
-        if self.state_file is None:
+        """Write what changed since the last save (alarms, states, history) in one
+        transaction; one writer at a time."""
+        if self.db is None:
+            with self.lock:
+                self._dirty.clear()
+                self._deleted.clear()
+                self._new_history.clear()
             return
         with self._save_lock:
             with self.lock:
-                text = json.dumps({"alarms": [asdict(a) for a in self.alarms.values()],
-                                   "history": [asdict(h) for h in self.history]})
-            temporary = self.state_file.with_suffix(".tmp")
-            self.state_file.parent.mkdir(parents=True, exist_ok=True)
-            temporary.write_text(text)
-            os.replace(temporary, self.state_file)
+                changed = {name: json.dumps(asdict(self.alarms[name])) for name in self._dirty
+                           if name in self.alarms}
+                deleted = sorted(self._deleted)
+                history = [(h.id, json.dumps({k: v for k, v in asdict(h).items() if k != "id"}))
+                           for h in self._new_history]
+                self._dirty.clear()
+                self._deleted.clear()
+                self._new_history.clear()
+            self.db.write(changed, deleted, history)
+
+    def compiled(self, name: str) -> Compiled | None:
+        """The alarm's parsed rule or expressions; None when it has none that parses."""
+        with self.lock:
+            return self._compiled.get(name)
+
+    def rule(self, name: str) -> alarm_rule.Rule | None:
+        compiled = self.compiled(name)
+        return compiled.rule if compiled is not None else None
+
+    def parents(self, name: str) -> list[str]:
+        """The composite alarms whose rule names ``name``."""
+        with self.lock:
+            return sorted(parent for parent, c in self._compiled.items()
+                          if c.rule is not None and name in c.rule.names)
 
     # -----------------------------------------------------------------------------------------
     # Changes from the API
@@ -235,6 +294,10 @@ class AlarmStore:
         at once (AWS: "its state is left unchanged, but the update completely overwrites the
         previous configuration")."""
         now = self.clock.now()
+        try:
+            compiled = compile_alarm(alarm_type, config)
+        except CompileError as exc:
+            raise CloudWatchError("ValidationError", str(exc)) from exc
         with self.lock:
             existing = self.alarms.get(name)
             if existing is not None and existing.alarm_type != alarm_type:
@@ -250,6 +313,9 @@ class AlarmStore:
                 # tags given with an update are ignored, as AWS documents (TagResource adds)
                 existing.last_repeat = 0.0
                 alarm, kind = existing, "Update"
+            self._compiled[name] = compiled
+            self._dirty.add(name)
+            self._deleted.discard(name)
             self._due[name] = 0.0
             self._wake()
             self._record(alarm, "ConfigurationUpdate", f'Alarm "{name}" '
@@ -269,6 +335,9 @@ class AlarmStore:
             for name in names:
                 alarm = self.alarms.pop(name)
                 self._due.pop(name, None)
+                self._compiled.pop(name, None)
+                self._dirty.discard(name)
+                self._deleted.add(name)
                 self._record(alarm, "ConfigurationUpdate", f'Alarm "{name}" deleted',
                              {"version": "1.0", "type": "Delete",
                               "deletedAlarm": {"alarmName": name, **alarm.config}}, now)
@@ -284,6 +353,7 @@ class AlarmStore:
                     continue
                 alarm.config = {**alarm.config, "ActionsEnabled": enabled}
                 alarm.config_updated = now
+                self._dirty.add(name)
                 self._record(alarm, "ConfigurationUpdate", f'Alarm "{name}" updated',
                              {"version": "1.0", "type": "Update",
                               "updatedAlarm": {"alarmName": name, "actionsEnabled": enabled}},
@@ -299,12 +369,14 @@ class AlarmStore:
     def tag(self, name: str, tags: dict[str, str]) -> None:
         with self.lock:
             self.alarms[name].tags.update(tags)
+            self._dirty.add(name)
         self.save()
 
     def untag(self, name: str, keys: list[str]) -> None:
         with self.lock:
             for key in keys:
                 self.alarms[name].tags.pop(key, None)
+            self._dirty.add(name)
         self.save()
 
     # -----------------------------------------------------------------------------------------
@@ -312,8 +384,11 @@ class AlarmStore:
 
     def _record(self, alarm: Alarm, item_type: str, summary: str, data: dict[str, Any],
                 now: float) -> None:
-        self.history.append(HistoryItem(alarm.name, alarm.alarm_type, now, item_type, summary,
-                                        json.dumps(data, separators=(",", ":"))))
+        item = HistoryItem(alarm.name, alarm.alarm_type, now, item_type, summary,
+                           json.dumps(data, separators=(",", ":")), self._next_history_id)
+        self._next_history_id += 1
+        self.history.append(item)
+        self._new_history.append(item)
         del self.history[:-MAX_HISTORY]
 
     def _transition(self, name: str, state: str, reason: str, reason_data: str | None,
@@ -325,9 +400,12 @@ class AlarmStore:
             if alarm is None:
                 return False
             old = alarm.state
-            alarm.value = value
+            if alarm.value != value:
+                alarm.value = value
+                self._dirty.add(name)
             if old == state and not manual:
                 return False  # the reason stays the transition's, as AWS shows it
+            self._dirty.add(name)
             alarm.reason, alarm.reason_data, alarm.state_updated = reason, reason_data, now
             if old != state:
                 alarm.state_transitioned = now
@@ -378,10 +456,11 @@ class AlarmStore:
                 recorded = True
         for index, batch in by_handler.items():
             _prefix, handler, background = self._action_handlers[index]
-            if background:
-                task = asyncio.create_task(self._run_batch(handler, batch))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+            if background:  # one task per call: a slow one holds up no other
+                for call in batch:
+                    task = asyncio.create_task(self._run_batch(handler, [call]))
+                    self._background.add(task)
+                    task.add_done_callback(self._background.discard)
             else:
                 recorded |= await self._run_batch(handler, batch, save=False)
         if recorded:
@@ -437,6 +516,7 @@ class AlarmStore:
             for running_task in (task, *self._background):
                 with contextlib.suppress(asyncio.CancelledError):
                     await running_task
+            self.sns.close()
             self._loop = None
 
     async def _run(self) -> None:
@@ -460,43 +540,72 @@ class AlarmStore:
 
     async def evaluate_due(self, every: bool = False) -> None:
         """One round: the metric alarms that are due, the composite alarms, then the actions
-        (state changes' and, every evaluation while in ALARM, Auto Scaling policies' again)."""
+        (state changes' and, every evaluation while in ALARM, Auto Scaling policies' again).
+        Each alarm on its own: one that fails is recorded on that alarm, the others go on."""
         now = self.clock.now()
         with self.lock:
             due = [a for a in self.alarms.values() if a.alarm_type == METRIC_ALARM
+                   and a.name in self._compiled
                    and (every or now >= self._due.get(a.name, 0.0))]
             for alarm in due:
                 self._due[alarm.name] = now + self.clock.real_duration(
                     evaluation_interval(alarm.config))
-            work = [(a.name, dict(a.config), a.state) for a in due]
+            work = [(a.name, dict(a.config), a.state, self._compiled[a.name]) for a in due]
         outcomes = await asyncio.to_thread(self._evaluate_all, work, now) if work else []
         changed = False
-        for (name, _config, _state), outcome in zip(work, outcomes, strict=True):
-            if outcome is None:
-                continue
-            if self._transition(name, outcome.state, outcome.reason, outcome.reason_data,
-                                outcome.value):
-                changed = True
-            else:
-                with self.lock:
-                    still = self.alarms.get(name)
-                    if still is not None and still.state == ALARM and still.actions_enabled:
-                        self._pending.extend(self._calls(still, True, ALARM))
+        for (name, _config, _state, _compiled), outcome in zip(work, outcomes, strict=True):
+            try:
+                changed |= self._settle(name, outcome)
+            except Exception as exc:  # noqa: BLE001 - one alarm's failure is that alarm's
+                log.exception("alarm %s: its new state could not be stored", name)
+                changed |= self._failed(name, exc)
         if self._evaluate_composites():
             changed = True
         if changed:
-            await asyncio.to_thread(self.save)  # off the event loop: the history can be MBs
+            await asyncio.to_thread(self.save)  # off the event loop
         await self._run_actions()
 
-    def _evaluate_all(self, work: list[tuple[str, dict[str, Any], str]],
-                      now: float) -> list[evaluation.Outcome | None]:
-        out: list[evaluation.Outcome | None] = []
-        for name, config, state in work:
+    def _settle(self, name: str, outcome: evaluation.Outcome | Exception | None) -> bool:
+        if isinstance(outcome, Exception):
+            return self._failed(name, outcome)
+        if outcome is None:
+            return False
+        if self._transition(name, outcome.state, outcome.reason, outcome.reason_data,
+                            outcome.value):
+            return True
+        with self.lock:
+            still = self.alarms.get(name)
+            if still is not None and still.state == ALARM and still.actions_enabled:
+                self._pending.extend(self._calls(still, True, ALARM))
+        return False
+
+    def _failed(self, name: str, error: Exception) -> bool:
+        """An alarm that could not be evaluated: INSUFFICIENT_DATA, the reason saying why [U]
+        (AWS keeps an alarm it cannot evaluate in INSUFFICIENT_DATA)."""
+        reason = (f"Unchecked: the alarm could not be evaluated ({type(error).__name__}: "
+                  f"{error})")[:1023]
+        with self.lock:
+            alarm = self.alarms.get(name)
+            if alarm is None or alarm.reason == reason:
+                return False
+            if alarm.state == INSUFFICIENT_DATA:
+                alarm.reason, alarm.reason_data = reason, None
+                alarm.state_updated = self.clock.now()
+                self._dirty.add(name)
+                return True
+        return self._transition(name, INSUFFICIENT_DATA, reason, None, None)
+
+    def _evaluate_all(self, work: list[tuple[str, dict[str, Any], str, Compiled]],
+                      now: float) -> list[evaluation.Outcome | Exception | None]:
+        out: list[evaluation.Outcome | Exception | None] = []
+        for name, config, state, compiled in work:
             try:
-                out.append(evaluation.evaluate(config, self.metrics, self.clock, now, state))
-            except Exception:  # noqa: BLE001 - refused at Put; a surprise must not stop others
-                log.exception("alarm %s could not be evaluated", name)
-                out.append(None)
+                out.append(evaluation.evaluate(config, self.metrics, self.clock, now, state,
+                                               compiled.expressions))
+            except Exception as exc:  # noqa: BLE001 - recorded on this alarm alone
+                log.warning("alarm %s could not be evaluated: %s: %s", name,
+                            type(exc).__name__, exc)
+                out.append(exc)
         return out
 
     def _evaluate_composites(self) -> bool:
@@ -505,16 +614,22 @@ class AlarmStore:
         changed = False
         for _ in range(MAX_COMPOSITE_DEPTH):
             with self.lock:
-                composites = [(a.name, a.config["AlarmRule"], a.state) for a in
-                              self.alarms.values() if a.alarm_type == COMPOSITE_ALARM]
+                composites = [(a.name, self._compiled[a.name].rule, a.state)
+                              for a in self.alarms.values() if a.alarm_type == COMPOSITE_ALARM
+                              and a.name in self._compiled]
             moved = False
-            for name, rule_text, current in composites:
-                rule = alarm_rule.parse(rule_text)
-                state = ALARM if rule.holds(self.state) else OK
-                if state == current:
+            for name, rule, current in composites:
+                if rule is None:
                     continue
-                reason, data = self._composite_reason(rule, state)
-                moved |= self._transition(name, state, reason, data, None)
+                try:
+                    state = ALARM if rule.holds(self.state) else OK
+                    if state == current:
+                        continue
+                    reason, data = self._composite_reason(rule, state)
+                    moved |= self._transition(name, state, reason, data, None)
+                except Exception as exc:  # noqa: BLE001 - recorded on this alarm alone
+                    log.exception("composite alarm %s could not be evaluated", name)
+                    changed |= self._failed(name, exc)
             changed |= moved
             if not moved:
                 break

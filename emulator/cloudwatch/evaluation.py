@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -94,8 +94,10 @@ class _Periods:
 
 
 def evaluate(config: dict[str, Any], store: MetricStore, clock: Clock, now: float,
-             current: str) -> Outcome | None:
-    """The alarm's state now, or None when it stays as it is (``ignore``)."""
+             current: str,
+             expressions: Mapping[str, metric_math.Program] | None = None) -> Outcome | None:
+    """The alarm's state now, or None when it stays as it is (``ignore``). ``expressions``:
+    the alarm's metric math as parsed when it was put (parsed here when not given)."""
     count = int(config["EvaluationPeriods"])
     required = int(config.get("DatapointsToAlarm") or count)
     threshold = float(config["Threshold"])
@@ -120,8 +122,9 @@ def evaluate(config: dict[str, Any], store: MetricStore, clock: Clock, now: floa
         metric_ids = [q["Id"] for q in config["Metrics"] if q.get("MetricStat")]
         for query in config["Metrics"]:  # in order: an expression may use one before it
             if query.get("Expression"):
-                series[query["Id"]] = metric_math.evaluate(
-                    metric_math.parse(query["Expression"]), series, count, metric_ids)
+                program = (expressions or {}).get(query["Id"]) or metric_math.parse(
+                    query["Expression"])
+                series[query["Id"]] = metric_math.evaluate(program, series, count, metric_ids)
         returned = next(q for q in config["Metrics"] if q.get("ReturnData", True))
         values = series[returned["Id"]]
         statistic = None

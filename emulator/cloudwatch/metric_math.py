@@ -34,11 +34,20 @@ class MathError(ValueError):
     """An expression the emulator cannot evaluate: the message says what to change."""
 
 
+# One step of an expression's postfix program, (kind, value, argument count):
+# ("number", 2.0, 0), ("id", "m1", 0), ("op", "+", 2), ("neg", "", 1), ("call", "SUM", 3).
+Step = tuple[str, Any, int]
+_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "^": 4, "neg": 5}
+
+
 @dataclass(frozen=True)
-class Node:
-    kind: str  # number | id | op | neg | call
-    value: Any = None
-    args: tuple[Node, ...] = ()
+class Program:
+    """An expression parsed once, as a postfix program: evaluating it is a loop, so no
+    expression that fits MetricExpression's 2,048 characters (1,000 nested parentheses, 2,000
+    minus signs, ``1^`` 600 times) can exhaust the stack."""
+
+    text: str
+    steps: tuple[Step, ...]
 
 
 def _tokens(text: str) -> list[str]:
@@ -54,96 +63,101 @@ def _tokens(text: str) -> list[str]:
     return out
 
 
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = _tokens(text)
-        self.position = 0
-
-    def peek(self) -> str | None:
-        return self.tokens[self.position] if self.position < len(self.tokens) else None
-
-    def take(self, expected: str | None = None) -> str:
-        token = self.peek()
-        if token is None or (expected is not None and token != expected):
-            raise MathError(f"The expression {self.text!r} is not valid: expected "
-                            f"{expected or 'more'} at its end." if token is None else
-                            f"The expression {self.text!r} is not valid: expected {expected!r}, "
-                            f"found {token!r}.")
-        self.position += 1
-        return token
-
-    def parse(self) -> Node:
-        node = self.sum()
-        if self.peek() is not None:
-            raise MathError(f"The expression {self.text!r} is not valid: unexpected "
-                            f"{self.peek()!r}.")
-        return node
-
-    def sum(self) -> Node:
-        node = self.product()
-        while self.peek() in ("+", "-"):
-            node = Node("op", self.take(), (node, self.product()))
-        return node
-
-    def product(self) -> Node:
-        node = self.power()
-        while self.peek() in ("*", "/"):
-            node = Node("op", self.take(), (node, self.power()))
-        return node
-
-    def power(self) -> Node:
-        node = self.unary()
-        if self.peek() == "^":
-            node = Node("op", self.take(), (node, self.power()))
-        return node
-
-    def unary(self) -> Node:
-        if self.peek() == "-":
-            self.take()
-            return Node("neg", None, (self.unary(),))
-        return self.atom()
-
-    def atom(self) -> Node:
-        token = self.take()
-        if token == "(":
-            node = self.sum()
-            self.take(")")
-            return node
-        if token[0].isdigit():
-            return Node("number", float(token))
-        if token[0].isalpha() or token[0] == "_":
-            if self.peek() == "(":
-                name = token.upper()
-                if name not in FUNCTIONS:
-                    raise MathError(f"The function {token} is not supported by the emulator's "
-                                    f"metric math (supported: {', '.join(FUNCTIONS)}).")
-                self.take("(")
-                args: list[Node] = []
-                if self.peek() != ")":
-                    args.append(self.sum())
-                    while self.peek() == ",":
-                        self.take()
-                        args.append(self.sum())
-                self.take(")")
-                return Node("call", name, tuple(args))
-            return Node("id", token)
-        raise MathError(f"The expression {self.text!r} is not valid: unexpected {token!r}.")
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 200 else text[:200] + "...")
 
 
-def parse(text: str) -> Node:
-    return _Parser(text).parse()
+def parse(text: str) -> Program:
+    """Operator precedence with explicit stacks (``^`` right-associative, unary minus tighter
+    than ``^`` as before); the MathError says what is wrong."""
+    tokens = _tokens(text)
+
+    def bad(why: str) -> MathError:
+        return MathError(f"The expression {_shown(text)} is not valid: {why}.")
+
+    steps: list[Step] = []
+    # operators: ("op", "+"), ("neg", ""), ("group", ""), ("call", NAME)
+    operators: list[tuple[str, str]] = []
+    arguments: list[int] = []  # for each open call: the arguments completed so far
+    operand = True
+
+    def pop_operator() -> None:
+        kind, value = operators.pop()
+        steps.append((kind, value, 1 if kind == "neg" else 2))
+
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        index += 1
+        if operand:
+            if token == "-":
+                operators.append(("neg", ""))
+            elif token == "(":
+                operators.append(("group", ""))
+            elif token[0].isdigit():
+                steps.append(("number", float(token), 0))
+                operand = False
+            elif token[0].isalpha() or token[0] == "_":
+                if index < len(tokens) and tokens[index] == "(":
+                    name = token.upper()
+                    if name not in FUNCTIONS:
+                        raise MathError(f"The function {token} is not supported by the "
+                                        "emulator's metric math (supported: "
+                                        f"{', '.join(FUNCTIONS)}).")
+                    index += 1  # its "("
+                    if index < len(tokens) and tokens[index] == ")":
+                        index += 1
+                        steps.append(("call", name, 0))
+                        operand = False
+                    else:
+                        operators.append(("call", name))
+                        arguments.append(0)
+                else:
+                    steps.append(("id", token, 0))
+                    operand = False
+            else:
+                raise bad(f"unexpected {token!r}")
+        elif token in ("+", "-", "*", "/", "^"):
+            while operators and operators[-1][0] in ("op", "neg") and (
+                    _PRECEDENCE[operators[-1][1] or "neg"] > _PRECEDENCE[token]
+                    or (_PRECEDENCE[operators[-1][1] or "neg"] == _PRECEDENCE[token]
+                        and token != "^")):
+                pop_operator()
+            operators.append(("op", token))
+            operand = True
+        elif token in (")", ","):
+            while operators and operators[-1][0] in ("op", "neg"):
+                pop_operator()
+            if not operators:
+                raise bad(f"unexpected {token!r}")
+            kind, name = operators[-1]
+            if token == ",":
+                if kind != "call":
+                    raise bad("',' outside a function's arguments")
+                arguments[-1] += 1
+                operand = True
+            else:
+                operators.pop()
+                if kind == "call":
+                    steps.append(("call", name, arguments.pop() + 1))
+        else:
+            raise bad(f"unexpected {token!r}")
+    if not tokens:
+        raise bad("it is empty")
+    if operand:
+        raise bad("expected more at its end")
+    while operators:
+        if operators[-1][0] in ("group", "call"):
+            raise bad("expected ')' at its end")
+        pop_operator()
+    return Program(text, tuple(steps))
 
 
-def references(node: Node) -> set[str]:
+def references(program: Program) -> set[str]:
     """The query ids an expression reads (METRICS() reads them all: ``*``)."""
-    if node.kind == "id":
-        return {str(node.value)}
-    if node.kind == "call" and node.value == "METRICS":
-        return {"*"}
-    out: set[str] = set()
-    for arg in node.args:
-        out |= references(arg)
+    out = {str(value) for kind, value, _ in program.steps if kind == "id"}
+    if any(kind == "call" and value == "METRICS" for kind, value, _ in program.steps):
+        out.add("*")
     return out
 
 
@@ -151,14 +165,32 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "^": np.power}
 
 
-def evaluate(node: Node, series: Mapping[str, Series], length: int,
+def evaluate(program: Program, series: Mapping[str, Series], length: int,
              metrics: Sequence[str] | None = None) -> Series:
     """The expression over ``length`` periods; ``series`` holds every query's computed so far,
     ``metrics`` names the MetricStat ones (what METRICS() returns; expressions are not in it,
     as CloudWatch documents)."""
+    names = metrics if metrics is not None else sorted(series)
+    stack: list[Any] = []
     with np.errstate(all="ignore"):
-        result = _evaluate(node, series, length, metrics if metrics is not None else
-                           sorted(series))
+        for kind, value, count in program.steps:
+            if kind == "number":
+                stack.append(np.full(length, value))
+            elif kind == "id":
+                if value not in series:
+                    raise MathError(f"The expression refers to {value}, which is not the Id "
+                                    "of another query of the alarm.")
+                stack.append(series[value])
+            elif kind == "neg":
+                stack.append(-_one(stack.pop(), "-"))
+            elif kind == "op":
+                right, left = _one(stack.pop(), value), _one(stack.pop(), value)
+                stack.append(_BINARY[str(value)](left, right))
+            else:
+                args = stack[len(stack) - count:]
+                del stack[len(stack) - count:]
+                stack.append(_call(str(value), args, series, length, names))
+    result = stack[-1]
     if isinstance(result, list):
         raise MathError("An alarm's expression must give one time series, not METRICS().")
     out = np.asarray(result, dtype=np.float64)
@@ -167,42 +199,35 @@ def evaluate(node: Node, series: Mapping[str, Series], length: int,
     return out
 
 
-def _evaluate(node: Node, series: Mapping[str, Series], length: int,
-              metrics: Sequence[str]) -> Any:
-    if node.kind == "number":
-        return np.full(length, node.value)
-    if node.kind == "id":
-        if node.value not in series:
-            raise MathError(f"The expression refers to {node.value}, which is not the Id of "
-                            "another query of the alarm.")
-        return series[node.value]
-    if node.kind == "neg":
-        return -_evaluate(node.args[0], series, length, metrics)
-    if node.kind == "op":
-        left, right = (_evaluate(a, series, length, metrics) for a in node.args)
-        return _BINARY[str(node.value)](left, right)
-    name = node.value
+def _one(value: Any, where: str) -> Any:
+    if isinstance(value, list):
+        raise MathError(f"METRICS() gives several time series: it can be an argument of SUM, "
+                        f"AVG, MIN or MAX, not of {where}.")
+    return value
+
+
+def _call(name: str, args: list[Any], series: Mapping[str, Series], length: int,
+          metrics: Sequence[str]) -> Any:
     if name == "METRICS":
-        return [series[k] for k in metrics]
+        if args:
+            raise MathError("METRICS() takes no argument in the emulator.")
+        return [series[k] for k in metrics if k in series]
+    if name in ("ABS", "FILL"):
+        _arity(name, args, 1 if name == "ABS" else 2)
+        first = _one(args[0], name)
+        if name == "ABS":
+            return np.abs(first)
+        return np.where(np.isnan(first), _one(args[1], name), first)
     values: list[Any] = []
-    for arg in node.args:
-        value = _evaluate(arg, series, length, metrics)
+    for value in args:
         values.extend(value if isinstance(value, list) else [value])
-    if name == "ABS":
-        _arity(name, values, 1)
-        return np.abs(values[0])
-    if name == "FILL":
-        _arity(name, values, 2)
-        return np.where(np.isnan(values[0]), values[1], values[0])
     if not values:
         raise MathError(f"{name}() needs at least one argument.")
     stacked = np.vstack([np.broadcast_to(v, (length,)) for v in values])
     present = ~np.isnan(stacked)
-    reduce = _REDUCERS[name]
-    with np.errstate(all="ignore"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN period: missing
-            out = reduce(stacked, axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN period: missing
+        out = _REDUCERS[name](stacked, axis=0)
     return np.where(present.any(axis=0), out, np.nan)
 
 

@@ -4,6 +4,13 @@ recorded in the alarm's history as done, with the message it would have publishe
 
 The message is CloudWatch's alarm notification (a JSON document: AlarmName, NewStateValue,
 NewStateReason, StateChangeTime, Trigger, ...) and the subject ``ALARM: "name" in <Region>``.
+
+Publishes run on workers of their own (``WORKERS`` threads), never on the default thread pool
+the CloudWatch routes, the evaluation, saves and model downloads share: an SNS server that
+accepts and never answers holds up its own notifications only. Each publish waits at most
+``CONNECT_TIMEOUT_S`` to connect and ``READ_TIMEOUT_S`` for the answer, once more after a
+failure (botocore's standard retry, 2 attempts); at most ``MAX_WAITING`` publishes wait for a
+worker, and one past that fails at once (its history item says so) [U: the bounds].
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -35,6 +44,12 @@ class AlarmStore(Protocol):
     def get(self, name: str) -> _ConfiguredAlarm | None: ...
 
 log = logging.getLogger(__name__)
+
+WORKERS = 4
+CONNECT_TIMEOUT_S = 2
+READ_TIMEOUT_S = 10
+ATTEMPTS = 2  # one retry
+MAX_WAITING = 1000
 
 # The names AWS writes in "Region" and the subject (the common ones; others: the code) [U]
 REGION_NAMES = {
@@ -102,39 +117,72 @@ class SnsPublisher:
         self.endpoint_url = endpoint_url
         self.store = store
         self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._waiting = 0  # publishes handed to the workers and not finished
 
     def _client(self, region: str) -> Any:
-        client = self._clients.get(region)
-        if client is None:
-            import boto3
+        with self._lock:
+            client = self._clients.get(region)
+            if client is None:
+                import boto3
 
-            session = boto3.session.Session()
-            credentials = {} if session.get_credentials() is not None else {
-                "aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"}
-            # Short timeouts, one retry: an SNS server that is down costs seconds, not minutes
-            config = Config(connect_timeout=2, read_timeout=10,
-                            retries={"max_attempts": 2, "mode": "standard"})
-            client = self._clients[region] = session.client(
-                "sns", endpoint_url=self.endpoint_url, region_name=region, config=config,
-                **credentials)
-        return client
+                session = boto3.session.Session()
+                credentials = {} if session.get_credentials() is not None else {
+                    "aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"}
+                config = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
+                                retries={"max_attempts": ATTEMPTS, "mode": "standard"},
+                                max_pool_connections=WORKERS)
+                client = self._clients[region] = session.client(
+                    "sns", endpoint_url=self.endpoint_url, region_name=region, config=config,
+                    **credentials)
+            return client
+
+    def _workers(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="sns-publish")
+            return self._executor
+
+    def close(self) -> None:
+        """Stop the workers; publishes still waiting are dropped."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def _send(self, region: str, arn: str, subject: str, body: str) -> None:
+        try:
+            self._client(region).publish(TopicArn=arn, Subject=subject, Message=body)
+        finally:
+            with self._lock:
+                self._waiting -= 1
 
     async def publish(self, calls: list[ActionCall]) -> list[str | None]:
-        results: list[str | None] = []
-        for call in calls:
-            subject, body = message(call, self.store)
-            if self.endpoint_url is None:
-                log.info("alarm %s: SNS %s not published (no --sns-endpoint-url): %s",
-                         call.alarm_name, call.arn, subject)
-                results.append(None)
-                continue
-            region = call.arn.split(":")[3]
-            try:
-                await asyncio.to_thread(self._client(region).publish, TopicArn=call.arn,
-                                        Subject=subject, Message=json.dumps(body))
-                results.append(None)
-            except Exception as exc:  # noqa: BLE001 - the history says why it failed
-                log.warning("alarm %s: publishing to %s failed: %s", call.alarm_name, call.arn,
-                            exc)
-                results.append(str(exc))
-        return results
+        return list(await asyncio.gather(*(self._publish_one(call) for call in calls)))
+
+    async def _publish_one(self, call: ActionCall) -> str | None:
+        subject, body = message(call, self.store)
+        if self.endpoint_url is None:
+            log.info("alarm %s: SNS %s not published (no --sns-endpoint-url): %s",
+                     call.alarm_name, call.arn, subject)
+            return None
+        with self._lock:
+            if self._waiting >= MAX_WAITING:
+                full = True
+            else:
+                full, self._waiting = False, self._waiting + 1
+        if full:
+            error = (f"{MAX_WAITING} notifications are already waiting for the SNS server "
+                     f"{self.endpoint_url}; this one was dropped")
+            log.warning("alarm %s: %s", call.alarm_name, error)
+            return error
+        region = call.arn.split(":")[3]
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._workers(), self._send, region, call.arn, subject, json.dumps(body))
+            return None
+        except Exception as exc:  # noqa: BLE001 - the history says why it failed
+            log.warning("alarm %s: publishing to %s failed: %s", call.alarm_name, call.arn,
+                        exc)
+            return str(exc)

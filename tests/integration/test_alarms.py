@@ -291,7 +291,8 @@ def test_describe_filters_and_pages_tags_and_actions(served: EmulatorServer) -> 
 BAD_ALARMS: list[tuple[dict[str, Any], str, str]] = [
     ({"Period": 45}, "InvalidParameterValue", "10, 20, 30 or a multiple of 60"),
     ({"DatapointsToAlarm": 4}, "ValidationError", "DatapointsToAlarm"),
-    ({"Period": 3600, "EvaluationPeriods": 25}, "ValidationError", "86400"),
+    ({"Period": 60, "EvaluationPeriods": 1441}, "ValidationError", "86400"),
+    ({"Period": 3600, "EvaluationPeriods": 169}, "ValidationError", "604800"),
     ({"ComparisonOperator": "LessThanLowerOrGreaterThanUpperThreshold"}, "ValidationError",
      "anomaly detection"),
     ({"ExtendedStatistic": "p99"}, "InvalidParameterCombination", "Statistic"),
