@@ -41,6 +41,7 @@ from harness.deployer import (
     auto_payload,
     entry_model,
 )
+from harness.model_versions import DIGEST_DIGITS
 
 # botocore's sagemaker model: InferenceComponentName's pattern and length, the ranges of
 # ComputeResourceRequirements and InferenceComponentRuntimeConfig.CopyCount.
@@ -163,22 +164,24 @@ def deploy_component(deployer: Deployer, config: DeployConfig,
     with tempfile.TemporaryDirectory(prefix="mme-deploy-") as tmp:
         [artifact] = deployer.package(config.artifacts, Path(tmp))
         created = _Created(deployer)
-        # Under the component's name: two components' tarballs of the same name never clash
-        # (component names are unique in an account and region).
+        # Under the component's name (two components' tarballs of the same name never clash:
+        # component names are unique in an account and region), then the tarball's digest:
+        # a version the component ran before is never overwritten.
+        version = artifact.digest.split(":")[-1][:DIGEST_DIGITS]
         if folder is not None:
-            copied = folder / spec.name / artifact.target_model
+            copied = folder / spec.name / version / artifact.target_model
             if not copied.exists() and not config.dry_run:
                 created.add(f"copied {copied}", lambda: _remove_copy(copied))
             deployer.copy_to_folder([artifact], copied.parent)
             model_data_url = copied.as_uri()
         else:
             assert config.bucket is not None  # _store_folder checked it
-            bucket, key = config.bucket, f"{prefix}{spec.name}/{artifact.target_model}"
+            bucket, key = config.bucket, f"{prefix}{spec.name}/{version}/{artifact.target_model}"
             deployer.ensure_bucket(bucket, config.create_bucket)
             if not config.dry_run and not _object_exists(deployer, bucket, key):
                 created.add(f"uploaded s3://{bucket}/{key}", lambda: deployer._mutate(
                     deployer.clients.s3, "DeleteObject", Bucket=bucket, Key=key))
-            deployer.upload([artifact], bucket, f"{prefix}{spec.name}/")
+            deployer.upload([artifact], bucket, f"{prefix}{spec.name}/{version}/")
             model_data_url = f"s3://{bucket}/{key}"
         try:
             return _deploy(deployer, config, spec, artifact, model_data_url, image, role,
@@ -192,7 +195,8 @@ def deploy_component(deployer: Deployer, config: DeployConfig,
 
 def _remove_copy(copied: Path) -> None:
     copied.unlink(missing_ok=True)
-    for folder in (copied.parent, copied.parent.parent):  # the component's, the endpoint's
+    # the version's folder, the component's, the endpoint's
+    for folder in (copied.parent, copied.parent.parent, copied.parent.parent.parent):
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
 
@@ -244,6 +248,27 @@ def _deploy(deployer: Deployer, config: DeployConfig, spec: ComponentSpec, artif
                               f"{result.smoke[0].detail}")
     _forget_superseded_models(deployer, spec.name, keep=model_name)
     return result
+
+
+def _delete_tarball(deployer: Deployer, url: str, keep: str) -> None:
+    """A superseded model's tarball (``url``), once no kept model names it: only one this
+    deployer put in a version folder of a component (``.../<component>/<digest>/<name>``)."""
+    from urllib.parse import unquote, urlparse
+
+    if url == keep:
+        return
+    parsed = urlparse(url)
+    parts = Path(unquote(parsed.path)).parts
+    if len(parts) < 3 or not re.fullmatch(f"[0-9a-f]{{{DIGEST_DIGITS}}}", parts[-2]):
+        return
+    if parsed.scheme == "file":
+        copied = Path(unquote(parsed.path))
+        if copied.is_file():
+            deployer._say(f"delete {copied}")
+            _remove_copy(copied)
+    elif parsed.scheme == "s3":
+        deployer._mutate(deployer.clients.s3, "DeleteObject", Bucket=parsed.netloc,
+                         Key=parsed.path.lstrip("/"))
 
 
 def _ensure_endpoint(deployer: Deployer, config: DeployConfig, spec: ComponentSpec, role: str,
@@ -432,10 +457,18 @@ def _owned_models(deployer: Deployer, component: str) -> list[str]:
 
 
 def _forget_superseded_models(deployer: Deployer, component: str, keep: str) -> None:
-    """The models earlier runs made for this component, now that it runs ``keep``."""
+    """The models earlier runs made for this component, now that it runs ``keep``, and their
+    tarballs when the kept model does not use the same one."""
+    sm = deployer.clients.sagemaker
+    kept = ((deployer._exists("DescribeModel", ModelName=keep) or {}).get("PrimaryContainer")
+            or {}).get("ModelDataUrl", "")
     for name in _owned_models(deployer, component):
         if name != keep:
-            deployer._mutate(deployer.clients.sagemaker, "DeleteModel", ModelName=name)
+            model = deployer._exists("DescribeModel", ModelName=name) or {}
+            url = (model.get("PrimaryContainer") or {}).get("ModelDataUrl")
+            deployer._mutate(sm, "DeleteModel", ModelName=name)
+            if url:
+                _delete_tarball(deployer, url, kept)
 
 
 def teardown_components(deployer: Deployer, endpoint_name: str, only: str | None,

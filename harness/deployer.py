@@ -48,6 +48,7 @@ from harness.model_store import (
     is_tarball,
     tarball_name,
 )
+from harness.model_versions import ModelStore, resource_base, version_name
 
 if TYPE_CHECKING:
     from harness.component_deployer import ComponentSpec
@@ -361,10 +362,12 @@ class Deployer:
             params["CreateBucketConfiguration"] = {"LocationConstraint": self.clients.region}
         self._mutate(self.clients.s3, "CreateBucket", **params)
 
-    def upload(self, artifacts: Sequence[Artifact], bucket: str, prefix: str) -> None:
-        """Upload what changed; an object whose recorded digest matches is left alone."""
+    def upload(self, artifacts: Sequence[Artifact], bucket: str, prefix: str) -> int:
+        """Upload what changed; an object whose recorded digest matches is left alone.
+        Returns how many were uploaded."""
         from botocore.exceptions import ClientError
 
+        written = 0
         for artifact in artifacts:
             key = prefix + artifact.target_model
             try:
@@ -393,6 +396,8 @@ class Deployer:
                     ExtraArgs={"Metadata": {"sha256": artifact.digest}},
                     Callback=callback,
                 )
+            written += 1
+        return written
 
     def _store_folder(self, config: DeployConfig) -> Path | None:
         """The local folder the tarballs go to, or None for S3 (``config.bucket``)."""
@@ -409,9 +414,11 @@ class Deployer:
             raise DeployError("give --bucket (S3) or --store-dir (a local folder), not both")
         return (config.store_dir.expanduser().resolve() / config.normalized_prefix()).resolve()
 
-    def copy_to_folder(self, artifacts: Sequence[Artifact], folder: Path) -> None:
+    def copy_to_folder(self, artifacts: Sequence[Artifact], folder: Path) -> int:
         """The local twin of ``upload``: each tarball copied whole (a temporary name renamed into
-        place, so the emulator never reads half of one); an equal one is left alone."""
+        place, so the emulator never reads half of one); an equal one is left alone. Returns how
+        many were copied."""
+        written = 0
         for artifact in artifacts:
             destination = folder / artifact.target_model
             if destination.is_file() and file_digest(destination) == artifact.digest:
@@ -425,6 +432,41 @@ class Deployer:
             partial = destination.with_name(f".{destination.name}.partial")
             shutil.copyfile(artifact.path, partial)
             partial.replace(destination)
+            written += 1
+        return written
+
+    def model_store(self, config: DeployConfig) -> ModelStore:
+        """Where this deployment's versions go: a local folder or a bucket and prefix."""
+        folder = self._store_folder(config)
+        if folder is not None:
+            return ModelStore(folder=folder)
+        return ModelStore(bucket=config.bucket, prefix=config.normalized_prefix())
+
+    def put_version(self, config: DeployConfig, store: ModelStore, version: str,
+                    artifacts: Sequence[Artifact]) -> bool:
+        """The tarballs into the version's own folder (prefix); True when this call wrote any
+        (the version is then this run's to delete again if nothing comes to use it)."""
+        if store.folder is not None:
+            return self.copy_to_folder(artifacts, store.folder / version) > 0
+        assert store.bucket is not None
+        self.ensure_bucket(store.bucket, config.create_bucket)
+        return self.upload(artifacts, store.bucket, store.key(version)) > 0
+
+    def delete_version(self, store: ModelStore, version: str) -> None:
+        """One version's tarballs, and the folder that held them once empty."""
+        if store.folder is not None:
+            folder = store.folder / version
+            if not folder.is_dir():
+                return
+            self._say(f"{'would delete' if self._dry_run else 'delete'} {folder}")
+            if self._dry_run:
+                return
+            shutil.rmtree(folder, ignore_errors=True)
+            if store.folder.is_dir() and not any(store.folder.iterdir()):
+                store.folder.rmdir()
+            return
+        assert store.bucket is not None
+        self._delete_objects(store.bucket, store.key(version).rstrip("/"), ())
 
     # -- deploy -------------------------------------------------------------------------------
 
@@ -436,20 +478,14 @@ class Deployer:
 
             return deploy_component(self, config, config.component)
         image, role = self.image_and_role(config)
-        prefix = config.normalized_prefix()
-        folder = self._store_folder(config)
-        if folder is not None:
-            model_data_url = folder.as_uri() + "/"
-        else:
-            model_data_url = f"s3://{config.bucket}/{prefix}"
+        store = self.model_store(config)
         with tempfile.TemporaryDirectory(prefix="mme-deploy-") as tmp:
             artifacts = self.package(config.artifacts, Path(tmp))
-            if folder is not None:
-                self.copy_to_folder(artifacts, folder)
-            else:
-                assert config.bucket is not None  # _store_folder checked it
-                self.ensure_bucket(config.bucket, config.create_bucket)
-                self.upload(artifacts, config.bucket, prefix)
+            # Each version under its own prefix: a config's bytes are never overwritten.
+            version = version_name(config.endpoint_name,
+                                   ((a.target_model, a.digest) for a in artifacts))
+            model_data_url = store.url(version)
+            written = self.put_version(config, store, version, artifacts)
             container: dict[str, Any] = {
                 "Image": image,
                 "Mode": "MultiModel",
@@ -474,9 +510,17 @@ class Deployer:
                 }
             )
             model_name = config_name = _resource_name(config.endpoint_name, digest)
-            self._ensure_model(model_name, container, role)
-            self._ensure_config(config_name, {**variant, "ModelName": model_name})
-            action = self._ensure_endpoint(config, config_name)
+            try:
+                self._ensure_model(model_name, container, role)
+                self._ensure_config(config_name, {**variant, "ModelName": model_name})
+                action = self._ensure_endpoint(config, config_name)
+            except Exception:
+                # A refused call or a rolled-back update: what no config of the endpoint uses
+                # goes again (never while the endpoint is still changing).
+                if not config.dry_run:
+                    self.forget_unused(config.endpoint_name, store,
+                                       [version] if written else [])
+                raise
             result = DeployResult(
                 config.endpoint_name,
                 model_name,
@@ -487,7 +531,7 @@ class Deployer:
             )
             if config.dry_run:
                 return result
-            self._forget_superseded(config.endpoint_name, keep=config_name)
+            self.forget_unused(config.endpoint_name, store)
             if config.smoke:
                 result.smoke = self.smoke(config, artifacts)
                 failed = [s for s in result.smoke if not s.ok]
@@ -648,16 +692,42 @@ class Deployer:
             WaiterConfig={"Delay": config.wait_delay_s, "MaxAttempts": config.wait_max_attempts},
         )
 
-    def _forget_superseded(self, endpoint_name: str, keep: str) -> None:
-        """Delete the models and configs earlier runs made for this endpoint (now unused)."""
+    def forget_unused(self, endpoint_name: str, store: ModelStore,
+                      written: Sequence[str] = ()) -> None:
+        """Delete the configs and models this deployer made for the endpoint that its config no
+        longer uses, then the versions of model data none of the kept models references (and
+        ``written``, versions this run put in the store, unless one does). Nothing while the
+        endpoint is changing (an update, a rollback): its configs may still be needed."""
+        sm = self.clients.sagemaker
+        described = self._exists("DescribeEndpoint", EndpointName=endpoint_name)
+        status = (described or {}).get("EndpointStatus")
+        if described is not None and status not in ("InService", "Failed", "OutOfService"):
+            self._say(f"endpoint {endpoint_name} is {status}: unused configs, models and model "
+                      "data are kept until it is done (the next deployment deletes them)")
+            return
+        in_use = (described or {}).get("EndpointConfigName")
+        kept_models: set[str] = set()
         for name in self._owned(endpoint_name, "ListEndpointConfigs", "EndpointConfigs"):
-            if name != keep:
-                self._mutate(
-                    self.clients.sagemaker, "DeleteEndpointConfig", EndpointConfigName=name
-                )
+            if name == in_use:
+                continue
+            self._mutate(sm, "DeleteEndpointConfig", EndpointConfigName=name)
+        if in_use:
+            used = self._exists("DescribeEndpointConfig", EndpointConfigName=in_use) or {}
+            kept_models = {v["ModelName"] for v in used.get("ProductionVariants", [])
+                           if v.get("ModelName")}
+        kept: set[str | None] = set()
+        dropped: set[str | None] = {store.version_at(store.url(v), endpoint_name)
+                                    for v in written}
         for name in self._owned(endpoint_name, "ListModels", "Models"):
-            if name != keep:
-                self._mutate(self.clients.sagemaker, "DeleteModel", ModelName=name)
+            model = self._exists("DescribeModel", ModelName=name) or {}
+            url = (model.get("PrimaryContainer") or {}).get("ModelDataUrl")
+            if name in kept_models:
+                kept.add(store.version_at(url, endpoint_name))
+                continue
+            dropped.add(store.version_at(url, endpoint_name))
+            self._mutate(sm, "DeleteModel", ModelName=name)
+        for version in sorted(v for v in dropped - kept if v is not None):
+            self.delete_version(store, version)
 
     def _owned(self, endpoint_name: str, operation: str, key: str) -> list[str]:
         base = _resource_base(endpoint_name)
@@ -721,9 +791,11 @@ class Deployer:
         as SageMaker's console does; with ``inference_component`` only that one goes, and the
         endpoint only if no other component is left on it.
 
-        With ``bucket``, also deletes the named TargetModel objects (``artifacts``), or every
-        object under ``prefix`` when none are named; with ``store_dir``, the same of the
-        tarballs copied under ``store_dir/prefix``.
+        Model data goes with the models that referenced it, and only that: the versions (and
+        components' tarballs) the deleted models' ``ModelDataUrl`` name in the store given
+        (``bucket`` and ``prefix``, or ``store_dir``/``prefix``); ``artifacts`` narrows it to
+        those TargetModels. An endpoint this emulator (account) does not have deletes nothing
+        in the store: another server's endpoint of that name may use it.
         """
         from harness.component_deployer import teardown_components
 
@@ -736,18 +808,54 @@ class Deployer:
             # The tarball of the one that went is under its own name (component_deployer).
             assert inference_component is not None
             prefix = f"{(prefix or '').strip('/')}/{inference_component}".strip("/")
-            artifacts = ()
-        else:
-            self._delete_endpoint(endpoint_name, component_models, wait_delay_s)
+            if bucket:
+                self._delete_objects(bucket, prefix, ())
+            if store_dir is not None:
+                self._delete_copies(store_dir.expanduser().resolve() / prefix, ())
+            return
+        urls = self._delete_endpoint(endpoint_name, component_models, wait_delay_s)
+        base = (prefix or "").strip("/")
         if bucket:
-            self._delete_objects(bucket, (prefix or "").strip("/"), artifacts)
-        if store_dir is not None:
-            self._delete_copies(store_dir.expanduser().resolve() / (prefix or "").strip("/"),
-                                artifacts)
+            self._delete_data(ModelStore(bucket=bucket, prefix=f"{base}/" if base else ""),
+                              endpoint_name, urls, artifacts)
+        elif store_dir is not None:
+            self._delete_data(ModelStore(folder=store_dir.expanduser().resolve() / base),
+                              endpoint_name, urls, artifacts)
+
+    def _delete_data(self, store: ModelStore, endpoint_name: str, urls: set[str],
+                     artifacts: Sequence[str]) -> None:
+        """What the deleted models' URLs name in ``store``: a version of the endpoint's model
+        data, or a component's tarball."""
+        for url in sorted(urls):
+            holder = store.within(url)
+            if holder is None:
+                continue
+            version = holder.version_at(url, endpoint_name)
+            if version is not None and not artifacts:
+                self.delete_version(holder, version)
+            elif holder.folder is not None:
+                folder = holder.folder / version if version else holder.folder
+                self._delete_copies(folder, list(artifacts) or (
+                    [] if version else [url.rsplit("/", 1)[-1]]))
+            else:
+                assert holder.bucket is not None
+                key = holder.key(version).rstrip("/") if version else holder.prefix.rstrip("/")
+                self._delete_objects(holder.bucket, key,
+                                     list(artifacts) or ([] if version
+                                                         else [url.rsplit("/", 1)[-1]]))
+        if store.folder is not None and store.folder.is_dir() and not self._dry_run:
+            # The folders emptied (a component's, the store's own): empty ones only.
+            for emptied in sorted((p for p in store.folder.rglob("*") if p.is_dir()),
+                                  reverse=True):
+                if not any(emptied.iterdir()):
+                    emptied.rmdir()
+            if not any(store.folder.iterdir()):
+                store.folder.rmdir()
 
     def _delete_endpoint(self, endpoint_name: str, component_models: set[str],
-                         wait_delay_s: float) -> None:
-        """The endpoint, then its configs, then their models (and ``component_models``)."""
+                         wait_delay_s: float) -> set[str]:
+        """The endpoint, then its configs, then their models (and ``component_models``).
+        Returns the ModelDataUrls of the models deleted."""
         dry_run = self._dry_run
         described = self._exists("DescribeEndpoint", EndpointName=endpoint_name)
         config_names = set(self._owned(endpoint_name, "ListEndpointConfigs", "EndpointConfigs"))
@@ -771,9 +879,16 @@ class Deployer:
             model_names.update(v["ModelName"] for v in config.get("ProductionVariants", [])
                                if v.get("ModelName"))
             self._mutate(self.clients.sagemaker, "DeleteEndpointConfig", EndpointConfigName=name)
+        urls: set[str] = set()
         for name in sorted(model_names):
-            if self._exists("DescribeModel", ModelName=name) is not None:
+            model = self._exists("DescribeModel", ModelName=name)
+            if model is not None:
+                for container in [model.get("PrimaryContainer") or {},
+                                  *model.get("Containers", [])]:
+                    if container.get("ModelDataUrl"):
+                        urls.add(container["ModelDataUrl"])
                 self._mutate(self.clients.sagemaker, "DeleteModel", ModelName=name)
+        return urls
 
     def _delete_copies(self, folder: Path, artifacts: Sequence[str]) -> None:
         """The local twin of ``_delete_objects``: the tarballs ``copy_to_folder`` put there."""
@@ -876,8 +991,7 @@ def _check_name(name: str) -> None:
         )
 
 
-def _resource_base(endpoint_name: str) -> str:
-    return endpoint_name[:54].rstrip("-")
+_resource_base = resource_base
 
 
 def _resource_name(endpoint_name: str, digest: str) -> str:

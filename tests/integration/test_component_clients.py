@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,8 +111,10 @@ def test_mme_deploy_puts_repositories_on_one_endpoint_as_components_then_tears_d
         "NumberOfCpuCoresRequired": 1.0, "MinMemoryRequiredInMb": 512}
     model = sm.describe_model(ModelName=described["Specification"]["ModelName"])
     store = module.root / "store" / "cli-shared"
-    assert model["PrimaryContainer"]["ModelDataUrl"] == (
-        store / "cli-double" / "double.tar.gz").as_uri()
+    # Under the component's name, in a folder named by the tarball's digest.
+    [version] = list((store / "cli-double").iterdir())
+    assert re.fullmatch("[0-9a-f]{12}", version.name)
+    assert model["PrimaryContainer"]["ModelDataUrl"] == (version / "double.tar.gz").as_uri()
     np.testing.assert_allclose(_invoke(module, "cli-shared", "cli-double"), [2, 4, 6, 8])
 
     # The same deployment again changes nothing.

@@ -4,6 +4,7 @@ no flags beyond the endpoint name; the tarballs go to a local folder the emulato
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,11 @@ def test_deploy_local_in_one_command_then_teardown(start_emulator, tmp_path: Pat
     assert deployed.returncode == 0, deployed.stderr + deployed.stdout
     store = home / ".cache" / "sagemaker-mme-emulator-models" / "demo"
     assert "smoke double.tar.gz: ok" in deployed.stdout
-    assert f"ModelDataUrl {store.as_uri()}/; TargetModels: double.tar.gz" in deployed.stdout
+    # Each version in a folder of its own, named by the endpoint and the tarballs' digest.
+    [version] = [p.name for p in store.iterdir()]
+    assert re.fullmatch(r"demo-[0-9a-f]{12}", version)
+    assert f"ModelDataUrl {store.as_uri()}/{version}/; TargetModels: double.tar.gz" in \
+        deployed.stdout
     resp = runtime_client(server.url).invoke_endpoint(
         EndpointName="demo", TargetModel="double.tar.gz", Body=scale_request([1, 2, 3, 4]))
     np.testing.assert_allclose(output_of(resp["Body"].read()), [2, 4, 6, 8])
@@ -43,7 +48,7 @@ def test_deploy_local_in_one_command_then_teardown(start_emulator, tmp_path: Pat
     again = _mme("deploy", "--target", "local", "--endpoint-name", "demo", str(repo),
                  home=home, url=server.url)
     assert again.returncode == 0 and "call " not in again.stdout  # nothing copied or created
-    assert f"unchanged {store / 'double.tar.gz'}" in again.stdout
+    assert f"unchanged {store / version / 'double.tar.gz'}" in again.stdout
 
     gone = _mme("teardown", "--target", "local", "--endpoint-name", "demo",
                 home=home, url=server.url)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import redirect_stdout
@@ -171,7 +172,8 @@ def test_deploy_rerun_update_and_teardown(target: Target, repositories: list[Pat
             ("double.tar.gz", True),
             ("chain.tar.gz", True),
         ]
-        assert first.model_data_url == f"s3://{target.bucket}/{target.prefix}"
+        assert re.fullmatch(rf"s3://{target.bucket}/{target.prefix}{endpoint}-[0-9a-f]{{12}}/",
+                            first.model_data_url)
         np.testing.assert_allclose(_invoke(deployer, endpoint, "double.tar.gz", "X"), [2, 4, 6, 8])
         np.testing.assert_allclose(
             _invoke(deployer, endpoint, "chain.tar.gz", "INPUT"), [10, 20, 30, 40]
