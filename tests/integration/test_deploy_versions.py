@@ -150,7 +150,7 @@ def test_a_rolled_back_canary_leaves_v1_served_on_a_new_instance_and_after_a_res
         server.stop()
 
 
-def test_a_dry_run_after_a_refused_update_plans_the_whole_update(
+def test_a_dry_run_after_a_refused_update_plans_it_and_teardown_spares_another_servers_data(
         start_emulator: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     server = start_emulator()
     store = tmp_path / "store"
@@ -172,3 +172,13 @@ def test_a_dry_run_after_a_refused_update_plans_the_whole_update(
     assert "would copy scale.tar.gz" in planned and "would call sagemaker.UpdateEndpoint" in planned
     assert _factor(server.url)[0] == 2.0
     assert len(list((store / "demo").iterdir())) == 1
+
+    # A teardown pointed at another emulator, which has no endpoint demo, deletes nothing in
+    # the store this one's demo reads; the right one deletes its version and the folder.
+    other = start_emulator()
+    assert mme(["teardown", *common[:6], "--emulator-url", other.url, "--wait-delay", "0.2"]) == 0
+    assert "endpoint demo does not exist" in capsys.readouterr().out
+    assert len(list((store / "demo").iterdir())) == 1
+    assert _factor(server.url)[0] == 2.0
+    assert mme(["teardown", *common[:8], "--wait-delay", "0.2"]) == 0
+    assert not (store / "demo").exists()
