@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 import logging
 import threading
@@ -140,6 +141,10 @@ class AlarmStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Event | None = None
         self._due: dict[str, float] = {}  # next evaluation, real epoch seconds
+        # (due, name) of every metric alarm, soonest first; an entry whose time is no longer
+        # the alarm's in _due (put again, deleted) is skipped when it comes up.
+        self._due_heap: list[tuple[float, str]] = []
+        self._composites: set[str] = set()  # the names of the composite alarms
         self._pending: list[ActionCall] = []  # actions to run in the next round (lock)
         self._save_lock = threading.Lock()
         self._load()
@@ -242,6 +247,13 @@ class AlarmStore:
                             "parse (%s); delete it or put it again", alarm.name, exc)
                 alarm.state, alarm.reason = INSUFFICIENT_DATA, (
                     f"Unchecked: the stored alarm does not parse: {exc}")[:1023]
+        # Their first evaluations spread over the first interval, not all in the first round
+        # (10,000 at once would hold up the server's start by a second or more) [U].
+        now = self.clock.now()
+        for index, alarm in enumerate(sorted(self.alarms.values(), key=lambda a: a.name)):
+            spread = self.clock.real_duration(evaluation_interval(alarm.config)) \
+                if alarm.alarm_type == METRIC_ALARM else 0.0
+            self._schedule(alarm, now + spread * index / max(1, len(self.alarms)))
         for item_id, doc in history:
             try:
                 self.history.append(HistoryItem(**{**doc, "id": item_id}))
@@ -269,6 +281,31 @@ class AlarmStore:
                 self._deleted.clear()
                 self._new_history.clear()
             self.db.write(changed, deleted, history)
+
+    def _schedule(self, alarm: Alarm, due: float) -> None:
+        """When the alarm is evaluated next (a metric alarm); composites are in every round."""
+        if alarm.alarm_type == COMPOSITE_ALARM:
+            self._composites.add(alarm.name)
+            return
+        self._due[alarm.name] = due
+        heapq.heappush(self._due_heap, (due, alarm.name))
+
+    def _take_due(self, now: float, every: bool) -> list[Alarm]:
+        """The metric alarms due now (all of them with ``every``), each scheduled again one
+        interval on (under the lock)."""
+        if every:
+            due = [a for a in self.alarms.values() if a.alarm_type == METRIC_ALARM]
+        else:
+            due = []
+            while self._due_heap and self._due_heap[0][0] <= now:
+                when, name = heapq.heappop(self._due_heap)
+                alarm = self.alarms.get(name)
+                if alarm is not None and self._due.get(name) == when:
+                    due.append(alarm)
+        for alarm in due:
+            self._schedule(alarm, now + self.clock.real_duration(
+                evaluation_interval(alarm.config)))
+        return [a for a in due if a.name in self._compiled]
 
     def compiled(self, name: str) -> Compiled | None:
         """The alarm's parsed rule or expressions; None when it has none that parses."""
@@ -316,7 +353,7 @@ class AlarmStore:
             self._compiled[name] = compiled
             self._dirty.add(name)
             self._deleted.discard(name)
-            self._due[name] = 0.0
+            self._schedule(alarm, 0.0)
             self._wake()
             self._record(alarm, "ConfigurationUpdate", f'Alarm "{name}" '
                          f'{"created" if kind == "Create" else "updated"}',
@@ -335,6 +372,7 @@ class AlarmStore:
             for name in names:
                 alarm = self.alarms.pop(name)
                 self._due.pop(name, None)
+                self._composites.discard(name)
                 self._compiled.pop(name, None)
                 self._dirty.discard(name)
                 self._deleted.add(name)
@@ -544,12 +582,7 @@ class AlarmStore:
         Each alarm on its own: one that fails is recorded on that alarm, the others go on."""
         now = self.clock.now()
         with self.lock:
-            due = [a for a in self.alarms.values() if a.alarm_type == METRIC_ALARM
-                   and a.name in self._compiled
-                   and (every or now >= self._due.get(a.name, 0.0))]
-            for alarm in due:
-                self._due[alarm.name] = now + self.clock.real_duration(
-                    evaluation_interval(alarm.config))
+            due = self._take_due(now, every)
             work = [(a.name, dict(a.config), a.state, self._compiled[a.name]) for a in due]
         outcomes = await asyncio.to_thread(self._evaluate_all, work, now) if work else []
         changed = False
@@ -614,9 +647,9 @@ class AlarmStore:
         changed = False
         for _ in range(MAX_COMPOSITE_DEPTH):
             with self.lock:
-                composites = [(a.name, self._compiled[a.name].rule, a.state)
-                              for a in self.alarms.values() if a.alarm_type == COMPOSITE_ALARM
-                              and a.name in self._compiled]
+                composites = [(name, self._compiled[name].rule, self.alarms[name].state)
+                              for name in sorted(self._composites)
+                              if name in self._compiled and name in self.alarms]
             moved = False
             for name, rule, current in composites:
                 if rule is None:
