@@ -30,6 +30,7 @@ from pathlib import Path
 
 from emulator.settings import DeprecatedVariable
 from harness.component_deployer import ROUTING_STRATEGIES, ComponentSpec, check_component
+from harness.deploy_checks import check_guarded, check_instance_type
 from harness.deployer import (
     DEFAULT_EMULATOR_URL,
     DEFAULT_STORE_DIR,
@@ -322,9 +323,24 @@ def _component_spec(args: argparse.Namespace) -> ComponentSpec | None:
     return ComponentSpec(name=args.inference_component, **chosen)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """BadInput with every flag to fix, before any call: a refusal leaves nothing behind."""
+    problems = []
+    if args.inference_component is None:
+        problems += check_guarded(vars(args), args.instance_count)
+        if args.instance_count < 1:
+            problems.append(f"--instance-count is 1 or more, not {args.instance_count}")
+    type_problem = check_instance_type(args.instance_type)
+    if type_problem:
+        problems.append(type_problem)
+    if problems:
+        raise BadInput("; ".join(problems))
+
+
 def run_deploy(args: argparse.Namespace) -> int:
     def work() -> None:
         component = _component_spec(args)
+        check_flags(args)
         store_dir, prefix = _store(args)
         guarded = _deployment_config(args)
         config = DeployConfig(

@@ -177,6 +177,7 @@ class Clients:
     s3: Any
     region: str
     target: str  # local | aws
+    cloudwatch: Any = None  # the rollback alarms' (checked before a guarded update)
 
 
 def make_clients(
@@ -211,6 +212,7 @@ def make_clients(
         s3=session.client("s3", endpoint_url=s3_endpoint_url, **kwargs),
         region=region,
         target=target,
+        cloudwatch=session.client("cloudwatch", endpoint_url=sm_url, **kwargs),
     )
 
 
@@ -479,6 +481,8 @@ class Deployer:
             return deploy_component(self, config, config.component)
         image, role = self.image_and_role(config)
         store = self.model_store(config)
+        if config.deployment_config:
+            self.check_guarded_update(config)
         with tempfile.TemporaryDirectory(prefix="mme-deploy-") as tmp:
             artifacts = self.package(config.artifacts, Path(tmp))
             # Each version under its own prefix: a config's bytes are never overwritten.
@@ -541,6 +545,28 @@ class Deployer:
                         f"smoke invocation failed for {len(failed)} model(s): {details}"
                     )
         return result
+
+    def check_guarded_update(self, config: DeployConfig) -> None:
+        """Before anything is packaged or created: a guarded update needs an endpoint to update
+        (CreateEndpoint takes no DeploymentConfig) and rollback alarms that exist."""
+        name = config.endpoint_name
+        if self._exists("DescribeEndpoint", EndpointName=name) is None:
+            raise BadInput(f"endpoint {name} does not exist yet: a guarded update (--traffic) "
+                           "shifts traffic from its running fleet to the new one, and "
+                           "CreateEndpoint takes no DeploymentConfig; deploy it without "
+                           "--traffic first, then the next version with it")
+        alarms = [a["AlarmName"] for a in (config.deployment_config or {}).get(
+            "AutoRollbackConfiguration", {}).get("Alarms", [])]
+        if alarms and self.clients.cloudwatch is not None:
+            found = self._read(self.clients.cloudwatch, "DescribeAlarms", AlarmNames=alarms)
+            known = {a["AlarmName"] for a in found.get("MetricAlarms", [])
+                     + found.get("CompositeAlarms", [])}
+            missing = [a for a in alarms if a not in known]
+            if missing:
+                raise BadInput(
+                    f"rollback alarm(s) {', '.join(missing)} do not exist: create them first "
+                    f"(mme alarm put --target {self.clients.target} --name {missing[0]} "
+                    f"--endpoint-name {name} --metric Invocation5XXErrors --threshold 0)")
 
     def image_and_role(self, config: DeployConfig) -> tuple[str, str]:
         """The container image and the execution role of a deployment (a made-up role locally)."""
@@ -605,9 +631,6 @@ class Deployer:
                 self._wait_deleted(config, name)
             current, action = None, "recreated"
         if current is None:
-            if config.deployment_config:
-                self._say(f"endpoint {name} does not exist yet: it is created; the guarded "
-                          "update (DeploymentConfig) applies to the next deployment")
             self._mutate(
                 self.clients.sagemaker,
                 "CreateEndpoint",

@@ -391,9 +391,16 @@ def test_mme_deploy_runs_a_guarded_update_and_exits_3_on_a_rollback(
     def repo(factor: float) -> str:
         return str(write_scale_model(tmp_path / f"x{factor:g}", "scale", factor))
 
-    assert mme(["deploy", *common, *guarded, repo(2)]) == 0
-    assert "the guarded update (DeploymentConfig) applies to the next deployment" in \
-        capsys.readouterr().out
+    # A first deployment has no fleet to shift traffic from: refused, nothing left behind.
+    assert mme(["deploy", *common, *guarded, repo(2)]) == 2
+    assert "deploy it without --traffic first" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+    assert mme(["deploy", *common, repo(2)]) == 0
+    # A rollback alarm that does not exist: refused before anything is copied or created.
+    assert mme(["deploy", *common, *guarded, "--rollback-alarm", "no-such-alarm", repo(3)]) == 2
+    assert "rollback alarm(s) no-such-alarm do not exist: create them first (mme alarm put" \
+        in capsys.readouterr().err
+    assert len(list((tmp_path / "s" / "demo").iterdir())) == 1
     assert mme(["deploy", *common, *guarded, "--rollback-alarm", "ci-health", repo(3)]) == 0
     out = capsys.readouterr().out
     assert '"DeploymentConfig": {"AutoRollbackConfiguration"' in out
