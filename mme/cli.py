@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES = (
     "ensembles.cli",
     "harness.cli",
     "harness.deploy_cli",
+    "harness.alarm_cli",
     "mme.ci.cli",
     "mme.plan",
 )
