@@ -4,6 +4,7 @@
     mme alarm put --target local --name demo-errors --endpoint-name demo \\
         --metric Invocation5XXErrors --statistic Sum --threshold 0
     mme alarm list --target local
+    mme alarm set-state --target local --name demo-errors --state ALARM   # rolls back now
     mme alarm delete --target local demo-errors
 
 ``put`` is PutMetricAlarm: with ``--endpoint-name`` the metric is the endpoint's own
@@ -88,6 +89,15 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     _common(listed)
     listed.add_argument("--name-prefix", default=None)
     listed.set_defaults(func=run_list)
+
+    state = commands.add_parser(
+        "set-state", help="set an alarm's state (SetAlarmState): ALARM rolls back the guarded "
+        "update it guards")
+    _common(state)
+    state.add_argument("--name", required=True)
+    state.add_argument("--state", choices=("ALARM", "OK", "INSUFFICIENT_DATA"), required=True)
+    state.add_argument("--reason", default="set by hand (mme alarm set-state)")
+    state.set_defaults(func=run_set_state)
 
     delete = commands.add_parser("delete", help="delete alarms (DeleteAlarms)")
     _common(delete)
@@ -174,6 +184,15 @@ def run_list(args: argparse.Namespace) -> int:
                       f"{alarm.get('Namespace', '')} {alarm.get('MetricName', '')} ({dims}) "
                       f"{alarm.get('Statistic', '')} {alarm.get('ComparisonOperator', '')} "
                       f"{alarm.get('Threshold', 0):g}")
+
+    return _run(args, work)
+
+
+def run_set_state(args: argparse.Namespace) -> int:
+    def work(cloudwatch: Any) -> None:
+        cloudwatch.set_alarm_state(AlarmName=args.name, StateValue=args.state,
+                                   StateReason=args.reason)
+        print(f"alarm {args.name}: {args.state}")
 
     return _run(args, work)
 

@@ -35,6 +35,7 @@ from harness.deployer import (
     Deployer,
     DeployError,
     DeployResult,
+    Interrupted,
     SmokeResult,
     _digest,
     _resource_name,
@@ -186,8 +187,15 @@ def deploy_component(deployer: Deployer, config: DeployConfig,
         try:
             return _deploy(deployer, config, spec, artifact, model_data_url, image, role,
                            created)
+        except Interrupted:
+            raise  # what was asked goes on in the endpoint: nothing is undone
         except BaseException as exc:
             left = created.roll_back()
+            if isinstance(exc, KeyboardInterrupt):
+                raise Interrupted(
+                    f"endpoint {config.endpoint_name} and component {spec.name} were not "
+                    "changed; " + (f"rolling back left {'; '.join(left)}" if left
+                                   else "nothing this run made is left"), "nothing") from None
             if left and isinstance(exc, DeployError):
                 raise DeployError(f"{exc}; rolling back left {'; '.join(left)}") from exc
             raise
@@ -239,10 +247,23 @@ def _deploy(deployer: Deployer, config: DeployConfig, spec: ComponentSpec, artif
     if config.dry_run:
         deployer._say(f"would wait for inference component {spec.name} to be InService")
         return result
-    described = wait_for_component(deployer, spec.name, config.wait_delay_s,
-                                   config.wait_max_attempts)
+    try:
+        described = wait_for_component(deployer, spec.name, config.wait_delay_s,
+                                       config.wait_max_attempts)
+    except KeyboardInterrupt:
+        kind = {"created": "component-create", "updated": "component-update"}.get(action,
+                                                                                 "done")
+        doing = {"component-create": "creation", "component-update": "update"}.get(kind)
+        raise Interrupted(
+            f"stopped following; the {doing} of inference component {spec.name} continues in "
+            f"endpoint {config.endpoint_name}" if doing else
+            f"inference component {spec.name} was not changed", kind) from None
     if config.smoke:
-        result.smoke = [_smoke(deployer, config, spec, artifact, described)]
+        try:
+            result.smoke = [_smoke(deployer, config, spec, artifact, described)]
+        except KeyboardInterrupt:
+            raise Interrupted(f"inference component {spec.name} is InService; the smoke "
+                              "invocation was stopped", "done") from None
         if not result.smoke[0].ok:
             raise DeployError(f"smoke invocation of inference component {spec.name} failed: "
                               f"{result.smoke[0].detail}")
@@ -328,8 +349,13 @@ def _ensure_endpoint(deployer: Deployer, config: DeployConfig, spec: ComponentSp
     created.add(f"endpoint {name}", delete_endpoint)
     if config.dry_run:
         deployer._say(f"would wait for endpoint {name} to be InService")
-    else:
+        return config_name
+    try:
         deployer._wait(config, name)
+    except KeyboardInterrupt:
+        raise Interrupted(f"stopped following; the creation of endpoint {name} continues; "
+                          f"inference component {spec.name} is not created yet",
+                          "endpoint-create") from None
     return config_name
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +41,7 @@ from harness.deployer import (
     DeployConfig,
     Deployer,
     DeployError,
+    Interrupted,
     RolledBack,
     deployment_config,
     make_clients,
@@ -47,6 +49,7 @@ from harness.deployer import (
 
 EXIT_ROLLED_BACK = 3
 EXIT_BAD_INPUT = 2  # argparse's own code for a bad flag
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -106,9 +109,15 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     )
     deploy.add_argument(
         "artifacts",
-        nargs="+",
+        nargs="*",
         type=Path,
         help="Triton model repositories, model folders or .tar.gz files",
+    )
+    deploy.add_argument(
+        "--follow",
+        action="store_true",
+        help="deploy nothing: follow what the endpoint (or --inference-component) is doing "
+        "until it is done, as a deployment does (after Ctrl-C stopped one)",
     )
     _common(deploy)
     deploy.add_argument(
@@ -337,7 +346,74 @@ def check_flags(args: argparse.Namespace) -> None:
         raise BadInput("; ".join(problems))
 
 
+def _base_command(args: argparse.Namespace, command: str = "deploy") -> str:
+    """``mme <command>`` with the flags that name this endpoint on this target."""
+    parts = ["mme", command, "--target", args.target, "--endpoint-name", args.endpoint_name]
+    for flag in ("emulator_url", "region", "profile"):
+        if getattr(args, flag, None):
+            parts += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def interrupted_lines(args: argparse.Namespace, exc: Interrupted) -> list[str]:
+    """What Ctrl-C left: the sentence, the command that follows it, the one that stops it."""
+    base = _base_command(args)
+    component = getattr(args, "inference_component", None)
+    named = f" --inference-component {shlex.quote(component)}" if component else ""
+    lines = [f"interrupted: {exc}"]
+    if exc.kind in ("nothing", "done"):
+        return lines
+    lines.append(f"  follow it:    {base}{named} --follow")
+    teardown = _base_command(args, "teardown")
+    if exc.kind == "guarded" and exc.alarms:
+        target = f"--target {args.target}" + (
+            f" --emulator-url {shlex.quote(args.emulator_url)}" if args.emulator_url else "")
+        lines.append(f"  roll it back: mme alarm set-state {target} --name "
+                     f"{shlex.quote(exc.alarms[0])} --state ALARM   (its rollback alarm)")
+    elif exc.kind in ("guarded", "update", "component-update"):
+        lines.append("  to undo it:   an update without a rollback alarm cannot be stopped "
+                     "(SageMaker has no call for it); once it is done, deploy the previous "
+                     "version again")
+    elif exc.kind == "component-create":
+        lines.append(f"  remove it:    {teardown}{named}")
+    else:  # create, endpoint-create
+        lines.append(f"  remove it:    {teardown}")
+    return lines
+
+
+def run_follow(args: argparse.Namespace) -> int:
+    """``mme deploy --follow``: follow the endpoint (or component) until it is done."""
+    from harness.component_deployer import wait_for_component
+
+    def work() -> None:
+        if args.artifacts:
+            raise BadInput("--follow deploys nothing: leave out the artifacts")
+        store_dir, prefix = _store(args)
+        config = DeployConfig(endpoint_name=args.endpoint_name, artifacts=[],
+                              bucket=args.bucket, prefix=prefix, store_dir=store_dir,
+                              wait_delay_s=_delay(args))
+        deployer = _deployer(args)
+        if args.inference_component:
+            described = wait_for_component(deployer, args.inference_component,
+                                           config.wait_delay_s, config.wait_max_attempts * 10)
+            print(f"inference component {args.inference_component}: "
+                  f"{described['InferenceComponentStatus']}")
+            return
+        described = deployer.follow_existing(config)
+        print(f"endpoint {args.endpoint_name}: {described['EndpointStatus']} on "
+              f"{described.get('EndpointConfigName')}")
+
+    return _run(work, args)
+
+
 def run_deploy(args: argparse.Namespace) -> int:
+    if args.follow:
+        return run_follow(args)
+    if not args.artifacts:
+        print("error: give the model repositories, model folders or tarballs to deploy (or "
+              "--follow to follow what the endpoint is doing)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
     def work() -> None:
         component = _component_spec(args)
         check_flags(args)
@@ -378,7 +454,7 @@ def run_deploy(args: argparse.Namespace) -> int:
             f"{result.model_data_url}; TargetModels: {targets}"
         )
 
-    return _run(work)
+    return _run(work, args)
 
 
 def run_teardown(args: argparse.Namespace) -> int:
@@ -398,11 +474,21 @@ def run_teardown(args: argparse.Namespace) -> int:
     return _run(work)
 
 
-def _run(work: Callable[[], None]) -> int:
+def _run(work: Callable[[], None], args: argparse.Namespace | None = None) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         work()
+    except Interrupted as exc:
+        for line in (interrupted_lines(args, exc) if args is not None
+                     else [f"interrupted: {exc}"]):
+            print(line, file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print("interrupted: nothing was asked of the endpoint yet" if args is not None else
+              "interrupted: the teardown stopped where it was; run it again to finish",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     except RolledBack as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ROLLED_BACK

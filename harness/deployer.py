@@ -101,6 +101,20 @@ class BadInput(DeployError):
     together); found before any call. ``mme deploy`` exits with 2 for it, as for a bad flag."""
 
 
+class Interrupted(DeployError):
+    """Ctrl-C: the command stopped following, and says what goes on without it. ``kind`` is
+    what the endpoint (or component) is doing: ``nothing`` (no change was asked of it), ``done``
+    (the change is done; the smoke calls stopped), ``create``, ``update``, ``guarded`` (an update
+    with a DeploymentConfig; ``alarms`` roll it back), ``component-create``,
+    ``component-update``, ``endpoint-create`` (an endpoint for a component, not yet made).
+    ``mme deploy`` exits 130 for it, as a shell does for Ctrl-C."""
+
+    def __init__(self, message: str, kind: str, alarms: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.alarms = list(alarms)
+
+
 class RolledBack(DeployError):
     """The update was rolled back (an alarm, a timeout, a new fleet that did not start): the
     endpoint serves its previous config. ``mme deploy`` exits with 3 for it."""
@@ -290,6 +304,7 @@ class Deployer:
         self.out = out or sys.stdout
         self.progress = progress
         self._dry_run = False
+        self._asked: str | None = None  # the change asked of the endpoint by this run
 
     # -- the calls, printed -------------------------------------------------------------------
 
@@ -514,10 +529,14 @@ class Deployer:
                 }
             )
             model_name = config_name = _resource_name(config.endpoint_name, digest)
+            self._asked = None
             try:
                 self._ensure_model(model_name, container, role)
                 self._ensure_config(config_name, {**variant, "ModelName": model_name})
                 action = self._ensure_endpoint(config, config_name)
+            except KeyboardInterrupt:
+                raise self._interrupted(config, config_name, store,
+                                        [version] if written else []) from None
             except Exception:
                 # A refused call or a rolled-back update: what no config of the endpoint uses
                 # goes again (never while the endpoint is still changing).
@@ -537,7 +556,12 @@ class Deployer:
                 return result
             self.forget_unused(config.endpoint_name, store)
             if config.smoke:
-                result.smoke = self.smoke(config, artifacts)
+                try:
+                    result.smoke = self.smoke(config, artifacts)
+                except KeyboardInterrupt:
+                    raise Interrupted(f"endpoint {config.endpoint_name} is InService on "
+                                      f"{config_name}; the smoke invocations were stopped",
+                                      "done") from None
                 failed = [s for s in result.smoke if not s.ok]
                 if failed:
                     details = "; ".join(f"{s.target_model}: {s.detail}" for s in failed)
@@ -545,6 +569,21 @@ class Deployer:
                         f"smoke invocation failed for {len(failed)} model(s): {details}"
                     )
         return result
+
+    def _interrupted(self, config: DeployConfig, config_name: str, store: ModelStore,
+                     written: Sequence[str]) -> Interrupted:
+        """What a Ctrl-C leaves: a change asked of the endpoint goes on there (SageMaker runs
+        it, not this command); before one, what this run made and nothing uses is deleted."""
+        name = config.endpoint_name
+        if self._asked is None:
+            self.forget_unused(name, store, written)
+            return Interrupted(f"endpoint {name} was not changed; nothing this run made is "
+                               "left", "nothing")
+        alarms = [a["AlarmName"] for a in (config.deployment_config or {}).get(
+            "AutoRollbackConfiguration", {}).get("Alarms", [])]
+        doing = {"create": "creation", "update": "update", "guarded": "guarded update"}
+        return Interrupted(f"stopped following; the {doing[self._asked]} of endpoint {name} "
+                           f"to {config_name} continues in the endpoint", self._asked, alarms)
 
     def check_guarded_update(self, config: DeployConfig) -> None:
         """Before anything is packaged or created: a guarded update needs an endpoint to update
@@ -637,6 +676,7 @@ class Deployer:
                 EndpointName=name,
                 EndpointConfigName=config_name,
             )
+            self._asked = "create"
         elif current.get("EndpointConfigName") == config_name:
             self._say(f"unchanged endpoint {name} (config {config_name})")
             return "unchanged"
@@ -650,6 +690,7 @@ class Deployer:
                 EndpointConfigName=config_name,
                 **guarded,
             )
+            self._asked = "guarded" if guarded else "update"
             action = "updated"
         if config.dry_run:
             self._say(f"would wait for endpoint {name} to be InService")
@@ -665,6 +706,23 @@ class Deployer:
                 f"{described.get('FailureReason', 'no reason given')}"
             )
         return action
+
+    def follow_existing(self, config: DeployConfig) -> dict[str, Any]:
+        """``mme deploy --follow``: what the endpoint is doing, followed until it is steady, as
+        a deployment follows its own; RolledBack when its update was rolled back. Then the
+        clean-up a finished deployment does (configs, models, versions no config uses)."""
+        self._dry_run = False
+        name = config.endpoint_name
+        if self._exists("DescribeEndpoint", EndpointName=name) is None:
+            raise DeployError(f"endpoint {name} does not exist here: check --endpoint-name and "
+                              "--target (--emulator-url)")
+        described = self.follow(config, name)
+        if config.store_dir is not None or config.bucket:
+            self.forget_unused(name, self.model_store(config))
+        if described.get("FailureReason"):
+            raise RolledBack(f"the last update of endpoint {name} was rolled back: "
+                             f"{described['FailureReason']}")
+        return described
 
     def follow(self, config: DeployConfig, name: str) -> dict[str, Any]:
         """Poll DescribeEndpoint until the update ends, saying each step as it changes: the new
