@@ -93,6 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+_STOPPED = "what it started was stopped"
+_INTERRUPTED = {
+    "plan": "the measurements stopped (what it started was stopped); no prediction or report "
+            "was written",
+    "ci": "what it started was stopped (`mme ci down` stops an emulator `mme ci up` left)",
+}
+
+
 def _stop_on_sigterm(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -104,7 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A SIGTERM (a CI timeout, ``kill``) unwinds like Ctrl-C: the commands' cleanup stops
         # the servers, relays and Tritons they started. Python's default would just exit.
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        # The command's own cleanup ran while unwinding (servers, Tritons and relays it
+        # started are stopped); one line instead of a traceback, and the shell's code.
+        print(f"mme {args.command}: interrupted; {_INTERRUPTED.get(args.command, _STOPPED)}",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -242,6 +242,7 @@ def run_down(args: argparse.Namespace, stderr: TextIO | None = None) -> int:
             report.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(state.log_path, report / "server.log")
             print(f"mme ci down: kept the last server log in {report / 'server.log'}", file=err)
+        state.remove()
         return 0
     problems: list[str] = []
     live = LiveData()
@@ -286,6 +287,7 @@ def run_down(args: argparse.Namespace, stderr: TextIO | None = None) -> int:
     if code:
         print(f"mme ci down: the last lines of the server's log ({state.log_path}):\n"
               f"{log_tail(state.log_path)}", file=err)
+    state.remove()  # what was worth keeping is in the report; nothing is left behind
     return code
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import warnings
 from collections.abc import Mapping
@@ -110,6 +111,10 @@ class StateDir:
 
     def forget(self) -> None:
         self.record_path.unlink(missing_ok=True)
+
+    def remove(self) -> None:
+        """``mme ci down`` is done with it (the report holds what was worth keeping)."""
+        shutil.rmtree(self.path, ignore_errors=True)
 
     def alive(self, record: ServerRecord) -> bool:
         return process_start_ticks(record.pid) == record.start_ticks

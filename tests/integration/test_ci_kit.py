@@ -269,6 +269,7 @@ def test_the_action_steps_on_a_github_runner(runner: Runner) -> None:
     assert down.returncode == 0, down.stderr
     assert "stopped cleanly" in down.stderr
     assert processes_under(runner.temp) == [] and tree(record["pid"]) == []
+    assert not (runner.temp / "mme-ci").exists()  # its state folder: nothing is left behind
 
     report = runner.workspace / "mme-report"
     assert "ready on" in (report / "server.log").read_text()
@@ -341,6 +342,7 @@ def test_up_with_a_bad_model_store_fails_with_the_servers_reason(runner: Runner)
     down = runner.step(sys.executable, "-m", "mme", "ci", "down", "--report", "mme-report")
     assert down.returncode == 0 and "no emulator started by mme ci up is running" in down.stderr
     assert "no-such-folder" in (runner.workspace / "mme-report" / "server.log").read_text()
+    assert not (runner.temp / "mme-ci").exists()
 
 
 def test_up_with_a_server_that_never_serves_gives_up_and_stops_it(runner: Runner) -> None:

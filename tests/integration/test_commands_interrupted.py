@@ -1,0 +1,45 @@
+"""Ctrl-C in ``mme plan`` (and any other command without its own words for it): one line
+saying what stopped, exit 130, no traceback, and nothing it started left running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mme.ci.processes import running, tree
+from tests import support
+from tests.support import package, write_scale_model
+
+pytestmark = pytest.mark.slow
+
+
+def test_ctrl_c_while_mme_plan_measures_stops_it_and_what_it_started(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    gate = tmp_path / "never"  # the model's load waits for it: the measurement is under way
+    package(write_scale_model(tmp_path / "repo", "slow", 2.0, load_gate=str(gate)),
+            store / "slow.tar.gz", "folder")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MME_")}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "mme", "plan", "--model-data", str(store),
+         "--instance-type", "ml.m5.large",
+         "--json", str(tmp_path / "plan.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True, env=env, cwd=tmp_path)
+    def still_going() -> None:
+        if run.poll() is not None:
+            raise AssertionError(f"mme plan exited early: {run.communicate()}")
+
+    started = support.wait_for(lambda: (lambda t: t if len(t) > 1 else None)(tree(run.pid)),
+                               120, "mme plan's Triton", still_going=still_going)
+    os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 130, err
+    assert "Traceback" not in err
+    assert "mme plan: interrupted; the measurements stopped" in err
+    assert not (tmp_path / "plan.json").exists()
+    support.wait_for(lambda: running(started) == [], 30, "what mme plan started, stopped")
