@@ -43,6 +43,7 @@ from harness.deployer import (
     entry_model,
 )
 from harness.model_versions import DIGEST_DIGITS
+from harness.scaling_teardown import delete_scaling
 
 # botocore's sagemaker model: InferenceComponentName's pattern and length, the ranges of
 # ComputeResourceRequirements and InferenceComponentRuntimeConfig.CopyCount.
@@ -520,6 +521,7 @@ def teardown_components(deployer: Deployer, endpoint_name: str, only: str | None
         model = (described.get("Specification") or {}).get("ModelName")
         models.update([model] if model else [])
         models.update(_owned_models(deployer, name))
+        delete_scaling(deployer, [f"inference-component/{name}"])
         deployer._mutate(sm, "DeleteInferenceComponent", InferenceComponentName=name)
         if not deployer._dry_run:
             wait_for_component_deleted(deployer, name, wait_delay_s)

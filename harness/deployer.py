@@ -192,6 +192,7 @@ class Clients:
     region: str
     target: str  # local | aws
     cloudwatch: Any = None  # the rollback alarms' (checked before a guarded update)
+    autoscaling: Any = None  # Application Auto Scaling: what a teardown deregisters
 
 
 def make_clients(
@@ -227,6 +228,7 @@ def make_clients(
         region=region,
         target=target,
         cloudwatch=session.client("cloudwatch", endpoint_url=sm_url, **kwargs),
+        autoscaling=session.client("application-autoscaling", endpoint_url=sm_url, **kwargs),
     )
 
 
@@ -943,6 +945,10 @@ class Deployer:
         if described is not None:
             if described.get("EndpointConfigName"):
                 config_names.add(described["EndpointConfigName"])
+            from harness.scaling_teardown import delete_scaling
+
+            delete_scaling(self, [f"endpoint/{endpoint_name}/variant/{v['VariantName']}"
+                                  for v in described.get("ProductionVariants") or []])
             self._mutate(self.clients.sagemaker, "DeleteEndpoint", EndpointName=endpoint_name)
             if not dry_run:
                 self.clients.sagemaker.get_waiter("endpoint_deleted").wait(

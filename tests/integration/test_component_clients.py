@@ -154,6 +154,47 @@ def test_mme_deploy_puts_repositories_on_one_endpoint_as_components_then_tears_d
     assert not store.exists()
 
 
+def test_teardown_of_a_component_deletes_its_scaling_target_policies_and_alarm(
+        module: Module, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = module.mme(
+        capsys, "deploy", "--endpoint-name", "cli-scaled", "--inference-component",
+        "cli-scaled-ic", "--instance-type", "ml.g5.12xlarge", str(module.repos / "double"))
+    assert code == 0, err + out
+    # The user's scale to zero and back: a target, a target tracking and a step policy, and
+    # the step policy's alarm.
+    asg, cw = module.client("application-autoscaling"), module.client("cloudwatch")
+    key = {"ServiceNamespace": "sagemaker", "ResourceId": "inference-component/cli-scaled-ic",
+           "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount"}
+    asg.register_scalable_target(**key, MinCapacity=0, MaxCapacity=2)
+    asg.put_scaling_policy(**key, PolicyName="per-copy", PolicyType="TargetTrackingScaling",
+                           TargetTrackingScalingPolicyConfiguration={
+                               "TargetValue": 5.0, "PredefinedMetricSpecification": {
+                                   "PredefinedMetricType":
+                                       "SageMakerInferenceComponentInvocationsPerCopy"}})
+    step = asg.put_scaling_policy(
+        **key, PolicyName="from-zero", PolicyType="StepScaling",
+        StepScalingPolicyConfiguration={
+            "AdjustmentType": "ChangeInCapacity", "StepAdjustments": [
+                {"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]})["PolicyARN"]
+    cw.put_metric_alarm(
+        AlarmName="cli-scaled-ic-no-capacity", Namespace="AWS/SageMaker",
+        MetricName="NoCapacityInvocationFailures", Statistic="Maximum", Period=60,
+        EvaluationPeriods=1, Threshold=1, ComparisonOperator="GreaterThanOrEqualToThreshold",
+        Dimensions=[{"Name": "InferenceComponentName", "Value": "cli-scaled-ic"}],
+        AlarmActions=[step])
+
+    code, out, err = module.mme(capsys, "teardown", "--endpoint-name", "cli-scaled",
+                                "--inference-component", "cli-scaled-ic")
+    assert code == 0, err + out
+    assert asg.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[
+        key["ResourceId"]])["ScalableTargets"] == []
+    assert asg.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=key[
+        "ResourceId"])["ScalingPolicies"] == []
+    alarms = [a["AlarmName"] for a in cw.describe_alarms()["MetricAlarms"]]
+    assert not [a for a in alarms if "cli-scaled-ic" in a], alarms
+    assert _names(module, "cli-scaled")["endpoints"] == []
+
+
 def test_a_refused_component_leaves_nothing_of_the_run_behind(
         module: Module, capsys: pytest.CaptureFixture[str]) -> None:
     # 64 cores cannot fit one ml.g5.xlarge (4 vCPUs): CreateInferenceComponent is refused
