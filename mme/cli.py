@@ -76,7 +76,14 @@ def run_serve(args: argparse.Namespace,
         print(f"mme serve: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
-    return serve(settings, sys.stderr, prepare_app=prepare_app)
+    from mme.store_folders import StoreMistake, served_store
+
+    try:
+        with served_store(settings, sys.stderr) as served:  # model folders: served packaged
+            return serve(served, sys.stderr, prepare_app=prepare_app)
+    except StoreMistake as exc:
+        print(f"mme serve: {exc}", file=sys.stderr)
+        return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
