@@ -154,6 +154,28 @@ def test_mme_deploy_puts_repositories_on_one_endpoint_as_components_then_tears_d
     assert not store.exists()
 
 
+def test_an_update_of_a_component_puts_its_tarball_beside_the_old_one_then_deletes_that(
+        module: Module, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    deploy = ["deploy", "--endpoint-name", "cli-versions", "--inference-component",
+              "cli-versions-ic", "--instance-type", "ml.g5.12xlarge"]
+    code, out, err = module.mme(capsys, *deploy, str(module.repos / "double"))
+    assert code == 0, err + out
+    folder = module.root / "store" / "cli-versions" / "cli-versions-ic"
+    [v1] = list(folder.iterdir())
+    triple = tmp_path / "v2" / "double"
+    write_scale_model(triple, "double", scale=3.0)
+    code, out, err = module.mme(capsys, *deploy, str(triple))
+    assert code == 0, err + out
+    assert f"copy double.tar.gz to {folder}/" in out and str(v1) not in out.split("smoke")[0]
+    [v2] = list(folder.iterdir())  # the old version went once the new one served
+    assert v2 != v1 and f"delete {v1 / 'double.tar.gz'}" in out
+    np.testing.assert_allclose(_invoke(module, "cli-versions", "cli-versions-ic"),
+                               [3, 6, 9, 12])
+    code, out, err = module.mme(capsys, "teardown", "--endpoint-name", "cli-versions")
+    assert code == 0, err + out
+    assert not (module.root / "store" / "cli-versions").exists()
+
+
 def test_teardown_of_a_component_deletes_its_scaling_target_policies_and_alarm(
         module: Module, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = module.mme(
