@@ -35,7 +35,12 @@ wrk:
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[$(EXTRAS)]'
+	@echo "make setup: installing sagemaker-mme-emulator[$(EXTRAS)] into $(VENV): about 3.5 GB," \
+	      "most of it the CUDA wheels torch pulls in even on a machine without a GPU; several" \
+	      "minutes on a fresh machine (pip's progress follows)"
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on \
+		-e '.[$(EXTRAS)]' | grep --line-buffered -E '^ *(Collecting|Downloading|Installing|Successfully)' ; \
+		exit $${PIPESTATUS[0]}
 	@rm -f $(VENV)/.installed-* && touch $@
 
 demo: $(STAMP)
