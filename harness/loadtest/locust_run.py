@@ -377,12 +377,33 @@ async def _wait(process: asyncio.subprocess.Process, interrupt: asyncio.Event | 
     await waiting
 
 
+LOCUST_MASTER_PORT = 5557
+
+
 def worker_main(master_host: str, master_port: int | None, processes: int | None) -> int:
-    """``mme loadtest --worker``: Locust's worker in the foreground, its exit code returned."""
+    """``mme loadtest --worker``: Locust's worker in the foreground, its exit code returned.
+    It says where it connects first, and whether a master answers there yet: Locust's worker
+    itself prints nothing until the master sends it a plan."""
+    import socket
     import subprocess
 
+    port = master_port or LOCUST_MASTER_PORT
+    where = f"{master_host}:{port}"
+    print(f"mme loadtest --worker: a Locust worker for the master at {where}; it runs the "
+          "master's plan and reports to it (this terminal stays quiet while it does). Ctrl-C "
+          "stops it.", file=sys.stderr, flush=True)
+    try:
+        with socket.create_connection((master_host, port), timeout=2):
+            pass
+        print(f"mme loadtest --worker: the master at {where} answers; waiting for its plan",
+              file=sys.stderr, flush=True)
+    except OSError as exc:
+        print(f"mme loadtest --worker: no master answers at {where} yet ({exc}); the worker "
+              "waits for one: start `mme loadtest --master ...` there, or check --master-host "
+              "and --master-port", file=sys.stderr, flush=True)
     try:
         return subprocess.call(worker_command(master_host, master_port, processes))
     except KeyboardInterrupt:
+        print("mme loadtest --worker: interrupted; the worker stopped", file=sys.stderr)
         return 130
 

@@ -43,3 +43,22 @@ def test_ctrl_c_while_mme_plan_measures_stops_it_and_what_it_started(tmp_path: P
     assert "mme plan: interrupted; the measurements stopped" in err
     assert not (tmp_path / "plan.json").exists()
     support.wait_for(lambda: running(started) == [], 30, "what mme plan started, stopped")
+
+
+def test_a_locust_worker_with_no_master_says_so_and_ctrl_c_stops_it(tmp_path: Path) -> None:
+    from emulator.processes import bound_socket
+
+    with bound_socket() as taken:  # a port nothing listens on once closed
+        port = taken.getsockname()[1]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "mme", "loadtest", "--worker", "--master-host", "127.0.0.1",
+         "--master-port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    assert run.stderr is not None
+    first = run.stderr.readline()
+    assert f"a Locust worker for the master at 127.0.0.1:{port}" in first
+    assert f"no master answers at 127.0.0.1:{port} yet" in run.stderr.readline()
+    support.wait_for(lambda: len(tree(run.pid)) > 1, 60, "Locust's worker")
+    os.killpg(run.pid, signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 130 and "Traceback" not in err, err
