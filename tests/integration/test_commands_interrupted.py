@@ -3,6 +3,7 @@ saying what stopped, exit 130, no traceback, and nothing it started left running
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -62,3 +63,32 @@ def test_a_locust_worker_with_no_master_says_so_and_ctrl_c_stops_it(tmp_path: Pa
     os.killpg(run.pid, signal.SIGINT)
     _, err = run.communicate(timeout=60)
     assert run.returncode == 130 and "Traceback" not in err, err
+
+
+def test_ctrl_c_while_mme_ci_up_waits_stops_the_server_it_started(tmp_path: Path) -> None:
+    import socket
+
+    store = tmp_path / "store"
+    store.mkdir()
+    package(write_scale_model(tmp_path / "repo", "m", 2.0), store / "m.tar.gz", "folder")
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MME_", "AWS_", "GITHUB"))}
+    env["MME_STATE_DIR"] = str(state)
+    with socket.socket() as silent:  # a Triton that accepts and never answers: never ready
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        run = subprocess.Popen(
+            [sys.executable, "-m", "mme", "ci", "up", "--model-data", str(store), "--port", "0",
+             "--launcher", "external", "--triton-url",
+             f"http://127.0.0.1:{silent.getsockname()[1]}", "--ready-timeout", "600"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            env=env, cwd=tmp_path)
+        support.wait_for(lambda: (state / "server.json").exists(), 60, "the server started")
+        server = json.loads((state / "server.json").read_text())["pid"]
+        started = support.wait_for(lambda: tree(server) or None, 30, "its process")
+        os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+        out, err = run.communicate(timeout=120)
+    assert run.returncode == 130, err
+    assert "Traceback" not in err and "mme ci: interrupted" in err
+    assert out == ""  # nothing exported: no emulator serves
+    assert running(started) == [] and not (state / "server.json").exists()
