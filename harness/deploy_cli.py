@@ -11,9 +11,13 @@
         --copies 2 --cpus 1 --memory-mb 2048 ./repos/resnet          # an inference component
     mme teardown --target local --endpoint-name shared [--inference-component resnet]
 
+    mme deploy --target local --endpoint-name demo --follow     # after Ctrl-C stopped following
+
 A guarded update reports each step and exits with 3 when it was rolled back (1 for any other
 failure), on the emulator and on SageMaker alike. Flags that cannot go together or are out of
-SageMaker's ranges exit with 2 before any call, as argparse does for a malformed flag.
+SageMaker's ranges exit with 2 before any call, as argparse does for a malformed flag. Ctrl-C
+stops following, not the deployment: it says so, prints the commands that follow and stop it,
+and exits with 130.
 
 Wire-in: ``add_subcommands(subparsers)`` adds both commands; each sets ``func`` (a function of the
 parsed arguments returning the exit code), as ``mme.cli`` expects.
