@@ -230,7 +230,7 @@ class Settings(BaseSettings):
     """seeds the weighted choice of variant, so a run repeats exactly"""
     host: str = "127.0.0.1"
     """address the emulator listens on"""
-    port: int = 8080
+    port: Annotated[int, Field(ge=0, le=65535)] = 8080
     """port the emulator listens on"""
     listen_fd: Annotated[OptionalInt, Flag(default_text="none")] = None
     """serve on this inherited, already listening socket instead of host and port (a parent that bound the port itself has no race with other servers for it)"""  # noqa: E501
@@ -256,7 +256,7 @@ class Settings(BaseSettings):
                      Flag(default_text="none", repeatable=True, separator=",")] = Field(
         default_factory=list)
     """docker: `PRODUCTION_URI=LOCAL_IMAGE` runs a model's image (an ECR URI) as a local one (repeatable); a plain `LOCAL_IMAGE` is the Triton image for Triton containers without a mapping"""  # noqa: E501
-    container_startup_timeout_s: Annotated[float | None,
+    container_startup_timeout_s: Annotated[float | None, Field(gt=0),
                                            Flag(name="--container-startup-timeout",
                                                 default_text="`600`")] = None
     """seconds a SageMaker container (docker: any image run with `serve`) may take to answer `GET /ping` before its endpoint fails"""  # noqa: E501
@@ -272,9 +272,10 @@ class Settings(BaseSettings):
                              Flag(name="--docker-mount", default_text="none",
                                   repeatable=True)] = Field(default_factory=list)
     """docker: another host folder, mounted at the same path (repeatable)"""
-    invocation_timeout_s: Annotated[float, Flag(name="--invocation-timeout")] = 60.0
+    invocation_timeout_s: Annotated[float, Field(gt=0), Flag(name="--invocation-timeout")] = 60.0
     """seconds before ModelNotReadyException (cold load) or a timeout ModelError"""
-    model_load_timeout_s: Annotated[float, Flag(name="--model-load-timeout")] = 360.0
+    model_load_timeout_s: Annotated[float, Field(gt=0),
+                                    Flag(name="--model-load-timeout")] = 360.0
     """seconds a model load may take in Triton before it fails with a ModelError (loading continues past the invocation timeout until then); Triton cannot cancel a load, so its instance's Triton is then recycled (docs/isolation.md)"""  # noqa: E501
     max_payload_bytes: Annotated[int, BeforeValidator(parse_size),
                                  Flag(default_text="`6MiB`", env_only=True)] = 6 * 1024**2

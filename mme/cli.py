@@ -8,12 +8,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from emulator.settings import InvalidSettings, Settings, add_flags, flag_fields
+from mme.arguments import check_paths, refuse_negative_numbers
+
+log = logging.getLogger("mme.cli")
 
 # Modules that add their own subcommands with ``add_subcommands(subparsers)``.
 SUBCOMMAND_MODULES = (
@@ -97,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = bench.add_subparsers(dest="bench_command", required=True)
     for module_name in BENCH_MODULES:
         importlib.import_module(module_name).add_bench_subcommands(commands)
+    refuse_negative_numbers(parser)
     return parser
 
 
@@ -116,10 +121,18 @@ def _stop_on_sigterm(signum: int, _frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "serve":
-        configure_logging(getattr(args, "log_level", None) or "INFO")
+        level = getattr(args, "log_level", None) or os.environ.get("MME_LOG_LEVEL", "")
+        known = level.upper() in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+        configure_logging(level if known else "INFO")
         # A SIGTERM (a CI timeout, ``kill``) unwinds like Ctrl-C: the commands' cleanup stops
         # the servers, relays and Tritons they started. Python's default would just exit.
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    problem = check_paths(args) if args.command != "serve" else None  # serve: its own checks
+    if problem is not None:
+        words = [args.command, *(str(v) for k, v in sorted(vars(args).items())
+                                 if k.endswith("_command") and v)]
+        print(f"mme {' '.join(words)}: {problem}", file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -128,6 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mme {args.command}: interrupted; {_INTERRUPTED.get(args.command, _STOPPED)}",
               file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback (it is logged)
+        # What no command foresaw (a file it cannot write, a value it cannot use): the
+        # command's cleanup ran while unwinding; the traceback goes to the DEBUG log.
+        log.debug("mme %s failed", args.command, exc_info=True)
+        print(f"mme {args.command}: {type(exc).__name__}: {exc} (MME_LOG_LEVEL=DEBUG shows "
+              "the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from typing import Any
 
 from emulator.instance_types import lookup, machine_memory_bytes
 from emulator.settings import format_size, parse_size
+from mme.arguments import model_folder, writable_file
 
 MIB = 1024**2
 
@@ -347,7 +348,29 @@ def plot(rows: list[Prediction], path: Path) -> None:
     plt.close(figure)
 
 
+def _check_arguments(args: argparse.Namespace) -> None:
+    """What would fail after the measurements (or start an emulator on nothing), refused
+    before anything starts."""
+    if not str(args.model_data).startswith("s3://"):
+        folder = Path(args.model_data)
+        problem = model_folder(folder, "--model-data") if not args.target_model else (
+            None if folder.is_dir() else f"--model-data {folder}: no such folder")
+        if problem:
+            raise SystemExit(f"mme plan: {problem}")
+    if args.rps <= 0 or args.requests < 1:
+        raise SystemExit("mme plan: --rps must be more than 0 and --requests at least 1")
+    if args.max_miss_ratio is not None and not 0 <= args.max_miss_ratio <= 1:
+        raise SystemExit("mme plan: --max-miss-ratio is a ratio between 0 and 1")
+    if args.trace and not Path(args.trace).is_file():
+        raise SystemExit(f"mme plan: --trace {args.trace}: no such file")
+    for flag, value in (("--json", args.json), ("--plot", args.plot)):
+        problem = writable_file(Path(value), flag) if value else None
+        if problem:
+            raise SystemExit(f"mme plan: {problem}")
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_arguments(args)
     instances = _instances(args.instance_type or [], args.memory_budget)
     prices = _prices(args.price or [])
     counts = [int(c) for c in str(args.instances).split(",") if c.strip()]

@@ -175,14 +175,14 @@ def _run(settings: Settings, listening: socket.socket, url: str, stderr: Any,
     from emulator.auth import AuthConfigError
     from emulator.server import uvicorn_config
 
-    log.info("serving endpoint %r from %s on %s (launcher %s)", settings.endpoint_name,
-             settings.model_data or "(no model data: use the control plane)", url,
-             settings.launcher)
     try:
         app = build_app(settings)
     except AuthConfigError as exc:  # a credentials or policy file that cannot be used
-        print(f"mme serve: {exc}", file=stderr)
+        print(f"mme serve: {exc}", file=stderr)  # the one line: nothing was said before it
         return 2
+    log.info("serving endpoint %r from %s on %s (launcher %s)", settings.endpoint_name,
+             settings.model_data or "(no model data: use the control plane)", url,
+             settings.launcher)
     if prepare_app is not None:
         prepare_app(app)
     # uvicorn captures SIGINT/SIGTERM, shuts down cleanly, then restores the handlers it found

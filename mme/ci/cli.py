@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from mme.arguments import writable_folder
 from mme.ci.state import STATE_ENV, ServerRecord, StateDir, default_state_dir, log_tail
 
 DEFAULT_READY_TIMEOUT_S = 600.0  # a docker launcher may pull an image of gigabytes first
@@ -234,6 +235,10 @@ def run_down(args: argparse.Namespace, stderr: TextIO | None = None) -> int:
     state = _state(args)
     record = state.record()
     report = Path(args.report).absolute() if args.report else None
+    problem = writable_folder(report, "--report") if report is not None else None
+    if problem:  # before anything is stopped: the report would be lost
+        print(f"mme ci down: {problem}", file=err)
+        return 2
     if record is None:
         print(f"mme ci down: no emulator started by mme ci up is running (nothing in "
               f"{state.path}); nothing to stop", file=err)
