@@ -13,6 +13,7 @@ import difflib
 import re
 from collections.abc import Mapping, Sequence
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 GUARD_FLAGS = ("--canary-size", "--linear-step-size", "--bake", "--termination-wait",
@@ -130,4 +131,32 @@ def check_alarm_names(names: Sequence[str]) -> list[str]:
                 or not pattern.fullmatch(name):
             problems.append(f"--rollback-alarm {name!r} is not an alarm name (1-255 "
                             "characters, not blank)")
+    return problems
+
+
+def _pattern(shape: str, value: str) -> bool:
+    meta = _shape(shape)[1]
+    return (meta.get("min", 0) <= len(value) <= meta.get("max", len(value))
+            and re.fullmatch(meta.get("pattern", ".*"), value) is not None)
+
+
+def check_container(role_arn: str | None, image_uri: str | None,
+                    environment: Sequence[tuple[str, str]],
+                    payloads: Sequence[tuple[str, str]]) -> list[str]:
+    """The model's role, image and environment as botocore's patterns take them, and the smoke
+    payload files there to read."""
+    problems = []
+    if role_arn is not None and not _pattern("RoleArn", role_arn):
+        problems.append(f"--role-arn {role_arn!r} is not an IAM role ARN "
+                        "(arn:aws:iam::123456789012:role/NAME)")
+    if image_uri is not None and not _pattern("ContainerImage", image_uri):
+        problems.append(f"--image-uri {image_uri!r} is not an image URI (no spaces, at most "
+                        "255 characters)")
+    for key, _ in environment:
+        if not _pattern("EnvironmentKey", key):
+            problems.append(f"--env {key}=...: a variable's name is letters, digits and _ "
+                            "(not starting with a digit)")
+    for target, file in payloads:
+        if not Path(file).is_file():
+            problems.append(f"--payload {target}={file}: no such file")
     return problems

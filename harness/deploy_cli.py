@@ -35,7 +35,7 @@ from pathlib import Path
 
 from emulator.settings import DeprecatedVariable
 from harness.component_deployer import ROUTING_STRATEGIES, ComponentSpec, check_component
-from harness.deploy_checks import check_guarded, check_instance_type
+from harness.deploy_checks import check_container, check_guarded, check_instance_type
 from harness.deployer import (
     DEFAULT_EMULATOR_URL,
     DEFAULT_STORE_DIR,
@@ -343,6 +343,7 @@ def check_flags(args: argparse.Namespace) -> None:
         problems += check_guarded(vars(args), args.instance_count)
         if args.instance_count < 1:
             problems.append(f"--instance-count is 1 or more, not {args.instance_count}")
+    problems += check_container(args.role_arn, args.image_uri, args.env, args.payload)
     type_problem = check_instance_type(args.instance_type)
     if type_problem:
         problems.append(type_problem)

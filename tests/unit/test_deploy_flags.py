@@ -44,6 +44,10 @@ def _deploy(tmp_path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> 
      "--instance-type 'ml.m5.xlage' is not a SageMaker instance type; did you mean "
      "ml.m5.xlarge"),
     (["--instance-count", "0"], "--instance-count is 1 or more, not 0"),
+    (["--role-arn", "SageMakerRole"], "--role-arn 'SageMakerRole' is not an IAM role ARN"),
+    (["--image-uri", "my image"], "--image-uri 'my image' is not an image URI"),
+    (["--env", "1BAD=x"], "--env 1BAD=...: a variable's name is letters, digits and _"),
+    (["--payload", "a.tar.gz=missing.json"], "--payload a.tar.gz=missing.json: no such file"),
 ])
 def test_a_flag_that_cannot_mean_what_it_says_is_refused_before_any_call(
         flags: list[str], message: str, tmp_path: Path,
