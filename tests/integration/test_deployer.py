@@ -215,6 +215,12 @@ def test_deploy_rerun_update_and_teardown(target: Target, repositories: list[Pat
         )
         configs = sm.list_endpoint_configs(NameContains=endpoint)["EndpointConfigs"]
         assert [c["EndpointConfigName"] for c in configs] == [changed.config_name]
+        # The same tarballs: the same version, kept (the new config references it).
+        assert changed.model_data_url == first.model_data_url
+        listed = deployer.clients.s3.list_objects_v2(Bucket=target.bucket, Prefix=target.prefix)
+        version = first.model_data_url.split("/", 3)[3]
+        assert sorted(o["Key"] for o in listed["Contents"]) == [
+            f"{version}chain.tar.gz", f"{version}double.tar.gz"]
         np.testing.assert_allclose(_invoke(deployer, endpoint, "double.tar.gz", "X"), [2, 4, 6, 8])
     finally:
         deployer.teardown(
