@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -112,13 +114,47 @@ def message(call: ActionCall, store: AlarmStore) -> tuple[str, dict[str, Any]]:
     return subject, body
 
 
+class _Workers:
+    """``count`` daemon threads running what is handed to them, in order: a publish stuck on
+    a server that never answers ends with its timeouts, and never holds up the process's exit
+    (a ThreadPoolExecutor's threads are joined at exit)."""
+
+    def __init__(self, count: int, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[None], Callable[[], None]] | None] = \
+            queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-{k}", daemon=True)
+                         for k in range(count)]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, work = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                work()
+                future.set_result(None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
+                future.set_exception(exc)
+
+    def submit(self, work: Callable[[], None]) -> Future[None]:
+        future: Future[None] = Future()
+        self._jobs.put((future, work))
+        return future
+
+    def stop(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+
+
 class SnsPublisher:
     def __init__(self, endpoint_url: str | None, store: AlarmStore) -> None:
         self.endpoint_url = endpoint_url
         self.store = store
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: _Workers | None = None
         self._waiting = 0  # publishes handed to the workers and not finished
 
     def _client(self, region: str) -> Any:
@@ -138,18 +174,18 @@ class SnsPublisher:
                     **credentials)
             return client
 
-    def _workers(self) -> ThreadPoolExecutor:
+    def _workers(self) -> _Workers:
         with self._lock:
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="sns-publish")
+                self._executor = _Workers(WORKERS, "sns-publish")
             return self._executor
 
     def close(self) -> None:
-        """Stop the workers; publishes still waiting are dropped."""
+        """Stop the workers once they are done with what they hold."""
         with self._lock:
             executor, self._executor = self._executor, None
         if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+            executor.stop()
 
     def _send(self, region: str, arn: str, subject: str, body: str) -> None:
         try:
@@ -179,8 +215,9 @@ class SnsPublisher:
             return error
         region = call.arn.split(":")[3]
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                self._workers(), self._send, region, call.arn, subject, json.dumps(body))
+            text = json.dumps(body)
+            await asyncio.wrap_future(self._workers().submit(
+                lambda: self._send(region, call.arn, subject, text)))
             return None
         except Exception as exc:  # noqa: BLE001 - the history says why it failed
             log.warning("alarm %s: publishing to %s failed: %s", call.alarm_name, call.arn,

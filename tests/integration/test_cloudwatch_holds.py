@@ -320,7 +320,9 @@ class Hanging:
             self.held.append(connection)
 
     def close(self) -> None:
+        self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() below
         self.listener.close()
+        self._thread.join()
         for connection in self.held:
             connection.close()
 
