@@ -324,3 +324,26 @@ def test_a_lone_model_folder_is_packaged_with_its_folder_at_the_root(tmp_path: P
     assert {"double/config.pbtxt", "double/1/model.py"} <= names
     again = deployer.package([model], tmp_path / "again")[0]
     assert again.digest == artifact.digest  # deterministic: re-runs upload nothing
+
+
+@pytest.mark.slow
+def test_a_new_version_goes_to_its_own_prefix_and_the_old_one_goes_once_it_serves(
+        target: Target, tmp_path: Path) -> None:
+    endpoint = _endpoint_name()
+    deployer, out = target.deployer()
+    s3 = deployer.clients.s3
+    try:
+        first = deployer.deploy(target.config(endpoint, [
+            write_scale_model(tmp_path / "v1", "double", scale=2.0)]))
+        second = deployer.deploy(target.config(endpoint, [
+            write_scale_model(tmp_path / "v2", "double", scale=3.0)]))
+        assert second.action == "updated" and second.model_data_url != first.model_data_url
+        np.testing.assert_allclose(_invoke(deployer, endpoint, "double.tar.gz", "X"),
+                                   [3, 6, 9, 12])
+        listed = s3.list_objects_v2(Bucket=target.bucket, Prefix=target.prefix)
+        version = second.model_data_url.split("/", 3)[3]
+        assert [o["Key"] for o in listed["Contents"]] == [f"{version}double.tar.gz"]
+    finally:
+        deployer.teardown(endpoint, bucket=target.bucket, prefix=target.prefix,
+                          wait_delay_s=target.wait_delay_s)
+    assert s3.list_objects_v2(Bucket=target.bucket, Prefix=target.prefix).get("KeyCount") == 0
