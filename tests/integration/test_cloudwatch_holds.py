@@ -27,17 +27,19 @@ from botocore.serialize import create_serializer
 
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
-from tests.client_support import DUMMY_CREDENTIALS, S3
-from tests.support import wait_for
+from tests.client_support import DUMMY_CREDENTIALS, S3, runtime_client
+from tests.support import output_of, package, scale_request, wait_for, write_scale_model
 
 PROTOCOLS = ["smithy-rpc-v2-cbor", "json", "query"]
 NAMESPACE = "CI/Holds"
 TOPIC = "arn:aws:sns:us-east-1:123456789012:holds"
 
 
-def _start(cache: Path, sns_url: str | None = None) -> EmulatorServer:
+def _start(cache: Path, sns_url: str | None = None,
+           model_data: Path | None = None) -> EmulatorServer:
     return EmulatorServer(Settings.from_env(
-        env={}, cache_dir=cache, port=0, clock_scale=60, sns_endpoint_url=sns_url)).start()
+        env={}, cache_dir=cache, port=0, clock_scale=60, sns_endpoint_url=sns_url,
+        model_data=str(model_data) if model_data else None)).start()
 
 
 @pytest.fixture(scope="module")
@@ -328,8 +330,11 @@ class Hanging:
 
 
 def test_a_hanging_sns_server_holds_up_nothing_else(tmp_path: Path) -> None:
+    store = tmp_path / "models"
+    store.mkdir()
+    package(write_scale_model(tmp_path / "repo", "cold", scale=3.0), store / "cold.tar.gz")
     hanging = Hanging()
-    server = _start(tmp_path / "cache", hanging.url)
+    server = _start(tmp_path / "cache", hanging.url, store)
     try:
         cw = _cw(server.url)
         names = [f"noisy-{k:02d}" for k in range(12)]
@@ -350,6 +355,10 @@ def test_a_hanging_sns_server_holds_up_nothing_else(tmp_path: Path) -> None:
         wait_for(lambda: _state(cw, "follows") == "ALARM", 10, "the composite follows")
         cw.set_alarm_state(AlarmName="noisy-00", StateValue="OK", StateReason="calm")
         wait_for(lambda: _state(cw, "follows") == "OK", 10, "the composite follows again")
+        answer = runtime_client(server.url).invoke_endpoint(  # a cold load: a download first
+            EndpointName="local", TargetModel="cold.tar.gz",
+            ContentType="application/octet-stream", Body=scale_request([1.0, 2.0, 3.0, 4.0]))
+        assert output_of(answer["Body"].read()).tolist() == [3.0, 6.0, 9.0, 12.0]
         failed = [s for n in names for s in _history(cw, n, "Action") if s.startswith("Failed")]
         assert failed == [], "the calls above waited for a publish to give up"
         # and the history says what failed, once a publish has given up
