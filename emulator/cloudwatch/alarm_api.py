@@ -33,6 +33,7 @@ from emulator.cloudwatch.alarms import (
 )
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError, combination, invalid
 from emulator.cloudwatch.evaluation import OPERATORS
+from emulator.cloudwatch.names import check_dimensions, check_metric_names, check_name
 from emulator.cloudwatch.series import MetricStore
 
 ALARM_PERIODS = (10, 20, 30)  # or a multiple of 60 (PutMetricAlarm's Period)
@@ -63,37 +64,6 @@ UNSUPPORTED_MEMBERS = ("EvaluationWindow", "WarmUpConfiguration", "EvaluationCri
 _QUERY_ID = re.compile(r"[a-z][a-zA-Z0-9_]*")
 _SNS_ARN = re.compile(r"arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_.-]+")
 _POLICY_ARN = re.compile(r"arn:aws[a-z-]*:autoscaling:[a-z0-9-]+:\d{12}:scalingPolicy:.+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def check_name(value: str | None, parameter: str) -> None:
-    """AWS refuses ASCII control characters in alarm names, namespaces, metric names and
-    dimensions (the PutMetricAlarm and PutMetricData references)."""
-    if value is None:
-        return
-    found = _CONTROL.search(value)
-    if found is not None:
-        raise invalid(f"The value for parameter {parameter} must not contain ASCII control "
-                      f"characters; it has U+{ord(found.group()):04X} at position "
-                      f"{found.start() + 1}.")
-
-
-def _check_dimension_names(items: list[dict[str, str]] | None, where: str) -> None:
-    for index, item in enumerate(items or [], start=1):
-        check_name(item.get("Name"), f"{where}.member.{index}.Name")
-        check_name(item.get("Value"), f"{where}.member.{index}.Value")
-
-
-def _check_metric_names(config: dict[str, Any]) -> None:
-    check_name(config.get("Namespace"), "Namespace")
-    check_name(config.get("MetricName"), "MetricName")
-    _check_dimension_names(config.get("Dimensions"), "Dimensions")
-    for index, query in enumerate(config.get("Metrics") or [], start=1):
-        metric = (query.get("MetricStat") or {}).get("Metric") or {}
-        where = f"Metrics.member.{index}.MetricStat.Metric"
-        check_name(metric.get("Namespace"), f"{where}.Namespace")
-        check_name(metric.get("MetricName"), f"{where}.MetricName")
-        _check_dimension_names(metric.get("Dimensions"), f"{where}.Dimensions")
 
 
 def not_supported(what: str) -> CloudWatchError:
@@ -452,7 +422,7 @@ class AlarmApi:
 
     def put_metric_data(self, params: dict[str, Any]) -> dict[str, Any]:
         namespace = params["Namespace"]
-        check_name(namespace, "Namespace")
+        check_name(namespace, "Namespace", ascii_only=True)
         if namespace.startswith("AWS/"):
             raise invalid("The value AWS/ for parameter Namespace is invalid.")
         if params.get("EntityMetricData"):
@@ -469,7 +439,7 @@ class AlarmApi:
         for index, datum in enumerate(data, start=1):
             where = f"MetricData.member.{index}"
             check_name(datum.get("MetricName"), f"{where}.MetricName")
-            _check_dimension_names(datum.get("Dimensions"), f"{where}.Dimensions")
+            check_dimensions(datum.get("Dimensions"), f"{where}.Dimensions")
             if datum.get("StatisticValues") is not None:
                 raise not_supported(f"{where}.StatisticValues (give Value, or Values and "
                                     "Counts: the emulator keeps raw samples)")
@@ -532,7 +502,7 @@ def check_metric_alarm(config: dict[str, Any]) -> None:
     if operator is None:
         raise CloudWatchError("MissingParameter", "The parameter ComparisonOperator is "
                               "required.")
-    _check_metric_names(config)
+    check_metric_names(config)
     if operator not in OPERATORS:
         raise not_supported(f"ComparisonOperator {operator} (anomaly detection bands)")
     if config.get("Threshold") is None:

@@ -258,6 +258,31 @@ def test_control_characters_in_names_are_refused(served: EmulatorServer, protoco
     assert status == 200 and listed["MetricAlarms"] == listed["CompositeAlarms"] == []
 
 
+@pytest.mark.parametrize(("dimension", "words"), [
+    ({"Name": ":job", "Value": "ci"}, "colon"), ({"Name": "job", "Value": "  "}, "whitespace"),
+    ({"Name": "jöb", "Value": "ci"}, "ASCII")])
+def test_dimension_names_follow_aws_rules(served: EmulatorServer, dimension: dict[str, str],
+                                          words: str) -> None:
+    cw = _cw(served.url)
+    for call in (lambda: cw.put_metric_data(Namespace=NAMESPACE, MetricData=[
+                     {"MetricName": "dims", "Value": 1.0, "Dimensions": [dimension]}]),
+                 lambda: cw.put_metric_alarm(**_alarm("dims", Dimensions=[dimension]))):
+        with pytest.raises(ClientError) as raised:
+            call()
+        assert raised.value.response["Error"]["Code"] == "InvalidParameterValue"
+        assert words in raised.value.response["Error"]["Message"]
+
+
+def test_names_aws_allows_are_accepted(served: EmulatorServer) -> None:
+    cw = _cw(served.url)
+    cw.put_metric_alarm(**_alarm("späť alarm: ✓", Dimensions=[{"Name": "job name",
+                                                               "Value": "a b"}]))
+    assert _state(cw, "späť alarm: ✓") == "INSUFFICIENT_DATA"
+    status, listed = _raw(served.url, "query", "DescribeAlarms", {"AlarmNames": [
+        "späť alarm: ✓"]})
+    assert status == 200 and listed["MetricAlarms"][0]["Dimensions"][0]["Value"] == "a b"
+
+
 def test_one_alarm_is_in_at_most_150_composites(served: EmulatorServer) -> None:
     cw = _cw(served.url)
     cw.put_metric_alarm(**_alarm("popular"))
