@@ -175,6 +175,9 @@ class Budget:
     # The whole instance's memory (MemoryUtilization's denominator): the type's, else the
     # budget, else None (this machine's).
     instance_bytes: int | None = None
+    # The whole instance's GPU memory (GPUMemoryUtilization's denominator): the type's, else
+    # the GPU budget.
+    instance_gpu_bytes: int | None = None
 
     @property
     def beyond_machine(self) -> bool:
@@ -182,14 +185,19 @@ class Budget:
         return self.memory_bytes is not None and self.memory_bytes > machine_memory_bytes()
 
 
-def budget_for(instance_type: str | None, memory_budget: int | None) -> Budget:
-    """``--memory-budget`` when given, else the instance type's model memory, else none."""
+def budget_for(instance_type: str | None, memory_budget: int | None,
+               gpu_memory_budget: int | None = None) -> Budget:
+    """``--memory-budget`` when given, else the instance type's model memory, else none; GPU
+    memory: ``--gpu-memory-budget`` when given, else the type's GPU memory (none on a CPU
+    type)."""
     known = lookup(instance_type) if instance_type else None
-    gpu = known.gpu_memory_bytes or None if known else None
+    type_gpu = known.gpu_memory_bytes or None if known else None
+    gpu = gpu_memory_budget if gpu_memory_budget is not None else type_gpu
+    whole_gpu = type_gpu or gpu
     if memory_budget is not None:
         return Budget(memory_budget, gpu, "--memory-budget", instance_type,
-                      known.memory_bytes if known else memory_budget)
+                      known.memory_bytes if known else memory_budget, whole_gpu)
     if known is None:
-        return Budget(None, None, "none", instance_type)
+        return Budget(None, gpu, "none", instance_type, None, whole_gpu)
     return Budget(known.model_memory_bytes, gpu, instance_type or "none", instance_type,
-                  known.memory_bytes)
+                  known.memory_bytes, whole_gpu)

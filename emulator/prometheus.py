@@ -180,6 +180,12 @@ class FleetCollector(Collector):
         memory_budget = gauge("mme_memory_budget_bytes",
                               "Memory budget of each instance: --memory-budget, else its "
                               "InstanceType's (absent when unlimited)", "bytes")
+        gpu_loaded_bytes = gauge("mme_loaded_model_gpu_bytes",
+                                 "GPU memory of the loaded models as GPU eviction counts it "
+                                 "(measured), per instance", "bytes")
+        gpu_budget = gauge("mme_gpu_memory_budget_bytes",
+                           "GPU memory budget of each instance: --gpu-memory-budget, else its "
+                           "InstanceType's GPU memory (absent on CPU types)", "bytes")
         max_models = gauge("mme_max_loaded_models",
                            "--max-loaded-models of each instance (absent when unlimited)")
         disk_bytes = gauge("mme_disk_model_bytes",
@@ -202,6 +208,9 @@ class FleetCollector(Collector):
                     in_flight.add_metric(labels, instance.in_flight)
                     if usage.memory_budget_bytes is not None:
                         memory_budget.add_metric(labels, usage.memory_budget_bytes)
+                    if usage.gpu_memory_budget_bytes is not None:
+                        gpu_budget.add_metric(labels, usage.gpu_memory_budget_bytes)
+                        gpu_loaded_bytes.add_metric(labels, usage.gpu_loaded_bytes)
                     if usage.max_loaded_models is not None:
                         max_models.add_metric(labels, usage.max_loaded_models)
                     if usage.disk_budget_bytes is not None:
@@ -209,8 +218,9 @@ class FleetCollector(Collector):
                     for name, value in instance.metrics.latest.items():
                         if name in utilization:
                             utilization[name].add_metric(labels, value / 100)
-        yield from (loaded, loaded_bytes, loaded_file_bytes, memory_budget, max_models,
-                    disk_bytes, disk_budget, in_flight, *utilization.values())
+        yield from (loaded, loaded_bytes, loaded_file_bytes, memory_budget, gpu_loaded_bytes,
+                    gpu_budget, max_models, disk_bytes, disk_budget, in_flight,
+                    *utilization.values())
 
 
 class AlarmCollector(Collector):

@@ -238,6 +238,8 @@ class Settings(BaseSettings):
     """emulated seconds per real second for metric periods, alarms and cooldowns: 60 makes a minute pass per second"""  # noqa: E501
     memory_budget: Annotated[Size, Flag(default_text="unlimited")] = None
     """bytes of loaded models (`512MiB`, `4GiB`); LRU unloads beyond it"""
+    gpu_memory_budget: Annotated[Size, Flag(default_text="the instance type's")] = None
+    """bytes of GPU memory for loaded models (`8GiB`); LRU unloads beyond it. Default: a GPU instance type's GPU memory (docs/memory.md, "GPU memory")"""  # noqa: E501
     model_memory: Literal["measured", "files"] = "measured"
     """what a loaded model counts as against the memory budget: `measured` (what its serving processes hold after the load; embedded and docker launchers) or `files` (its extracted files' bytes) (docs/memory.md)"""  # noqa: E501
     max_loaded_models: Annotated[Limit, Flag(default_text="unlimited")] = None

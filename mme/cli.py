@@ -28,6 +28,7 @@ SUBCOMMAND_MODULES = (
     "harness.alarm_cli",
     "mme.ci.cli",
     "mme.plan",
+    "mme.gpu_check",
 )
 # Modules that add benchmarks under ``mme bench`` with ``add_bench_subcommands(commands)``.
 BENCH_MODULES = (

@@ -270,6 +270,9 @@ class EndpointRegistry:
                         usage.disk_budget_bytes, Path(instance.work_dir))
                     # Memory as measured against the instance's own memory (docs/memory.md).
                     figures.update(getattr(instance, "memory_utilization", dict)())
+                    if not getattr(instance, "publishes_gpu_metrics", True):
+                        figures.pop("GPUUtilization", None)
+                        figures.pop("GPUMemoryUtilization", None)
                     # One LoadedModelCount sample per instance and period, so that, as in
                     # CloudWatch, its Sum adds the instances up and its Average is per instance.
                     figures["LoadedModelCount"] = instance.metrics.loaded_model_count

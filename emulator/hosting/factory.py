@@ -249,6 +249,7 @@ class InstanceFactory:
             metrics=metrics,
             memory_budget=budget.memory_bytes,
             max_loaded_models=settings.max_loaded_models,
+            gpu_memory_budget=budget.gpu_memory_bytes,
             disk_budget=settings.disk_budget,
             max_extracted_bytes=settings.max_extracted_bytes,
             load_timeout_s=settings.model_load_timeout_s,
@@ -278,7 +279,8 @@ class InstanceFactory:
         first): said once per endpoint and variant, never shrunk.
         """
         instance_type = variant.instance_type or self.settings.instance_type
-        budget = budget_for(instance_type, self.settings.memory_budget)
+        budget = budget_for(instance_type, self.settings.memory_budget,
+                            self.settings.gpu_memory_budget)
         said = (endpoint.name, variant.name, budget)
         if said in self._budgets_said:
             return budget

@@ -329,6 +329,14 @@ class Instance:
                     f"{self.budget.instance_type}; the largest model process (pid {killed.pid}, "
                     f"{killed.process_bytes} bytes, instance {killed.instance}) was killed")
 
+    @property
+    def publishes_gpu_metrics(self) -> bool:
+        """A known CPU instance type publishes no GPU metrics, as on SageMaker, whatever GPUs
+        this machine has; a GPU type, or an instance with no known type, publishes what NVML
+        sees."""
+        known = lookup(self.budget.instance_type) if self.budget.instance_type else None
+        return known is None or known.gpus > 0
+
     def memory_utilization(self) -> dict[str, float]:
         """MemoryUtilization and GPUMemoryUtilization as the instance would publish them: what
         its Triton's processes hold (measured, docs/memory.md) in percent of the instance's
@@ -343,8 +351,8 @@ class Instance:
             whole = self.budget.instance_bytes or machine_memory_bytes()
             figures["MemoryUtilization"] = 100.0 * total / whole
         gpu = probe.gpu_bytes()
-        if gpu is not None and self.budget.gpu_memory_bytes:
-            figures["GPUMemoryUtilization"] = 100.0 * gpu / self.budget.gpu_memory_bytes
+        if gpu is not None and self.budget.instance_gpu_bytes:
+            figures["GPUMemoryUtilization"] = 100.0 * gpu / self.budget.instance_gpu_bytes
         return figures
 
     def describe(self) -> dict[str, object]:
@@ -362,6 +370,7 @@ class Instance:
             "MemoryBudgetSource": self.budget.source,
             "MemoryBudgetBeyondMachine": self.budget.beyond_machine,
             "GpuMemoryBudgetBytes": self.budget.gpu_memory_bytes,
+            "GpuLoadedBytes": usage.gpu_loaded_bytes,  # measured, as GPU eviction counts
             "MaxLoadedModels": usage.max_loaded_models,
             "DiskBudgetBytes": usage.disk_budget_bytes,
             "LoadedBytes": usage.loaded_bytes,  # as eviction counts them: measured

@@ -101,5 +101,13 @@ def out_of_memory(target: str, needs: int, budget: int, measured: bool) -> str:
             "smaller model.")
 
 
+def out_of_gpu_memory(target: str, needs: int, budget: int) -> str:
+    """[U] As ``out_of_memory``, for the instance's GPU memory."""
+    return (f"out of GPU memory: TargetModel {target} holds {needs} bytes of GPU memory once "
+            f"loaded (measured), more than the {budget} bytes of GPU memory its instance has "
+            "for models even with every other model unloaded. Use an instance type with more "
+            "GPU memory (or a larger --gpu-memory-budget), or a smaller model.")
+
+
 def stub_unhealthy(answer: str) -> bool:
     return all(marker in answer for marker in STUB_UNHEALTHY_MARKERS)

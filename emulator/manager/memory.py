@@ -1,12 +1,14 @@
 """Memory and pins: which models the memory budget counts, at what size, and who may make way.
 
 One job: the accounting of memory. The budget (``--memory-budget`` bytes and/or
-``--max-loaded-models``) is an ``LruIndex`` whose entries are the models loaded or loading, each
-counted as it measured once loaded (``ModelRecord.memory_size``; its files' bytes before it has
-been measured), and pinned while a request uses it. Here are the rules of who may be a victim
-(never a model someone waits for, nor one not yet loaded: its unload would wait for its load and
-a stuck load would starve the model that needs the room), the wait for room when every loaded
-model is serving, and the growth of a reservation to what a load measured.
+``--max-loaded-models``, and on a GPU instance its GPU memory, ``--gpu-memory-budget``) is an
+``LruIndex`` whose entries are the models loaded or loading, each counted as it measured once
+loaded (``ModelRecord.memory_size``; its files' bytes before it has been measured; its GPU
+memory, ``ModelRecord.gpu_size``, none before), and pinned while a request uses it. Here are
+the rules of who may be a victim (never a model someone waits for, nor one not yet loaded: its
+unload would wait for its load and a stuck load would starve the model that needs the room), the
+wait for room when every loaded model is serving, and the growth of a reservation to what a load
+measured.
 
 Why apart: these rules decide correctness under load (what is evicted, what waits) and need no
 Triton and no disk to reason about; the coordinator carries the chosen evictions out.
@@ -24,9 +26,9 @@ from emulator.manager.records import Change, ModelLoadFailed, ModelRecord, Model
 
 class ModelMemory:
     def __init__(self, records: Records, budget_bytes: int | None,
-                 max_models: int | None) -> None:
+                 max_models: int | None, gpu_budget_bytes: int | None = None) -> None:
         self.records = records
-        self.index = LruIndex(budget_bytes, max_models)
+        self.index = LruIndex(budget_bytes, max_models, gpu_budget_bytes)
         # Held while victims are chosen and their unloads started: two loads must not pick
         # the same victim, nor count the same free room.
         self.lock = asyncio.Lock()
@@ -35,6 +37,10 @@ class ModelMemory:
     @property
     def budget_bytes(self) -> int | None:
         return self.index.capacity_bytes
+
+    @property
+    def gpu_budget_bytes(self) -> int | None:
+        return self.index.capacity_gpu_bytes
 
     def holds(self, target: str) -> bool:
         """Counted in memory: loaded, loading, or reserved for a load about to start."""
@@ -73,7 +79,8 @@ class ModelMemory:
                 victims = self._victims_for(record)
                 if victims is not None:
                     evict(victims)
-                    self.index.add(record.target, record.memory_size)  # the reservation
+                    self.index.add(record.target, record.memory_size,  # the reservation
+                                   record.gpu_size)
                     return victims
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -87,19 +94,29 @@ class ModelMemory:
         spared = frozenset(t for t, r in self.records.items() if t != record.target
                            and (r.demand or r.state is not ModelState.LOADED))
         try:
-            return self.index.victims(record.memory_size, exclude=spared)
+            return self.index.victims(record.memory_size, exclude=spared,
+                                      incoming_gpu=record.gpu_size)
         except DoesNotFit as exc:
-            assert self.index.capacity_bytes is not None
             raise ModelLoadFailed(failures.INSUFFICIENT_STORAGE, failures.body(
-                failures.out_of_memory(record.target, record.memory_size,
-                                       self.index.capacity_bytes,
-                                       record.measured is not None))) from exc
+                self.too_large_message(record, gpu=exc.gpu))) from exc
+
+    def too_large_message(self, record: ModelRecord, gpu: bool) -> str:
+        if gpu:
+            assert self.index.capacity_gpu_bytes is not None
+            return failures.out_of_gpu_memory(record.target, record.gpu_size,
+                                              self.index.capacity_gpu_bytes)
+        assert self.index.capacity_bytes is not None
+        return failures.out_of_memory(record.target, record.memory_size,
+                                      self.index.capacity_bytes, record.measured is not None)
 
     def release(self, target: str) -> None:
         """``target`` holds no memory any more (unloading, failed, or Triton forgot it)."""
         self.index.remove(target)
 
     # --- measured sizes ---------------------------------------------------------------------
+
+    def _loading(self) -> int:
+        return max(sum(1 for r in self.records.values() if r.state is ModelState.LOADING), 1)
 
     def measured(self, record: ModelRecord, before: int, after: int, own: int) -> None:
         """``record`` loaded: Triton held ``before`` bytes when its load started, ``after``
@@ -108,17 +125,30 @@ class ModelMemory:
         Triton's growth over the load is shared evenly by the loads under way at its end (they
         grew it together); a shrink counts as none. The model's own stubs are its alone.
         """
-        loading = sum(1 for r in self.records.values() if r.state is ModelState.LOADING)
-        growth = max(after - before, 0) // max(loading, 1)
+        growth = max(after - before, 0) // self._loading()
         record.measured = growth + own
         record.measured_growth = growth
-        if record.target in self.index:
-            self.index.add(record.target, record.measured)  # its reservation, as measured
+        if record.target in self.index:  # its reservation, as measured
+            self.index.add(record.target, record.measured, record.gpu_size)
+
+    def measured_gpu(self, record: ModelRecord, before: int, after: int, own: int) -> None:
+        """``record`` loaded: Triton's own processes held ``before`` bytes of GPU memory when
+        its load started and ``after`` now, and its own stubs hold ``own``: counted as host
+        memory is (``measured``)."""
+        record.measured_gpu = max(after - before, 0) // self._loading() + own
+        entry = self.index.get(record.target)
+        if entry is not None:
+            self.index.add(record.target, entry.size, record.measured_gpu)
 
     def too_large(self, record: ModelRecord) -> bool:
         """Does ``record`` hold more than the whole budget once loaded (it cannot stay)?"""
         budget = self.index.capacity_bytes
         return budget is not None and record.measured is not None and record.measured > budget
+
+    def too_large_for_gpu(self, record: ModelRecord) -> bool:
+        """Does ``record`` hold more GPU memory than the whole GPU budget once loaded?"""
+        budget = self.index.capacity_gpu_bytes
+        return budget is not None and record.gpu_size > budget
 
     def over_measured(self, record: ModelRecord) -> list[str]:
         """``record`` holds more than it was counted as: the LRU others to unload until the

@@ -120,13 +120,18 @@ class Usage:
     max_loaded_models: int | None
     disk_bytes: int
     disk_budget_bytes: int | None
+    gpu_loaded_bytes: int = 0  # the GPU memory of the models counted in memory (measured)
+    gpu_memory_budget_bytes: int | None = None  # None: unlimited (or no GPU)
 
     def free_fraction(self) -> float:
-        """How much of the memory budget is free, 0..1 (1 without a budget)."""
+        """How much of the memory budgets is free, 0..1 (1 without a budget)."""
         free = 1.0
         if self.memory_budget_bytes:
             free = min(free, max(self.memory_budget_bytes - self.loaded_bytes, 0)
                        / self.memory_budget_bytes)
+        if self.gpu_memory_budget_bytes:
+            free = min(free, max(self.gpu_memory_budget_bytes - self.gpu_loaded_bytes, 0)
+                       / self.gpu_memory_budget_bytes)
         if self.max_loaded_models:
             free = min(free, max(self.max_loaded_models - self.loaded_count, 0)
                        / self.max_loaded_models)
@@ -179,6 +184,7 @@ class ModelManager:
         metrics: InstanceMetrics,
         memory_budget: int | None = None,
         max_loaded_models: int | None = None,
+        gpu_memory_budget: int | None = None,
         disk_budget: int | None = None,
         max_extracted_bytes: int | None = None,
         load_timeout_s: float = 360.0,
@@ -205,7 +211,8 @@ class ModelManager:
         # Set once Triton has accepted the unload of that target (it serves it no more).
         self._unload_accepted: dict[str, asyncio.Future[None]] = {}
         self._events = Events(source)
-        self._memory = ModelMemory(self.records, memory_budget, max_loaded_models)
+        self._memory = ModelMemory(self.records, memory_budget, max_loaded_models,
+                                   gpu_memory_budget)
         self._artifacts = ArtifactCache(
             source=source, cache_dir=cache_dir, records=self.records, events=self._events,
             metrics=metrics, disk_budget=disk_budget, max_extracted_bytes=max_extracted_bytes,
@@ -377,6 +384,7 @@ class ModelManager:
         self._events.emit("loading", record.target, size=record.size)
         started = time.monotonic()
         before = await self._triton.triton_bytes()
+        gpu_before = await self._triton.triton_gpu_bytes() if self.gpus_available else None
         try:
             await self._triton.load(record)
         except LOAD_ERRORS as exc:
@@ -401,15 +409,22 @@ class ModelManager:
             held = await self._triton.held_after_load(record)
             if held is not None:
                 self._memory.measured(record, before, *held)
+        if gpu_before is not None:
+            gpu_held = await self._triton.gpu_held_after_load(record)
+            if gpu_held is not None:
+                self._memory.measured_gpu(record, gpu_before, *gpu_held)
         await self._refuse_if_too_large(record)
         self.metrics.record("ModelLoadingTime", elapsed * 1e6)
         record.state = ModelState.LOADED
         self.loads += 1
         self.metrics.set_loaded_model_count(self.loaded_count())
-        log.info("model=%s step=load seconds=%.3f size=%d measured=%s entry=%s",
-                 self.name_of(record.target), elapsed, record.size, record.measured, record.entry)
+        log.info("model=%s step=load seconds=%.3f size=%d measured=%s gpu=%s entry=%s",
+                 self.name_of(record.target), elapsed, record.size, record.measured,
+                 record.measured_gpu, record.entry)
         self._events.emit("loaded", record.target, seconds=elapsed, size=record.size,
-                          measured=record.measured, growth=record.measured_growth)
+                          measured=record.measured, growth=record.measured_growth,
+                          **({"gpu": record.measured_gpu}
+                             if record.measured_gpu is not None else {}))
         await self._evict_over_measured(record)
         self._memory.changed.notify()
         return record
@@ -418,15 +433,15 @@ class ModelManager:
         """A model that holds more than the whole budget once loaded cannot stay: it is
         unloaded and its load fails with the 507 a container out of memory answers (the next
         request is refused before loading: its measured size is known)."""
-        if not self._memory.too_large(record):
+        gpu = self._memory.too_large_for_gpu(record)
+        if not gpu and not self._memory.too_large(record):
             return
-        budget, measured = self._memory.budget_bytes, record.measured
-        assert budget is not None and measured is not None
-        log.warning("model=%s step=load outcome=out-of-memory measured=%d budget=%d",
-                    self.name_of(record.target), measured, budget)
-        await self._start_unload(record, "out of memory")
-        raise ModelLoadFailed(failures.INSUFFICIENT_STORAGE, failures.body(
-            failures.out_of_memory(record.target, measured, budget, True)))
+        message = self._memory.too_large_message(record, gpu)
+        log.warning("model=%s step=load outcome=out-of-%smemory measured=%s gpu=%s",
+                    self.name_of(record.target), "gpu-" if gpu else "", record.measured,
+                    record.measured_gpu)
+        await self._start_unload(record, "out of GPU memory" if gpu else "out of memory")
+        raise ModelLoadFailed(failures.INSUFFICIENT_STORAGE, failures.body(message))
 
     async def _evict_over_measured(self, record: ModelRecord) -> None:
         """A model that holds more than it was counted as: unload LRU others until the budget
@@ -652,7 +667,9 @@ class ModelManager:
         return Usage(loaded_bytes=memory.total_bytes, loaded_file_bytes=self.loaded_file_bytes(),
                      loaded_count=len(memory), memory_budget_bytes=memory.capacity_bytes,
                      max_loaded_models=memory.capacity_count, disk_bytes=disk.total_bytes,
-                     disk_budget_bytes=disk.capacity_bytes)
+                     disk_budget_bytes=disk.capacity_bytes,
+                     gpu_loaded_bytes=memory.total_gpu_bytes,
+                     gpu_memory_budget_bytes=memory.capacity_gpu_bytes)
 
     def state_of(self, target: str) -> ModelState | None:
         """Where ``target`` is in its life here (None: this manager has never seen it)."""
@@ -680,6 +697,7 @@ class ModelManager:
                 "InFlight": entry.pins if entry else 0,
                 "SizeBytes": record.size,
                 "MeasuredBytes": record.measured,
+                "GpuBytes": record.measured_gpu,
                 "StoreChanged": record.store_changed,
                 "MemoryBytes": entry.size if entry else record.memory_size,
                 "LruPosition": lru.index(target) if target in lru else None,

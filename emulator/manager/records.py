@@ -54,6 +54,9 @@ class ModelRecord:
     # the part that is Triton's growth (the rest is its own stubs').
     measured: int | None = None
     measured_growth: int = 0
+    # The GPU memory its serving processes took over its last load (NVML; None: never
+    # measured, or no GPU to measure on).
+    measured_gpu: int | None = None
     # The store's object as downloaded (mtime:size of a file, an S3 ETag), the one it holds
     # now when that differs (overwritten: the copy on disk and in memory is still served), and
     # when the store was last asked.
@@ -69,6 +72,13 @@ class ModelRecord:
     def memory_size(self) -> int:
         """What the memory budget counts it as: measured, else its files' bytes."""
         return self.measured if self.measured is not None else self.size
+
+    @property
+    def gpu_size(self) -> int:
+        """What the GPU budget counts it as: measured, else nothing [U]: a model's GPU memory
+        is known once it has loaded once (a first load that takes more than is free makes
+        the LRU others leave after it, ``ModelMemory.over_measured``)."""
+        return self.measured_gpu or 0
 
     @property
     def triton_key(self) -> str:

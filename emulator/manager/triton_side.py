@@ -233,6 +233,21 @@ class TritonSide:
         probe = self.memory_probe
         return None if probe is None else await asyncio.to_thread(probe.triton_bytes)
 
+    async def triton_gpu_bytes(self) -> int | None:
+        """The GPU memory Triton's own processes hold now, its models' stubs apart (None: no
+        GPU NVML sees, or no probe)."""
+        probe = self.memory_probe
+        return None if probe is None else await asyncio.to_thread(probe.triton_gpu_bytes)
+
+    async def gpu_held_after_load(self, record: ModelRecord) -> tuple[int, int] | None:
+        """(Triton's own GPU bytes, the model's own stubs' GPU bytes) now that it is loaded."""
+        probe = self.memory_probe
+        if probe is None:
+            return None
+        after = await asyncio.to_thread(probe.triton_gpu_bytes)
+        own = await asyncio.to_thread(probe.own_gpu_bytes, record.installed)
+        return None if after is None else (after, own)
+
     async def held_after_load(self, record: ModelRecord) -> tuple[int, int] | None:
         """(Triton's bytes, the model's own stubs' bytes) now that ``record`` is loaded."""
         probe = self.memory_probe

@@ -113,15 +113,52 @@ def assemble_backends(target: Path, stub_registry: Path | None = None) -> Path:
     shutil.copytree(triton_dir / "backends" / "python", python_dir,
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(stub, python_dir / "triton_python_backend_stub")
+    link_interpreter_libpython(triton_dir.parent.parent / "nvidia_pytriton.libs", python_dir)
     if stub_registry is not None:
         stubs.install_wrapper(python_dir / "triton_python_backend_stub", stub_registry)
     stage_shims(target)
     return target
 
 
-def child_environment(extra: dict[str, str]) -> dict[str, str]:
+def link_interpreter_libpython(wheel_libs: Path, python_dir: Path) -> Path | None:
+    """Have the stub load this interpreter's own ``libpython`` rather than the wheel's.
+
+    The wheel's stub links a libpython grafted into the wheel (``libpython3-<hash>.3X.so.1.0``),
+    built as python.org builds it: ``math`` and other modules as files of ``lib-dynload``. The
+    stub runs it over the stdlib of the first ``python3`` on ``PATH``; where that is a Debian or
+    Ubuntu Python, whose libpython has those modules built in and whose ``lib-dynload`` lacks
+    them, every Python model fails to load with "No module named 'math'" (seen on Ubuntu 24.04's
+    Python 3.12). A link under the grafted name to this interpreter's own shared libpython, in a
+    folder put first on Triton's ``LD_LIBRARY_PATH`` (``child_environment``), makes the stub and
+    the stdlib it loads one build. Nothing is linked where this Python has no shared libpython
+    (the grafted one is used then). Returns the folder, or None.
+    """
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    grafted = sorted(wheel_libs.glob(f"libpython3-*.{sys.version_info.minor}.so*"))
+    soname = sysconfig.get_config_var("INSTSONAME") or f"libpython{version}.so.1.0"
+    own = Path(sysconfig.get_config_var("LIBDIR") or "/nonexistent") / soname
+    folder = python_dir / INTERPRETER_LIBS
+    shutil.rmtree(folder, ignore_errors=True)
+    if not grafted or not own.is_file():
+        return None
+    folder.mkdir()
+    for library in grafted:
+        os.symlink(own.resolve(), folder / library.name)
+    return folder
+
+
+# Beside the Python backend in --backend-directory: this interpreter's libpython for the stub.
+INTERPRETER_LIBS = "interpreter-libpython"
+
+
+def child_environment(extra: dict[str, str], backends: Path | None = None) -> dict[str, str]:
+    """Triton's environment: the wheel's libraries and this interpreter's on its library path
+    (its own libpython first where ``assemble_backends`` linked it), this interpreter's ``bin``
+    first on ``PATH``, then ``extra``."""
     env = dict(os.environ)
     libs = [str(pytriton_root().parent / "nvidia_pytriton.libs")]
+    if backends is not None and (backends / "python" / INTERPRETER_LIBS).is_dir():
+        libs.insert(0, str(backends / "python" / INTERPRETER_LIBS))
     libdir = sysconfig.get_config_var("LIBDIR")
     if libdir:
         libs.append(libdir)
@@ -251,7 +288,7 @@ class EmbeddedLauncher(SupervisedLauncher):
                 *cmd,
                 stdout=write_end,
                 stderr=subprocess.STDOUT,
-                env=child_environment(self.options.environment),
+                env=child_environment(self.options.environment, self._work_dir / "backends"),
                 cwd=str(self._work_dir),
                 start_new_session=True,  # Ctrl-C reaches us, not Triton: we stop it in order
                 preexec_fn=preexec_fn,  # None: the command sets it, and no Python runs

@@ -15,8 +15,12 @@ PSS, not RSS: a page shared by N processes (the Python interpreter, numpy's libr
 every stub) counts 1/N in each, so the parts of several models add up to what the machine
 really holds rather than counting the shared pages once per stub.
 
-GPU memory: through NVML (``pynvml``) when it is installed and sees a GPU, as the memory the
-Triton's processes hold on the GPUs; otherwise None (a CPU instance, or no NVML here).
+GPU memory: through NVML (``pynvml``) when it is installed and sees a GPU, as the memory each of
+the Triton's processes holds on the GPUs; otherwise None (a CPU instance, or no NVML here). A
+model's GPU memory is counted in the same two parts: the growth of what Triton's own processes
+hold (native backends), and what its stubs hold (Python-based ones, which create their own CUDA
+context). Per process, so the memory of a victim's stub that is still exiting is never counted as
+the next model's.
 """
 
 from __future__ import annotations
@@ -69,6 +73,12 @@ class MemoryProbe(Protocol):
     def gpu_bytes(self) -> int | None:
         """GPU memory the Triton's processes hold; None without a GPU NVML sees."""
 
+    def triton_gpu_bytes(self) -> int | None:
+        """GPU memory the Triton holds, less its models' own processes; None as above."""
+
+    def own_gpu_bytes(self, models: Iterable[str]) -> int:
+        """GPU memory the processes of these Triton models (their stubs) hold."""
+
     def oom_kill(self, limit: int) -> OomKill | None:
         """Past ``limit`` bytes in all, kill the largest model process as the kernel's OOM
         killer would; what was killed, or None (within the limit, or nothing to kill)."""
@@ -112,6 +122,17 @@ class EmbeddedProbe:
     def gpu_bytes(self) -> int | None:
         pid = self._pid_of()
         return None if pid is None else gpu_bytes_of(set(process_tree(pid)))
+
+    def triton_gpu_bytes(self) -> int | None:
+        pid = self._pid_of()
+        if pid is None:
+            return None
+        stub_pids = {s.pid for s in stubs.read(self._registry)}
+        return gpu_bytes_of(set(process_tree(pid)) - stub_pids)
+
+    def own_gpu_bytes(self, models: Iterable[str]) -> int:
+        wanted = set(models)
+        return gpu_bytes_of({s.pid for s in self._live_stubs() if s.model in wanted}) or 0
 
     def oom_kill(self, limit: int) -> OomKill | None:
         total = self.total_bytes()
@@ -164,6 +185,12 @@ class CgroupProbe:
     def gpu_bytes(self) -> int | None:
         pid = self._pid_of()
         return None if pid is None else gpu_bytes_of(set(process_tree(pid)))
+
+    def triton_gpu_bytes(self) -> int | None:
+        return self.gpu_bytes()  # the stubs are in the container's tree: growth counts them
+
+    def own_gpu_bytes(self, models: Iterable[str]) -> int:
+        return 0
 
     def oom_kill(self, limit: int) -> OomKill | None:
         return None  # the container's own memory limit (docker --memory) has the kernel do it

@@ -60,7 +60,8 @@ class UserTriton:
                "--allow-metrics=false"]
         log = open(self.work / "triton.log", "ab")  # noqa: SIM115 - closed with the process
         self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                        env=child_environment({}), start_new_session=True)
+                                        env=child_environment({}, self.backends),
+                                        start_new_session=True)
         log.close()
 
     def kill(self) -> None:

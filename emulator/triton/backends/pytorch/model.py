@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import triton_python_backend_utils as pb_utils
 
 # The stub loads this file by path; its sibling helper needs the folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,6 +55,9 @@ class TritonPythonModel(ShimModel):
                             f"TorchScript file from torch.jit.trace/script and .save): {exc}"
                             ) from exc
         self.input_order = self._input_order(config)
+        where = (f"{self.device} ({torch.cuda.get_device_name(self.device)})"
+                 if self.device.type == "cuda" else "cpu")
+        pb_utils.Logger.log_info(f"model '{config.name}': TorchScript on {where}")
 
     def _input_order(self, config: ShimConfig) -> list[str]:
         names = [spec.name for spec in config.inputs]
