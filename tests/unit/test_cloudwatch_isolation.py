@@ -4,7 +4,6 @@ metric store and API behind the wire, a fake clock (scale 60), SQLite in a tempo
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import logging
 import random
@@ -18,7 +17,6 @@ from emulator.clock import Clock
 from emulator.cloudwatch import AlarmStore, CloudWatchService, MetricStore, evaluation
 from emulator.cloudwatch.alarms import AlarmStore as Store
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
-from emulator.contract import request_compression
 
 
 class FakeTime:
@@ -284,26 +282,3 @@ def test_history_pages_survive_new_items() -> None:
     with pytest.raises(CloudWatchError) as raised:
         rig.call("DescribeAlarmHistory", NextToken="garbage")
     assert raised.value.code == "InvalidNextToken"
-
-
-# ---------------------------------------------------------------------------------------------
-# Request compression
-
-
-def test_inflate_is_bounded() -> None:
-    plain = b"Action=PutMetricData&" * 100
-    assert request_compression.inflate(gzip.compress(plain), {"content-encoding": "gzip"},
-                                       10_000) == plain
-    two = gzip.compress(b"ab") + gzip.compress(b"cd")  # several members, one after the other
-    assert request_compression.inflate(two, {"content-encoding": "gzip"}, 10) == b"abcd"
-    assert request_compression.inflate(plain, {}, 10) == plain  # not compressed: as sent
-    with pytest.raises(request_compression.TooLarge):
-        request_compression.inflate(gzip.compress(b"\0" * 1_000_000),
-                                    {"content-encoding": "gzip"}, 10_000)
-    with pytest.raises(request_compression.Undecodable):
-        request_compression.inflate(gzip.compress(plain)[:-12], {"content-encoding": "gzip"},
-                                    10_000)
-    with pytest.raises(request_compression.Undecodable):
-        request_compression.inflate(b"not gzip", {"content-encoding": "gzip"}, 10_000)
-    with pytest.raises(request_compression.Undecodable):
-        request_compression.inflate(plain, {"content-encoding": "br"}, 10_000)
