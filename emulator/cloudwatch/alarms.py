@@ -296,11 +296,12 @@ class AlarmStore:
         if every:
             due = [a for a in self.alarms.values() if a.alarm_type == METRIC_ALARM]
         else:
-            due = []
+            due, seen = [], set()
             while self._due_heap and self._due_heap[0][0] <= now:
                 when, name = heapq.heappop(self._due_heap)
                 alarm = self.alarms.get(name)
-                if alarm is not None and self._due.get(name) == when:
+                if alarm is not None and self._due.get(name) == when and name not in seen:
+                    seen.add(name)  # put twice at once: two entries of the same time
                     due.append(alarm)
         for alarm in due:
             self._schedule(alarm, now + self.clock.real_duration(
