@@ -16,6 +16,7 @@ the operation's output shape; nothing here knows what the operations do
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -257,6 +258,15 @@ def _iso(epoch: float) -> str:
     return _utc(epoch).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+# What XML 1.0 cannot carry, even escaped: a string stored through JSON or CBOR (a StateReason,
+# an AlarmDescription) is shown with U+FFFD there instead, so the answer still parses.
+_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _text(value: Any) -> str:
+    return _NOT_XML.sub("\ufffd", str(value))
+
+
 def _xml(parent: ElementTree.Element, shape: Shape, value: Any) -> None:
     if isinstance(shape, StructureShape):
         for name, item in value.items():
@@ -269,14 +279,14 @@ def _xml(parent: ElementTree.Element, shape: Shape, value: Any) -> None:
     elif isinstance(shape, MapShape):
         for key, item in value.items():
             entry = ElementTree.SubElement(parent, "entry")
-            ElementTree.SubElement(entry, "key").text = str(key)
+            ElementTree.SubElement(entry, "key").text = _text(key)
             _xml(ElementTree.SubElement(entry, "value"), shape.value, item)
     elif shape.type_name == "timestamp":
         parent.text = _iso(value)
     elif shape.type_name == "boolean":
         parent.text = "true" if value else "false"
     else:
-        parent.text = str(value)
+        parent.text = _text(value)
 
 
 def xml_body(operation: str, value: dict[str, Any], request_id: str) -> bytes:
@@ -295,7 +305,7 @@ def xml_error(error: CloudWatchError, request_id: str) -> bytes:
     node = ElementTree.SubElement(root, "Error")
     ElementTree.SubElement(node, "Type").text = error.fault
     ElementTree.SubElement(node, "Code").text = error.code
-    ElementTree.SubElement(node, "Message").text = error.message
+    ElementTree.SubElement(node, "Message").text = _text(error.message)
     ElementTree.SubElement(root, "RequestId").text = request_id
     return _serialize(root)
 

@@ -283,6 +283,20 @@ def test_names_aws_allows_are_accepted(served: EmulatorServer) -> None:
     assert status == 200 and listed["MetricAlarms"][0]["Dimensions"][0]["Value"] == "a b"
 
 
+def test_the_query_protocol_answers_xml_that_parses_whatever_is_stored(
+        served: EmulatorServer) -> None:
+    cw = _cw(served.url)  # CBOR carries a control character in a description or a reason
+    cw.put_metric_alarm(**_alarm("odd-text", AlarmDescription="line\x01two\x0bthree"))
+    cw.set_alarm_state(AlarmName="odd-text", StateValue="ALARM", StateReason="why\x02not")
+    status, listed = _raw(served.url, "query", "DescribeAlarms", {"AlarmNames": ["odd-text"]})
+    assert status == 200
+    (alarm,) = listed["MetricAlarms"]
+    assert alarm["AlarmDescription"] == "line\ufffdtwo\ufffdthree"
+    assert alarm["StateReason"] == "why\ufffdnot"
+    (same,) = cw.describe_alarms(AlarmNames=["odd-text"])["MetricAlarms"]  # CBOR: as stored
+    assert same["StateReason"] == "why\x02not"
+
+
 def test_one_alarm_is_in_at_most_150_composites(served: EmulatorServer) -> None:
     cw = _cw(served.url)
     cw.put_metric_alarm(**_alarm("popular"))
