@@ -332,7 +332,7 @@ def test_install_auth_refuses_at_start_and_mme_serve_exits_2(
     with pytest.raises(AuthConfigError, match="needs --policies"):
         install_auth(FastAPI(), Settings.from_env(env={}, auth="sigv4", credentials=creds))
     code = main(["serve", "--auth", "sigv4", "--credentials", str(creds), "--policies",
-                 str(policies), "--cache-dir", str(tmp_path / "cache")])
+                 str(policies), "--cache-dir", str(tmp_path / "cache"), "--port", "0"])
     assert code == 2
     assert f"mme serve: {creds}: profile [team-a] has no aws_secret_access_key" in \
         capsys.readouterr().err
