@@ -452,7 +452,10 @@ def run(instance_type: str, gpu_budget: int, holder_bytes: int, too_big_bytes: i
 def parse_size(text: str) -> int:
     from emulator.settings import parse_size as parse
 
-    size = parse(text)
+    try:
+        size = parse(text)
+    except ValueError:
+        size = None
     if size is None or size <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give a size such as 5GiB")
     return int(size)
