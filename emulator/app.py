@@ -28,6 +28,7 @@ from emulator.hosting.spec import EndpointSpec, VariantSpec, single_variant
 from emulator.http_protocol import Answered, DirectAnswer
 from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
+from emulator.page.activities import scaling_listener
 from emulator.page.failed_invocations import InvocationErrors
 from emulator.routes.introspection import build_introspection_router
 from emulator.routes.limits import ApiBodyLimit
@@ -156,6 +157,9 @@ def build_app(settings: Settings) -> EmulatorApp:
         autoscaling.ScalingEngine(scaling, metric_store, clock)))
     app.include_router(build_introspection_router(registry, alarms))
     install_page(app, registry, feed)  # the live page at /_emulator/
+    # Its history: each deployment's start, rollback and end, each scaling activity.
+    control.on_activity = feed.activity
+    scaling.activity_listeners.append(scaling_listener(feed))
     invocations = InvocationsApp(Invocations(settings, registry))
     app.handlers = MappingProxyType(dict(runtime_handlers(settings, registry, invocations)))
     # The front door's one chain, for every request: the error feed, auth, the bound on the

@@ -196,7 +196,9 @@ class FleetCollector(Collector):
         utilization = {m.cloudwatch: gauge(m.name.removesuffix("_ratio"),
                                            _help(m, "last sample, percent / 100"), "ratio")
                        for m in UTILIZATION}
-        for endpoint in self._registry.all():
+        # A deployment's new fleet too: its instances' names carry its generation (i-1-green1).
+        fleets = [g for e in self._registry.all() for g in (e, e.green) if g is not None]
+        for endpoint in fleets:
             for variant in endpoint.variants:
                 for instance in list(variant.instances):
                     labels = [endpoint.name, variant.name, instance.id]

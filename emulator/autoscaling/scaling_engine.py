@@ -45,6 +45,7 @@ class Proposal:
     # The capacity the adjustment was applied to, when not the desired count (a step scale-out
     # within its cooldown counts from before the activity that started it).
     base: int | None = None
+    alarm: str | None = None  # the CloudWatch alarm whose action proposed it
 
 
 class ScalingEngine:
@@ -194,7 +195,8 @@ class ScalingEngine:
                 return None
             capacity = rules.scale_out_capacity(desired, value, policy.target_value,
                                                 target.max_capacity)
-            return Proposal(capacity, self._cause(call.alarm_name, policy), False, policy.arn)
+            return Proposal(capacity, self._cause(call.alarm_name, policy), False, policy.arn,
+                            alarm=call.alarm_name)
         if target.suspended.get("DynamicScalingInSuspended"):
             return None
         if now < self._last(target, scale_in=True, ended=True) + self._cooldown(
@@ -213,7 +215,8 @@ class ScalingEngine:
                                                       target.min_capacity))
         if policy.low is None:
             return None
-        return Proposal(max(capacities), self._cause(call.alarm_name, policy), True, policy.arn)
+        return Proposal(max(capacities), self._cause(call.alarm_name, policy), True, policy.arn,
+                        alarm=call.alarm_name)
 
     def _step(self, target: ScalableTarget, policy: ScalingPolicy, call: ActionCall,
               desired: int, now: float) -> Proposal | None:
@@ -242,15 +245,15 @@ class ScalingEngine:
                                          target.max_capacity)
                 if capacity <= last.desired:
                     return None
-                return Proposal(capacity, cause, False, policy.arn, base)
-            return Proposal(capacity, cause, False, policy.arn)
+                return Proposal(capacity, cause, False, policy.arn, base, call.alarm_name)
+            return Proposal(capacity, cause, False, policy.arn, alarm=call.alarm_name)
         if capacity < desired:
             if target.suspended.get("DynamicScalingInSuspended"):
                 return None
             if last is not None and last.scale_in and now < (last.ended or last.started) \
                     + cooldown:
                 return None
-            return Proposal(capacity, cause, True, policy.arn)
+            return Proposal(capacity, cause, True, policy.arn, alarm=call.alarm_name)
         return None
 
     def _last_of(self, target: ScalableTarget, policy: ScalingPolicy) -> ScalingActivity | None:
@@ -278,7 +281,8 @@ class ScalingEngine:
             description=f"Setting desired {unit} to {proposal.capacity}.",
             cause=proposal.cause, started=self.clock.now(), desired=proposal.capacity,
             scale_in=proposal.scale_in, policy_arn=proposal.policy_arn,
-            previous=proposal.base if proposal.base is not None else desired)
+            previous=proposal.base if proposal.base is not None else desired,
+            alarm=proposal.alarm)
         self.service.record_activity(activity)
         log.info("resource=%s scaling to %d: %s", target.resource_id, proposal.capacity,
                  proposal.cause)

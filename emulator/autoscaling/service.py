@@ -62,6 +62,9 @@ class AutoScalingService:
         self.targets: dict[str, ScalableTarget] = {}  # by ResourceId
         self.policies: dict[tuple[str, str], ScalingPolicy] = {}  # (ResourceId, PolicyName)
         self.activities: dict[str, list[ScalingActivity]] = {}  # by ResourceId, oldest first
+        # Told of each activity as it starts (the live page's history; the composition root).
+        self.activity_listeners: list[Callable[[ScalingActivity, ScalingPolicy | None],
+                                               None]] = []
         self._load()
 
     # -----------------------------------------------------------------------------------------
@@ -158,6 +161,9 @@ class AutoScalingService:
         history = self.activities.setdefault(activity.resource_id, [])
         history.append(activity)
         del history[:-MAX_ACTIVITIES]
+        policy = self.policy_by_arn(activity.policy_arn) if activity.policy_arn else None
+        for listener in self.activity_listeners:
+            listener(activity, policy)
 
     def _time(self, real: float, now: float) -> float:
         return self.clock.to_emulated(real, now)

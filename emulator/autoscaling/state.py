@@ -73,6 +73,7 @@ class ScalingActivity:
     # The count it was computed from (step scaling's cooldown counts from there)
     previous: int | None = None
     policy_arn: str | None = None
+    alarm: str | None = None  # the alarm whose action started it (None: Min/Max capacity)
 
 
 def policy_from(saved: dict[str, Any]) -> ScalingPolicy:

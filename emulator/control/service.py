@@ -58,6 +58,14 @@ from emulator.instance_types import MAX_INSTANCES_PER_ENDPOINT
 log = logging.getLogger(__name__)
 
 IN_PROGRESS = ("Creating", "Updating", "Deleting", "SystemUpdating", "RollingBack")
+
+# Told of each step of a guarded deployment that the live page keeps in its history:
+# (endpoint, kind, text, details), kind one of deployment, rollback, rolled-back, deployed.
+ActivityListener = Callable[[str, str, str, dict[str, Any]], None]
+
+
+def _no_listener(_endpoint: str, _kind: str, _text: str, _details: dict[str, Any]) -> None:
+    return None
 _FAILURE_REASON_MAX = 1024
 
 
@@ -123,6 +131,8 @@ class ControlPlaneService:
         self.emulated_clock = emulated_clock or Clock()
         # CloudWatch alarms, for AutoRollbackConfiguration (None: no alarm exists).
         self.alarms = alarms
+        # The live page's history of deployments (the composition root sets it).
+        self.on_activity: ActivityListener = _no_listener
         self.store = store
         # Why a container's Image cannot run here (the launcher decides), checked at CreateModel.
         self._image_problem = image_problem
@@ -540,28 +550,42 @@ class ControlPlaneService:
                             self.registry, self.emulated_clock, self.alarms, save, promoted,
                             config_name=deployment.config_name, blue_count=blue_count)
         rolling = run.plan.rolling
+        new = deployment.config_name
+        plan = {"NewConfig": new, "Kind": run.plan.kind, "Routing": run.plan.routing,
+                "Steps": run.plan.steps}
+        self.on_activity(name, "deployment", (
+            f"deployment to {new} {'resumed' if progress.resumed else 'started'}: "
+            f"{run.plan.routing.lower().replace('_', ' ')}, {run.plan.steps} step(s)"), plan)
         try:
             await run.run()
         except RolledBack as exc:
-            await self._roll_back(name, str(exc), rolling)
+            await self._roll_back(name, str(exc), rolling, new, progress.alarm)
             return
         except Exception as exc:  # noqa: BLE001 - green never took traffic, or blue is gone
             log.warning("endpoint %s: deployment failed: %s", name, exc)
             if progress.phase == TERMINATING:  # green serves already: the update is done
                 self._transition(name, ("Updating",), "InService", failure_reason=None,
                                  pending=None, deployment=None)
+                self.on_activity(name, "deployed", f"deployment to {new} ended: {new} serves",
+                                 plan)
             else:
-                await self._roll_back(name, failure_reason(exc), rolling)
+                await self._roll_back(name, failure_reason(exc), rolling, new)
             return
         self._transition(name, ("Updating",), "InService", failure_reason=None, pending=None,
                          deployment=None)
+        self.on_activity(name, "deployed", f"deployment to {new} ended: {new} serves", plan)
 
-    async def _roll_back(self, name: str, reason: str, rolling: bool = False) -> None:
+    async def _roll_back(self, name: str, reason: str, rolling: bool = False,
+                         new_config: str = "", alarm: str | None = None) -> None:
         """Every new call back to blue at once, then green drained and stopped. A rolling
         update first brings blue back to its size (it gave up instances batch by batch)."""
         log.warning("endpoint %s: rolling back: %s", name, reason)
         self._transition(name, ("Updating",), "RollingBack", failure_reason=reason)
         record = self._get(name)
+        old = record.current.config_name if record is not None else ""
+        details = {"NewConfig": new_config, "OldConfig": old, "Alarm": alarm, "Reason": reason}
+        self.on_activity(name, "rollback", f"rolling back the deployment to {new_config}: "
+                         f"{reason}", details)
         try:
             if rolling and record is not None and self.registry.get(name) is not None:
                 await self.registry.resize(EndpointSpec.from_doc(record.current.spec))
@@ -569,9 +593,13 @@ class ControlPlaneService:
         except Exception as exc:  # noqa: BLE001
             self._transition(name, ("RollingBack",), "UpdateRollbackFailed",
                              failure_reason=failure_reason(exc))
+            self.on_activity(name, "rollback-failed", f"the rollback to {old} failed: {exc}",
+                             details)
             return
         self._transition(name, ("RollingBack",), "InService", failure_reason=reason,
                          pending=None, deployment=None)
+        self.on_activity(name, "rolled-back", f"rolled back: {old} serves again, the "
+                         f"deployment to {new_config} ended", details)
 
     async def _run_resume(self, name: str, blue: Deployment, green: Deployment,
                           progress: Progress) -> None:

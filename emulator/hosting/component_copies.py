@@ -161,9 +161,12 @@ class ComponentCopies:
     def __init__(self, endpoint: str, name: str, work_dir: Path, build: CopyBuilder,
                  sink: MetricSink | None, seed: int | None = None,
                  check: Callable[[ContainerSpec], None] | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, copy_suffix: str = "") -> None:
         self.endpoint = endpoint
         self._check = check
+        # A rolling update's new copies carry its generation (copy-1-green1): never read as
+        # the copies they replace (copy-1).
+        self.copy_suffix = copy_suffix
         self.name = name
         self.work_dir = work_dir
         self._build = build
@@ -220,7 +223,7 @@ class ComponentCopies:
         built: list[Copy] = []
 
         async def one() -> None:
-            copy_id = f"copy-{next(self._ids)}"
+            copy_id = f"copy-{next(self._ids)}{self.copy_suffix}"
             metrics = self._instance_metrics[copy_id] = EndpointMetrics(
                 self.endpoint, variant.name)
             building = self._build(EndpointSpec(self.endpoint, (variant,)), variant,

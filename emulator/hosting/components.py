@@ -190,10 +190,11 @@ class ComponentEndpoint(SplitEndpoint):
         new = self._incoming.get(key)
         if new is None:
             assert self._build_copy is not None  # self._copies refused otherwise
+            number = next(self._update_ids)
             new = self._incoming[key] = ComponentCopies(
-                self.name, component, self.work_dir / f"{key}.update-{next(self._update_ids)}",
+                self.name, component, self.work_dir / f"{key}.update-{number}",
                 self._build_copy, self._metric_sink, self._seed, self._check_artifact,
-                clock=self._clock)
+                clock=self._clock, copy_suffix=f"-green{number}")
         steps = [(new, new_target), (old, old_target)]
         if target.copies < len(new.ready):  # a rollback batch: the old side grows first
             steps.reverse()

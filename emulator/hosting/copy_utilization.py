@@ -186,10 +186,10 @@ def _measure(copy: Copy, sampler: UtilizationSampler, now: float, limits: CopyLi
     return cpu_percent, used, figures
 
 
-def copy_label(copies_index: int, copy: Copy) -> str:
-    """``copy-2``; a rolling update's new copies ``copy-2.new`` (their numbers start again)."""
-    short = copy.id.rsplit("/", 1)[-1]
-    return f"{short}.new" if copies_index else short
+def copy_label(copy: Copy) -> str:
+    """``copy-2``; a rolling update's new copies carry its generation, ``copy-2-green1``
+    (their numbers start again), and keep that name once they are the component's copies."""
+    return copy.id.rsplit("/", 1)[-1]
 
 
 def copy_rows(component: ComponentGroup) -> list[dict[str, Any]]:
@@ -198,10 +198,10 @@ def copy_rows(component: ComponentGroup) -> list[dict[str, Any]]:
     failed) or ``pending`` (placed nowhere: no instance has room); only a process has an id."""
     slots = [f"i-{index + 1}" for index in _slots(component)]
     copies: list[dict[str, Any]] = []
-    for index, group in enumerate(component.groups):
+    for group in component.groups:
         for copy in list(group.ready):
             copies.append({
-                "CopyId": copy_label(index, copy),
+                "CopyId": copy_label(copy),
                 "Instance": slots[len(copies)] if len(copies) < len(slots) else None,
                 "State": "draining" if copy.draining else "ready",
                 "InFlight": copy.in_flight,

@@ -47,12 +47,16 @@ class InvokeResult:
 
 
 class Variant:
-    def __init__(self, spec: VariantSpec, metrics: EndpointMetrics, work_dir: Path) -> None:
+    def __init__(self, spec: VariantSpec, metrics: EndpointMetrics, work_dir: Path,
+                 instance_suffix: str = "") -> None:
         self.spec = spec
         self.metrics = metrics
         self.work_dir = work_dir
         self.instances: list[HostedInstance] = []
         self._next_index = 1
+        # A deployment's new fleet names its instances after it (``i-1-green1``), so that its
+        # events, metrics and failures are never read as the running fleet's (``i-1``).
+        self.instance_suffix = instance_suffix
 
     @property
     def name(self) -> str:
@@ -66,7 +70,7 @@ class Variant:
         return [i for i in self.instances if not i.draining]
 
     def new_instance_id(self) -> str:
-        instance_id = f"i-{self._next_index}"
+        instance_id = f"i-{self._next_index}{self.instance_suffix}"
         self._next_index += 1
         return instance_id
 
@@ -74,8 +78,10 @@ class Variant:
 class Endpoint:
     def __init__(self, spec: EndpointSpec, work_dir: Path, build_instance: InstanceBuilder,
                  router: Router, error_context_account: tuple[str, str],
-                 invocation_timeout_s: float, sink: MetricSink | None = None) -> None:
+                 invocation_timeout_s: float, sink: MetricSink | None = None,
+                 instance_suffix: str = "") -> None:
         self.spec = spec
+        self.instance_suffix = instance_suffix
         self.work_dir = work_dir
         self._build_instance = build_instance
         self._router = router
@@ -87,7 +93,7 @@ class Endpoint:
 
     def _variant(self, spec: VariantSpec) -> Variant:
         metrics = EndpointMetrics(self.spec.name, spec.name, self._sink)
-        return Variant(spec, metrics, self.work_dir / spec.name)
+        return Variant(spec, metrics, self.work_dir / spec.name, self.instance_suffix)
 
     @property
     def name(self) -> str:

@@ -44,6 +44,7 @@ class EndpointRegistry:
         self._generation_draw = random.Random(settings.routing_seed)
         # Deployments in progress, by endpoint name, for the live page.
         self.deployments: dict[str, DeploymentView] = {}
+        self._green_numbers: dict[str, int] = {}  # deployments started, by endpoint name
         self._sample_period_s = sample_period_s
         self._sampler_task: asyncio.Task[None] | None = None
         self._samplers: dict[int, UtilizationSampler] = {}
@@ -59,7 +60,8 @@ class EndpointRegistry:
     def all(self) -> list[SplitEndpoint]:
         return [self._endpoints[n] for n in self.names()]
 
-    async def _start(self, spec: EndpointSpec, generation: str = "") -> SplitEndpoint:
+    async def _start(self, spec: EndpointSpec, generation: str = "",
+                     instance_suffix: str = "") -> SplitEndpoint:
         s = self.settings
         for variant in spec.variants:  # a missing bucket or prefix fails before any Triton starts
             for container in variant.containers:
@@ -72,7 +74,8 @@ class EndpointRegistry:
             await asyncio.to_thread(shutil.rmtree, work_dir)
         work_dir.mkdir(parents=True)
         endpoint = SplitEndpoint(spec, work_dir, self._build_instance, self._router,
-                                 (s.region, s.account_id), s.invocation_timeout_s, self._sink)
+                                 (s.region, s.account_id), s.invocation_timeout_s, self._sink,
+                                 instance_suffix)
         endpoint.draw = self._generation_draw
         try:
             await endpoint.start()
@@ -141,6 +144,7 @@ class EndpointRegistry:
     async def delete(self, name: str) -> None:
         endpoint = self._endpoints.pop(name, None)
         self.deployments.pop(name, None)
+        self._green_numbers.pop(name, None)
         if endpoint is not None:
             green = endpoint.green
             endpoint.green, endpoint.green_share = None, 0.0
@@ -157,7 +161,11 @@ class EndpointRegistry:
         if blue is None:
             raise LookupError(f"endpoint {spec.name} is not running")
         await self.drop_green(spec.name)
-        green = await self._start(spec, generation=f".green.{time.monotonic_ns()}")
+        # Green's instances carry its generation in their names (i-1-green1, then green2 for
+        # the next deployment, rolled back or not); blue's keep theirs.
+        number = self._green_numbers[spec.name] = self._green_numbers.get(spec.name, 0) + 1
+        green = await self._start(spec, generation=f".green.{time.monotonic_ns()}",
+                                  instance_suffix=f"-green{number}")
         if self._endpoints.get(spec.name) is not blue:  # deleted while green started
             await self._stop_surviving(green)
             raise LookupError(f"endpoint {spec.name} was deleted during the deployment")

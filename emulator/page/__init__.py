@@ -18,6 +18,10 @@ __all__ = ["Feed", "install_page"]
 
 
 def install_page(app: FastAPI, registry: EndpointRegistry, feed: Feed) -> None:
-    # the alarms' states too, when the app has an AlarmStore (emulator/cloudwatch/alarms.py)
-    app.include_router(build_page_router(registry, feed, getattr(app.state, "alarms", None)))
+    # the alarms' states too, when the app has an AlarmStore (emulator/cloudwatch/alarms.py);
+    # the state inside the page's HTML only when no signature is asked for (its HTML is open)
+    settings = getattr(app.state, "settings", None)
+    embed = settings is None or settings.auth == "off"
+    app.include_router(build_page_router(registry, feed, getattr(app.state, "alarms", None),
+                                         embed_state=embed))
     app.state.page_feed = feed

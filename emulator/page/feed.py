@@ -6,7 +6,12 @@ The ``Feed`` keeps, in bounded memory:
   evicted with its reason, ...), told by each instance's ModelManager through its observer hook;
 - loads, unloads and errors counted per ``BUCKET_S``-second bucket over the last
   ``TIMELINE_S`` seconds (the page's timeline);
-- the last ``ERROR_LIMIT`` invocation errors, with the SageMaker error code the client got.
+- the last ``ERROR_LIMIT`` invocation errors, with the SageMaker error code the client got, and
+  how many each endpoint had since the server started (the page's tiles count those);
+- the last ``ACTIVITY_LIMIT`` things that happened to an endpoint rather than to a model: a
+  deployment started, rolled back or ended, a scaling activity (which alarm, which policy, from
+  how many to how many). They are kept apart from the model events, so that a burst of loads
+  never pushes a rollback out of the history.
 
 It is told of each instance as it is built (``watch``, called by the composition root around
 the instance builder), before the instance starts, so a SingleModel container's start-up load is
@@ -26,6 +31,7 @@ from emulator.manager.model_manager import ModelObserver
 
 EVENT_LIMIT = 500
 ERROR_LIMIT = 50
+ACTIVITY_LIMIT = 200
 BUCKET_S = 10
 TIMELINE_S = 600
 
@@ -63,6 +69,20 @@ class InvocationError:
     message: str
 
 
+@dataclass(frozen=True)
+class Activity:
+    """Something that happened to an endpoint: ``kind`` is one of ``deployment`` (started),
+    ``rollback`` (started: why), ``rolled-back`` (the old config serves again), ``deployed``
+    (the new config serves, the deployment ended), ``scaling`` (an Application Auto Scaling
+    activity); ``text`` says it in a sentence, ``details`` the figures."""
+
+    time: float  # epoch seconds
+    endpoint: str
+    kind: str
+    text: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class Bucket:
     start: float
@@ -75,6 +95,8 @@ class Feed:
     def __init__(self) -> None:
         self.events: deque[ModelEvent] = deque(maxlen=EVENT_LIMIT)
         self.errors: deque[InvocationError] = deque(maxlen=ERROR_LIMIT)
+        self.error_counts: dict[str, int] = {}  # by endpoint, every error told since the start
+        self.activities: deque[Activity] = deque(maxlen=ACTIVITY_LIMIT)
         self._buckets: deque[Bucket] = deque(maxlen=TIMELINE_S // BUCKET_S)
         self.version = 0
         self._changed = asyncio.Event()
@@ -102,7 +124,14 @@ class Feed:
     def invocation_failed(self, endpoint: str, model: str | None, status: int, code: str,
                           message: str) -> None:
         self.errors.append(InvocationError(time.time(), endpoint, model, status, code, message))
+        self.error_counts[endpoint] = self.error_counts.get(endpoint, 0) + 1
         self._bucket(time.time()).errors += 1
+        self._touch()
+
+    def activity(self, endpoint: str, kind: str, text: str,
+                 details: dict[str, Any] | None = None) -> None:
+        """Something happened to an endpoint (see ``Activity``)."""
+        self.activities.append(Activity(time.time(), endpoint, kind, text, dict(details or {})))
         self._touch()
 
     def _bucket(self, now: float) -> Bucket:
@@ -136,3 +165,7 @@ class Feed:
 
     def recent_errors(self) -> list[dict[str, Any]]:
         return [asdict(e) for e in self.errors][::-1]
+
+    def recent_activities(self) -> list[dict[str, Any]]:
+        """Newest first."""
+        return [asdict(a) for a in self.activities][::-1]

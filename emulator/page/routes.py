@@ -1,6 +1,9 @@
 """The live page of the fleet, served by the emulator itself (no CDN, no build step).
 
-- ``GET /_emulator/``               the page (``static/index.html``; plain HTML, JS and CSS)
+- ``GET /_emulator/``               the page (``static/index.html``; plain HTML, JS and CSS),
+                                    with the state at the time of the request inside it, so
+                                    its first paint is the fleet, not an empty shell (not with
+                                    ``--auth sigv4``: the page's HTML is open, its data is not)
 - ``GET /_emulator/page/{asset}``   its script and style sheet
 - ``GET /_emulator/page/state``     everything the page shows, as JSON (one snapshot)
 - ``GET /_emulator/page/stream``    the same snapshot as server-sent events, sent again at
@@ -49,7 +52,12 @@ def page_state(registry: EndpointRegistry, feed: Feed,
     return {
         "Alarms": alarm_states(alarms),
         "Time": now,
+        # Bakes and waits run on the emulated clock: an emulated second is 1 / ClockScale real.
+        "ClockScale": registry.settings.clock_scale,
         "Endpoints": {e.name: {**describe_endpoint(e), "MultiModel": e.is_multi_model,
+                               # Every failed invocation the feed was told of (its list keeps
+                               # the last ones): the tiles count these.
+                               "ErrorCount": feed.error_counts.get(e.name, 0),
                                "Metrics": endpoint_snapshot(e.name, [v.metrics
                                                                      for v in e.variants]),
                                # A guarded deployment in progress (emulator/control/deployments)
@@ -59,7 +67,22 @@ def page_state(registry: EndpointRegistry, feed: Feed,
         "Timeline": feed.timeline(now),
         "Events": feed.recent_events(),
         "Errors": feed.recent_errors(),
+        "Activity": feed.recent_activities(),
     }
+
+
+INITIAL_STATE_AT = b'<script src="/_emulator/page/app.js"></script>'
+
+
+def page_html(state: dict[str, Any] | None) -> bytes:
+    """The page, with ``state`` inside it for the first paint (read by app.js before it opens
+    the stream). ``<`` is escaped: no name in the state can end the script element."""
+    html = _asset("index.html")
+    if state is None:
+        return html
+    data = json.dumps(state, default=str).replace("<", "\\u003c").encode()
+    return html.replace(INITIAL_STATE_AT, b'<script id="initial-state" type="application/json">'
+                        + data + b"</script>\n  " + INITIAL_STATE_AT)
 
 
 def _asset(name: str) -> bytes:
@@ -67,7 +90,7 @@ def _asset(name: str) -> bytes:
 
 
 def build_page_router(registry: EndpointRegistry, feed: Feed,
-                      alarms: AlarmStore | None = None) -> APIRouter:
+                      alarms: AlarmStore | None = None, embed_state: bool = True) -> APIRouter:
     router = APIRouter()
 
     @router.get("/_emulator", include_in_schema=False)
@@ -76,7 +99,8 @@ def build_page_router(registry: EndpointRegistry, feed: Feed,
 
     @router.get("/_emulator/")
     async def page() -> Response:
-        return Response(_asset("index.html"), media_type="text/html; charset=utf-8",
+        state = page_state(registry, feed, alarms) if embed_state else None
+        return Response(page_html(state), media_type="text/html; charset=utf-8",
                         headers={"Cache-Control": "no-cache"})
 
     @router.get("/_emulator/page/state")

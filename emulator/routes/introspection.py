@@ -36,7 +36,11 @@ def describe_endpoint(endpoint: Endpoint) -> dict[str, object]:
     usages = [i.manager.usage() for _, i in instances]
     summary["LoadedBytes"] = sum(u.loaded_bytes for u in usages)
     summary["DiskBytes"] = sum(u.disk_bytes for u in usages)
-    return {**summary, "Models": models, **endpoint.describe()}
+    described = {**summary, "Models": models, **endpoint.describe()}
+    green = getattr(endpoint, "green", None)
+    if green is not None:  # a guarded deployment's new fleet (its instances: i-1-green1, ...)
+        described["Green"] = describe_endpoint(green)
+    return described
 
 
 def build_introspection_router(registry: EndpointRegistry,

@@ -9,7 +9,9 @@ condition, never by timing.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -158,18 +160,56 @@ def test_page_shows_a_model_loading_then_loaded_then_evicted_while_traffic_runs(
 
 
 
+# The "loaded" badge's colour (style.css .state-loaded): only a painted model row has it.
+LOADED_BADGE = (0xD8, 0xF1, 0xE1)
+
+
+def _chromium_cli(*args: str) -> str:
+    """Chromium's own headless command line, as a person or a CI step runs it."""
+    done = subprocess.run([CHROMIUM, *FLAGS, "--hide-scrollbars", "--window-size=1400,1000",
+                           *args], capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_a_headless_screenshot_shows_the_fleet_the_first_time(
+        start_emulator, store: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``chromium --headless --screenshot`` shoots at the page's load: its first paint must be
+    the fleet, every time, not the empty shell waiting for the stream's first event."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (tests/install-chromium.sh)")
+    from PIL import Image
+
+    package(write_scale_model(tmp_path / "a", "a", 2.0), store / "a.tar.gz", "folder")
+    server = start_emulator(model_data=str(store))
+    _invoke(runtime_client(server.url), "a.tar.gz")  # loaded: a row with a "loaded" badge
+    url = f"{server.url}/_emulator/"
+    for attempt in range(3):
+        shot = tmp_path / f"first-paint-{attempt}.png"
+        _chromium_cli(f"--screenshot={shot}", url)
+        with Image.open(shot) as image:
+            colours = {colour for _count, colour in image.convert("RGB").getcolors(1 << 24)}
+        assert LOADED_BADGE in colours, f"screenshot {attempt + 1}: no model row painted"
+    dom = _chromium_cli("--dump-dom", url)
+    assert 'data-model="a.tar.gz"' in dom and 'data-state="loaded"' in dom
+
+
 def test_page_assets_are_served_by_the_emulator(start_emulator, store: Path,  # type: ignore[no-untyped-def]
                                                tmp_path: Path) -> None:
     """No CDN: every script and style the page loads comes from the emulator itself."""
     package(write_scale_model(tmp_path / "a", "a", 2.0), store / "a.tar.gz", "folder")
     server = start_emulator(model_data=str(store))
     html = get_text(f"{server.url}/_emulator/")
-    assert "http://" not in html and "https://" not in html
+    # Everything it loads or links to is the emulator's own (the state inside it names the
+    # instances' Triton URLs: data, not something loaded).
+    loaded = re.findall(r'(?:src|href)="([^"]*)"', html)
+    assert loaded and all(u.startswith("/") for u in loaded), loaded
     for asset, kind in (("app.js", "text/javascript"), ("style.css", "text/css")):
         with urllib.request.urlopen(f"{server.url}/_emulator/page/{asset}") as resp:
             assert resp.headers["Content-Type"].startswith(kind)
     state = get_json(f"{server.url}/_emulator/page/state")
-    assert set(state) == {"Time", "Endpoints", "Timeline", "Events", "Errors", "Alarms"}
+    assert set(state) == {"Time", "ClockScale", "Endpoints", "Timeline", "Events", "Errors",
+                          "Alarms", "Activity"}
     assert state["Endpoints"]["local"]["Variants"]["AllTraffic"]["Instances"][0]["InstanceId"] \
         == "i-1"
     with pytest.raises(urllib.error.HTTPError) as excinfo:

@@ -1,10 +1,16 @@
-// The live page: renders each snapshot the server pushes on /_emulator/page/stream.
+// The live page: renders the snapshot inside the page (#initial-state) at once, so its first
+// paint is the fleet, then each snapshot the server pushes on /_emulator/page/stream.
 // Plain DOM (no framework, no build step). Every name from the server goes in as text, never
 // as HTML: TargetModel values are user input.
 "use strict";
 
 let state = null;
 let selected = null; // {endpoint, variant, instance, model} of the detail view
+
+const ACTIVITY_LABELS = {
+  deployment: "deployment", rollback: "rolling back", "rolled-back": "rolled back",
+  "rollback-failed": "rollback failed", deployed: "deployed", scaling: "scaling",
+};
 
 const STATE_LABELS = {
   new: "new", downloading: "downloading", on_disk: "on disk", loading: "loading",
@@ -45,6 +51,14 @@ function ago(epoch) {
   return s < 60 ? `${s.toFixed(0)} s ago` : `${(s / 60).toFixed(0)} min ago`;
 }
 
+// Bakes and waits run on the emulated clock (--clock-scale): say so, with the real time.
+function emulated(seconds) {
+  const scale = state.ClockScale || 1;
+  const real = seconds / scale;
+  return scale === 1 ? `${Math.ceil(seconds)} s (emulated clock, at real speed)`
+    : `${Math.ceil(seconds)} s emulated (${real < 10 ? real.toFixed(1) : Math.ceil(real)} s real at --clock-scale ${scale})`;
+}
+
 function micros(us) { return us >= 1e6 ? `${(us / 1e6).toFixed(2)} s` : `${(us / 1e3).toFixed(1)} ms`; }
 
 function displayState(model) {
@@ -74,8 +88,10 @@ function renderSummary() {
     const hits = m.ModelCacheHit;
     const ratio = hits.SampleCount ? (hits.Sum / hits.SampleCount * 100).toFixed(1) + " %" : "–";
     const components = Object.values(ep.InferenceComponents || {});
-    const errors = m.Invocation4XXErrors.Sum + m.Invocation5XXErrors.Sum
-      + components.reduce((n, c) => n + c.Errors, 0);
+    // Every failed call the error list was told of, on either fleet of a deployment.
+    const errors = ep.ErrorCount ?? (m.Invocation4XXErrors.Sum + m.Invocation5XXErrors.Sum
+      + components.reduce((n, c) => n + c.Errors, 0));
+    const last = (state.Activity || []).find(a => a.endpoint === name && a.kind !== "scaling");
     const inFlight = Object.values(ep.Variants).flatMap(v => v.Instances)
       .reduce((n, i) => n + i.InFlight, 0);
     const figure = (label, value, id) => el("div", { class: "figure" },
@@ -90,7 +106,10 @@ function renderSummary() {
         figure("in flight", inFlight, "in-flight"),
         figure("errors", errors, "errors"),
         figure("model latency (avg)", m.ModelLatency.SampleCount ? micros(m.ModelLatency.Average) : "–", "latency"),
-        figure("load wait (avg)", m.ModelLoadingWaitTime.SampleCount ? micros(m.ModelLoadingWaitTime.Average) : "–", "wait")));
+        figure("load wait (avg)", m.ModelLoadingWaitTime.SampleCount ? micros(m.ModelLoadingWaitTime.Average) : "–", "wait")),
+      last ? el("p", { class: `last-deployment kind-${last.kind}`, "data-kind": last.kind },
+        el("span", { class: `badge activity-${last.kind}` }, ACTIVITY_LABELS[last.kind] || last.kind),
+        ` ${clock(last.time)} · ${last.text}`) : null);
   });
   document.getElementById("summary").replaceChildren(
     ...(cards.length ? cards : [el("p", { class: "empty" }, "No endpoint yet. Start one with mme serve --model-data …, or CreateEndpoint.")]));
@@ -134,12 +153,14 @@ function deploymentBlock(name, d) {
   if (!d) return null;
   const green = Math.round(d.GreenShare * 100);
   const left = d.BakeSecondsLeft == null ? "–" : `${Math.ceil(d.BakeSecondsLeft)} s`;
+  const scale = state.ClockScale || 1;
+  const real = d.BakeSecondsLeft == null ? "" : ` emulated (${(d.BakeSecondsLeft / scale).toFixed(scale === 1 ? 0 : 1)} s real)`;
   const phase = { starting: "new fleet starting", baking: `baking step ${d.Step} of ${d.Steps}`,
     terminating: "new fleet serves; old fleet waits to stop", rolling_back: "rolling back" }[d.Phase] || d.Phase;
   const kind = d.Kind === "RollingUpdatePolicy" ? "rolling" : "blue/green";
   const alarms = Object.entries(d.Alarms);
   const instances = d.Green ? Object.entries(d.Green.Variants).flatMap(([vname, v]) => v.Instances.map(i =>
-    el("span", { class: "badge", title: i.TritonUrl || "" },
+    el("span", { class: "badge generation-green", title: i.TritonUrl || "", "data-instance": `${vname}/${i.InstanceId}` },
       `${vname}/${i.InstanceId} · ${i.InFlight} in flight · ${(i.Models || []).filter(m => m.State === "loaded").length} loaded`))) : [];
   return el("div", { class: "deployment", "data-deployment": name, "data-phase": d.Phase },
     el("h4", {}, `deployment to ${d.NewConfig}`, el("small", {},
@@ -147,8 +168,9 @@ function deploymentBlock(name, d) {
     el("div", { class: "split", "data-green-share": green, title: `blue (running config) ${100 - green} % · green (new config) ${green} %` },
       el("span", { class: "split-blue", style: `width:${100 - green}%` }, `blue ${100 - green} %`),
       el("span", { class: "split-green", style: `width:${green}%` }, green ? `green ${green} %` : "")),
-    el("p", {}, `bake ${d.BakeSeconds} s per step · left: `, el("strong", { "data-figure": "bake-left" }, left),
-      d.TerminationWaitSeconds ? ` · then ${d.TerminationWaitSeconds} s before the old fleet stops` : ""),
+    el("p", { class: "bake" }, `bake ${emulated(d.BakeSeconds)} per step · left: `,
+      el("strong", { "data-figure": "bake-left" }, left), real,
+      d.TerminationWaitSeconds ? ` · then ${emulated(d.TerminationWaitSeconds)} before the old fleet stops` : ""),
     el("p", {}, "rollback alarms: ", ...(alarms.length ? alarms.map(([alarm, s]) =>
       el("span", { class: `badge alarm-${(s || "missing").toLowerCase()}`, "data-alarm": alarm }, `${alarm} ${s || "missing"}`))
       : [el("span", { class: "muted" }, "none")])),
@@ -266,6 +288,7 @@ function eventItem(e) {
     el("span", { class: `badge step-${step}` }, step), " ",
     el("span", { class: "name" }, e.model || "(the endpoint's model)"),
     el("span", { class: "muted" }, ` on ${e.endpoint}/${e.variant}/${e.instance}`),
+    /-green\d+$/.test(e.instance) ? el("span", { class: "badge generation-green" }, "new fleet") : null,
     why ? el("span", { class: "note" }, ` · ${why}`) : null,
     details.length ? el("span", { class: "muted" }, ` · ${details.join(", ")}`) : null);
 }
@@ -276,8 +299,22 @@ function renderEvents() {
   list.replaceChildren(...(items.length ? items : [el("li", { class: "empty" }, "Nothing yet.")]));
 }
 
+function activityItem(a) {
+  return el("li", { "data-kind": a.kind, "data-endpoint": a.endpoint || null },
+    el("time", {}, clock(a.time)), " ",
+    el("span", { class: `badge activity-${a.kind}` }, ACTIVITY_LABELS[a.kind] || a.kind), " ",
+    a.endpoint ? el("span", { class: "name" }, a.endpoint) : null,
+    el("span", {}, ` ${a.text}`));
+}
+
+function renderActivity() {
+  const items = (state.Activity || []).map(activityItem);
+  document.getElementById("activity").replaceChildren(
+    ...(items.length ? items : [el("li", { class: "empty" }, "No deployment or scaling activity yet.")]));
+}
+
 function renderErrors() {
-  const rows = state.Errors.map(e => el("tr", { "data-code": e.code },
+  const rows = state.Errors.map(e => el("tr", { "data-code": e.code, "data-endpoint": e.endpoint },
     el("td", {}, clock(e.time)), el("td", {}, e.endpoint), el("td", { class: "name" }, e.model ?? "–"),
     el("td", { class: "num" }, e.status), el("td", {}, el("span", { class: "badge code" }, e.code)),
     el("td", { class: "message" }, e.message)));
@@ -327,6 +364,7 @@ function render() {
   renderFleet();
   renderTimeline();
   renderEvents();
+  renderActivity();
   renderErrors();
   renderAlarms();
   renderDetail();
@@ -361,4 +399,11 @@ function connect() {
 }
 
 document.getElementById("detail-close").addEventListener("click", () => { selected = null; render(); });
+// The state at the time the page was served: the first paint is the fleet, not an empty shell.
+const initial = document.getElementById("initial-state");
+if (initial) {
+  state = JSON.parse(initial.textContent);
+  document.getElementById("connection").textContent = `as of ${clock(state.Time)} · connecting…`;
+  render();
+}
 connect();
