@@ -128,6 +128,7 @@ class AlarmStore:
         self.history: list[HistoryItem] = []
         # Parsed rules and expressions, by alarm; an alarm missing here is not evaluated.
         self._compiled: dict[str, Compiled] = {}
+        self._parents: dict[str, set[str]] = {}  # alarm -> the composites whose rule names it
         # What the next save writes (under the lock): alarms changed, deleted, history added.
         self._dirty: set[str] = set()
         self._deleted: set[str] = set()
@@ -241,7 +242,7 @@ class AlarmStore:
                 continue
             self.alarms[alarm.name] = alarm
             try:
-                self._compiled[alarm.name] = compile_alarm(alarm.alarm_type, alarm.config)
+                self._set_compiled(alarm.name, compile_alarm(alarm.alarm_type, alarm.config))
             except (CompileError, KeyError, TypeError) as exc:
                 log.warning("alarm %s is not evaluated: its stored rule or expression does not "
                             "parse (%s); delete it or put it again", alarm.name, exc)
@@ -320,8 +321,19 @@ class AlarmStore:
     def parents(self, name: str) -> list[str]:
         """The composite alarms whose rule names ``name``."""
         with self.lock:
-            return sorted(parent for parent, c in self._compiled.items()
-                          if c.rule is not None and name in c.rule.names)
+            return sorted(self._parents.get(name, ()))
+
+    def _set_compiled(self, name: str, compiled: Compiled | None) -> None:
+        """Keep ``name``'s parsed form (None: forget it) and who names whom (under the lock)."""
+        old = self._compiled.pop(name, None)
+        for child in old.rule.names if old is not None and old.rule is not None else ():
+            self._parents.get(child, set()).discard(name)
+            if not self._parents.get(child, True):
+                del self._parents[child]
+        if compiled is not None:
+            self._compiled[name] = compiled
+            for child in compiled.rule.names if compiled.rule is not None else ():
+                self._parents.setdefault(child, set()).add(name)
 
     # -----------------------------------------------------------------------------------------
     # Changes from the API
@@ -351,7 +363,7 @@ class AlarmStore:
                 # tags given with an update are ignored, as AWS documents (TagResource adds)
                 existing.last_repeat = 0.0
                 alarm, kind = existing, "Update"
-            self._compiled[name] = compiled
+            self._set_compiled(name, compiled)
             self._dirty.add(name)
             self._deleted.discard(name)
             self._schedule(alarm, 0.0)
@@ -374,7 +386,7 @@ class AlarmStore:
                 alarm = self.alarms.pop(name)
                 self._due.pop(name, None)
                 self._composites.discard(name)
-                self._compiled.pop(name, None)
+                self._set_compiled(name, None)
                 self._dirty.discard(name)
                 self._deleted.add(name)
                 self._record(alarm, "ConfigurationUpdate", f'Alarm "{name}" deleted',
