@@ -184,7 +184,8 @@ class AlarmApi:
             types.discard("LogAlarm")  # the emulator has no log alarms: none to list
         found: list[Alarm] = []
         related = self._related(children_of, parents_of)
-        for alarm in self.alarms.all():
+        named = [self.alarms.get(n) for n in sorted(set(names))]  # in name order, as all()
+        for alarm in [a for a in named if a is not None] if names else self.alarms.all():
             if alarm.alarm_type not in types:
                 continue
             if names and alarm.name not in names:
