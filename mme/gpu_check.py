@@ -123,15 +123,26 @@ def write_mlp(repo: Path, name: str, kind: str) -> None:
         if index < LAYERS - 1:
             layers.append(torch.nn.ReLU())
     module = torch.nn.Sequential(*layers).eval()
-    folder = repo / name
+    write_torchscript(repo / name, module, WIDTH, BATCH, kind)
+
+
+def write_torchscript(folder: Path, module: Any, width: int, max_batch_size: int,
+                      kind: str) -> None:
+    """``module`` traced into ``folder/1/model.pt`` with a config for the pytorch shim: one
+    FP32 input ``INPUT__0`` and output ``OUTPUT__0`` of ``width`` features."""
+    import torch
+
     (folder / "1").mkdir(parents=True, exist_ok=True)
-    traced = torch.jit.trace(module, torch.zeros(1, WIDTH))  # type: ignore[no-untyped-call]  # unannotated
-    traced.save(str(folder / "1" / "model.pt"))
-    write_model_config(folder, f'''name: "{name}"
+    if not isinstance(module, torch.jit.ScriptModule):
+        with torch.no_grad():
+            module = torch.jit.trace(  # type: ignore[no-untyped-call]  # unannotated
+                module, torch.zeros(1, width))
+    module.save(str(folder / "1" / "model.pt"))
+    write_model_config(folder, f'''name: "{folder.name}"
 backend: "pytorch"
-max_batch_size: {BATCH}
-input [ {{ name: "INPUT__0" data_type: TYPE_FP32 dims: [ {WIDTH} ] }} ]
-output [ {{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ {WIDTH} ] }} ]
+max_batch_size: {max_batch_size}
+input [ {{ name: "INPUT__0" data_type: TYPE_FP32 dims: [ {width} ] }} ]
+output [ {{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ {width} ] }} ]
 instance_group [ {{ kind: {kind} count: 1 }} ]
 ''')
 
@@ -152,33 +163,25 @@ parameters {{ key: "gpu_bytes" value {{ string_value: "{gpu_bytes}" }} }}
 
 def write_gpu_burner(repo: Path, name: str) -> None:
     """A TorchScript model that keeps the GPU busy for a while on every call (BURN_STEPS
-    products of 4096 x 4096 matrices), so that GPUUtilization has something to show."""
+    products of BURN_WIDTH x BURN_WIDTH matrices), so that GPUUtilization has something to
+    show."""
     import torch
 
     class Burner(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
+            self.steps = BURN_STEPS
             self.weight = torch.nn.Parameter(torch.full((BURN_WIDTH, BURN_WIDTH),
                                                         1.0 / BURN_WIDTH))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            z: torch.Tensor = self.weight  # on the model's device (a trace holds no device)
-            for _ in range(BURN_STEPS):
+            z = self.weight * 1.0  # on the model's device
+            for _ in range(self.steps):
                 z = torch.tanh(z @ self.weight)
             return x + z.mean()
 
-    folder = repo / name
-    (folder / "1").mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
-        traced = torch.jit.trace(Burner(), torch.zeros(1, 4))  # type: ignore[no-untyped-call]  # unannotated
-        traced.save(str(folder / "1" / "model.pt"))
-    write_model_config(folder, f'''name: "{name}"
-backend: "pytorch"
-max_batch_size: 4
-input [ {{ name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-output [ {{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-instance_group [ {{ kind: KIND_GPU count: 1 }} ]
-''')
+    # Scripted, not traced: a trace would run the products on this machine's CPU.
+    write_torchscript(repo / name, torch.jit.script(Burner()), 4, 4, "KIND_GPU")
 
 
 def build_store(store: Path, work: Path, holder_bytes: int, too_big_bytes: int) -> None:

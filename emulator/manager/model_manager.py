@@ -410,7 +410,7 @@ class ModelManager:
             if held is not None:
                 self._memory.measured(record, before, *held)
         if gpu_before is not None:
-            gpu_held = await self._triton.gpu_held_after_load(record)
+            gpu_held = await self._triton.held_after_load(record, gpu=True)
             if gpu_held is not None:
                 self._memory.measured_gpu(record, gpu_before, *gpu_held)
         await self._refuse_if_too_large(record)

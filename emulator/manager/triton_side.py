@@ -239,23 +239,18 @@ class TritonSide:
         probe = self.memory_probe
         return None if probe is None else await asyncio.to_thread(probe.triton_gpu_bytes)
 
-    async def gpu_held_after_load(self, record: ModelRecord) -> tuple[int, int] | None:
-        """(Triton's own GPU bytes, the model's own stubs' GPU bytes) now that it is loaded."""
+    async def held_after_load(self, record: ModelRecord,
+                              gpu: bool = False) -> tuple[int, int] | None:
+        """(Triton's bytes, the model's own stubs' bytes) now that ``record`` is loaded; of GPU
+        memory with ``gpu``. None: nothing can be measured."""
         probe = self.memory_probe
         if probe is None:
             return None
-        after = await asyncio.to_thread(probe.triton_gpu_bytes)
-        own = await asyncio.to_thread(probe.own_gpu_bytes, record.installed)
-        return None if after is None else (after, own)
-
-    async def held_after_load(self, record: ModelRecord) -> tuple[int, int] | None:
-        """(Triton's bytes, the model's own stubs' bytes) now that ``record`` is loaded."""
-        probe = self.memory_probe
-        if probe is None:
-            return None
-        after = await asyncio.to_thread(probe.triton_bytes)
-        own = await asyncio.to_thread(probe.own_bytes, record.installed)
-        return None if after is None else (after, own)
+        triton, own = ((probe.triton_gpu_bytes, probe.own_gpu_bytes) if gpu
+                       else (probe.triton_bytes, probe.own_bytes))
+        after = await asyncio.to_thread(triton)
+        mine = await asyncio.to_thread(own, record.installed)
+        return None if after is None else (after, mine)
 
     # --- unloads ----------------------------------------------------------------------------
 
