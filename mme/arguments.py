@@ -97,8 +97,9 @@ def model_folder(path: Path, flag: str) -> str | None:
 OUTPUTS = {"output": "--output", "out": "--out", "work_dir": "--work-dir",
            "report": "--report", "plot": "--plot", "write_spec": "--write-spec",
            "state_dir": "--state-dir", "store_dir": "--store-dir"}
-INPUTS = {"model_data": "--model-data", "repo_dir": "REPO_DIR", "repository": "REPOSITORY",
-          "artifacts": "ARTIFACTS",
+# (--model-data is the commands' own to check: mme ci up hands it to its server, which says why
+# it cannot serve it; mme plan and mme loadtest say what a model store must hold.)
+INPUTS = {"repo_dir": "REPO_DIR", "repository": "REPOSITORY", "artifacts": "ARTIFACTS",
           "config": "--config", "inputs": "--inputs", "body": "--body",
           "variants": "--variants", "trace": "--trace", "credentials": "--credentials",
           "policies": "--policies"}
