@@ -1,7 +1,8 @@
 """CloudWatch on the emulator's port over the emulator's own metrics: ``series`` (samples,
 bounded retention), ``statistics``, ``service`` (the read API and PutMetricData), ``alarms``
-(every alarm, its state, evaluation and actions; deployments watch it too) with ``alarm_db``
-(where they are kept) and ``compiled`` (their rules and metric math, parsed once),
+(every alarm, its state, evaluation and actions; deployments watch it too) with
+``alarm_model`` (an alarm, a history item), ``alarm_db`` (where they are kept), ``compiled``
+(their rules and metric math, parsed once) and ``due`` (when each is evaluated next),
 ``alarm_api`` (the alarm operations and PutMetricData) with ``alarm_checks``, ``names`` and
 ``paging``, ``wire``
 (rpc-v2-cbor, JSON 1.0, query), ``routes`` (HTTP, compressed bodies) and ``benchmark`` (what

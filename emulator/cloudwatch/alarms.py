@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import json
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -46,17 +44,23 @@ from emulator.clock import Clock
 from emulator.cloudwatch import alarm_rule, evaluation
 from emulator.cloudwatch.actions import ActionCall, ActionHandler
 from emulator.cloudwatch.alarm_db import AlarmDb
+from emulator.cloudwatch.alarm_model import ALARM as ALARM
+from emulator.cloudwatch.alarm_model import COMPOSITE_ALARM as COMPOSITE_ALARM
+from emulator.cloudwatch.alarm_model import INSUFFICIENT_DATA as INSUFFICIENT_DATA
+from emulator.cloudwatch.alarm_model import METRIC_ALARM as METRIC_ALARM
+from emulator.cloudwatch.alarm_model import OK as OK
+from emulator.cloudwatch.alarm_model import STATES as STATES
+from emulator.cloudwatch.alarm_model import Alarm as Alarm
+from emulator.cloudwatch.alarm_model import HistoryItem as HistoryItem
+from emulator.cloudwatch.alarm_model import composite_reason, evaluation_interval
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError, invalid
 from emulator.cloudwatch.compiled import Compiled, CompileError, compile_alarm
+from emulator.cloudwatch.due import DueQueue
 from emulator.cloudwatch.notifications import SnsPublisher
 from emulator.cloudwatch.series import MetricStore
 
 log = logging.getLogger(__name__)
 
-OK, ALARM, INSUFFICIENT_DATA = "OK", "ALARM", "INSUFFICIENT_DATA"
-STATES = (OK, ALARM, INSUFFICIENT_DATA)
-METRIC_ALARM, COMPOSITE_ALARM = "MetricAlarm", "CompositeAlarm"
-INITIAL_REASON = "Unchecked: Initial alarm creation"
 # How often the loop wakes, emulated seconds: the shortest alarm period CloudWatch evaluates.
 TICK_S = 10.0
 MAX_HISTORY = 10_000  # items kept, all alarms together  [U] (AWS keeps 30 days)
@@ -66,52 +70,7 @@ MAX_COMPOSITE_DEPTH = 10  # passes per round to settle composites of composites
 REPEATING_PREFIX = "arn:aws:autoscaling:"
 
 
-def evaluation_interval(config: dict[str, Any]) -> float:
-    """Emulated seconds between two evaluations: every minute, every period when the period
-    is shorter (high-resolution alarms), as CloudWatch evaluates."""
-    return float(min(60, evaluation.period_of(config)))
-
 StateListener = Callable[[str, str, str], None]  # (alarm name, old state, new state)
-
-
-@dataclass
-class HistoryItem:
-    alarm_name: str
-    alarm_type: str
-    timestamp: float  # real epoch seconds
-    item_type: str  # ConfigurationUpdate | StateUpdate | Action
-    summary: str
-    data: str  # JSON text, as AWS writes HistoryData
-    id: int = 0  # increasing: the order items were written in (NextToken pages by it)
-
-
-@dataclass
-class Alarm:
-    """One alarm. ``config`` holds the Put*Alarm parameters as accepted (AlarmName excluded)."""
-
-    name: str
-    arn: str
-    alarm_type: str
-    config: dict[str, Any]
-    state: str = INSUFFICIENT_DATA
-    reason: str = INITIAL_REASON
-    reason_data: str | None = None
-    state_updated: float = 0.0  # real epoch seconds
-    state_transitioned: float = 0.0
-    config_updated: float = 0.0
-    tags: dict[str, str] = field(default_factory=dict)
-    # The last moment its repeating actions (Auto Scaling policies) ran, real epoch seconds.
-    last_repeat: float = 0.0
-    value: float | None = None  # the most recent datapoint of the last evaluation
-
-    @property
-    def actions_enabled(self) -> bool:
-        return bool(self.config.get("ActionsEnabled", True))
-
-    def actions_for(self, state: str) -> list[str]:
-        member = {OK: "OKActions", ALARM: "AlarmActions",
-                  INSUFFICIENT_DATA: "InsufficientDataActions"}[state]
-        return list(self.config.get(member) or [])
 
 
 class AlarmStore:
@@ -141,10 +100,7 @@ class AlarmStore:
         self._background: set[asyncio.Task[bool]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Event | None = None
-        self._due: dict[str, float] = {}  # next evaluation, real epoch seconds
-        # (due, name) of every metric alarm, soonest first; an entry whose time is no longer
-        # the alarm's in _due (put again, deleted) is skipped when it comes up.
-        self._due_heap: list[tuple[float, str]] = []
+        self._due = DueQueue()  # the metric alarms' next evaluations, real epoch seconds
         self._composites: set[str] = set()  # the names of the composite alarms
         self._pending: list[ActionCall] = []  # actions to run in the next round (lock)
         self._save_lock = threading.Lock()
@@ -288,8 +244,7 @@ class AlarmStore:
         if alarm.alarm_type == COMPOSITE_ALARM:
             self._composites.add(alarm.name)
             return
-        self._due[alarm.name] = due
-        heapq.heappush(self._due_heap, (due, alarm.name))
+        self._due.schedule(alarm.name, due)
 
     def _take_due(self, now: float, every: bool) -> list[Alarm]:
         """The metric alarms due now (all of them with ``every``), each scheduled again one
@@ -297,13 +252,7 @@ class AlarmStore:
         if every:
             due = [a for a in self.alarms.values() if a.alarm_type == METRIC_ALARM]
         else:
-            due, seen = [], set()
-            while self._due_heap and self._due_heap[0][0] <= now:
-                when, name = heapq.heappop(self._due_heap)
-                alarm = self.alarms.get(name)
-                if alarm is not None and self._due.get(name) == when and name not in seen:
-                    seen.add(name)  # put twice at once: two entries of the same time
-                    due.append(alarm)
+            due = [a for a in map(self.alarms.get, self._due.take(now)) if a is not None]
         for alarm in due:
             self._schedule(alarm, now + self.clock.real_duration(
                 evaluation_interval(alarm.config)))
@@ -384,7 +333,7 @@ class AlarmStore:
                 return unknown
             for name in names:
                 alarm = self.alarms.pop(name)
-                self._due.pop(name, None)
+                self._due.forget(name)
                 self._composites.discard(name)
                 self._set_compiled(name, None)
                 self._dirty.discard(name)
@@ -684,15 +633,4 @@ class AlarmStore:
     def _composite_reason(self, rule: alarm_rule.Rule, state: str) -> tuple[str, str]:
         with self.lock:
             children = [self.alarms[n] for n in sorted(rule.alarms()) if n in self.alarms]
-        if not children:
-            return f"The alarm rule evaluates to {state == ALARM}.", json.dumps(
-                {"triggeringAlarms": []})  # [U] wording
-        latest = max(children, key=lambda a: a.state_transitioned)
-        when = datetime.fromtimestamp(latest.state_transitioned, tz=timezone.utc).strftime(
-            "%A %d %B, %Y %H:%M:%S UTC")
-        reason = f"{latest.arn} transitioned to {latest.state} at {when}"
-        data = {"triggeringAlarms": [{
-            "arn": a.arn, "state": {"value": a.state, "timestamp": datetime.fromtimestamp(
-                a.state_transitioned, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
-                + "+0000"}} for a in children]}
-        return reason, json.dumps(data, separators=(",", ":"))
+        return composite_reason(children, state)
