@@ -10,6 +10,7 @@ module; each test has its own endpoint, component and alarm, so the tests run in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +27,8 @@ from tests.component_support import (
     deploy_component,
     serving,
 )
-from tests.support import output_of, scale_request, wait_until
+from tests.prometheus_support import get_json, scrape
+from tests.support import output_of, scale_request, wait_for, wait_until
 
 SCALE = 60.0  # emulated seconds per real second
 OLD, NEW = [2.0, 4.0, 6.0, 8.0], [3.0, 6.0, 9.0, 12.0]  # "double" and "triple" of [1, 2, 3, 4]
@@ -81,6 +83,20 @@ def _rolling(batch: int, wait_s: int, alarms: tuple[str, ...] = (),
 
 
 NEW_SPEC = {"ModelName": "triple", "ComputeResourceRequirements": RESOURCES}
+GREEN = re.compile(r"copy-\d+-green\d+")
+
+
+def _copy_ids(module: ComponentServer, name: str) -> list[str]:
+    """The ids of a component's copies on the live page (a copy not started yet has none)."""
+    state = get_json(f"{module.server.url}/_emulator/page/state")
+    component = state["Endpoints"][name]["InferenceComponents"][name]
+    return [c["CopyId"] for c in component["Copies"] if c["CopyId"]]
+
+
+def _prometheus_copy_ids(module: ComponentServer, name: str) -> set[str]:
+    _types, samples = scrape(module.server.url)
+    return {dict(labels)["copy_id"] for _, labels in samples
+            if dict(labels).get("inference_component_name") == name and "copy_id" in dict(labels)}
 
 
 def test_a_rolling_update_replaces_the_copies_in_batches_and_fails_no_call(
@@ -103,6 +119,12 @@ def test_a_rolling_update_replaces_the_copies_in_batches_and_fails_no_call(
         # Batch 1 of 2: one old copy, one new, both answering.
         wait_until(lambda: NEW in stream.answers[-20:] and OLD in stream.answers[-20:], 60,
                    "both models answering during the first batch's bake")
+        # The new copies carry the update's generation in their names (the page, Prometheus),
+        # never read as the old copies they replace.
+        named = wait_for(lambda: [c for c in _copy_ids(module, "roll") if GREEN.fullmatch(c)],
+                         60, "a new copy on the page")
+        wait_for(lambda: named[0] in _prometheus_copy_ids(module, "roll"), 60,
+                 f"{named[0]}'s utilization in Prometheus")
         assert _describe(module, "roll")["InferenceComponentStatus"] == "Updating"
         wait_until(lambda: _describe(module, "roll")["InferenceComponentStatus"] == "InService",
                    120, "the update done")
@@ -115,6 +137,9 @@ def test_a_rolling_update_replaces_the_copies_in_batches_and_fails_no_call(
     assert set(map(tuple, stream.answers[:first_new])) == {tuple(OLD)}
     assert set(map(tuple, stream.answers[seen:])) == {tuple(NEW)}  # old copies are gone
     done = _describe(module, "roll")
+    # Once the update is over the new copies keep their names: they are the component's now.
+    copies = _copy_ids(module, "roll")
+    assert len(copies) == 2 and all(GREEN.fullmatch(c) for c in copies), copies
     assert done["Specification"]["ModelName"] == "triple"
     assert done["RuntimeConfig"]["CurrentCopyCount"] == 2
     assert done.get("FailureReason") is None
