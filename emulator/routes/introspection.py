@@ -7,7 +7,9 @@ The live page (``/_emulator/``) is ``emulator/page``; it reads ``describe_endpoi
                                counters per variant, gauges per instance
 - ``GET  /_emulator/metrics``  the same as JSON: per endpoint, all variants added up, then each
 - ``GET  /_emulator/models``   every endpoint -> variants -> instances -> models (state, size,
-                               pins, LRU position), and each model's instance at the top level
+                               pins, LRU position), and each model's instance at the top level;
+                               during a guarded deployment its new fleet as ``Green`` (instances
+                               ``i-1-green1``, ...)
 - ``POST /_emulator/endpoints/{name}/models/{target}/unload``  unload one model everywhere
 """
 
