@@ -79,19 +79,20 @@ def test_a_rolled_back_canary_is_told_as_the_new_fleets_failure_and_stays_told(
     running, _ = running_and_other(sm)
     page = browser_page
     page.goto(f"{emulator.url}/_emulator/")
+    before = _instance_ids(get_json(f"{emulator.url}/_emulator/models")["Endpoints"]["ep"])
     sm.update_endpoint(EndpointName="ep", EndpointConfigName="broken",
                        DeploymentConfig=canary(50, wait=3600, alarms=("ep-model-errors",)))
     wait_for(lambda: baking(sm), "the canary's bake")
 
     # The running fleet keeps its name; the new one carries its generation, in every view.
     fleet = get_json(f"{emulator.url}/_emulator/models")["Endpoints"]["ep"]
-    assert _instance_ids(fleet) == ["i-1"]
+    assert _instance_ids(fleet) == before  # i-1 (or a promoted fleet's name: they are kept)
     (green,) = _instance_ids(fleet["Green"])
-    assert GREEN_NAME.fullmatch(green), green
+    assert GREEN_NAME.fullmatch(green) and green not in before, green
     _types, samples = scrape(emulator.url)
     shown = {dict(labels)["instance_id"] for name, labels in samples
              if name == "mme_in_flight_requests" and dict(labels)["endpoint_name"] == "ep"}
-    assert shown == {"i-1", green}
+    assert shown == {*before, green}
     block = '[data-deployment="ep"][data-phase="baking"]'
     page.wait_for_selector(f'{block} [data-instance="AllTraffic/{green}"]', timeout=WAIT_MS)
     # The bake is on the emulated clock (3600 s at --clock-scale 60: 60 s of real time).
