@@ -288,7 +288,7 @@ function eventItem(e) {
     el("span", { class: `badge step-${step}` }, step), " ",
     el("span", { class: "name" }, e.model || "(the endpoint's model)"),
     el("span", { class: "muted" }, ` on ${e.endpoint}/${e.variant}/${e.instance}`),
-    /-green\d+$/.test(e.instance) ? el("span", { class: "badge generation-green" }, "new fleet") : null,
+    /-green\d+$/.test(e.instance) ? [" ", el("span", { class: "badge generation-green" }, "new fleet")] : null,
     why ? el("span", { class: "note" }, ` · ${why}`) : null,
     details.length ? el("span", { class: "muted" }, ` · ${details.join(", ")}`) : null);
 }
