@@ -16,7 +16,7 @@ from types import MappingProxyType
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from emulator import autoscaling, cloudwatch
+from emulator import autoscaling, cloudwatch, page_key
 from emulator.auth import install_auth
 from emulator.clock import Clock
 from emulator.contract.apis import API_SCOPE_KEY, ApiRequest, Protocol, Service, read_request
@@ -136,8 +136,10 @@ def build_app(settings: Settings) -> EmulatorApp:
     app = EmulatorApp(title="SageMaker MME emulator", lifespan=lifespan,
                       docs_url="/_emulator/docs", openapi_url="/_emulator/openapi.json",
                       redoc_url=None)
-    # --auth sigv4: the SigV4 + IAM layer; off: logs that it is off and adds nothing
-    with_auth = install_auth(app, settings)
+    # --auth sigv4: the SigV4 + IAM layer, and the key a browser reads the live page with;
+    # off: logs that it is off and adds nothing
+    app.state.page_key = page_key.new_key() if settings.auth == "sigv4" else None
+    with_auth = install_auth(app, settings, app.state.page_key)
     app.state.settings = settings
     app.state.registry = registry
     app.state.control_plane = control

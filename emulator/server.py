@@ -72,6 +72,12 @@ class EmulatorServer:
         self._startup_timeout_s = startup_timeout_s
 
     @property
+    def page_url(self) -> str:
+        """The live page's address; with ``--auth sigv4`` it carries the page's key."""
+        key = getattr(self.app.state, "page_key", None)
+        return f"{self.url}/_emulator/" + (f"?key={key}" if key else "")
+
+    @property
     def url(self) -> str:
         return f"http://{self.settings.host}:{self.settings.port}"
 

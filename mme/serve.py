@@ -103,14 +103,16 @@ def _s3_problem(cause: BaseException | None, settings: Settings) -> str:
 class _Server(uvicorn.Server):
     """uvicorn's server, saying where the endpoint and the live page are once it serves."""
 
-    def __init__(self, config: uvicorn.Config, url: str) -> None:
+    def __init__(self, config: uvicorn.Config, url: str, page_key: str | None = None) -> None:
         super().__init__(config)
         self.url = url
+        # With --auth sigv4 the page's address carries the key a browser reads its data with.
+        self.page = f"{url}/_emulator/" + (f"?key={page_key}" if page_key else "")
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started and not self.should_exit:
-            log.info("ready on %s; live page %s/_emulator/", self.url, self.url)
+            log.info("ready on %s; live page %s", self.url, self.page)
 
 
 class _OneLineStartupErrors(logging.Filter):
@@ -195,7 +197,7 @@ def _run(settings: Settings, listening: socket.socket, url: str, stderr: Any,
     uvicorn_log = logging.getLogger("uvicorn.error")
     if settings.log_level.upper() != "DEBUG":
         uvicorn_log.addFilter(errors)
-    server = _Server(config, url)
+    server = _Server(config, url, getattr(app.state, "page_key", None))
     try:
         server.run(sockets=[listening])
     except SystemExit:  # uvicorn exits (status 3) when the app's start fails: say why below

@@ -40,7 +40,10 @@ def is_loopback(host: str) -> bool:
         return False  # a hostname: assume it is reachable from elsewhere
 
 
-def install_auth(app: FastAPI, settings: Settings) -> Callable[[ASGIApp], ASGIApp]:
+def install_auth(app: FastAPI, settings: Settings,
+                 page_key: str | None = None) -> Callable[[ASGIApp], ASGIApp]:
+    """The auth layer for ``settings``; with sigv4, ``page_key`` (``emulator/page_key.py``) lets
+    a browser that holds it read the live page's data."""
     mode = getattr(settings, "auth", "off") or "off"
     if mode not in AUTH_MODES:
         raise AuthConfigError(None, f"--auth {mode!r}: expected off or sigv4")
@@ -65,7 +68,8 @@ def install_auth(app: FastAPI, settings: Settings) -> Callable[[ASGIApp], ASGIAp
             log.warning("principal %s has no policy in %s: every request it signs is denied",
                         principal.arn, policies)
     options: dict[str, Any] = {"principals": principals, "region": settings.region,
-               "account": settings.account_id, "max_payload_bytes": settings.max_payload_bytes}
+               "account": settings.account_id, "max_payload_bytes": settings.max_payload_bytes,
+               "page_key": page_key}
     log.info("auth is sigv4: %d principal(s) from %s, policies from %s", len(principals),
              credentials, policies)
     return lambda inner: SigV4Middleware(inner, **options)

@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from emulator import page_key as page_keys
 from emulator.auth import auth_errors
 from emulator.auth.credentials import Principal
 from emulator.auth.policy import Decision, evaluate, normalise_context
@@ -36,8 +37,10 @@ MAX_UNDECLARED_BODY = 7 * 1024 * 1024
 class SigV4Middleware:
     def __init__(self, app: ASGIApp, principals: Mapping[str, Principal], region: str,
                  account: str, max_payload_bytes: int,
-                 clock: Callable[[], datetime] | None = None) -> None:
+                 clock: Callable[[], datetime] | None = None,
+                 page_key: str | None = None) -> None:
         self.app = app
+        self.page_key = page_key  # the live page's data, for a browser (emulator/page_key.py)
         self.principals = principals
         self.region = region
         self.account = account
@@ -53,6 +56,10 @@ class SigV4Middleware:
         # The front door's reading (headers joined, API identified): IAM decides on what runs.
         api = read_request(scope)
         if api is None and method in ("GET", "HEAD") and path.startswith(OPEN_GET_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        if (method in ("GET", "HEAD") and path in page_keys.PAGE_DATA_PATHS
+                and page_keys.matches(page_keys.cookie_value(scope["headers"]), self.page_key)):
             await self.app(scope, receive, send)
             return
         headers = [(k.decode("latin-1").lower(), v.decode("latin-1"))

@@ -19,9 +19,8 @@ __all__ = ["Feed", "install_page"]
 
 def install_page(app: FastAPI, registry: EndpointRegistry, feed: Feed) -> None:
     # the alarms' states too, when the app has an AlarmStore (emulator/cloudwatch/alarms.py);
-    # the state inside the page's HTML only when no signature is asked for (its HTML is open)
-    settings = getattr(app.state, "settings", None)
-    embed = settings is None or settings.auth == "off"
+    # with --auth sigv4 the page's data (and the state inside its HTML) only for the browser
+    # that holds the page's key (emulator/page_key.py)
     app.include_router(build_page_router(registry, feed, getattr(app.state, "alarms", None),
-                                         embed_state=embed))
+                                         page_key=getattr(app.state, "page_key", None)))
     app.state.page_feed = feed

@@ -2,8 +2,11 @@
 
 - ``GET /_emulator/``               the page (``static/index.html``; plain HTML, JS and CSS),
                                     with the state at the time of the request inside it, so
-                                    its first paint is the fleet, not an empty shell (not with
-                                    ``--auth sigv4``: the page's HTML is open, its data is not)
+                                    its first paint is the fleet, not an empty shell. With
+                                    ``--auth sigv4`` the HTML is open and its data is not: the
+                                    state is inside it, and the page key's cookie set, only
+                                    for ``?key=<the page key>`` or that cookie
+                                    (``emulator/page_key.py``)
 - ``GET /_emulator/page/{asset}``   its script and style sheet
 - ``GET /_emulator/page/state``     everything the page shows, as JSON (one snapshot)
 - ``GET /_emulator/page/stream``    the same snapshot as server-sent events, sent again at
@@ -27,6 +30,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 
+from emulator import page_key as keys
 from emulator.cloudwatch.alarms import AlarmStore
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.metrics import endpoint_snapshot
@@ -90,7 +94,10 @@ def _asset(name: str) -> bytes:
 
 
 def build_page_router(registry: EndpointRegistry, feed: Feed,
-                      alarms: AlarmStore | None = None, embed_state: bool = True) -> APIRouter:
+                      alarms: AlarmStore | None = None,
+                      page_key: str | None = None) -> APIRouter:
+    """The page's routes; with ``page_key`` (``--auth sigv4``) its HTML carries the state only
+    for a browser that gave the key (``?key=``) or holds its cookie."""
     router = APIRouter()
 
     @router.get("/_emulator", include_in_schema=False)
@@ -98,10 +105,16 @@ def build_page_router(registry: EndpointRegistry, feed: Feed,
         return RedirectResponse("/_emulator/")
 
     @router.get("/_emulator/")
-    async def page() -> Response:
-        state = page_state(registry, feed, alarms) if embed_state else None
+    async def page(request: Request, key: str | None = None) -> Response:
+        given = keys.matches(key, page_key)
+        allowed = page_key is None or given or keys.matches(
+            request.cookies.get(keys.COOKIE), page_key)
+        state = page_state(registry, feed, alarms) if allowed else None
+        headers = {"Cache-Control": "no-cache"}
+        if given and page_key is not None:
+            headers["Set-Cookie"] = keys.set_cookie_header(page_key)
         return Response(page_html(state), media_type="text/html; charset=utf-8",
-                        headers={"Cache-Control": "no-cache"})
+                        headers=headers)
 
     @router.get("/_emulator/page/state")
     async def state() -> dict[str, Any]:

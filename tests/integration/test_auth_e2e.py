@@ -7,6 +7,7 @@ import json
 import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,6 +23,7 @@ from botocore.exceptions import ClientError
 
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
+from tests.page_support import CHROMIUM, FLAGS
 from tests.support import output_of, package, scale_request, write_scale_model
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
@@ -371,6 +373,65 @@ def test_emulator_routes_hide_tenants_from_unauthenticated_callers(
     with urllib.request.urlopen(signed_get(server, "admin", "/_emulator/models"),
                                 timeout=30) as response:
         assert "team-a/x.tar.gz" in response.read().decode()
+
+
+def test_the_live_page_reads_its_data_with_the_key_in_its_address(
+        server: EmulatorServer) -> None:
+    """A browser cannot sign: the page's address that mme serve says (``?key=``) sets a cookie
+    with which the page reads its own data, and nothing else."""
+    invoke(server, "team-a", "team-a/x.tar.gz")
+    assert "?key=" in server.page_url
+    wrong = f"{server.url}/_emulator/?key=not-the-key"
+    with urllib.request.urlopen(wrong, timeout=30) as response:
+        assert response.headers["Set-Cookie"] is None
+        assert 'id="initial-state"' not in response.read().decode()
+    with urllib.request.urlopen(server.page_url, timeout=30) as response:
+        cookie = response.headers["Set-Cookie"]
+        html = response.read().decode()
+    assert 'id="initial-state"' in html and "team-a/x.tar.gz" in html  # the first paint
+    assert {"HttpOnly", "SameSite=Strict", "Path=/_emulator/"} <= {
+        part.strip() for part in cookie.split(";")}
+    key_cookie = cookie.split(";")[0]
+
+    def with_cookie(path: str, value: str = key_cookie) -> urllib.request.Request:
+        return urllib.request.Request(server.url + path, headers={"Cookie": value})
+
+    for path in ("/_emulator/page/state", "/_emulator/page/stream"):
+        assert status_of(with_cookie(path)) == 200, path
+        assert status_of(with_cookie(path, "mme-page-key=not-the-key")) == 403, path
+    with urllib.request.urlopen(with_cookie("/_emulator/page/state"), timeout=30) as response:
+        assert "team-a/x.tar.gz" in response.read().decode()
+    # The key opens the page's data only: every other route still needs a signature.
+    assert status_of(with_cookie("/_emulator/models")) == 403
+    assert status_of(with_cookie("/_emulator/metrics")) == 403
+    unload = urllib.request.Request(
+        server.url + "/_emulator/endpoints/mme/models/team-a/x.tar.gz/unload", method="POST",
+        headers={"Cookie": key_cookie})
+    assert status_of(unload) == 403
+
+
+def test_a_browser_opening_the_page_address_sees_the_fleet_live(
+        server: EmulatorServer, tmp_path: Path) -> None:
+    """With --auth sigv4, the address mme serve says opens the live page in a real browser:
+    its first paint is the fleet and its stream connects (before: an empty shell)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (tests/install-chromium.sh)")
+    from playwright.sync_api import sync_playwright
+
+    invoke(server, "team-a", "team-a/x.tar.gz")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                             args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.goto(server.page_url)
+            page.wait_for_selector('tr.model[data-model="team-a/x.tar.gz"]', timeout=60_000)
+            page.wait_for_selector('#connection[data-connected="true"]', timeout=60_000)
+            # Reloaded without the key in the address: the cookie holds it.
+            page.goto(f"{server.url}/_emulator/")
+            page.wait_for_selector('#connection[data-connected="true"]', timeout=60_000)
+        finally:
+            browser.close()
 
 
 def test_unloading_a_tenants_model_needs_its_own_permission(server: EmulatorServer) -> None:

@@ -32,7 +32,7 @@ from harness.model_store import package_repository
 from mme.ci.cli import FAILED_START_GRACE_S
 from mme.ci.processes import stop_tree, tree
 from mme.ci.state import process_start_ticks
-from tests.integration.test_page import CHROMIUM, FLAGS
+from tests.page_support import CHROMIUM, FLAGS
 from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -22,13 +21,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.client_support import runtime_client
+from tests.page_support import CHROMIUM, FLAGS, chromium_cli
 from tests.prometheus_support import get_json, get_text, scrape, value
 from tests.support import package, scale_request, write_scale_model
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# Flags that work on a CI runner as root without a display or a network beyond loopback.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 WAIT_MS = 120_000  # a generous bound for slow CI machines; every wait ends on a condition
 
 
@@ -164,14 +160,6 @@ def test_page_shows_a_model_loading_then_loaded_then_evicted_while_traffic_runs(
 LOADED_BADGE = (0xD8, 0xF1, 0xE1)
 
 
-def _chromium_cli(*args: str) -> str:
-    """Chromium's own headless command line, as a person or a CI step runs it."""
-    done = subprocess.run([CHROMIUM, *FLAGS, "--hide-scrollbars", "--window-size=1400,1000",
-                           *args], capture_output=True, text=True, timeout=180, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
 def test_a_headless_screenshot_shows_the_fleet_the_first_time(
         start_emulator, store: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """``chromium --headless --screenshot`` shoots at the page's load: its first paint must be
@@ -186,11 +174,11 @@ def test_a_headless_screenshot_shows_the_fleet_the_first_time(
     url = f"{server.url}/_emulator/"
     for attempt in range(3):
         shot = tmp_path / f"first-paint-{attempt}.png"
-        _chromium_cli(f"--screenshot={shot}", url)
+        chromium_cli(f"--screenshot={shot}", url)
         with Image.open(shot) as image:
             colours = {colour for _count, colour in image.convert("RGB").getcolors(1 << 24)}
         assert LOADED_BADGE in colours, f"screenshot {attempt + 1}: no model row painted"
-    dom = _chromium_cli("--dump-dom", url)
+    dom = chromium_cli("--dump-dom", url)
     assert 'data-model="a.tar.gz"' in dom and 'data-state="loaded"' in dom
 
 
