@@ -87,13 +87,23 @@ class FolderSource:
         parts = target.split("/")
         if any(part in ("", ".", "..") for part in parts):
             raise ObjectNotFound(target)
+        # No part is "..", so the key stays under the root as written; a link the store's owner
+        # put there (a tarball linked in from a build folder, as mme serve's packaged stores
+        # do) is followed where it points.
+        return self.root.joinpath(*parts)
+
+    def listing(self, limit: int = 1000) -> list[str]:
+        """The paths (keys) of the files under the folder, sorted; at most ``limit`` looked at."""
+        found: list[str] = []
         try:
-            path = self.root.joinpath(*parts).resolve()
-        except OSError as exc:  # e.g. a component too long for the file system: no such object
-            raise ObjectNotFound(target) from exc
-        if self.root not in path.parents:  # TargetModel "../x" must not escape the store
-            raise ObjectNotFound(target)
-        return path
+            for path in self.root.rglob("*"):
+                if len(found) >= limit:
+                    break
+                if path.is_file() and not path.name.startswith("."):
+                    found.append(path.relative_to(self.root).as_posix())
+        except OSError:
+            pass
+        return sorted(found)
 
     def check(self, single_object: bool) -> None:
         ok = self.root.is_file() if single_object else self.root.is_dir()

@@ -116,6 +116,23 @@ def test_folder_source_streams_and_refuses_what_s3_would_not_have(tmp_path: Path
             pass
 
 
+def test_folder_source_serves_a_tarball_linked_into_the_store(tmp_path: Path) -> None:
+    """A store folder may link a tarball from elsewhere (``mme serve`` links a store's tarballs
+    beside the model folders it packages); the key still cannot climb out of the store."""
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "a.tar.gz").write_bytes(b"abc")
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "a.tar.gz").symlink_to(tmp_path / "build" / "a.tar.gz")
+    source = FolderSource(tmp_path / "store")
+    with source.open("a.tar.gz") as stream:
+        assert stream.read() == b"abc"
+    assert source.fetch("a.tar.gz", tmp_path / "copy") == 3
+    assert source.version("a.tar.gz") is not None
+    for escaping in ("../build/a.tar.gz", "/build/a.tar.gz", "./a.tar.gz"):
+        with pytest.raises(ObjectNotFound), source.open(escaping):
+            pass
+
+
 def test_s3_stream_resumes_after_a_broken_connection(s3_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bucket = s3_server.bucket("stream-resume")
     payload = os.urandom(3 * 1024 * 1024)
