@@ -217,6 +217,9 @@ H_MODEL_LATENCY_US = "X-Mme-Model-Latency-Us"
 H_MODEL_CACHE_HIT = "X-Mme-Model-Cache-Hit"
 H_INSTANCE = "X-Mme-Instance"
 H_GENERATION = "X-Mme-Generation"
+# Beside an error, the emulator's hint (a TargetModel the store does not hold: what it holds).
+H_HINT = "X-Mme-Hint"
+HINT_MAX_CHARS = 2000
 
 
 def add_emulator_headers(headers: dict[str, str], instance: str,
@@ -232,4 +235,9 @@ def add_emulator_headers(headers: dict[str, str], instance: str,
 
 
 def error_headers(error: runtime_errors.SageMakerError, request_id: str) -> dict[str, str]:
-    return {**error.headers(), "x-amzn-RequestId": request_id}
+    headers = {**error.headers(), "x-amzn-RequestId": request_id}
+    if error.hint:  # a header carries printable ASCII: anything else escaped, as ascii() does
+        text = error.hint.encode("ascii", "backslashreplace").decode("ascii")
+        text = "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in text)
+        headers[H_HINT] = text[:HINT_MAX_CHARS]
+    return headers

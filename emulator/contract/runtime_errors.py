@@ -11,6 +11,8 @@ and re-parses the body with the error shape, so ModelError's ``OriginalStatusCod
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 
@@ -21,6 +23,9 @@ class SageMakerError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+        # The emulator's own words beside AWS's (contract/runtime.py sends them as a header of
+        # their own): never part of the message a client compares with AWS's.
+        self.hint: str | None = None
 
     def members(self) -> dict[str, Any]:
         return {"Message": self.message}
@@ -154,10 +159,33 @@ def header_too_long(header: str, member: str, limit: int) -> ValidationError:  #
     )
 
 
-def target_model_not_found(target: str, location: str) -> ValidationError:  # [U]
-    return ValidationError(f"Failed to download model data(bucket: {location}, key: {target}). "
-                           "Please ensure that there is an object located at the URL and that the "
-                           "role passed to CreateModel has permissions to download the model.")
+def target_model_not_found(target: str, location: str,
+                           stored: Sequence[str] | None = None) -> ValidationError:  # [U]
+    """AWS's words (which call any store a bucket), and the emulator's hint: what the store,
+    when it is a local folder (``stored``: the paths of its files), holds instead."""
+    error = ValidationError(f"Failed to download model data(bucket: {location}, key: {target}). "
+                            "Please ensure that there is an object located at the URL and that "
+                            "the role passed to CreateModel has permissions to download the "
+                            "model.")
+    error.hint = not_found_hint(target, location, stored)
+    return error
+
+
+def not_found_hint(target: str, location: str, stored: Sequence[str] | None) -> str:
+    if stored is None:
+        return f"no object {target} under {location}"
+    hint = (f"no file {target} in the model folder {location} (the 'bucket' of the message; "
+            f"TargetModel is a file's path in it)")
+    close = difflib.get_close_matches(target, stored, n=1, cutoff=0.6)
+    if close:
+        hint += f"; did you mean {close[0]}?"
+    if not stored:
+        return hint + "; the folder holds no file"
+    shown = ", ".join(stored[:HINT_LISTED]) + (", ..." if len(stored) > HINT_LISTED else "")
+    return hint + f"; it holds {len(stored)}: {shown}"
+
+
+HINT_LISTED = 10  # files a not-found hint names
 
 
 def oversize_body(request_id: str, limit: int) -> ValidationError:  # [O] serverless; [U] real-time

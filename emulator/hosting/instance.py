@@ -20,7 +20,7 @@ from emulator.instance_types import Budget, lookup, machine_memory_bytes
 from emulator.manager.extract import UnsafeArchive
 from emulator.manager.model_manager import ModelLoadFailed, ModelManager, ModelNotReady, ModelState
 from emulator.manager.repository import SEPARATOR, InvalidModelRepository
-from emulator.manager.sources import ObjectNotFound
+from emulator.manager.sources import FolderSource, ObjectNotFound
 from emulator.metrics import InstanceMetrics
 from emulator.public_names import public_text
 from emulator.triton.client import TritonClient, TritonUnreachable
@@ -279,8 +279,13 @@ class Instance:
                         self._calling.pop(target, None)
                 model_latency = time.monotonic() - infer_started
         except ObjectNotFound:
-            raise runtime_errors.target_model_not_found(target or self.container.model_data,
-                                                self.manager.source.location) from None
+            source = self.manager.source
+            stored = (await asyncio.to_thread(source.listing)  # off the loop: a folder walk
+                      if target and isinstance(source, FolderSource) else None)
+            error = runtime_errors.target_model_not_found(
+                target or self.container.model_data, source.location, stored)
+            log.info("model=%s step=not-found hint=%r", target, error.hint)
+            raise error from None
         except ModelNotReady:
             raise runtime_errors.model_not_ready(target or self._errors.endpoint) from None
         except ModelLoadFailed as exc:
