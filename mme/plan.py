@@ -182,8 +182,12 @@ def cheapest(rows: list[Prediction], instances: list[Instance]) -> Prediction | 
 
 # --- measuring ------------------------------------------------------------------------------
 
-def measure(model_data: str, targets: list[str] | None, launcher: str) -> dict[str, ModelCost]:
-    """Load and unload every model once on an emulator without a budget."""
+def measure(model_data: str, targets: list[str] | None, launcher: str,
+            skipped: dict[str, str] | None = None) -> dict[str, ModelCost]:
+    """Load and unload every model once on an emulator without a budget. A model that does not
+    load (a broken tarball, a config Triton refuses) is left out of the plan: its reason goes
+    into ``skipped``; when none loads, the command stops with every reason."""
+    skipped = {} if skipped is None else skipped
     import urllib.request
 
     import boto3
@@ -239,8 +243,9 @@ def measure(model_data: str, targets: list[str] | None, launcher: str) -> dict[s
                 except ClientError:
                     pass
                 if ("loaded", target) not in events:
-                    failed = events.get(("failed", target), {}).get("error", "it did not load")
-                    raise SystemExit(f"mme plan: {target} could not be measured: {failed}")
+                    skipped[target] = str(events.get(("failed", target), {}).get(
+                        "error", "it did not load"))
+                    continue
                 resident.append(target)
                 while sum(int(events[("loaded", t)].get("measured") or 0)
                           for t in resident) > room and len(resident) > 1:
@@ -251,8 +256,11 @@ def measure(model_data: str, targets: list[str] | None, launcher: str) -> dict[s
                 own[target] = _own_bytes(manager, target)
             for target in list(resident):
                 unload(target)
+            if len(skipped) == len(names):
+                raise SystemExit("mme plan: no model could be measured: " + "; ".join(
+                    f"{target}: {why}" for target, why in skipped.items()))
             costs = {}
-            for target in names:
+            for target in (name for name in names if name not in skipped):
                 loaded, unloaded = events[("loaded", target)], events[("unloaded", target)]
                 size = int(loaded.get("size") or 0)
                 measured = loaded.get("measured")
@@ -376,13 +384,15 @@ def run(args: argparse.Namespace) -> int:
     counts = [int(c) for c in str(args.instances).split(",") if c.strip()]
     if not counts or min(counts) < 1:
         raise SystemExit("mme plan: --instances needs counts of 1 or more (1,2,4)")
-    costs = measure(args.model_data, args.target_model, args.launcher)
+    skipped: dict[str, str] = {}
+    costs = measure(args.model_data, args.target_model, args.launcher, skipped)
     targets = list(costs)
     if args.trace:
         requests = trace_requests(Path(args.trace), args.requests)
         unknown = sorted(set(requests) - set(costs))
         if unknown:
-            raise SystemExit(f"mme plan: the trace names models not in the store: {unknown[:5]}")
+            raise SystemExit("mme plan: the trace names models not measured (not in the store, "
+                             f"or one that did not load): {unknown[:5]}")
     else:
         kind, _, s = args.popularity.partition(":")
         if kind not in ("zipf", "uniform"):
@@ -397,10 +407,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {cost.target}: memory {format_size(cost.memory_bytes)} (files "
               f"{format_size(cost.file_bytes)}), load {cost.load_s:.2f} s, unload "
               f"{cost.unload_s:.2f} s")
+    for target, why in skipped.items():
+        print(f"  {target}: skipped, it did not load ({why}); not in the plan")
     print(table(rows, best))
     if best is None and (args.max_miss_ratio is not None or args.p99 is not None):
         print("no configuration meets the target: try larger instance types or more instances")
     report = {"models": [asdict(c) for c in costs.values()],
+              "skipped": [{"target": target, "reason": why} for target, why in skipped.items()],
               "traffic": {"requests": len(requests), "rps": args.rps,
                           "popularity": None if args.trace else args.popularity,
                           "trace": args.trace, "seed": args.seed},

@@ -56,3 +56,32 @@ def test_the_predicted_hit_ratio_is_the_load_tests(store: Path, tmp_path: Path) 
     print(f"\n[plan] predicted hit ratio {prediction['hit_ratio']:.3f}, load test "
           f"{measured['cache_hit_ratio']:.3f} over {measured['invocations']} calls")
     assert abs(prediction["hit_ratio"] - measured["cache_hit_ratio"]) <= 0.05
+
+
+def test_a_model_that_does_not_load_is_skipped_and_named(store: Path, tmp_path: Path) -> None:
+    """One broken tarball in a store does not stop the plan: the others are measured and
+    planned, the broken one is named with the reason, in the output and in the JSON."""
+    package(write_scale_model(tmp_path / "w", "good"), store / "good.tar.gz", "folder")
+    (store / "broken.tar.gz").write_bytes(b"not a tarball")
+
+    planned = _mme("plan", "--model-data", str(store), "--memory-budget", "1GiB",
+                   "--json", str(tmp_path / "plan.json"), timeout=300)
+    skipped = [line for line in planned.stdout.splitlines() if "skipped" in line]
+    assert len(skipped) == 1 and skipped[0].strip().startswith("broken.tar.gz: skipped, it "
+                                                                "did not load ("), planned.stdout
+    report = json.loads((tmp_path / "plan.json").read_text())
+    assert [m["target"] for m in report["models"]] == ["good.tar.gz"]
+    assert [s["target"] for s in report["skipped"]] == ["broken.tar.gz"]
+    assert report["skipped"][0]["reason"]
+    (prediction,) = report["predictions"]
+    assert prediction["models_resident"] == 1
+
+
+def test_a_store_where_no_model_loads_stops_with_each_reason(store: Path) -> None:
+    (store / "broken.tar.gz").write_bytes(b"not a tarball")
+    result = subprocess.run([sys.executable, "-m", "mme", "plan", "--model-data", str(store),
+                             "--memory-budget", "1GiB"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode != 0
+    assert "mme plan: no model could be measured: broken.tar.gz: " in result.stderr
+    assert "Traceback" not in result.stderr
