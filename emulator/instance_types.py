@@ -12,8 +12,13 @@ type specifications (https://docs.aws.amazon.com/ec2/latest/instancetypes/), whi
 same vCPU, memory and accelerator figures for the EC2 type behind each ml.* type. CPU families
 follow EC2's fixed memory per vCPU (m: 4 GiB, c: 2 GiB, r: 8 GiB; c4: 1.875 GiB) and size
 names (large = 2 vCPUs, xlarge = 4, Nxlarge = 4N); accelerated and odd types are listed one by
-one. A type SageMaker accepts but not named here gets no memory budget (a warning says so and
-``--memory-budget`` gives one).
+one. Every row names its source (``InstanceType.source``); every type of botocore's
+``ProductionVariantInstanceType`` has a row (a test keeps it so). A type botocore does not yet
+list gets no memory budget (a warning says so and ``--memory-budget`` gives one).
+
+Accelerators: ``gpus`` counts NVIDIA GPUs, the devices a Triton ``KIND_GPU`` instance group runs
+on; Inferentia, Trainium and Gaudi devices are accelerators too (``accelerators``, with their
+own memory in ``accelerator_memory_gib``) but no GPU: Triton sees none on those types.
 
 [U] The share the platform keeps: AWS does not document how much of an instance's memory the
 model server may use on a multi-model endpoint (the OS, the SageMaker agents and the model
@@ -47,6 +52,15 @@ _GIB_PER_VCPU = {
 _VCPUS_OF_SIZE = {"medium": 1, "large": 2, "xlarge": 4}
 
 
+# Where the figures come from: AWS's pages, one per family group.
+EC2_GENERAL = "https://docs.aws.amazon.com/ec2/latest/instancetypes/gp.html"
+EC2_COMPUTE = "https://docs.aws.amazon.com/ec2/latest/instancetypes/co.html"
+EC2_MEMORY = "https://docs.aws.amazon.com/ec2/latest/instancetypes/mo.html"
+EC2_ACCELERATED = "https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html"
+SAGEMAKER_PRICING = "https://aws.amazon.com/sagemaker/ai/pricing/"
+_FAMILY_SOURCE = {"m": EC2_GENERAL, "t": EC2_GENERAL, "c": EC2_COMPUTE, "r": EC2_MEMORY}
+
+
 @dataclass(frozen=True)
 class InstanceType:
     name: str
@@ -54,6 +68,8 @@ class InstanceType:
     memory_gib: float
     gpus: int = 0
     gpu_memory_gib: float = 0.0  # per GPU
+    source: str = EC2_ACCELERATED
+    accelerator_memory_gib: float = 0.0  # per non-GPU accelerator (Inferentia, Trainium, Gaudi)
 
     @property
     def memory_bytes(self) -> int:
@@ -74,11 +90,38 @@ class InstanceType:
         """Accelerator devices an inference component may reserve
         (NumberOfAcceleratorDevicesRequired counts "GPUs and AWS Inferentia"): the GPUs, or the
         Inferentia / Trainium / Gaudi devices of the types that have no GPU."""
-        return self.gpus or _OTHER_ACCELERATORS.get(self.name, 0)
+        return self.gpus or _OTHER_ACCELERATORS.get(self.name, (0, 0.0))[0]
+
+    @property
+    def accelerator_memory_bytes(self) -> int:
+        """All the accelerators' memory: the GPUs', or the other accelerators' (0: none)."""
+        if self.gpus:
+            return self.gpu_memory_bytes
+        return int(self.accelerators * self.accelerator_memory_gib * GIB)
 
 
 def _listed(rows: dict[str, tuple[int, float, int, float]]) -> dict[str, InstanceType]:
-    return {name: InstanceType(name, *row) for name, row in rows.items()}
+    return {name: InstanceType(name, *row, source=_row_source(name),
+                               accelerator_memory_gib=_OTHER_ACCELERATORS.get(name, (0, 0.0))[1])
+            for name, row in rows.items()}
+
+
+def _row_source(name: str) -> str:
+    """The burstable t2 types are general purpose; every other listed type is accelerated."""
+    return EC2_GENERAL if name.startswith("ml.t2.") else EC2_ACCELERATED
+
+
+# Accelerator devices of the types whose accelerators are not GPUs, and each one's memory in
+# GiB (EC2's accelerated computing specifications: Inferentia chips on inf1 / inf2, Trainium
+# chips on trn1 / trn1n / trn2, Gaudi accelerators on dl1).
+_OTHER_ACCELERATORS: dict[str, tuple[int, float]] = {
+    "ml.inf1.xlarge": (1, 8), "ml.inf1.2xlarge": (1, 8), "ml.inf1.6xlarge": (4, 8),
+    "ml.inf1.24xlarge": (16, 8),
+    "ml.inf2.xlarge": (1, 32), "ml.inf2.8xlarge": (1, 32), "ml.inf2.24xlarge": (6, 32),
+    "ml.inf2.48xlarge": (12, 32),
+    "ml.trn1.2xlarge": (1, 32), "ml.trn1.32xlarge": (16, 32), "ml.trn1n.32xlarge": (16, 32),
+    "ml.trn2.48xlarge": (16, 96), "ml.dl1.24xlarge": (8, 32),
+}
 
 
 # (vCPUs, memory GiB, GPUs, GPU memory GiB per GPU) of the types no family rule gives.
@@ -113,6 +156,18 @@ _LISTED = _listed({
     "ml.p4d.24xlarge": (96, 1152, 8, 40), "ml.p4de.24xlarge": (96, 1152, 8, 80),
     "ml.p5.4xlarge": (16, 256, 1, 80), "ml.p5.48xlarge": (192, 2048, 8, 80),
     "ml.p5e.48xlarge": (192, 2048, 8, 141), "ml.p5en.48xlarge": (192, 2048, 8, 141),
+    # NVIDIA B200 (179 GiB), B300 (268 GiB); GB200's B200 (185 GiB): 1,432 / 2,144 / 740 GiB
+    # of GPU memory per instance in EC2's accelerated computing specifications
+    "ml.p6-b200.48xlarge": (192, 2048, 8, 179), "ml.p6-b300.48xlarge": (192, 4096, 8, 268),
+    "ml.p6e-gb200.36xlarge": (144, 960, 4, 185),
+    # NVIDIA RTX PRO 6000 Blackwell Server Edition (96 GiB)
+    "ml.g7e.2xlarge": (8, 64, 1, 96), "ml.g7e.4xlarge": (16, 128, 1, 96),
+    "ml.g7e.8xlarge": (32, 256, 1, 96), "ml.g7e.12xlarge": (48, 512, 2, 96),
+    "ml.g7e.24xlarge": (96, 1024, 4, 96), "ml.g7e.48xlarge": (192, 2048, 8, 96),
+    # NVIDIA RTX PRO 4500 Blackwell (32 GiB); 4 GiB of memory per vCPU (g7.48xlarge: 768 GiB)
+    "ml.g7.2xlarge": (8, 32, 1, 32), "ml.g7.4xlarge": (16, 64, 1, 32),
+    "ml.g7.8xlarge": (32, 128, 1, 32), "ml.g7.12xlarge": (48, 192, 2, 32),
+    "ml.g7.24xlarge": (96, 384, 4, 32), "ml.g7.48xlarge": (192, 768, 8, 32),
     # AWS Inferentia / Trainium and Habana: accelerators, not GPUs NVML sees
     "ml.inf1.xlarge": (4, 8, 0, 0), "ml.inf1.2xlarge": (8, 16, 0, 0),
     "ml.inf1.6xlarge": (24, 48, 0, 0), "ml.inf1.24xlarge": (96, 192, 0, 0),
@@ -123,16 +178,6 @@ _LISTED = _listed({
     "ml.dl1.24xlarge": (96, 768, 0, 0),
 })
 
-
-# Accelerator devices of the types whose accelerators are not GPUs (EC2's accelerated computing
-# specifications: Inferentia chips on inf1/inf2, Trainium chips on trn1/trn1n/trn2, Gaudi
-# accelerators on dl1).
-_OTHER_ACCELERATORS = {
-    "ml.inf1.xlarge": 1, "ml.inf1.2xlarge": 1, "ml.inf1.6xlarge": 4, "ml.inf1.24xlarge": 16,
-    "ml.inf2.xlarge": 1, "ml.inf2.8xlarge": 1, "ml.inf2.24xlarge": 6, "ml.inf2.48xlarge": 12,
-    "ml.trn1.2xlarge": 1, "ml.trn1.32xlarge": 16, "ml.trn1n.32xlarge": 16,
-    "ml.trn2.48xlarge": 16, "ml.dl1.24xlarge": 8,
-}
 
 
 def _vcpus(size: str) -> int | None:
@@ -152,7 +197,9 @@ def lookup(name: str) -> InstanceType | None:
     vcpus = _vcpus(match.group(2))
     if vcpus is None:
         return None
-    return InstanceType(name, vcpus, vcpus * _GIB_PER_VCPU[match.group(1)])
+    family = match.group(1)
+    return InstanceType(name, vcpus, vcpus * _GIB_PER_VCPU[family],
+                        source=_FAMILY_SOURCE[family[0]])
 
 
 def known_names() -> list[str]:
