@@ -59,6 +59,45 @@ DURATION_BUCKETS_S: tuple[float, ...] = (
 SinkSample = tuple[str, str, str, float]
 
 
+# With EnableEnhancedMetrics, the metrics that are also published per instance (InstanceId):
+# each call's invocation metrics, by the instance that answered it, and the instance metrics.
+PER_INSTANCE_INVOCATION_METRICS = frozenset({
+    "Invocations", "Invocation4XXErrors", "Invocation5XXErrors", "InvocationModelErrors",
+    "ModelLatency", "OverheadLatency"})
+PER_INSTANCE_UTILIZATION_METRICS = frozenset({
+    "CPUUtilization", "MemoryUtilization", "DiskUtilization", "GPUUtilization",
+    "GPUMemoryUtilization"})
+# EnableDetailedObservability's per-instance host metrics (AWS names CPU, memory and disk).
+HOST_METRICS = frozenset({"CPUUtilization", "MemoryUtilization", "DiskUtilization"})
+
+
+@dataclass(frozen=True)
+class ExtraSeries:
+    """The series an endpoint config adds to the variant's {EndpointName, VariantName}.
+
+    ``config_name``: Invocations also per {EndpointName, VariantName, EndpointConfigName}, so
+    that a deployment's two fleets can be told apart. ``enhanced`` (EnableEnhancedMetrics):
+    invocation and utilization metrics also per {EndpointName, VariantName, InstanceId}.
+    ``host_metrics`` (EnableDetailedObservability): CPU, memory and disk utilization per
+    InstanceId.
+    """
+
+    config_name: str = ""
+    enhanced: bool = False
+    host_metrics: bool = False
+
+    @property
+    def per_call(self) -> bool:
+        return bool(self.config_name) or self.enhanced
+
+    @property
+    def per_instance_utilization(self) -> frozenset[str]:
+        """The utilization metrics also published per InstanceId."""
+        if self.enhanced:
+            return PER_INSTANCE_UTILIZATION_METRICS
+        return HOST_METRICS if self.host_metrics else frozenset()
+
+
 class MetricSink(Protocol):
     """Where every sample also goes (the CloudWatch API's store, ``emulator/cloudwatch``)."""
 
@@ -103,8 +142,9 @@ class EndpointMetrics:
     """The metrics of one production variant (CloudWatch dimensions EndpointName, VariantName)."""
 
     def __init__(self, endpoint_name: str, variant_name: str,
-                 sink: MetricSink | None = None) -> None:
+                 sink: MetricSink | None = None, series: ExtraSeries | None = None) -> None:
         self.dimensions = {"EndpointName": endpoint_name, "VariantName": variant_name}
+        self.series = series or ExtraSeries()
         self._stats = {name: Statistic() for name in METRICS}
         # Per duration metric: samples per bucket of DURATION_BUCKETS_S, the last one past them.
         self._buckets = {name: [0] * (len(DURATION_BUCKETS_S) + 1)
@@ -112,6 +152,8 @@ class EndpointMetrics:
         self._lock = threading.Lock()
         self._sink = sink
         self._soon: list[tuple[str, float]] = []  # record_soon's samples, not yet recorded
+        # record_soon's calls for the extra series: (instance, the call's samples)
+        self._soon_series: list[tuple[str | None, tuple[tuple[str, float], ...]]] = []
         self.instances: dict[str, InstanceMetrics] = {}
 
     def record(self, name: str, value: float,
@@ -154,7 +196,8 @@ class EndpointMetrics:
             self._sink.record_many(self.dimensions, [(*METRICS[name], name, value)
                                                      for name, value in samples])
 
-    def record_soon(self, samples: Sequence[tuple[str, float]]) -> None:
+    def record_soon(self, samples: Sequence[tuple[str, float]],
+                    instance_id: str | None = None) -> None:
         """``record_many``, run by the event loop once the current step is done.
 
         The request path records this way so that the bookkeeping is not between Triton's answer
@@ -164,13 +207,46 @@ class EndpointMetrics:
         them: callbacks run in the order they were scheduled. Samples recorded soon before the
         callback runs join its batch: under load one callback records several calls.
         """
-        if not self._soon:
+        if not self._soon and not self._soon_series:
             asyncio.get_running_loop().call_soon(self._record_pending)
         self._soon.extend(samples)
+        if self._sink is not None and self.series.per_call:
+            self._soon_series.append((instance_id, tuple(samples)))
 
     def _record_pending(self) -> None:
         samples, self._soon = self._soon, []
-        self.record_many(samples)
+        calls, self._soon_series = self._soon_series, []
+        if samples:
+            self.record_many(samples)
+        for instance_id, call in calls:
+            self.record_series(call, instance_id)
+
+    def record_series(self, samples: Sequence[tuple[str, float]],
+                      instance_id: str | None) -> None:
+        """One call's samples in the extra series its endpoint config asks for (``ExtraSeries``):
+        Invocations per EndpointConfigName; with enhanced metrics the invocation metrics per
+        InstanceId (the instance that answered; none when the call failed before one was
+        chosen)."""
+        sink, series = self._sink, self.series
+        if sink is None:
+            return
+        if series.config_name:
+            invocations = [(*METRICS[name], name, value) for name, value in samples
+                           if name == "Invocations"]
+            if invocations:
+                sink.record_many({**self.dimensions, "EndpointConfigName": series.config_name},
+                                 invocations)
+        if series.enhanced and instance_id is not None:
+            sink.record_many({**self.dimensions, "InstanceId": instance_id},
+                             [(*METRICS[name], name, value) for name, value in samples
+                              if name in PER_INSTANCE_INVOCATION_METRICS])
+
+    def publish(self, dimensions: dict[str, str], name: str, value: float) -> None:
+        """One sample in a series of its own only (the variant's dimensions and
+        ``dimensions``), outside the variant's statistics."""
+        if self._sink is not None:
+            self._sink.record_many({**self.dimensions, **dimensions},
+                                   ((*METRICS[name], name, value),))
 
     def for_instance(self, instance_id: str) -> InstanceMetrics:
         view = self.instances[instance_id] = InstanceMetrics(self, instance_id)
@@ -210,7 +286,7 @@ class InstanceMetrics:
         self.variant.record(name, value)
 
     def record_soon(self, samples: Sequence[tuple[str, float]]) -> None:
-        self.variant.record_soon(samples)
+        self.variant.record_soon(samples, self.instance_id)
 
     def set_loaded_model_count(self, count: int) -> None:
         """LoadedModelCount is sampled at every change, so its Maximum/Average mean something."""
@@ -220,6 +296,8 @@ class InstanceMetrics:
     def sample(self, name: str, value: float) -> None:
         self.latest[name] = value
         self.variant.record(name, value)
+        if name in self.variant.series.per_instance_utilization:
+            self.variant.publish({"InstanceId": self.instance_id}, name, value)
 
 
 def snapshot_of(dimensions: dict[str, str], stats: dict[str, Statistic],

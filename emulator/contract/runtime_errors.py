@@ -53,6 +53,8 @@ class ModelError(SageMakerError):
         self.original_status = original_status
         self.original_message = original_message
         self.log_stream_arn = log_stream_arn
+        # How long the model took to give this answer (None: it gave none, e.g. timed out).
+        self.model_latency_s: float | None = None
 
     def members(self) -> dict[str, Any]:
         return {

@@ -92,6 +92,7 @@ def _create_endpoint_config(params: dict[str, Any], errors: list[str]) -> None:
         # [U] wording: a config whose variants all weigh 0 would receive no traffic at all.
         errors.append("The sum of InitialVariantWeight across production variants must be "
                       "greater than 0.")
+    _metrics_config(params.get("MetricsConfig"), errors)
     for variant in variants:
         if not variant.get("ModelName"):
             errors.append(
@@ -102,6 +103,22 @@ def _create_endpoint_config(params: dict[str, Any], errors: list[str]) -> None:
                 f"InstanceType or ServerlessConfig is required for production variant "
                 f"{variant.get('VariantName')}."
             )
+
+
+# MetricsConfig.MetricPublishFrequencyInSeconds: the values the API reference lists.
+PUBLISH_PERIODS_S = (10, 30, 60, 120, 180, 240, 300)
+
+
+def _metrics_config(config: Any, errors: list[str]) -> None:
+    if not isinstance(config, dict):
+        return
+    period = config.get("MetricPublishFrequencyInSeconds")
+    if isinstance(period, int) and period not in PUBLISH_PERIODS_S:
+        # [U] wording, in the model's own style; the values are the API reference's.
+        errors.append(
+            f"Value '{period}' at 'metricsConfig.metricPublishFrequencyInSeconds' failed to "
+            "satisfy constraint: Member must be one of "
+            f"[{', '.join(str(p) for p in PUBLISH_PERIODS_S)}]")
 
 
 def _list(value: Any) -> list[Any]:

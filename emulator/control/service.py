@@ -52,7 +52,13 @@ from emulator.control.state_db import (
 )
 from emulator.hosting import deployment as guardrails
 from emulator.hosting.components import ComponentLookup
-from emulator.hosting.spec import SERIAL, ContainerSpec, EndpointSpec, VariantSpec
+from emulator.hosting.spec import (
+    DEFAULT_PUBLISH_PERIOD_S,
+    SERIAL,
+    ContainerSpec,
+    EndpointSpec,
+    VariantSpec,
+)
 from emulator.instance_types import MAX_INSTANCES_PER_ENDPOINT
 
 log = logging.getLogger(__name__)
@@ -786,7 +792,13 @@ class ControlPlaneService:
                 f"Endpoint config {config.name} asks for {total} instances; the emulator runs at "
                 f"most {MAX_INSTANCES_PER_ENDPOINT} per endpoint (each is a Triton process on "
                 "this machine).")
-        spec = EndpointSpec(endpoint_name, specs)
+        metrics = config.doc.get("MetricsConfig") or {}
+        spec = EndpointSpec(
+            endpoint_name, specs, config_name=config.name,
+            enhanced_metrics=bool(metrics.get("EnableEnhancedMetrics", False)),
+            detailed_observability=bool(metrics.get("EnableDetailedObservability", False)),
+            publish_period_s=int(metrics.get("MetricPublishFrequencyInSeconds",
+                                             DEFAULT_PUBLISH_PERIOD_S)))
         return Deployment(
             config_name=config.name,
             variants=variants,

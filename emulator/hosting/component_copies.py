@@ -37,6 +37,7 @@ from pathlib import Path
 from emulator.clock import Clock
 from emulator.contract import runtime, runtime_errors
 from emulator.hosting.instance import Instance
+from emulator.hosting.invocation_outcome import failed_call_samples
 from emulator.hosting.multi_container import MultiContainerInstance
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
 from emulator.metrics import MICROSECONDS, NONE, EndpointMetrics, MetricSink
@@ -300,10 +301,7 @@ class ComponentCopies:
         try:
             answer = await copy.invoke(request, None, started, timeout_s)
         except runtime_errors.SageMakerError as exc:
-            samples += (("Invocation4XXErrors", 1 if 400 <= exc.status < 500 else 0),
-                        ("Invocation5XXErrors", 1 if exc.status >= 500 else 0),
-                        ("InvocationModelErrors",
-                         1 if isinstance(exc, runtime_errors.ModelError) else 0))
+            samples += failed_call_samples(exc, time.monotonic() - started)
             self.record(samples)
             raise
         except BaseException:

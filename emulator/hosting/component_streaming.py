@@ -42,6 +42,7 @@ from emulator.contract import event_stream, runtime, runtime_errors
 from emulator.hosting.component_copies import ComponentCopies, Copy
 from emulator.hosting.components import ComponentEndpoint
 from emulator.hosting.instance import ErrorContext
+from emulator.hosting.invocation_outcome import failed_call_samples
 from emulator.hosting.multi_container import MultiContainerInstance, ServeMember
 
 log = logging.getLogger(__name__)
@@ -79,12 +80,11 @@ class _Tally:
 
     def failed(self, exc: BaseException | None) -> None:
         """Ended by an error (None: one without a status, such as the client leaving)."""
-        status = exc.status if isinstance(exc, runtime_errors.SageMakerError) else 0
-        self._end([("Invocation4XXErrors", 1 if 400 <= status < 500 else 0),
-                   ("Invocation5XXErrors", 1 if status >= 500 else 0),
-                   ("InvocationModelErrors",
-                    1 if isinstance(exc, runtime_errors.ModelError) else 0)]
-                  if exc is not None else [])
+        if isinstance(exc, runtime_errors.SageMakerError):
+            self._end(failed_call_samples(exc, time.monotonic() - self._started))
+        else:
+            self._end([("Invocation4XXErrors", 0), ("Invocation5XXErrors", 0),
+                       ("InvocationModelErrors", 0)] if exc is not None else [])
 
     def stream_failed(self) -> None:
         """A ModelStreamError after the first byte [U: a model error, the status was 200]."""

@@ -22,10 +22,11 @@ from pathlib import Path
 
 from emulator.contract import runtime, runtime_errors
 from emulator.hosting.instance import Instance
+from emulator.hosting.invocation_outcome import failed_call_samples
 from emulator.hosting.multi_container import MultiContainerInstance, check_container_hostname
 from emulator.hosting.routing import Router
 from emulator.hosting.spec import EndpointSpec, VariantSpec
-from emulator.metrics import EndpointMetrics, MetricSink
+from emulator.metrics import EndpointMetrics, ExtraSeries, MetricSink
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,10 @@ class Endpoint:
         self._resize_lock = asyncio.Lock()
 
     def _variant(self, spec: VariantSpec) -> Variant:
-        metrics = EndpointMetrics(self.spec.name, spec.name, self._sink)
+        series = ExtraSeries(config_name=self.spec.config_name,
+                             enhanced=self.spec.enhanced_metrics,
+                             host_metrics=self.spec.detailed_observability)
+        metrics = EndpointMetrics(self.spec.name, spec.name, self._sink, series)
         return Variant(spec, metrics, self.work_dir / spec.name, self.instance_suffix)
 
     @property
@@ -105,6 +109,11 @@ class Endpoint:
 
     def variant(self, name: str) -> Variant | None:
         return next((v for v in self.variants if v.name == name), None)
+
+    @property
+    def publish_period_s(self) -> int:
+        """MetricPublishFrequencyInSeconds: the utilization metrics' period (emulated s)."""
+        return self.spec.publish_period_s
 
     @property
     def is_multi_model(self) -> bool:
@@ -208,6 +217,7 @@ class Endpoint:
         # Answered calls are recorded after the answer is written (``record_soon``).
         samples: list[tuple[str, float]] = [
             ("Invocations", 1), ("InvocationsPerInstance", 1 / max(len(variant.instances), 1))]
+        instance: HostedInstance | None = None
         try:
             target = request.target_model
             multi_model = variant.spec.container.is_multi_model
@@ -223,20 +233,18 @@ class Endpoint:
             instance = self._router.instance(serving, target)
             answer = await instance.invoke(request, target, started, self._timeout_s)
         except runtime_errors.SageMakerError as exc:
-            samples += (("Invocation4XXErrors", 1 if 400 <= exc.status < 500 else 0),
-                        ("Invocation5XXErrors", 1 if exc.status >= 500 else 0),
-                        ("InvocationModelErrors",
-                         1 if isinstance(exc, runtime_errors.ModelError) else 0))
-            metrics.record_soon(samples)
+            samples += failed_call_samples(exc, time.monotonic() - started)
+            metrics.record_soon(samples, instance.id if instance is not None else None)
             raise
         except BaseException:  # cancelled (the client left, a stop): counted, not answered
             metrics.record_many(samples)
+            metrics.record_series(samples, instance.id if instance is not None else None)
             raise
         samples += (
             ("Invocation4XXErrors", 0), ("Invocation5XXErrors", 0), ("InvocationModelErrors", 0),
             ("ModelLatency", answer.model_latency_s * 1e6),
             ("OverheadLatency", (time.monotonic() - started - answer.model_latency_s) * 1e6))
-        metrics.record_soon(samples)  # after the answer is written (see record_soon)
+        metrics.record_soon(samples, instance.id)  # after the answer is written (record_soon)
         for container, seconds in answer.container_latencies:
             metrics.record("ContainerLatency", seconds * 1e6, {"ContainerName": container})
         headers = runtime.add_emulator_headers(

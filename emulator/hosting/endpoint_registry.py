@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import shutil
 import time
@@ -17,13 +18,20 @@ from emulator.hosting.components import ComponentEndpoint, ComponentLookup
 from emulator.hosting.deployment import SplitEndpoint
 from emulator.hosting.endpoint import Endpoint, InstanceBuilder
 from emulator.hosting.routing import Router
-from emulator.hosting.spec import ContainerSpec, EndpointSpec
+from emulator.hosting.spec import DEFAULT_PUBLISH_PERIOD_S, ContainerSpec, EndpointSpec
 from emulator.hosting.utilization import UtilizationSampler
 from emulator.manager.sources import source_for
 from emulator.metrics import MetricSink
 from emulator.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+def publish_period_s(endpoint: SplitEndpoint) -> int:
+    """The endpoint's MetricPublishFrequencyInSeconds (an endpoint for inference components
+    publishes at SageMaker's default)."""
+    period = getattr(endpoint, "publish_period_s", DEFAULT_PUBLISH_PERIOD_S)
+    return period if isinstance(period, int) and period > 0 else DEFAULT_PUBLISH_PERIOD_S
 
 
 class DeploymentView(Protocol):
@@ -253,18 +261,38 @@ class EndpointRegistry:
             self._sampler_task = asyncio.create_task(self._sample_forever(), name="utilization")
 
     async def _sample_forever(self) -> None:
+        """Each endpoint's utilization every MetricPublishFrequencyInSeconds (emulated; 60 s
+        unless its config says otherwise): the loop ticks at the largest period that divides
+        every endpoint's, and samples those whose period has run out."""
+        real_per_emulated_s = self._sample_period_s / DEFAULT_PUBLISH_PERIOD_S
+        waited: dict[str, int] = {}  # emulated seconds since each endpoint's last sample
         while True:
-            await asyncio.sleep(self._sample_period_s)
+            periods = {e.name: publish_period_s(e) for e in self.all()}
+            tick = math.gcd(*periods.values()) if periods else DEFAULT_PUBLISH_PERIOD_S
+            await asyncio.sleep(tick * real_per_emulated_s)
+            due = []
+            for name, period in periods.items():
+                waited[name] = waited.get(name, 0) + tick
+                if waited[name] >= period:
+                    waited[name] -= period
+                    due.append(name)
+            waited = {name: waited[name] for name in periods}
             try:
-                await asyncio.to_thread(self.sample_utilization)
+                await asyncio.to_thread(self.sample_utilization, due)
             except Exception:  # noqa: BLE001 - a failed sample must not stop the next ones
                 log.exception("utilization sample failed")
 
-    def sample_utilization(self) -> None:
-        """One sample of every instance's utilization metrics (also called by tests)."""
+    def sample_utilization(self, names: list[str] | None = None) -> None:
+        """One sample of the utilization metrics of every instance (of the endpoints named;
+        None: all of them). Also called by tests."""
         now = time.monotonic()
         seen: dict[int, UtilizationSampler] = {}
         for endpoint in self.all():
+            if names is not None and endpoint.name not in names:
+                previous = {id(i): self._samplers[id(i)] for v in endpoint.variants
+                            for i in v.instances if id(i) in self._samplers}
+                seen.update(previous)  # not due: keep its CPU bases
+                continue
             if isinstance(endpoint, ComponentEndpoint):  # its copies' normalized utilization
                 endpoint.sample_utilization(now)
             for variant in endpoint.variants:

@@ -298,9 +298,11 @@ class Instance:
             raise self._errors.model_error(
                 500, f'{{"error":"container is unreachable: {exc}"}}') from None
         if response.status != 200:  # Triton's message, in the names the client knows
-            raise self._errors.model_error(response.status, public_text(
+            answered = self._errors.model_error(response.status, public_text(
                 response.body.decode(errors="replace"), self.manager.triton_repository,
                 model.record.installed, model.entry, target or public_name(model.entry)))
+            answered.model_latency_s = model_latency  # the model answered, with an error
+            raise answered
         body, header_length = runtime.rename_model(
             response.body, runtime.binary_header_length(response.headers), model.entry,
             target or public_name(model.entry))

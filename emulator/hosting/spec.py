@@ -64,10 +64,23 @@ class VariantSpec:
         return self.execution_mode == DIRECT
 
 
+# MetricsConfig.MetricPublishFrequencyInSeconds: SageMaker's default.
+DEFAULT_PUBLISH_PERIOD_S = 60
+
+
 @dataclass(frozen=True)
 class EndpointSpec:
+    """An endpoint as one endpoint config makes it: its variants, the config's name (a
+    deployment's fleets publish Invocations per EndpointConfigName) and its MetricsConfig
+    (``enhanced_metrics``: the InstanceId series; ``detailed_observability``: the per-instance
+    host metrics; ``publish_period_s``: the utilization metrics' period, emulated seconds)."""
+
     name: str
     variants: tuple[VariantSpec, ...]
+    config_name: str = ""
+    enhanced_metrics: bool = False
+    detailed_observability: bool = False
+    publish_period_s: int = DEFAULT_PUBLISH_PERIOD_S
 
     def variant(self, name: str) -> VariantSpec | None:
         return next((v for v in self.variants if v.name == name), None)
@@ -102,7 +115,11 @@ class EndpointSpec:
                 execution_mode=v.get("execution_mode"),
                 startup_timeout_s=v.get("startup_timeout_s"))
             for v in doc["variants"])
-        return cls(doc["name"], variants)
+        return cls(doc["name"], variants, config_name=doc.get("config_name", ""),
+                   enhanced_metrics=bool(doc.get("enhanced_metrics", False)),
+                   detailed_observability=bool(doc.get("detailed_observability", False)),
+                   publish_period_s=int(doc.get("publish_period_s",
+                                                DEFAULT_PUBLISH_PERIOD_S)))
 
 
 def single_variant(name: str, model_data: str, *, variant_name: str = "AllTraffic",

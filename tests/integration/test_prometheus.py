@@ -50,7 +50,7 @@ def test_metrics_are_typed_families_that_match_the_traffic_sent(
     variant = {"endpoint_name": "local", "variant_name": "AllTraffic"}
     instance = {**variant, "instance_id": "i-1"}
     assert value(samples, "sagemaker_invocations_total", **variant) == 8
-    assert value(samples, "sagemaker_invocation_4xx_errors_total", **variant) == 2  # 400 + 424
+    assert value(samples, "sagemaker_invocation_4xx_errors_total", **variant) == 2  # 400, 400
     assert value(samples, "sagemaker_invocation_5xx_errors_total", **variant) == 0
     assert value(samples, "sagemaker_invocation_model_errors_total", **variant) == 1
     # a: one miss then four hits; b: one miss. The broken model never found a loaded model.
