@@ -258,10 +258,19 @@ class InstanceFactory:
             default_model=container.environment.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"),
             gpus_available=count_gpus() > 0,
             memory_probe=probe_for(launcher) if settings.model_memory == "measured" else None,
+            instance_gpus=self.instance_gpus(variant),
         )
         return Instance(instance_id, container, launcher, triton, manager, metrics, work_dir,
                         ErrorContext(endpoint.name, settings.region, settings.account_id, label),
                         settings.model_load_timeout_s, budget)
+
+    def instance_gpus(self, variant: VariantSpec) -> int | None:
+        """The GPUs of the variant's InstanceType (``--instance-type`` for the default
+        endpoint): a ``KIND_GPU`` group fails to load on a type with none, as SageMaker's
+        Triton fails it. None where the endpoint has no InstanceType or the table lacks it:
+        every group loads [U] (on this machine's GPUs, else on CPU)."""
+        known = lookup(variant.instance_type or self.settings.instance_type or "")
+        return known.gpus if known else None
 
     def _instance_memory(self, variant: VariantSpec) -> int | None:
         """The whole memory of the variant's instance type, when the table knows it (beyond

@@ -193,6 +193,7 @@ class ModelManager:
         default_model: str | None = None,
         gpus_available: bool = True,
         memory_probe: MemoryProbe | None = None,
+        instance_gpus: int | None = None,
     ) -> None:
         self.source = source
         self.triton = triton
@@ -220,7 +221,8 @@ class ModelManager:
         self._triton = TritonSide(
             triton=triton, triton_repository=triton_repository, events=self._events,
             load_timeout_s=load_timeout_s, memory_probe=memory_probe, single_model=single_model,
-            default_model=default_model, gpus_available=gpus_available)
+            default_model=default_model, gpus_available=gpus_available,
+            instance_gpus=instance_gpus)
         # The two budgets' indexes, read by the instance, the page and the metrics.
         self.memory = self._memory.index
         self.disk = self._artifacts.index
@@ -418,13 +420,16 @@ class ModelManager:
         record.state = ModelState.LOADED
         self.loads += 1
         self.metrics.set_loaded_model_count(self.loaded_count())
-        log.info("model=%s step=load seconds=%.3f size=%d measured=%s gpu=%s entry=%s",
+        log.info("model=%s step=load seconds=%.3f size=%d measured=%s gpu=%s entry=%s%s",
                  self.name_of(record.target), elapsed, record.size, record.measured,
-                 record.measured_gpu, record.entry)
+                 record.measured_gpu, record.entry,
+                 " device=cpu reason=\"KIND_GPU instance groups on CPU: no GPU on this "
+                 "machine\"" if record.gpu_on_cpu else "")
         self._events.emit("loaded", record.target, seconds=elapsed, size=record.size,
                           measured=record.measured, growth=record.measured_growth,
                           **({"gpu": record.measured_gpu}
-                             if record.measured_gpu is not None else {}))
+                             if record.measured_gpu is not None else {}),
+                          **({"gpu_on_cpu": True} if record.gpu_on_cpu else {}))
         await self._evict_over_measured(record)
         self._memory.changed.notify()
         return record
@@ -698,6 +703,8 @@ class ModelManager:
                 "SizeBytes": record.size,
                 "MeasuredBytes": record.measured,
                 "GpuBytes": record.measured_gpu,
+                # KIND_GPU instance groups running on CPU (no GPU on this machine).
+                "KindGpuOnCpu": record.gpu_on_cpu,
                 "StoreChanged": record.store_changed,
                 "MemoryBytes": entry.size if entry else record.memory_size,
                 "LruPosition": lru.index(target) if target in lru else None,

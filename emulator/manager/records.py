@@ -63,6 +63,9 @@ class ModelRecord:
     version: str | None = None
     store_version: str | None = None
     store_checked: float = 0.0
+    # Its KIND_GPU instance groups run on CPU: the endpoint's InstanceType has GPUs, this
+    # machine has none (said by /_emulator/models, the page and the load log).
+    gpu_on_cpu: bool = False
 
     @property
     def store_changed(self) -> bool:

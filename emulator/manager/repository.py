@@ -5,9 +5,15 @@ Layouts accepted (``mme package`` documents them):
 - a top-level folder: ``repo/ensemble/config.pbtxt`` or ``my_model/config.pbtxt``;
 - a single model at the root: ``./config.pbtxt``, ``./1/model.onnx``.
 
-Entry model: the one ensemble that no other ensemble uses as a step; else the only model; anything
-else is a clear error (Triton's SageMaker server would pick whichever directory ``readdir`` lists
-last).
+Entry model: the one ensemble that no other ensemble uses as a step; else the only model; else,
+with several models and no ensemble, what Triton's SageMaker server loads: the folder its
+directory listing (``readdir``) gives last, the same listing read here (which folder that is
+depends on the file system: a warning says so). The tarball's other models are not loaded: a
+Python model that calls one of them by name (BLS) gets Triton's error for a model that is not
+loaded, as on SageMaker. Several top-level ensembles are a clear error.
+
+Model folder names Triton cannot take (a control character such as a newline) fail the load at
+once, naming the folder.
 
 Namespacing: SageMaker's Triton registers each artifact as its own repository, so two artifacts may
 both hold ``preprocess/``. Over Triton's HTTP API we get the same effect by installing every model
@@ -59,8 +65,29 @@ def _read_config(path: Path) -> model_config_pb2.ModelConfig:
 
 
 def _model_dirs(folder: Path) -> dict[str, Path]:
-    return {p.name: p for p in sorted(folder.iterdir())
-            if p.is_dir() and not p.name.startswith(".") and (p / CONFIG).is_file()}
+    models = {p.name: p for p in sorted(folder.iterdir())
+              if p.is_dir() and not p.name.startswith(".") and (p / CONFIG).is_file()}
+    for name in models:
+        check_model_name(name)
+    return models
+
+
+def check_model_name(name: str) -> None:
+    """A model folder's name Triton can take: no control characters (a newline, a tab ...)."""
+    bad = sorted({c for c in name if ord(c) < 0x20 or ord(c) == 0x7F})
+    if bad:
+        raise InvalidModelRepository(
+            f"model folder {name!r} has a control character in its name "
+            f"({', '.join(repr(c) for c in bad)}), which Triton cannot take as a model name; "
+            "rename the folder (and the name in its config.pbtxt) with letters, digits, '_' "
+            "or '-'")
+
+
+def listing_order(folder: Path) -> list[str]:
+    """The folders of ``folder`` in the order its directory listing gives them (``readdir``:
+    what Triton's SageMaker server walks), links to folders apart as it leaves them."""
+    with os.scandir(folder) as entries:
+        return [e.name for e in entries if e.is_dir(follow_symlinks=False)]
 
 
 def read_single_model_layout(extracted: Path, default_model: str | None) -> ArtifactLayout:
@@ -119,7 +146,7 @@ def read_layout(extracted: Path, entry_name_may_differ: bool = True) -> Artifact
         )
     configs = {name: _read_config(path / CONFIG) for name, path in models.items()}
     check_steps(configs)
-    entry = choose_entry(configs)
+    entry = choose_entry(configs, listing_order(extracted))
     for name, config in configs.items():
         if config.name and config.name != name and not (entry_name_may_differ and name == entry):
             raise InvalidModelRepository(
@@ -141,7 +168,11 @@ def check_steps(configs: dict[str, model_config_pb2.ModelConfig]) -> None:
                     "only use models packaged with it: add the model's folder to the tarball.")
 
 
-def choose_entry(configs: dict[str, model_config_pb2.ModelConfig]) -> str:
+def choose_entry(configs: dict[str, model_config_pb2.ModelConfig],
+                 listed: list[str] | None = None) -> str:
+    """The model a load of the tarball loads. ``listed``: the tarball root's folders in
+    directory-listing order (``listing_order``); without it, several models and no ensemble
+    are refused as ambiguous."""
     ensembles = {n for n, c in configs.items() if c.platform == "ensemble"}
     used = {s.model_name for n in ensembles for s in configs[n].ensemble_scheduling.step}
     top = sorted(ensembles - used)
@@ -154,6 +185,20 @@ def choose_entry(configs: dict[str, model_config_pb2.ModelConfig]) -> str:
         )
     if len(configs) == 1:
         return next(iter(configs))
+    if listed:
+        last = listed[-1]
+        if last not in configs:
+            raise InvalidModelRepository(
+                f"the artifact holds {len(configs)} models ({', '.join(sorted(configs))}) and "
+                f"no ensemble; SageMaker's Triton loads the folder its directory listing gives "
+                f"last, here '{last}', which holds no config.pbtxt. Add an ensemble or package "
+                "one model per tarball.")
+        log.warning("the artifact holds %d models (%s) and no ensemble: loading '%s', the "
+                    "folder the directory listing gives last, as SageMaker's Triton does (its "
+                    "disk may list another last); the others are not loaded, so a model "
+                    "calling them by name (BLS) fails. Add an ensemble or package one model "
+                    "per tarball.", len(configs), ", ".join(sorted(configs)), last)
+        return last
     raise InvalidModelRepository(
         f"the artifact holds {len(configs)} models ({', '.join(sorted(configs))}) and no "
         "ensemble; SageMaker's Triton would pick one arbitrarily. Add an ensemble or package "
@@ -174,6 +219,52 @@ def run_on_cpu(config: model_config_pb2.ModelConfig) -> bool:
             del group.gpus[:]
             changed = True
     return changed
+
+
+def asks_for_gpu(layout: ArtifactLayout) -> bool:
+    """True when a model of the artifact has a ``KIND_GPU`` instance group."""
+    return any(group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
+               for config in layout.configs.values() for group in config.instance_group)
+
+
+def _latest_version(folder: Path) -> int:
+    """The version Triton's default policy (latest 1) loads, as its messages name it."""
+    versions = [int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit()]
+    return max(versions, default=1)
+
+
+def gpu_refusal(layout: ArtifactLayout, instance_gpus: int | None) -> str | None:
+    """Triton's own answer to a load whose ``KIND_GPU`` instance groups the instance cannot
+    hold, or None when it can (``instance_gpus`` None: the endpoint has no InstanceType, so
+    every group loads, on this machine's GPUs or on CPU).
+
+    On an instance with no GPU (ml.m5, ml.c5, ml.inf2 ...) Triton fails a ``KIND_GPU`` group
+    ("has kind KIND_GPU but no GPUs are available"); with ``gpus: [n]``, an id the instance does
+    not have ("specifies invalid or unsupported gpu id"). Its load answer wraps the reason in
+    "load failed for model ...: version N is at UNAVAILABLE state: Invalid argument: ...;".
+    """
+    if instance_gpus is None:
+        return None
+    for model, config in sorted(layout.configs.items()):
+        for index, group in enumerate(config.instance_group):
+            if group.kind != model_config_pb2.ModelInstanceGroup.KIND_GPU:
+                continue
+            name = group.name or f"{model}_{index}"
+            if instance_gpus == 0:
+                reason = (f"instance group {name} of model {model} has kind KIND_GPU but no "
+                          "GPUs are available")
+            else:
+                bad = [gpu for gpu in group.gpus if not 0 <= gpu < instance_gpus]
+                if not bad:
+                    continue
+                reason = (f"instance group {name} of model {model} specifies invalid or "
+                          f"unsupported gpu id {bad[0]}. GPUs with at least the minimum "
+                          "required CUDA compute compatibility of 6.000000 are: "
+                          + ", ".join(str(gpu) for gpu in range(instance_gpus)))
+            version = _latest_version(layout.models[model])
+            return (f"load failed for model '{model}': version {version} is at UNAVAILABLE "
+                    f"state: Invalid argument: {reason};\n")
+    return None
 
 
 def install(layout: ArtifactLayout, key: str, triton_repository: Path,

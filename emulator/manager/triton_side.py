@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -61,6 +63,11 @@ LOOKUP_RACE_ANSWER = "Request for unknown model: '{name}' is not found"
 # Triton 2.51 runs at most this many model loads at once (the default of its
 # --model-load-thread-count; measured: with four loads that never end, a fifth never starts).
 TRITON_LOAD_THREADS = 4
+# A decoupled model (``model_transaction_policy { decoupled: true }``) loads, and every request
+# to it is refused with this text: Triton's HTTP endpoints serve no decoupled model. KServe's
+# frontend answers it 501; Triton's SageMaker server, 400 (SageMakerMMEHandleInfer).
+DECOUPLED_ANSWER = b"HTTP end point doesn't support models with decoupled transaction policy"
+DECOUPLED_STATUS = 501
 # Told that this Triton cannot recover: ``request_recycle(target, reason)`` (the instance's).
 RecycleRequest = Callable[[str, str], None]
 # Triton's repository index fails ("failed to stat file") when a model folder is removed while
@@ -83,7 +90,8 @@ LOAD_ERRORS = (TritonError, TritonUnreachable, asyncio.TimeoutError, StubDied)
 class TritonSide:
     def __init__(self, *, triton: TritonClient, triton_repository: Path, events: Events,
                  load_timeout_s: float, memory_probe: MemoryProbe | None,
-                 single_model: bool, default_model: str | None, gpus_available: bool) -> None:
+                 single_model: bool, default_model: str | None, gpus_available: bool,
+                 instance_gpus: int | None = None) -> None:
         self.triton = triton
         self.repository = triton_repository
         self.events = events
@@ -93,6 +101,8 @@ class TritonSide:
         self.single_model = single_model
         self.default_model = default_model
         self.gpus_available = gpus_available
+        # The GPUs of the endpoint's InstanceType (None: no InstanceType, every group loads).
+        self.instance_gpus = instance_gpus
         self.stub_registry = stubs.registry_for(triton_repository)
         self.lookup_retries = 0  # inferences resent after Triton's lookup race
         self._background: set[asyncio.Task[Any]] = set()
@@ -118,6 +128,13 @@ class TritonSide:
                                              self.default_model)
         else:
             layout = await asyncio.to_thread(repository.read_layout, extracted)
+        refusal = repository.gpu_refusal(layout, self.instance_gpus)
+        if refusal is not None:
+            log.warning("model=%s step=load outcome=refused reason=%r fix=\"serve it on an "
+                        "instance type with GPUs (ml.g5.xlarge ...) or make its instance "
+                        "groups KIND_CPU\"", self.events.name_of(record.target), refusal)
+            raise ModelLoadFailed(400, json.dumps({"error": refusal}, separators=(",", ":")))
+        record.gpu_on_cpu = not self.gpus_available and repository.asks_for_gpu(layout)
         record.installed = await asyncio.to_thread(
             repository.install, layout, record.triton_key, self.repository, self.gpus_available)
         record.entry = repository.namespaced(layout.entry, record.triton_key)
@@ -347,6 +364,10 @@ class TritonSide:
         deadline = loop.time() + timeout
         response = await self.triton.infer(entry, body, headers, timeout=timeout)
         if response.status != 400:  # the common answer: nothing more to look at
+            if response.status == DECOUPLED_STATUS and DECOUPLED_ANSWER in response.body:
+                # Triton's SageMaker server refuses a decoupled model before running it and
+                # answers that refusal 400, where its KServe frontend answers 501.
+                return dataclasses.replace(response, status=400)
             return response
         race = LOOKUP_RACE_ANSWER.format(name=entry).encode()
         for pause in LOOKUP_RACE_DELAYS_S:

@@ -86,6 +86,42 @@ def _is_set(env: Mapping[str, str], name: str) -> bool:
     return bool(env.get(name, ""))
 
 
+def _without_startup_loads(words: list[str], ignored: dict[str, str]) -> str:
+    """``SAGEMAKER_TRITON_ADDITIONAL_ARGS`` of a multi-model endpoint, checked for
+    ``--load-model``: SageMaker's ``serve`` starts Triton on an empty repository there
+    (``/tmp/sagemaker``; every model arrives by TargetModel), so a named model is not found and
+    Triton exits at start ("failed to load all models"), unless ``--exit-on-error=false``
+    lets it go on without the model. ``--load-model=*`` loads the empty repository: nothing.
+    Raises for the first case; drops the flags (said in ``ignored``) for the others."""
+    named: list[str] = []
+    kept: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "--load-model" and index + 1 < len(words):
+            named.append(words[index + 1])
+            index += 2
+            continue
+        if word.startswith("--load-model="):
+            named.append(word.split("=", 1)[1])
+        else:
+            kept.append(word)
+        index += 1
+    models = [name for name in named if name != "*"]
+    if models and "--exit-on-error=false" not in kept:
+        raise SageMakerEnvironmentError(
+            f"SAGEMAKER_TRITON_ADDITIONAL_ARGS asks Triton to load {', '.join(models)} at start "
+            "(--load-model), but on a multi-model endpoint SageMaker's Triton starts on an "
+            "empty model repository: it finds no such model and exits (\"failed to load all "
+            "models\"), and the endpoint fails. Remove --load-model: each model of a "
+            "multi-model endpoint loads on its first request by TargetModel")
+    if named:
+        ignored["SAGEMAKER_TRITON_ADDITIONAL_ARGS"] = (
+            f"--load-model={', '.join(named)} dropped: the multi-model repository is empty at "
+            "start, so it loads nothing (with --exit-on-error=false Triton starts without it)")
+    return " ".join(kept)
+
+
 def triton_args_from_environment(
     env: Mapping[str, str],
     *,
@@ -118,7 +154,10 @@ def triton_args_from_environment(
             words.append(f"--model-load-gpu-limit {index}:{limit}")
 
     if _is_set(env, "SAGEMAKER_TRITON_ADDITIONAL_ARGS"):
-        words.append(env["SAGEMAKER_TRITON_ADDITIONAL_ARGS"])
+        additional = env["SAGEMAKER_TRITON_ADDITIONAL_ARGS"]
+        if multi_model:
+            additional = _without_startup_loads(additional.split(), ignored)
+        words.append(additional)
 
     inference_type = env.get("SAGEMAKER_TRITON_INFERENCE_TYPE", "") or "infer"
     if inference_type not in INFERENCE_TYPES:

@@ -89,11 +89,26 @@ def test_single_model_at_the_archive_root(tmp_path: Path) -> None:
     assert repository.read_layout(tmp_path / "x").entry == "solo"
 
 
-def test_ambiguous_artifacts_get_a_clear_error(tmp_path: Path) -> None:
+def test_several_models_and_no_ensemble_load_the_folder_listed_last(tmp_path: Path) -> None:
+    """As Triton's SageMaker server: the folder readdir gives last; the others stay unloaded."""
+    for name in ("a", "b", "c"):
+        write_scale_model(tmp_path / "repo", name)
+    order = repository.listing_order(tmp_path / "repo")
+    assert sorted(order) == ["a", "b", "c"]
+    layout = repository.read_layout(tmp_path / "repo")
+    assert layout.entry == order[-1]
+    assert set(layout.models) == {"a", "b", "c"}
+    # Without a listing (a check that runs no Triton) the choice stays ambiguous.
+    with pytest.raises(repository.InvalidModelRepository, match="no ensemble"):
+        repository.choose_entry(layout.configs)
+
+
+def test_the_folder_listed_last_without_a_config_fails_the_load(tmp_path: Path) -> None:
     write_scale_model(tmp_path / "repo", "a")
     write_scale_model(tmp_path / "repo", "b")
-    with pytest.raises(repository.InvalidModelRepository, match="no ensemble"):
-        repository.read_layout(tmp_path / "repo")
+    configs = repository.read_layout(tmp_path / "repo").configs
+    with pytest.raises(repository.InvalidModelRepository, match="'docs', which holds no config"):
+        repository.choose_entry(configs, ["a", "b", "docs"])
 
 
 def test_nested_ensemble_picks_the_top(tmp_path: Path) -> None:

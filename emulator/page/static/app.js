@@ -136,6 +136,7 @@ function modelRow(endpoint, variant, instance, model) {
       model.ContainerName ? el("span", { class: "muted" }, ` in ${model.ContainerName}`) : null),
     el("td", {}, el("span", { class: `badge state-${shown}` }, STATE_LABELS[shown] || shown),
       evictedFor ? el("span", { class: "note" }, ` evicted for ${evictedFor}`) : null,
+      model.KindGpuOnCpu ? el("span", { class: "note", "data-gpu-on-cpu": "true", title: "Its KIND_GPU instance groups run on CPU: the endpoint's instance type has GPUs, this machine has none." }, " KIND_GPU on CPU") : null,
       model.StoreChanged ? el("span", { class: "note", title: "The object in the model store was overwritten. As on SageMaker, the copy loaded before is served until it is evicted from memory and deleted from disk; upload new bytes under a new name to serve them at once." }, " store changed: serving the copy loaded before") : null),
     el("td", { class: "num", title: "extracted files" }, bytes(model.SizeBytes)),
     el("td", { class: "num", title: "what its serving processes held after its last load" },
@@ -280,7 +281,8 @@ function renderTimeline() {
 function eventItem(e) {
   const details = Object.entries(e.details)
     .filter(([k]) => k !== "reason" && k !== "for")
-    .map(([k, v]) => k === "seconds" ? `${Number(v).toFixed(2)} s` : k === "size" ? bytes(v) : `${k} ${v}`);
+    .map(([k, v]) => k === "seconds" ? `${Number(v).toFixed(2)} s` : k === "size" ? bytes(v)
+      : k === "gpu_on_cpu" ? "KIND_GPU on CPU (no GPU on this machine)" : `${k} ${v}`);
   const step = e.evicted ? "evicted" : e.step;
   const why = e.evicted ? `least recently used, room for ${e.details.for}` : e.details.reason;
   return el("li", { "data-step": e.step, "data-model": e.model, "data-evicted": e.evicted ? "true" : null },
@@ -348,7 +350,9 @@ function renderDetail() {
     "share of memory budget": instance.MemoryBudgetBytes ? `${((model.MemoryBytes ?? model.SizeBytes) / instance.MemoryBudgetBytes * 100).toFixed(1)} %` : "no budget",
     "share of disk budget": instance.DiskBudgetBytes ? `${(model.SizeBytes / instance.DiskBudgetBytes * 100).toFixed(1)} %` : "no budget",
     "LRU position": model.LruPosition ?? "not loaded", "in flight": model.InFlight,
-    "on disk": model.OnDisk ? "yes" : "no", "Triton model": model.TritonModel ?? "–", "last used": ago(model.LastUsed),
+    "on disk": model.OnDisk ? "yes" : "no",
+    device: model.KindGpuOnCpu ? "CPU (its KIND_GPU groups: no GPU on this machine)" : "as configured",
+    "Triton model": model.TritonModel ?? "–", "last used": ago(model.LastUsed),
   } : { state: "gone (deleted from this instance's disk)" };
   document.getElementById("detail-fields").replaceChildren(
     ...Object.entries(fields).flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));

@@ -1,0 +1,179 @@
+"""Tarballs served as SageMaker's Triton serves them, on one server: the default endpoint is
+an ml.m5.xlarge (no GPU), a second endpoint an ml.g5.xlarge.
+
+- a KIND_GPU model on the CPU type fails its load with Triton's words; on the GPU type it
+  serves (on CPU where this machine has no GPU, and /_emulator/models and the page say so);
+- a decoupled model loads, and every request to it gets Triton's refusal, status 400;
+- a model folder whose name Triton cannot take fails the load at once;
+- the python_backend ``bls_sync`` shape (a Python model calling another by name, both in one
+  tarball, no ensemble): the folder the listing gives last is loaded, the other is not, so a
+  call by name fails as on SageMaker.
+
+The decisions themselves: tests/unit/test_sagemaker_triton_loads.py.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import numpy as np
+import pytest
+
+from emulator.manager import repository
+from emulator.server import EmulatorServer
+from emulator.settings import Settings
+from emulator.triton.launcher import count_gpus
+from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.fault_support import get_json
+from tests.support import output_of, package, scale_request, tar_bytes, write_scale_model
+
+FAST = {"Delay": 1, "MaxAttempts": 120}
+
+BLS_MODEL_PY = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X")
+            call = pb_utils.InferenceRequest(model_name="scale", requested_output_names=["Y"],
+                                             inputs=[x])
+            answer = call.exec()
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+            y = pb_utils.get_output_tensor_by_name(answer, "Y")
+            responses.append(pb_utils.InferenceResponse([y]))
+        return responses
+'''
+
+
+def _config_edit(folder: Path, old: str, new: str) -> None:
+    text = (folder / "config.pbtxt").read_text()
+    assert old in text
+    (folder / "config.pbtxt").write_text(text.replace(old, new))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmulatorServer, Path]]:
+    work = tmp_path_factory.mktemp("loads")
+    store = work / "store"
+    store.mkdir()
+    gpu = write_scale_model(work / "gpu", "gpu")
+    _config_edit(gpu, "kind: KIND_CPU", "kind: KIND_GPU")
+    package(gpu, store / "gpu.tar.gz", "folder")
+    decoupled = write_scale_model(work / "decoupled", "decoupled")
+    _config_edit(decoupled, "instance_group", "model_transaction_policy { decoupled: true }\n"
+                                              "instance_group")
+    package(decoupled, store / "decoupled.tar.gz", "folder")
+    bls = work / "bls"
+    write_scale_model(bls, "scale")
+    folder = write_scale_model(bls, "bls")
+    (folder / "1" / "model.py").write_text(BLS_MODEL_PY)
+    package(bls, store / "bls.tar.gz", "flat")
+    newline = write_scale_model(work / "newline", "m")
+    members: list[tuple[tarfile.TarInfo, bytes | None]] = []
+    for path in sorted(newline.rglob("*")):
+        info = tarfile.TarInfo("bad\nname/" + str(path.relative_to(newline)))
+        if path.is_dir():
+            info.type = tarfile.DIRTYPE
+            members.append((info, None))
+        else:
+            data = path.read_bytes()
+            info.size = len(data)
+            members.append((info, data))
+    (store / "newline.tar.gz").write_bytes(tar_bytes(members))
+    server = EmulatorServer(Settings.from_env(
+        env={}, cache_dir=work / "cache", port=0, model_data=str(store),
+        instance_type="ml.m5.xlarge")).start()
+    try:
+        yield server, store
+    finally:
+        server.stop()
+
+
+def _error(rt: Any, target: str, endpoint: str = "local") -> dict[str, Any]:
+    with pytest.raises(rt.exceptions.ModelError) as caught:
+        rt.invoke_endpoint(EndpointName=endpoint, TargetModel=target,
+                           ContentType="application/octet-stream",
+                           Body=scale_request([1, 2, 3, 4]))
+    return caught.value.response  # type: ignore[no-any-return]
+
+
+def _rows(server: EmulatorServer, endpoint: str) -> dict[str, dict[str, Any]]:
+    described = get_json(f"{server.url}/_emulator/models")["Endpoints"][endpoint]
+    return {row["TargetModel"]: row for row in described["Models"]}
+
+
+def test_kind_gpu_fails_on_a_cpu_type_and_serves_on_a_gpu_type(
+        served: tuple[EmulatorServer, Path]) -> None:
+    server, store = served
+    rt = runtime_client(server.url)
+    error = _error(rt, "gpu.tar.gz")
+    assert error["OriginalStatusCode"] == 400
+    assert json.loads(error["OriginalMessage"])["error"].endswith(
+        "instance group gpu_0 of model gpu has kind KIND_GPU but no GPUs are available;\n")
+    failed = [e for e in get_json(f"{server.url}/_emulator/page/state")["Events"]
+              if e["step"] == "failed" and e["model"] == "gpu.tar.gz"]
+    assert failed and "has kind KIND_GPU but no GPUs are available" in failed[-1]["details"][
+        "error"]
+
+    sm = boto3.client("sagemaker", endpoint_url=server.url, **DUMMY_CREDENTIALS)
+    sm.create_model(ModelName="gpu", PrimaryContainer={
+        "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": f"file://{store}"})
+    sm.create_endpoint_config(EndpointConfigName="gpu", ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": "gpu", "InstanceType": "ml.g5.xlarge",
+        "InitialInstanceCount": 1}])
+    sm.create_endpoint(EndpointName="gpu", EndpointConfigName="gpu")
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="gpu", WaiterConfig=FAST)
+    answer = rt.invoke_endpoint(EndpointName="gpu", TargetModel="gpu.tar.gz",
+                                ContentType="application/octet-stream",
+                                Body=scale_request([1, 2, 3, 4]))
+    assert list(output_of(answer["Body"].read())) == [2, 4, 6, 8]
+    assert _rows(server, "gpu")["gpu.tar.gz"]["KindGpuOnCpu"] is (count_gpus() == 0)
+
+
+def test_a_decoupled_model_loads_and_every_request_is_refused(
+        served: tuple[EmulatorServer, Path]) -> None:
+    server, _ = served
+    error = _error(runtime_client(server.url), "decoupled.tar.gz")
+    assert error["OriginalStatusCode"] == 400
+    assert json.loads(error["OriginalMessage"]) == {
+        "error": "HTTP end point doesn't support models with decoupled transaction policy"}
+    assert _rows(server, "local")["decoupled.tar.gz"]["Loaded"]
+
+
+def test_a_folder_name_triton_cannot_take_fails_at_once(
+        served: tuple[EmulatorServer, Path]) -> None:
+    server, _ = served
+    error = _error(runtime_client(server.url), "newline.tar.gz")
+    assert error["OriginalStatusCode"] == 400
+    assert "has a control character in its name" in error["OriginalMessage"]
+
+
+def test_bls_shape_loads_the_folder_listed_last_and_not_its_callee(
+        served: tuple[EmulatorServer, Path]) -> None:
+    server, _ = served
+    rt = runtime_client(server.url)
+    try:
+        answer = rt.invoke_endpoint(EndpointName="local", TargetModel="bls.tar.gz",
+                                    ContentType="application/octet-stream",
+                                    Body=scale_request([1, 2, 3, 4]))
+        served_model, body = "scale", answer["Body"].read()
+    except rt.exceptions.ModelError as exc:
+        served_model, body = "bls", exc.response["OriginalMessage"].encode()
+    extracted = next(p.parent for p in (server.settings.cache_dir).rglob("bls")
+                     if (p / "config.pbtxt").is_file())
+    assert repository.listing_order(extracted)[-1] == served_model
+    if served_model == "scale":  # the callee itself answers
+        assert np.array_equal(output_of(body), [2, 4, 6, 8])
+    else:  # the caller runs, and its call by name finds 'scale' not loaded
+        assert b"Model 'scale' is not ready" in body
+    loaded = _rows(server, "local")["bls.tar.gz"]
+    assert loaded["Loaded"] and loaded["TritonModel"].startswith(served_model + "--")
