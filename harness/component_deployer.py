@@ -164,7 +164,7 @@ def deploy_component(deployer: Deployer, config: DeployConfig,
     prefix = config.normalized_prefix()
     folder = deployer._store_folder(config)
     with tempfile.TemporaryDirectory(prefix="mme-deploy-") as tmp:
-        [artifact] = deployer.package(config.artifacts, Path(tmp))
+        [artifact] = deployer.package(config.artifacts, Path(tmp), config)
         created = _Created(deployer)
         # Under the component's name (two components' tarballs of the same name never clash:
         # component names are unique in an account and region), then the tarball's digest:

@@ -330,21 +330,37 @@ class Deployer:
 
     # -- packaging and upload -----------------------------------------------------------------
 
-    def package(self, artifacts: Sequence[Path], work_dir: Path) -> list[Artifact]:
+    def package(self, artifacts: Sequence[Path], work_dir: Path,
+                config: DeployConfig | None = None) -> list[Artifact]:
         """Tarballs as they are; repositories (or single model folders) packaged. Each is
-        checked first for what SageMaker's Triton would refuse (``ensembles/checks.py``), so a
-        deployment that cannot load stops before anything is uploaded or created."""
-        from ensembles.checks import PackageProblem, check_folder, check_tarball
+        checked first with `mme lint`'s rules (``harness.lint``; the instance type and Triton
+        release of ``config``), so a deployment that cannot load stops before anything is
+        uploaded or created; warnings are said."""
+        from harness.lint import Unreadable, lint_source
+        from harness.lint.releases import UnknownImage, release_of
+        from harness.lint.source import read
 
+        try:
+            release = release_of(config.image_uri if config else None)
+        except UnknownImage:  # an image of the user's own: its release is the configured one
+            release = release_of(config.triton_version if config else None)
         packaged: list[Artifact] = []
         for item in (Path(a) for a in artifacts):
-            try:
-                if is_tarball(item):
-                    check_tarball(item)
-                elif is_repository(item) or is_model_dir(item):
-                    check_folder(item, "flat" if is_repository(item) else "folder")
-            except PackageProblem as exc:
-                raise DeployError(f"{exc} (nothing was uploaded)") from None
+            if is_tarball(item) or is_repository(item) or is_model_dir(item):
+                try:
+                    found = lint_source(read(item, str(item) if item.is_dir() else item.name),
+                                        release, config.instance_type if config else None)
+                except Unreadable as exc:
+                    raise DeployError(f"{exc} (nothing was uploaded)") from None
+                for finding in found:
+                    if finding.level != "error":
+                        self._say(f"mme lint {finding.rule.id} {finding.rule.name}: "
+                                  f"{finding.message}")
+                errors = [f for f in found if f.level == "error"]
+                if errors:
+                    said = "; ".join(f"{f.rule.id} {f.message}" for f in errors)
+                    raise DeployError(f"{said} (`mme lint {item}` says more; nothing was "
+                                      "uploaded)")
             if is_tarball(item):
                 path = item
             elif is_repository(item):
@@ -501,7 +517,7 @@ class Deployer:
         if config.deployment_config:
             self.check_guarded_update(config)
         with tempfile.TemporaryDirectory(prefix="mme-deploy-") as tmp:
-            artifacts = self.package(config.artifacts, Path(tmp))
+            artifacts = self.package(config.artifacts, Path(tmp), config)
             # Each version under its own prefix: a config's bytes are never overwritten.
             version = version_name(config.endpoint_name,
                                    ((a.target_model, a.digest) for a in artifacts))

@@ -121,6 +121,14 @@ def prepare_store(spec: str | Path | Sequence[str | Path], work_dir: Path) -> Pa
     return work_dir
 
 
+def store_entries(item: Path) -> dict[str, Path]:
+    """``{TargetModel: the tarball or folder it comes from}`` of a store (see the module
+    docstring), nothing packaged or checked."""
+    entries: dict[str, Path] = {}
+    _collect(Path(item), Path(), entries, top=True)
+    return entries
+
+
 def _only_tarballs(folder: Path) -> bool:
     """A folder to serve as it is: tarballs, and no model folder anywhere to package."""
     return (folder.is_dir() and any(is_tarball(p) for p in folder.rglob("*"))

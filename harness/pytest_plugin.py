@@ -108,6 +108,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="(re)record golden snapshots instead of comparing with them",
     )
+    group.addoption(
+        "--mme-lint",
+        choices=("warn", "error", "off"),
+        default="warn",
+        help="check the model store with `mme lint`'s rules before serving it: warn (list the "
+        "findings in the summary, default), error (fail the tests that use the endpoint on an "
+        "error finding) or off",
+    )
+    group.addoption(
+        "--mme-instance-type",
+        default=None,
+        help="the InstanceType the store is linted for (KIND_GPU and gpus against its GPUs)",
+    )
     parser.addini(
         "mme_model_store", "model store(s) for the mme_endpoint fixture", type="paths", default=[]
     )
@@ -170,15 +183,20 @@ def mme_model_store(pytestconfig: pytest.Config) -> Any:
 
 
 @pytest.fixture(scope="session")
-def _mme_store_dir(mme_model_store: Any, tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+def _mme_store_dir(mme_model_store: Any, tmp_path_factory: pytest.TempPathFactory,
+                   pytestconfig: pytest.Config) -> Path | None:
     if mme_model_store is None:
         return None
     from harness.model_store import StoreError, prepare_store
 
     try:
-        return prepare_store(mme_model_store, tmp_path_factory.mktemp("mme-store"))
+        store = prepare_store(mme_model_store, tmp_path_factory.mktemp("mme-store"))
     except StoreError as exc:
         message = f"mme model store: {exc}"
+    else:
+        message = _lint_store(store, pytestconfig)
+        if not message:
+            return store
     # Outside the except block, without a traceback: the message says what to fix.
     pytest.fail(message, pytrace=False)
 
@@ -352,7 +370,38 @@ def assert_matches_golden(
     return _assert
 
 
+_LINT_LINES = pytest.StashKey[list[str]]()
+
+
+def _lint_store(store: Path, config: pytest.Config) -> str:
+    """`mme lint`'s rules on the store as served (the one implementation); a message when
+    --mme-lint error finds an error, else the findings are kept for the summary."""
+    mode = config.getoption("mme_lint", default="warn")
+    if mode == "off":
+        return ""
+    from harness.lint import lint
+    from harness.lint.releases import UnknownImage, release_of
+
+    image = config.getoption("mme_image") or os.environ.get("MME_IMAGE")
+    try:
+        release_of(image)
+    except UnknownImage:
+        image = None  # an image of the user's own: linted against the default release
+    report = lint([store], instance_type=config.getoption("mme_instance_type"), image=image)
+    lines = [f"{f.level} {f.rule.id} {f.rule.name}: {f.message}" for f in report.findings]
+    lines += [f"could not read: {m}" for m in report.unreadable]
+    config.stash[_LINT_LINES] = lines
+    if mode == "error" and any(f.level == "error" for f in report.findings):
+        return "mme lint found errors in the model store:\n" + "\n".join(lines)
+    return ""
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    lines = config.stash.get(_LINT_LINES, [])
+    if lines:
+        terminalreporter.section("mme lint (the model store)")
+        for line in lines:
+            terminalreporter.write_line(line)
     if config.getoption("mme_update_goldens", default=False):
         terminalreporter.write_line(
             "mme: golden snapshots were (re)recorded (--mme-update-goldens); review and commit them"

@@ -29,6 +29,7 @@ SUBCOMMAND_MODULES = (
     "mme.ci.cli",
     "mme.plan",
     "mme.gpu_check",
+    "harness.lint.cli",
 )
 # Modules that add benchmarks under ``mme bench`` with ``add_bench_subcommands(commands)``.
 BENCH_MODULES = (
@@ -38,6 +39,7 @@ BENCH_MODULES = (
     "mme.bench_miss",
     "ensembles.cli",
     "harness.loadtest.bench",  # mme bench loadgen
+    "harness.lint.cli",  # mme bench lint
 )
 
 

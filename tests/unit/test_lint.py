@@ -1,0 +1,225 @@
+"""``mme lint``: each class of tarball SageMaker's Triton refuses is named by its rule, with the
+file and line; exit 0 / 1 / 2; SARIF valid against the 2.1.0 schema; ``mme deploy`` refuses on the
+same findings before any call."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from xml.etree import ElementTree
+
+import boto3
+import pytest
+
+from harness.deployer import (
+    DEFAULT_TRITON_VERSION,
+    DeployConfig,
+    Deployer,
+    DeployError,
+    make_clients,
+)
+from harness.lint import lint
+from harness.lint.releases import DEFAULT_RELEASE, UnknownImage, release_of
+from mme.cli import main
+from mme.testmodels import package, write_scale_model, write_two_step_ensemble
+
+SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "sarif-schema-2.1.0.json"
+GPU_GROUP = "instance_group [ { kind: KIND_GPU count: 1 } ]"
+
+
+def _tar(path: Path, files: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _model(repo: Path, name: str = "m", config_extra: str = "", cpu: bool = True) -> Path:
+    folder = write_scale_model(repo, name)
+    text = (folder / "config.pbtxt").read_text()
+    if not cpu:
+        text = text.replace("instance_group [ { kind: KIND_CPU count: 1 } ]", GPU_GROUP)
+    (folder / "config.pbtxt").write_text(text + config_extra)
+    return folder
+
+
+def _rules(path: Path, **kwargs: str) -> list[str]:
+    report = lint([path], **kwargs)  # type: ignore[arg-type]
+    assert not report.unreadable
+    return [f.rule.id for f in report.findings]
+
+
+@pytest.fixture
+def chain(tmp_path: Path) -> Path:
+    repo = tmp_path / "chain"
+    write_scale_model(repo, "preprocess")
+    write_scale_model(repo, "postprocess")
+    write_two_step_ensemble(repo / "ensemble")
+    return repo
+
+
+def test_a_good_ensemble_is_clean_as_a_folder_and_as_its_tarball(
+        chain: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tarball = package(chain, tmp_path / "chain.tar.gz", layout="flat")
+    assert main(["lint", str(chain), str(tarball), "--instance-type", "ml.m5.xlarge"]) == 0
+    assert "2 source(s), no findings" in capsys.readouterr().out
+
+
+def test_kind_gpu_fails_on_a_cpu_instance_and_passes_on_a_gpu_one(tmp_path: Path) -> None:
+    folder = _model(tmp_path / "r", cpu=False)
+    tarball = package(folder, tmp_path / "m.tar.gz", layout="folder")
+    report = lint([tarball], instance_type="ml.m5.xlarge")
+    [finding] = report.findings
+    assert (finding.rule.id, finding.file, finding.line) == ("MME101", "m/config.pbtxt", 6)
+    assert "no GPUs are available" in finding.rule.sagemaker
+    assert _rules(tarball, instance_type="ml.g5.xlarge") == []
+    two = _model(tmp_path / "r2",
+                 config_extra="instance_group [ { kind: KIND_GPU gpus: [ 1 ] } ]\n")
+    assert _rules(two, instance_type="ml.g5.xlarge") == ["MME102"]
+    assert _rules(two, instance_type="ml.g5.12xlarge") == []
+
+
+@pytest.mark.parametrize(("files", "rule", "severity"), [
+    ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\n', "m/01/model.py": b""},
+     "MME004", "warning"),
+    ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\n', "m/1/model.py": b"",
+      "m/-1/model.py": b""}, "MME004", "error"),
+    ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\nmodel_transaction_policy '
+                        b'{ decoupled: true }\n', "m/1/model.py": b""}, "MME202", "error"),
+    ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\nversion_policy: { all { } }\n',
+      "m/1/model.py": b"", "m/2/model.py": b""}, "MME203", "warning"),
+    ({"m/config.pbtxt": b'name: "m"\nplatform: "tensorrt_plan"\n', "m/1/model.plan": b"x"},
+     "MME401", "warning"),
+    ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\nparameters { key: "EXECUTION_ENV_PATH" '
+                        b'value { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }\n',
+      "m/1/model.py": b""}, "MME301", "error"),
+])
+def test_each_class_is_named_by_its_rule(tmp_path: Path, files: dict[str, bytes], rule: str,
+                                         severity: str) -> None:
+    report = lint([_tar(tmp_path / "t.tar.gz", files)])
+    assert [(f.rule.id, f.level) for f in report.findings] == [(rule, severity)]
+    assert report.exit_code == 1
+
+
+BLS = b'''import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def execute(self, requests):
+        request = pb_utils.InferenceRequest(
+            model_name="callee", requested_output_names=["Y"], inputs=[])
+'''
+
+
+def test_a_bls_callee_must_be_in_the_tarball(tmp_path: Path) -> None:
+    caller = {"caller/config.pbtxt": b'name: "caller"\nbackend: "python"\n',
+              "caller/1/model.py": BLS}
+    report = lint([_tar(tmp_path / "alone.tar.gz", caller)])
+    [finding] = report.findings
+    assert (finding.rule.id, finding.file, finding.line) == ("MME201", "caller/1/model.py", 5)
+    both = {**caller, "callee/config.pbtxt": b'name: "callee"\nbackend: "python"\n',
+            "callee/1/model.py": b""}
+    assert _rules(_tar(tmp_path / "both.tar.gz", both)) == []  # the caller is the entry model
+
+
+def _env(tmp_path: Path, python: str = "3.10", numpy: str = "1.26.4",
+         so: bytes = b"GLIBC_2.17\0GLIBCXX_3.4.21\0") -> Path:
+    env = _tar(tmp_path / "env.tar.gz", {
+        f"lib/python{python}/site-packages/numpy-{numpy}.dist-info/METADATA": b"",
+        f"lib/python{python}/site-packages/ext.cpython.so": so})
+    config = (b'name: "m"\nbackend: "python"\nparameters { key: "EXECUTION_ENV_PATH" value { '
+              b'string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }\n')
+    return _tar(tmp_path / "m.tar.gz", {"m/config.pbtxt": config, "m/1/model.py": b"",
+                                        "m/env.tar.gz": env.read_bytes()})
+
+
+@pytest.mark.parametrize(("env", "image", "rules"), [
+    ({}, None, []),
+    ({"python": "3.11"}, None, ["MME302"]),
+    ({"so": b"GLIBCXX_3.4.32\0"}, None, ["MME303"]),
+    ({"so": b"GLIBCXX_3.4.32\0"}, "sagemaker-tritonserver:25.09-py3", ["MME302"]),
+    ({"so": b"GLIBC_2.38\0"}, None, ["MME304"]),
+    ({"numpy": "2.1.0"}, None, ["MME305"]),
+    ({"numpy": "2.1.0", "python": "3.12"}, "25.09", []),
+])
+def test_the_environment_against_the_image(tmp_path: Path, env: dict[str, object],
+                                           image: str | None, rules: list[str]) -> None:
+    assert _rules(_env(tmp_path, **env), image=image) == rules  # type: ignore[arg-type]
+
+
+def test_a_libstdcxx_in_the_environment_older_than_the_stubs_needs(tmp_path: Path) -> None:
+    env = _tar(tmp_path / "env.tar.gz", {
+        "lib/python3.10/os.py": b"", "lib/libstdc++.so.6.0.29": b"GLIBCXX_3.4.29\0",
+        "lib/libfoo.so": b"GLIBCXX_3.4.29\0"})
+    config = (b'name: "m"\nbackend: "python"\nparameters { key: "EXECUTION_ENV_PATH" value { '
+              b'string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }\n')
+    tarball = _tar(tmp_path / "m.tar.gz", {"m/config.pbtxt": config, "m/1/model.py": b"",
+                                           "m/env.tar.gz": env.read_bytes()})
+    report = lint([tarball])
+    assert [f.rule.id for f in report.findings] == ["MME303"]
+    assert "GLIBCXX_3.4.30" in report.findings[0].message
+
+
+def test_exit_2_when_something_cannot_be_read(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "bad.tar.gz").write_bytes(b"not a tarball")
+    assert main(["lint", str(tmp_path / "bad.tar.gz")]) == 2
+    assert "not a readable .tar.gz" in capsys.readouterr().out
+    assert main(["lint", str(tmp_path / "bad.tar.gz"), "--image", "21.01"]) == 2
+    assert "not a Triton release this table knows" in capsys.readouterr().err
+
+
+def test_the_image_is_read_in_every_form_and_the_default_is_deploys() -> None:
+    assert DEFAULT_RELEASE == DEFAULT_TRITON_VERSION
+    for image in ("763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.05-py3",
+                  "nvcr.io/nvidia/tritonserver:24.05-py3", "24.05"):
+        assert release_of(image).triton == "2.46.0"
+    with pytest.raises(UnknownImage):
+        release_of("my-triton:latest")
+
+
+def test_the_embedded_tritons_differences_are_said_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _model(tmp_path / "r")
+    main(["lint", str(folder), "--image", "sagemaker-tritonserver:25.09-py3"])
+    err = capsys.readouterr().err
+    assert err.count("differs from sagemaker-tritonserver:25.09-py3") == 1
+    assert "Python 3.12 in sagemaker-tritonserver:25.09-py3" in err
+    assert "numpy 2 in a Python model's environment: works in" in err
+
+
+def test_sarif_is_valid_sarif_2_1_0_and_junit_counts_the_findings(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _model(tmp_path / "r", cpu=False)
+    args = ["lint", str(folder), "--instance-type", "ml.m5.xlarge", "--format"]
+    assert main([*args, "sarif", "-o", str(tmp_path / "lint.sarif")]) == 1
+    sarif = json.loads((tmp_path / "lint.sarif").read_text())
+    [result] = sarif["runs"][0]["results"]
+    assert result["ruleId"] == "MME101" and result["level"] == "error"
+    location = result["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"].endswith("r/m/config.pbtxt")
+    assert location["region"]["startLine"] == 6
+    checker = Path(sys.executable).parent / "check-jsonschema"
+    checked = subprocess.run([str(checker), "--schemafile", str(SCHEMA),
+                              str(tmp_path / "lint.sarif")], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert main([*args, "junit"]) == 1
+    suite = ElementTree.fromstring(capsys.readouterr().out).find("testsuite")
+    assert suite is not None and suite.get("failures") == "1"
+
+
+def test_deploy_refuses_on_a_lint_error_before_any_call(tmp_path: Path) -> None:
+    folder = _model(tmp_path / "r", cpu=False)
+    session = boto3.Session(aws_access_key_id="x", aws_secret_access_key="x",
+                            region_name="us-east-1")
+    out = io.StringIO()
+    deployer = Deployer(make_clients(session, "local", emulator_url="http://127.0.0.1:9",
+                                     s3_endpoint_url="http://127.0.0.1:9"), out=out)
+    with pytest.raises(DeployError, match="MME101.*nothing was uploaded"):
+        deployer.deploy(DeployConfig("demo", [folder], bucket="models",
+                                     instance_type="ml.m5.xlarge"))
+    assert "call " not in out.getvalue()
