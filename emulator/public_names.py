@@ -7,8 +7,8 @@ emulator's cache folder. SageMaker's Triton registers each TargetModel as a repo
 and answers with the TargetModel as the entry model's name (as the emulator's responses do), so
 a message that reaches a client says:
 
-- the entry model as the TargetModel (``model 'm.tar.gz'``), every other model by its own
-  folder name (``postprocess``);
+- the entry model as the TargetModel (``model 'm.tar.gz'``, its instances ``m.tar.gz_0_0``),
+  every other model by its own folder name (``postprocess``);
 - a model's files under ``/opt/ml/models/<key>/model/<model>/``, where SageMaker's Triton
   unpacks a TargetModel [U: SageMaker's hash is not this key];
 - no ``<repository>::`` prefix (Triton's namespacing shows it; each repository is one tarball).
@@ -33,6 +33,7 @@ def public_text(text: str, triton_repository: Path, installed: Iterable[str],
         if not sep:
             continue
         text = text.replace(f"{repository}/{name}", f"/opt/ml/models/{key}/model/{model}")
-        text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])",
+        # Also a model instance's name (``<model>_0_0``, Triton's instance group and copy).
+        text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?=_\d|(?![\w.-]))",
                       target if name == entry else model, text)
     return text.replace(repository, "/opt/ml/models")

@@ -233,7 +233,8 @@ def _latest_version(folder: Path) -> int:
     return max(versions, default=1)
 
 
-def gpu_refusal(layout: ArtifactLayout, instance_gpus: int | None) -> str | None:
+def gpu_refusal(layout: ArtifactLayout, instance_gpus: int | None,
+                entry_name: str | None = None) -> str | None:
     """Triton's own answer to a load whose ``KIND_GPU`` instance groups the instance cannot
     hold, or None when it can (``instance_gpus`` None: the endpoint has no InstanceType, so
     every group loads, on this machine's GPUs or on CPU).
@@ -242,6 +243,8 @@ def gpu_refusal(layout: ArtifactLayout, instance_gpus: int | None) -> str | None
     ("has kind KIND_GPU but no GPUs are available"); with ``gpus: [n]``, an id the instance does
     not have ("specifies invalid or unsupported gpu id"). Its load answer wraps the reason in
     "load failed for model ...: version N is at UNAVAILABLE state: Invalid argument: ...;".
+    ``entry_name``: the entry model's name in it (SageMaker's Triton registers the entry under
+    the TargetModel's name); every other model is named by its folder.
     """
     if instance_gpus is None:
         return None
@@ -249,20 +252,21 @@ def gpu_refusal(layout: ArtifactLayout, instance_gpus: int | None) -> str | None
         for index, group in enumerate(config.instance_group):
             if group.kind != model_config_pb2.ModelInstanceGroup.KIND_GPU:
                 continue
-            name = group.name or f"{model}_{index}"
+            shown = entry_name if entry_name and model == layout.entry else model
+            name = group.name or f"{shown}_{index}"
             if instance_gpus == 0:
-                reason = (f"instance group {name} of model {model} has kind KIND_GPU but no "
+                reason = (f"instance group {name} of model {shown} has kind KIND_GPU but no "
                           "GPUs are available")
             else:
                 bad = [gpu for gpu in group.gpus if not 0 <= gpu < instance_gpus]
                 if not bad:
                     continue
-                reason = (f"instance group {name} of model {model} specifies invalid or "
+                reason = (f"instance group {name} of model {shown} specifies invalid or "
                           f"unsupported gpu id {bad[0]}. GPUs with at least the minimum "
                           "required CUDA compute compatibility of 6.000000 are: "
                           + ", ".join(str(gpu) for gpu in range(instance_gpus)))
             version = _latest_version(layout.models[model])
-            return (f"load failed for model '{model}': version {version} is at UNAVAILABLE "
+            return (f"load failed for model '{shown}': version {version} is at UNAVAILABLE "
                     f"state: Invalid argument: {reason};\n")
     return None
 

@@ -128,7 +128,8 @@ class TritonSide:
                                              self.default_model)
         else:
             layout = await asyncio.to_thread(repository.read_layout, extracted)
-        refusal = repository.gpu_refusal(layout, self.instance_gpus)
+        refusal = repository.gpu_refusal(layout, self.instance_gpus,
+                                         None if self.single_model else record.target)
         if refusal is not None:
             log.warning("model=%s step=load outcome=refused reason=%r fix=\"serve it on an "
                         "instance type with GPUs (ml.g5.xlarge ...) or make its instance "

@@ -118,7 +118,8 @@ def test_kind_gpu_fails_on_a_cpu_type_and_serves_on_a_gpu_type(
     error = _error(rt, "gpu.tar.gz")
     assert error["OriginalStatusCode"] == 400
     assert json.loads(error["OriginalMessage"])["error"].endswith(
-        "instance group gpu_0 of model gpu has kind KIND_GPU but no GPUs are available;\n")
+        "instance group gpu.tar.gz_0 of model gpu.tar.gz has kind KIND_GPU but no GPUs are "
+        "available;\n")
     failed = [e for e in get_json(f"{server.url}/_emulator/page/state")["Events"]
               if e["step"] == "failed" and e["model"] == "gpu.tar.gz"]
     assert failed and "has kind KIND_GPU but no GPUs are available" in failed[-1]["details"][
@@ -175,5 +176,6 @@ def test_bls_shape_loads_the_folder_listed_last_and_not_its_callee(
         assert np.array_equal(output_of(body), [2, 4, 6, 8])
     else:  # the caller runs, and its call by name finds 'scale' not loaded
         assert b"Model 'scale' is not ready" in body
+        assert b"model instance 'bls.tar.gz_0_0'" in body
     loaded = _rows(server, "local")["bls.tar.gz"]
     assert loaded["Loaded"] and loaded["TritonModel"].startswith(served_model + "--")

@@ -13,6 +13,7 @@ import pytest
 from emulator.hosting.factory import InstanceFactory
 from emulator.hosting.spec import ContainerSpec, VariantSpec
 from emulator.manager import repository
+from emulator.public_names import public_text
 from emulator.settings import Settings
 from emulator.triton.sagemaker_env import SageMakerEnvironmentError, triton_args_from_environment
 from tests.support import write_scale_model
@@ -30,6 +31,11 @@ def test_kind_gpu_on_a_type_without_gpus_is_refused_with_tritons_words(tmp_path:
     assert repository.gpu_refusal(layout, 0) == (
         "load failed for model 'm': version 1 is at UNAVAILABLE state: Invalid argument: "
         "instance group m_0 of model m has kind KIND_GPU but no GPUs are available;\n")
+    # On a multi-model endpoint the entry model is registered under the TargetModel's name.
+    assert repository.gpu_refusal(layout, 0, "m.tar.gz") == (
+        "load failed for model 'm.tar.gz': version 1 is at UNAVAILABLE state: Invalid argument: "
+        "instance group m.tar.gz_0 of model m.tar.gz has kind KIND_GPU but no GPUs are "
+        "available;\n")
     assert repository.gpu_refusal(layout, 1) is None  # a GPU type: it loads
     assert repository.gpu_refusal(layout, None) is None  # no InstanceType: it loads [U]
 
@@ -80,3 +86,10 @@ def test_load_model_that_loads_nothing_is_dropped_and_said() -> None:
         translated = triton_args_from_environment({"SAGEMAKER_TRITON_ADDITIONAL_ARGS": args})
         assert not any(a.startswith("--load-model") for a in translated.args)
         assert "dropped" in translated.ignored["SAGEMAKER_TRITON_ADDITIONAL_ARGS"]
+
+
+def test_a_model_instance_is_named_as_the_client_knows_the_model(tmp_path: Path) -> None:
+    text = "Failed to process the request(s) for model instance 'bls--e62b_0_0', message: x"
+    assert public_text(text, tmp_path, ["bls--e62b", "scale--e62b"], "bls--e62b",
+                       "bls.tar.gz") == (
+        "Failed to process the request(s) for model instance 'bls.tar.gz_0_0', message: x")
