@@ -185,6 +185,10 @@ def _run(settings: Settings, listening: socket.socket, url: str, stderr: Any,
     log.info("serving endpoint %r from %s on %s (launcher %s)", settings.endpoint_name,
              settings.model_data or "(no model data: use the control plane)", url,
              settings.launcher)
+    if settings.launcher == "embedded":
+        from harness.lint.releases import embedded_notice
+
+        log.info("%s", embedded_notice(list(settings.image)))  # once, at start
     if prepare_app is not None:
         prepare_app(app)
     # uvicorn captures SIGINT/SIGTERM, shuts down cleanly, then restores the handlers it found

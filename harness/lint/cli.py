@@ -53,6 +53,10 @@ def run_lint(args: argparse.Namespace) -> int:
     rendered = render(report, args.format, differences)
     if args.output:
         Path(args.output).write_text(rendered)
+        if args.format != "text":  # the log still says what was found
+            from harness.lint.report import text
+
+            sys.stderr.write(text(report, differences))
     else:
         sys.stdout.write(rendered)
     return report.exit_code

@@ -47,8 +47,8 @@ RULES = _rules(
          "Triton loads no version of the model and its load fails",
          "add a numbered version folder (<model>/1/ ...; an ensemble's may be empty)"),
     Rule("MME004", "odd-version-folder", "warning",
-         "Triton reads a version folder's name as a number: `01` is version 1 (a second folder "
-         "for the same version), a negative or non-decimal name is not a version Triton serves",
+         "Triton ignores a sub-folder whose name is not a number or starts with 0 (`0`, `01`): "
+         "that version is not served; a negative name (`-1`) is refused [U]",
          "name version folders 1, 2, 3 ... without leading zeros or signs"),
     Rule("MME005", "ensemble-step-missing", "error",
          "the ensemble fails to load: a step names a model the tarball does not hold",

@@ -126,3 +126,19 @@ def skew(target: Release) -> list[str]:
                      f"{target.image} (Ubuntu {target.ubuntu}): shared objects in an environment "
                      "are checked against those by `mme lint`")
     return lines
+
+
+def embedded_notice(images: list[str]) -> str:
+    """What `mme serve` says once with the embedded Triton: its release and what differs from
+    the release targeted (the first of ``images`` this table knows, else `mme deploy`'s)."""
+    target = RELEASES[DEFAULT_RELEASE]
+    for image in images:
+        try:
+            target = release_of(image.split("=")[0])
+            break
+        except UnknownImage:
+            continue
+    lines = skew(target)
+    head = (f"the embedded Triton is {EMBEDDED.triton} (container release {EMBEDDED.release}); "
+            f"compared with {target.image} (`--launcher docker --image` runs that release):")
+    return "\n".join([head, *(f"  - {line}" for line in lines)])

@@ -74,13 +74,13 @@ def structure(source: Source, configs: dict[str, Any]) -> list[Finding]:
                 f"sub-folders ({folder}/1/ ...; an ensemble's may be empty) and fails without "
                 "one", config_file))
         for name in sorted(files.subfolders):
-            number = name.lstrip("+-")
-            if number.isdigit() and (name != str(int(name)) or int(name) < 0):
+            number = name.removeprefix("-").removeprefix("+")
+            if number.isdigit() and name not in files.versions:
                 found.append(finding(
-                    "MME004", f"model '{folder}' has a version folder '{name}': Triton reads it "
-                    f"as version {int(name)}" + (", which it never serves" if int(name) < 0
-                                                 else f"; name it {int(name)}"),
-                    files.path(name), severity="error" if int(name) < 0 else ""))
+                    "MME004", f"model '{folder}' has a folder '{name}' that Triton does not "
+                    "load as a version (a version folder is named by a number that does not "
+                    "start with 0)", files.path(name),
+                    severity="error" if name.startswith("-") else ""))
     ensembles = {n for n, c in configs.items() if c.platform == "ensemble"}
     for name in sorted(ensembles):
         for step in configs[name].ensemble_scheduling.step:

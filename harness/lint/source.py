@@ -33,7 +33,8 @@ class ModelFiles:
 
     @property
     def versions(self) -> set[str]:
-        return {name for name in self.subfolders if name.isdigit()}
+        """The version folders Triton loads: numerically named, not starting with 0."""
+        return {name for name in self.subfolders if name.isdigit() and not name.startswith("0")}
 
     def path(self, relative: str) -> str:
         return f"{self.prefix}/{relative}" if self.prefix else relative

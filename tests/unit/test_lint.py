@@ -86,8 +86,8 @@ def test_kind_gpu_fails_on_a_cpu_instance_and_passes_on_a_gpu_one(tmp_path: Path
 
 
 @pytest.mark.parametrize(("files", "rule", "severity"), [
-    ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\n', "m/01/model.py": b""},
-     "MME004", "warning"),
+    ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\n', "m/1/model.py": b"",
+      "m/01/model.py": b""}, "MME004", "warning"),
     ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\n', "m/1/model.py": b"",
       "m/-1/model.py": b""}, "MME004", "error"),
     ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\nmodel_transaction_policy '
@@ -113,6 +113,21 @@ class TritonPythonModel:
         request = pb_utils.InferenceRequest(
             model_name="callee", requested_output_names=["Y"], inputs=[])
 '''
+
+
+def test_a_model_whose_only_version_folder_starts_with_0_has_no_version(tmp_path: Path) -> None:
+    tarball = _tar(tmp_path / "t.tar.gz", {"m/config.pbtxt": b'name: "m"\nbackend: "python"\n',
+                                           "m/01/model.py": b""})
+    assert _rules(tarball) == ["MME003", "MME004"]
+
+
+def test_the_embedded_release_is_said_against_the_image_targeted() -> None:
+    from harness.lint.releases import embedded_notice
+
+    notice = embedded_notice(["sagemaker-tritonserver:25.09-py3"])
+    assert notice.startswith("the embedded Triton is 2.51.0 (container release 24.10)")
+    assert "Python 3.12 in sagemaker-tritonserver:25.09-py3" in notice
+    assert "sagemaker-tritonserver:24.09-py3" in embedded_notice(["my-own-image:1"])
 
 
 def test_a_bls_callee_must_be_in_the_tarball(tmp_path: Path) -> None:
