@@ -95,8 +95,19 @@ def write_add_repository(repository: Path, name: str = "add",
     return Path(repository)
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m harness.examples.add_model FOLDER   (writes FOLDER/add/)")
-    written = write_add_repository(Path(sys.argv[1])) / "add"
+def main(argv: list[str]) -> None:
+    """``python -m harness.examples.add_model FOLDER [--offset N]``: writes FOLDER/add/."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m harness.examples.add_model",
+                                     description="write the add model into FOLDER/add/")
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--offset", type=float, default=0.0,
+                        help="added to OUTPUT0 (another version of the model; default 0)")
+    args = parser.parse_args(argv)
+    written = write_add_repository(args.folder, offset=args.offset) / "add"
     print(f"wrote {written}/config.pbtxt and {written}/1/model.py (TargetModel add.tar.gz)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,10 +1,14 @@
-"""The README's command blocks, run as written in an empty folder, as a new user would (issue #34).
+"""The docs' command blocks, run as written in an empty folder, as a new user would.
 
-The blocks are read from README.md and harness/README.md at test time, so a doc that drifts
-from what works fails here. Run in a folder holding only ``.venv`` (this checkout's), with HOME
-pointed inside it, so nothing built or cached earlier helps. Two substitutions keep it safe and
-fast, and nothing else is changed: the port 8080 becomes a free one (another server may hold
-8080 on a shared machine), and the load test's phases last seconds instead of minutes. Skipped:
+The blocks are read from README.md, docs/*.md and harness/README.md at test time, so a doc that
+drifts from what works fails here. Run in a folder holding only ``.venv`` (this checkout's), with
+HOME pointed inside it, so nothing built or cached earlier helps. The quick start, the first
+deploy, ``mme package`` and harness/README.md's load test have tests of their own below, which
+check what they print; every other bash and python block of README.md and docs/*.md that is not
+marked ``<!-- illustrative: why -->`` runs in ``test_every_block_of_the_page_runs_as_written``,
+page by page (tests/README.md, tests/doc_support.py). Substitutions keep it safe and fast, and
+nothing else is changed: the ports 8080 and 9000 become free ones (another server may hold them
+on a shared machine), and the load test's phases last seconds instead of minutes. Skipped:
 ``make setup`` (the venv exists). The plugin's example is walked from its own docstring by
 ``test_plugin_as_documented.py``.
 """
@@ -14,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -23,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from emulator.processes import free_port, stop_process
+from tests import doc_support
 from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
@@ -138,3 +145,179 @@ def test_the_harness_readme_load_test(quickstart: Walk) -> None:
     assert not report["stop_reason"].startswith(("aborted", "interrupted"))
     with urllib.request.urlopen(f"http://127.0.0.1:{quickstart.port}/ping", timeout=5) as r:
         assert r.status == 200  # the quick start's server was not disturbed by the load test's
+
+
+# Every other block of README.md and docs/*.md that a reader can run (tests/doc_support.py,
+# tests/README.md): each page as one shell session in a folder of its own, after the quick
+# start (its build/ and models/ copied in). A line that starts `mme serve` is "another
+# terminal": started in the background (in place of the page's previous server) and waited for
+# until it says it is ready; a python block is run with `python -`, and when its last line
+# prints with a comment (`print(x)  # ALARM`) it must print that. Ports 8080 and 9000 become
+# free ones (MME_PORT and MME_EMULATOR_URL say so to the commands that read them).
+
+PRELUDE = r"""
+set -eo pipefail
+trap 'echo "failed: $BASH_COMMAND" >&2' ERR
+server=
+served=0
+stop_server() {
+  if [ -n "$server" ]; then kill -TERM "$server" 2>/dev/null || true; wait "$server" || true; fi
+  server=
+}
+serve() {
+  stop_server
+  served=$((served + 1))
+  : > "serve-$served.log"  # emptied before the server starts: an earlier page's is not read
+  bash -c "exec $1" > "serve-$served.log" 2>&1 &
+  server=$!
+  until grep -q "ready on" "serve-$served.log"; do
+    kill -0 "$server" 2>/dev/null || {
+      echo "stopped: $1" >&2; cat "serve-$served.log" >&2; exit 1; }
+    sleep 0.1
+  done
+}
+trap 'stop_server; jobs -p | xargs -r kill; wait' EXIT
+"""
+SERVE = re.compile(r"^(\.venv/bin/)?mme serve\b")
+TAG = "DOCS_WALK_TAG"
+
+
+def walked_pages() -> list[str]:
+    return [str(page.relative_to(ROOT)) for page in doc_support.pages()
+            if any(block.runs and block.heading not in RUN_BY_QUICKSTART.get(block.page, ())
+                   for block in doc_support.blocks(page))]
+
+
+RUN_BY_QUICKSTART = {"README.md": ("## Quickstart", "### Deploy to it as to SageMaker")}
+
+
+def bash_lines(code: str) -> list[str]:
+    """A bash block as written, but each `mme serve` command (continuations included) started
+    in the background by ``serve``."""
+    lines, physical = [], code.splitlines()
+    while physical:
+        line = physical.pop(0)
+        if not SERVE.match(line):
+            lines.append(line)
+            continue
+        while line.endswith("\\") and physical:
+            line = line[:-1] + physical.pop(0)
+        (command,) = doc_support.logical_lines(line)
+        lines.append(f"serve {shlex.quote(command)}")
+    return lines
+
+
+def page_script(page: str) -> str:
+    script = [PRELUDE]
+    for block in doc_support.blocks(ROOT / page):
+        if not block.runs or block.heading in RUN_BY_QUICKSTART.get(page, ()):
+            continue
+        script.append(f"echo '### {block.where}'")
+        if block.language == "bash":
+            script += bash_lines(block.code)
+            continue
+        script.append(f"python - <<'PYTHON_BLOCK' | tee .printed\n{block.code}PYTHON_BLOCK")
+        promised = [found for line in block.code.splitlines()
+                    if (found := re.fullmatch(r"print\(.*\)\s+#\s*(.+)", line.strip()))]
+        if promised:
+            said = shlex.quote(promised[-1].group(1).strip())
+            script.append(f'[ "$(tail -n 1 .printed)" = {said} ] || '
+                          f'{{ echo "{block.where} does not print "{said} >&2; exit 1; }}')
+    script += [f"[ -z \"$server\" ] || python - <<'PYTHON_BLOCK'\n{AWS_OBJECTS}PYTHON_BLOCK",
+               "stop_server"]
+    return "\n".join(script) + "\n"
+
+
+# What the page's last server still holds, printed for the test to read (its cache folder is
+# the next page's too). The endpoint `mme serve --model-data` serves has no config: not listed.
+AWS_OBJECTS = """\
+import json, boto3
+keys = {"endpoint_url": "http://127.0.0.1:8080", "region_name": "us-east-1",
+        "aws_access_key_id": "x", "aws_secret_access_key": "x"}
+sm, cw = boto3.client("sagemaker", **keys), boto3.client("cloudwatch", **keys)
+asg = boto3.client("application-autoscaling", **keys)
+try:
+    held = {"endpoint configs": [c["EndpointConfigName"]
+                                 for c in sm.list_endpoint_configs()["EndpointConfigs"]],
+            "models": [m["ModelName"] for m in sm.list_models()["Models"]],
+            "inference components": [c["InferenceComponentName"] for c in
+                                     sm.list_inference_components()["InferenceComponents"]],
+            "alarms": [a["AlarmName"] for a in cw.describe_alarms()["MetricAlarms"]],
+            "scalable targets": [t["ResourceId"] for t in asg.describe_scalable_targets(
+                ServiceNamespace="sagemaker")["ScalableTargets"]]}
+except Exception as error:  # --auth sigv4: dummy keys may read nothing
+    held = {"unreadable": [type(error).__name__]}
+print("AWS objects left:", json.dumps(held))
+"""
+
+
+def tagged_processes(tag: str) -> list[str]:
+    """The processes (pid and command line) started by a page: they carry its tag."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if f"{TAG}={tag}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(f"{proc.name} {(proc / 'cmdline').read_bytes()!r}")
+        except OSError:  # gone, or not ours
+            continue
+    return found
+
+
+def tree(folder: Path) -> set[str]:
+    return {str(path.relative_to(folder)) for path in folder.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def docs_walk(quickstart: Walk, tmp_path_factory: pytest.TempPathFactory) -> Walk:
+    """A folder where the quick start was done: its build/ and models/, an empty home and tmp."""
+    folder = tmp_path_factory.mktemp("docs-walk")
+    (folder / ".venv").symlink_to(ROOT / ".venv")
+    for name in ("home", "tmp"):
+        (folder / name).mkdir()
+    for name in ("build", "models"):
+        shutil.copytree(quickstart.folder / name, folder / name)
+    return Walk(folder, free_port())
+
+
+@pytest.mark.parametrize("page", walked_pages())
+def test_every_block_of_the_page_runs_as_written(docs_walk: Walk, page: str) -> None:
+    tag = f"{page}-{os.getpid()}"
+    home, tmp = docs_walk.folder / "home", docs_walk.folder / "tmp"
+    before = {"processes": tagged_processes(tag), "home": tree(home), "tmp": tree(tmp)}
+    env = {**docs_walk.env, TAG: tag, "TMPDIR": str(tmp), "MME_PORT": str(docs_walk.port),
+           "MME_EMULATOR_URL": f"http://127.0.0.1:{docs_walk.port}"}
+    script = page_script(page).replace("8080", str(docs_walk.port)).replace(
+        "9000", str(free_port()))
+    done = subprocess.run(["bash", "-c", script], cwd=docs_walk.folder, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert "Traceback" not in done.stderr, done.stderr
+    wait_until(lambda: not tagged_processes(tag), 60, f"every process {page} started to stop")
+    after = {"processes": tagged_processes(tag), "home": tree(home), "tmp": tree(tmp)}
+    held = re.findall(r"^AWS objects left: (.+)$", done.stdout, re.M)
+    new = {f"{name}/{path}" for name in ("home", "tmp") for path in after[name] - before[name]}
+    print(f"{page}: processes before {before['processes']}, after {after['processes']}; "
+          f"new under HOME and TMPDIR: {sorted(new)}; {held}")
+    assert after["processes"] == [], after["processes"]
+    assert [path for path in new if not kept(path)] == []
+    assert (docs_walk.folder / "home" / STORE).is_dir() is False or not any(
+        path.is_file() for path in (docs_walk.folder / "home" / STORE).rglob("*"))
+    for objects in map(json.loads, held):
+        assert {kind: names for kind, names in objects.items() if names and kind != "unreadable"} \
+            == {}, objects
+
+
+def kept(path: str) -> bool:
+    """A path that may stay: under one of KEPT, or a folder that holds one."""
+    return path.startswith(KEPT) or any(prefix.startswith(f"{path}/") for prefix in KEPT)
+
+
+STORE = ".cache/sagemaker-mme-emulator-models"
+# What may stay after a page, and why: nothing a page made but caches and the empty bucket.
+KEPT = (
+    "home/.cache/sagemaker-mme-emulator",  # mme serve's cache folder (the disk cache, the state)
+    f"home/{STORE}",  # mme deploy's local store, the bucket: teardown empties it (checked above)
+    "home/.cache/matplotlib", "home/.config/matplotlib",  # matplotlib's font cache (mme plan)
+    "home/.cache/Microsoft", "tmp/.ses",  # onnxruntime's session files
+    "tmp/pytest-of-",  # pytest's base temporary folder: it keeps the last three
+)
