@@ -5,6 +5,7 @@ an ml.m5.xlarge (no GPU), a second endpoint an ml.g5.xlarge.
   serves (on CPU where this machine has no GPU, and /_emulator/models and the page say so);
 - a decoupled model loads, and every request to it gets Triton's refusal, status 400;
 - a model folder whose name Triton cannot take fails the load at once;
+- ``--load-model`` in SAGEMAKER_TRITON_ADDITIONAL_ARGS fails a multi-model endpoint;
 - the python_backend ``bls_sync`` shape (a Python model calling another by name, both in one
   tarball, no ensemble): the folder the listing gives last is loaded, the other is not, so a
   call by name fails as on SageMaker.
@@ -15,6 +16,7 @@ The decisions themselves: tests/unit/test_sagemaker_triton_loads.py.
 from __future__ import annotations
 
 import json
+import logging
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,7 +114,8 @@ def _rows(server: EmulatorServer, endpoint: str) -> dict[str, dict[str, Any]]:
 
 
 def test_kind_gpu_fails_on_a_cpu_type_and_serves_on_a_gpu_type(
-        served: tuple[EmulatorServer, Path]) -> None:
+        served: tuple[EmulatorServer, Path], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "emulator.manager")
     server, store = served
     rt = runtime_client(server.url)
     error = _error(rt, "gpu.tar.gz")
@@ -137,7 +140,30 @@ def test_kind_gpu_fails_on_a_cpu_type_and_serves_on_a_gpu_type(
                                 ContentType="application/octet-stream",
                                 Body=scale_request([1, 2, 3, 4]))
     assert list(output_of(answer["Body"].read())) == [2, 4, 6, 8]
-    assert _rows(server, "gpu")["gpu.tar.gz"]["KindGpuOnCpu"] is (count_gpus() == 0)
+    on_cpu = count_gpus() == 0
+    assert _rows(server, "gpu")["gpu.tar.gz"]["KindGpuOnCpu"] is on_cpu
+    loaded = [r.getMessage() for r in caplog.records
+              if "model=gpu.tar.gz step=load seconds=" in r.getMessage()]
+    assert loaded and ("device=cpu" in loaded[-1]) is on_cpu
+
+
+def test_load_model_at_start_fails_a_multi_model_endpoint(
+        served: tuple[EmulatorServer, Path]) -> None:
+    server, store = served
+    sm = boto3.client("sagemaker", endpoint_url=server.url, **DUMMY_CREDENTIALS)
+    sm.create_model(ModelName="load-at-start", PrimaryContainer={
+        "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": f"file://{store}",
+        "Environment": {"SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--load-model=gpu"}})
+    sm.create_endpoint_config(EndpointConfigName="load-at-start", ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": "load-at-start",
+        "InstanceType": "ml.g5.xlarge", "InitialInstanceCount": 1}])
+    sm.create_endpoint(EndpointName="load-at-start", EndpointConfigName="load-at-start")
+    with pytest.raises(Exception, match="Failed"):
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="load-at-start",
+                                                  WaiterConfig=FAST)
+    described = sm.describe_endpoint(EndpointName="load-at-start")
+    assert described["EndpointStatus"] == "Failed"
+    assert "Remove --load-model" in described["FailureReason"]
 
 
 def test_a_decoupled_model_loads_and_every_request_is_refused(
