@@ -142,6 +142,9 @@ def test_kind_gpu_fails_on_a_cpu_type_and_serves_on_a_gpu_type(
     assert list(output_of(answer["Body"].read())) == [2, 4, 6, 8]
     on_cpu = count_gpus() == 0
     assert _rows(server, "gpu")["gpu.tar.gz"]["KindGpuOnCpu"] is on_cpu
+    events = [e for e in get_json(f"{server.url}/_emulator/page/state")["Events"]
+              if e["step"] == "loaded" and e["endpoint"] == "gpu"]
+    assert events and events[-1]["details"].get("gpu_on_cpu", False) is on_cpu
     loaded = [r.getMessage() for r in caplog.records
               if "model=gpu.tar.gz step=load seconds=" in r.getMessage()]
     assert loaded and ("device=cpu" in loaded[-1]) is on_cpu
