@@ -164,7 +164,8 @@ _LISTED = _listed({
     "ml.g7e.2xlarge": (8, 64, 1, 96), "ml.g7e.4xlarge": (16, 128, 1, 96),
     "ml.g7e.8xlarge": (32, 256, 1, 96), "ml.g7e.12xlarge": (48, 512, 2, 96),
     "ml.g7e.24xlarge": (96, 1024, 4, 96), "ml.g7e.48xlarge": (192, 2048, 8, 96),
-    # NVIDIA RTX PRO 4500 Blackwell (32 GiB); 4 GiB of memory per vCPU (g7.48xlarge: 768 GiB)
+    # NVIDIA RTX PRO 4500 Blackwell (32 GiB). [U] the smaller sizes' memory: g7.48xlarge's
+    # 4 GiB per vCPU (768 GiB / 192), the ratio of the g6 sizes it follows
     "ml.g7.2xlarge": (8, 32, 1, 32), "ml.g7.4xlarge": (16, 64, 1, 32),
     "ml.g7.8xlarge": (32, 128, 1, 32), "ml.g7.12xlarge": (48, 192, 2, 32),
     "ml.g7.24xlarge": (96, 384, 4, 32), "ml.g7.48xlarge": (192, 768, 8, 32),
