@@ -210,10 +210,13 @@ def test_the_embedded_tritons_differences_are_said_once(
 def test_sarif_is_valid_sarif_2_1_0_and_junit_counts_the_findings(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = _model(tmp_path / "r", cpu=False)
-    args = ["lint", str(folder), "--instance-type", "ml.m5.xlarge", "--format"]
+    tarball = package(folder, tmp_path / "m.tar.gz", layout="folder")
+    args = ["lint", str(folder), str(tarball), "--instance-type", "ml.m5.xlarge", "--format"]
     assert main([*args, "sarif", "-o", str(tmp_path / "lint.sarif")]) == 1
     sarif = json.loads((tmp_path / "lint.sarif").read_text())
-    [result] = sarif["runs"][0]["results"]
+    result, in_tarball = sarif["runs"][0]["results"]
+    assert in_tarball["locations"][0]["physicalLocation"] == {
+        "artifactLocation": {"uri": tarball.as_posix()}}
     assert result["ruleId"] == "MME101" and result["level"] == "error"
     location = result["locations"][0]["physicalLocation"]
     assert location["artifactLocation"]["uri"].endswith("r/m/config.pbtxt")
@@ -224,7 +227,9 @@ def test_sarif_is_valid_sarif_2_1_0_and_junit_counts_the_findings(
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert main([*args, "junit"]) == 1
     suite = ElementTree.fromstring(capsys.readouterr().out).find("testsuite")
-    assert suite is not None and suite.get("failures") == "1"
+    assert suite is not None and suite.get("failures") == "2"
+    assert main([*args, "json"]) == 1
+    assert [f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]] == ["MME101"] * 2
 
 
 def test_deploy_refuses_on_a_lint_error_before_any_call(tmp_path: Path) -> None:
@@ -238,3 +243,30 @@ def test_deploy_refuses_on_a_lint_error_before_any_call(tmp_path: Path) -> None:
         deployer.deploy(DeployConfig("demo", [folder], bucket="models",
                                      instance_type="ml.m5.xlarge"))
     assert "call " not in out.getvalue()
+
+
+class _Options:
+    """The options the pytest plugin reads, as a session would give them."""
+
+    def __init__(self, **options: object) -> None:
+        self.options = options
+        self.stash = pytest.Stash()
+
+    def getoption(self, name: str, default: object = None) -> object:
+        return self.options.get(name, default)
+
+
+def test_the_plugin_lints_the_store_it_serves(tmp_path: Path) -> None:
+    from harness import pytest_plugin
+
+    store = tmp_path / "store"
+    store.mkdir()
+    package(_model(tmp_path / "r", cpu=False), store / "m.tar.gz", layout="folder")
+    warn = _Options(mme_lint="warn", mme_instance_type="ml.m5.xlarge")
+    assert pytest_plugin._lint_store(store, warn) == ""  # type: ignore[arg-type]
+    [line] = warn.stash[pytest_plugin._LINT_LINES]
+    assert line.startswith("error MME101 kind-gpu-without-gpu")
+    error = _Options(mme_lint="error", mme_instance_type="ml.m5.xlarge")
+    assert "MME101" in pytest_plugin._lint_store(store, error)  # type: ignore[arg-type]
+    gpu = _Options(mme_lint="error", mme_instance_type="ml.g5.xlarge")
+    assert pytest_plugin._lint_store(store, gpu) == ""  # type: ignore[arg-type]
