@@ -221,10 +221,26 @@ def run_on_cpu(config: model_config_pb2.ModelConfig) -> bool:
     return changed
 
 
+def loaded_models(layout: ArtifactLayout) -> list[str]:
+    """The models a load of the artifact loads: its entry and, through ensemble steps, every
+    model it runs (Triton loads no other: the rest of the tarball stays on disk)."""
+    seen: list[str] = []
+    pending = [layout.entry]
+    while pending:
+        model = pending.pop()
+        if model in seen or model not in layout.configs:
+            continue
+        seen.append(model)
+        pending.extend(step.model_name for step in
+                       layout.configs[model].ensemble_scheduling.step)
+    return sorted(seen)
+
+
 def asks_for_gpu(layout: ArtifactLayout) -> bool:
-    """True when a model of the artifact has a ``KIND_GPU`` instance group."""
+    """True when a model the artifact's load loads has a ``KIND_GPU`` instance group."""
     return any(group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
-               for config in layout.configs.values() for group in config.instance_group)
+               for model in loaded_models(layout)
+               for group in layout.configs[model].instance_group)
 
 
 def _latest_version(folder: Path) -> int:
@@ -248,8 +264,8 @@ def gpu_refusal(layout: ArtifactLayout, instance_gpus: int | None,
     """
     if instance_gpus is None:
         return None
-    for model, config in sorted(layout.configs.items()):
-        for index, group in enumerate(config.instance_group):
+    for model in loaded_models(layout):
+        for index, group in enumerate(layout.configs[model].instance_group):
             if group.kind != model_config_pb2.ModelInstanceGroup.KIND_GPU:
                 continue
             shown = entry_name if entry_name and model == layout.entry else model

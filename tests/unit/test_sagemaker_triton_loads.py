@@ -16,7 +16,7 @@ from emulator.manager import repository
 from emulator.public_names import public_text
 from emulator.settings import Settings
 from emulator.triton.sagemaker_env import SageMakerEnvironmentError, triton_args_from_environment
-from tests.support import write_scale_model
+from tests.support import write_scale_ensemble, write_scale_model
 
 
 def _gpu_model(repo: Path, group: str = "kind: KIND_GPU count: 1") -> repository.ArtifactLayout:
@@ -47,6 +47,23 @@ def test_a_gpu_id_beyond_the_types_gpus_is_refused(tmp_path: Path) -> None:
     assert "instance group g of model m specifies invalid or unsupported gpu id 1." in refusal
     assert refusal.endswith("compatibility of 6.000000 are: 0;\n")
     assert repository.gpu_refusal(layout, 4) is None  # ml.g5.12xlarge has GPU 1
+
+
+def test_only_the_models_a_load_loads_are_checked(tmp_path: Path) -> None:
+    """A KIND_GPU model of the tarball that the entry ensemble does not run is never loaded."""
+    repo = tmp_path / "repo"
+    write_scale_ensemble(repo)
+    spare = write_scale_model(repo, "spare")
+    (spare / "config.pbtxt").write_text(
+        (spare / "config.pbtxt").read_text().replace("KIND_CPU", "KIND_GPU"))
+    layout = repository.read_layout(repo)
+    assert repository.loaded_models(layout) == ["ensemble", "postprocess", "preprocess"]
+    assert repository.gpu_refusal(layout, 0) is None
+    assert not repository.asks_for_gpu(layout)
+    step = repo / "preprocess" / "config.pbtxt"
+    step.write_text(step.read_text().replace("KIND_CPU", "KIND_GPU"))
+    refusal = repository.gpu_refusal(repository.read_layout(repo), 0)
+    assert refusal is not None and "of model preprocess has kind KIND_GPU" in refusal
 
 
 @pytest.mark.parametrize("instance_type,gpus", [
