@@ -270,3 +270,23 @@ def test_the_plugin_lints_the_store_it_serves(tmp_path: Path) -> None:
     assert "MME101" in pytest_plugin._lint_store(store, error)  # type: ignore[arg-type]
     gpu = _Options(mme_lint="error", mme_instance_type="ml.g5.xlarge")
     assert pytest_plugin._lint_store(store, gpu) == ""  # type: ignore[arg-type]
+
+
+def test_the_actions_lint_step_stops_the_job_and_keeps_its_report(tmp_path: Path) -> None:
+    import os
+
+    import yaml
+
+    action = yaml.safe_load((Path(__file__).resolve().parents[2] / "action.yml").read_text())
+    [step] = [s for s in action["runs"]["steps"] if s.get("id") == "lint"]
+    folder = _model(tmp_path / "r", cpu=False)
+    outputs = tmp_path / "github_output"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "MME_IN_LINT": str(folder), "MME_IN_LINT_INSTANCE_TYPE": "ml.m5.xlarge",
+           "MME_IN_LINT_IMAGE": "", "MME_IN_LINT_FORMAT": "sarif",
+           "RUNNER_TEMP": str(tmp_path), "GITHUB_OUTPUT": str(outputs)}
+    ran = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True,
+                         text=True)
+    assert ran.returncode == 1 and "MME101" in ran.stderr
+    report = Path(outputs.read_text().strip().removeprefix("report="))
+    assert json.loads(report.read_text())["runs"][0]["results"][0]["ruleId"] == "MME101"
