@@ -28,6 +28,9 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
                    help="the Triton release targeted: sagemaker-tritonserver:<release>-py3 (any "
                         f"registry), nvcr.io/nvidia/tritonserver:<release>-py3 or <release>; "
                         f"default {DEFAULT_RELEASE} (mme deploy's)")
+    p.add_argument("--measure", action="store_true",
+                   help="also load each model once on the embedded Triton (as `mme plan` does) "
+                        "and set its measured memory against --instance-type's (needs it)")
     p.add_argument("--format", default="text", choices=("text", "json", "sarif", "junit"))
     p.add_argument("-o", "--output", default=None, help="write the report here (default stdout)")
     p.set_defaults(func=run_lint)
@@ -38,12 +41,23 @@ def run_lint(args: argparse.Namespace) -> int:
     from harness.lint.releases import skew
     from harness.lint.report import render
 
+    if args.measure and not args.instance_type:
+        print("mme lint: --measure needs --instance-type (the memory it is set against), e.g. "
+              "--instance-type ml.m5.xlarge", file=sys.stderr)
+        return 2
     try:
         report = lint([Path(p) for p in args.paths], instance_type=args.instance_type,
                       image=args.image)
     except UnknownImage as exc:
         print(f"mme lint: {exc}", file=sys.stderr)
         return 2
+    if args.measure and report.sources and not report.unreadable:
+        from harness.lint.measure import MIB, measure_sources
+
+        found, memory = measure_sources(report.sources, args.instance_type)
+        report.findings += found
+        for target, size in sorted(memory.items()):
+            print(f"mme lint: {target}: {size / MIB:.0f} MiB measured", file=sys.stderr)
     differences = skew(report.release)
     if differences:  # once, on stderr: the report itself stays machine-readable
         print(f"mme lint: the embedded Triton {EMBEDDED.triton} (`mme serve`) differs from "

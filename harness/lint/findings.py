@@ -106,6 +106,14 @@ RULES = _rules(
     Rule("MME306", "env-unreadable", "error",
          "the environment cannot be unpacked: the Python model fails to load",
          "re-create it with conda-pack (a .tar.gz)"),
+    Rule("MME501", "model-memory-over-budget", "error",
+         "the model does not fit in the instance's memory for models: its load fails, or evicts "
+         "every other model and still fails [U: the exact error]",
+         "a larger instance type (`mme plan` compares them), or a smaller model"),
+    Rule("MME502", "does-not-load", "error",
+         "(--measure) the model did not load on the embedded Triton; SageMaker's Triton refuses "
+         "it too unless the reason is a difference of the embedded Triton (`mme lint` lists them)",
+         "read the reason; `mme serve --model-data` and the load log show it in full"),
     Rule("MME401", "tensorrt-plan", "warning",
          "a TensorRT plan loads only on the TensorRT version that serialized it (\"Serialized "
          "Engine Version ... vs Current ...\"); lint cannot read a plan's version",

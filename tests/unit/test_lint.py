@@ -290,3 +290,15 @@ def test_the_actions_lint_step_stops_the_job_and_keeps_its_report(tmp_path: Path
     assert ran.returncode == 1 and "MME101" in ran.stderr
     report = Path(outputs.read_text().strip().removeprefix("report="))
     assert json.loads(report.read_text())["runs"][0]["results"][0]["ruleId"] == "MME101"
+
+
+def test_measured_memory_beyond_the_instances_and_a_failed_load_are_findings() -> None:
+    from harness.lint.measure import judge
+
+    gib = 1024**3
+    found = judge({"a.tar.gz": 5 * gib, "b.tar.gz": 1 * gib}, {"c.tar.gz": "it did not load"},
+                  {"a.tar.gz": "models/a"}, "ml.t2.medium")  # 4 GiB, 90 % for models
+    assert [(f.rule.id, f.source) for f in found] == [("MME502", "c.tar.gz"),
+                                                      ("MME501", "models/a")]
+    assert "5120 MiB once loaded" in found[1].message
+    assert judge({"a.tar.gz": 5 * gib}, {}, {}, "ml.m5.xlarge") == []
