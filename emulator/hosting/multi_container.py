@@ -127,8 +127,10 @@ class ServeMember:
             raise self._errors.model_error(500, json.dumps({"error": str(exc)})) from None
         latency = time.monotonic() - step_started
         if response.status != 200:
-            raise self._errors.model_error(response.status,
-                                           response.body.decode(errors="replace"))
+            answered = self._errors.model_error(response.status,
+                                                response.body.decode(errors="replace"))
+            answered.model_latency_s = latency  # the container answered, with an error
+            raise answered
         return ContainerAnswer(response.body, response.content_type or "application/json",
                                response.custom_attributes, latency, cache_hit=True)
 
