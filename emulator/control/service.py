@@ -796,7 +796,8 @@ class ControlPlaneService:
         spec = EndpointSpec(
             endpoint_name, specs, config_name=config.name,
             enhanced_metrics=bool(metrics.get("EnableEnhancedMetrics", False)),
-            detailed_observability=bool(metrics.get("EnableDetailedObservability", False)),
+            # AWS: "The default value for new endpoint configurations is True."
+            detailed_observability=bool(metrics.get("EnableDetailedObservability", True)),
             publish_period_s=int(metrics.get("MetricPublishFrequencyInSeconds",
                                              DEFAULT_PUBLISH_PERIOD_S)))
         return Deployment(
