@@ -22,7 +22,8 @@ _MODEL_DIR = "$$TRITON_MODEL_DIRECTORY"
 _GLIBCXX = re.compile(rb"GLIBCXX_3\.4\.(\d+)")
 _GLIBC = re.compile(rb"GLIBC_2\.(\d+)")
 _PYTHON_DIR = re.compile(r"^lib/python(3\.\d+)/")
-_NUMPY = re.compile(r"^lib/python3\.\d+/site-packages/numpy-(\d+)\.[^/]*\.dist-info/")
+_NUMPY = re.compile(r"^(?:lib/python3\.\d+/site-packages/numpy-(\d+)\.[^/]*\.dist-info/|"
+                    r"conda-meta/numpy-(\d+)\.[^/]*\.json$)")
 _SHARED = re.compile(r"\.so(\.\d+)*$")
 
 
@@ -50,7 +51,8 @@ def scan(stream: IO[bytes]) -> EnvFacts:
                 facts.pythons.add(python[1])
             numpy = _NUMPY.match(name)
             if numpy:
-                facts.numpy = numpy[1]
+                major = int(numpy[1] or numpy[2])
+                facts.numpy = str(max(major, int(facts.numpy or 0)))
             if not (info.isfile() and _SHARED.search(name)):
                 continue
             handle = tar.extractfile(info)
@@ -112,16 +114,18 @@ def _judge(label: str, member: str, facts: EnvFacts, release: Release) -> list[F
             f"{label}: {member} is packed for Python {', '.join(sorted(facts.pythons))}; "
             f"{image}'s Python backend runs Python {release.python}"), label, member))
     needed, by = facts.needs_glibcxx
-    if facts.own_libstdcxx is not None:
-        if facts.own_libstdcxx < release.glibcxx:
-            found.append(Finding(RULES["MME303"], (
-                f"{label}: {member} ships a libstdc++ with GLIBCXX_3.4.{facts.own_libstdcxx} at "
-                f"most; {image}'s stub needs GLIBCXX_3.4.{release.glibcxx} (\"GLIBCXX_3.4."
-                f"{release.glibcxx} not found\")"), label, member))
-    elif needed > release.glibcxx:
+    own = facts.own_libstdcxx
+    if own is not None and own < release.glibcxx:
+        found.append(Finding(RULES["MME303"], (
+            f"{label}: {member} ships a libstdc++ with GLIBCXX_3.4.{own} at most; {image}'s "
+            f"stub needs GLIBCXX_3.4.{release.glibcxx} (\"GLIBCXX_3.4.{release.glibcxx} not "
+            "found\")"), label, member))
+    elif needed > max(own or 0, release.glibcxx):
         found.append(Finding(RULES["MME303"], (
             f"{label}: {member}!{by} needs GLIBCXX_3.4.{needed}; {image} (Ubuntu "
-            f"{release.ubuntu}) has GLIBCXX_3.4.{release.glibcxx} at most"), label, member))
+            f"{release.ubuntu}) has GLIBCXX_3.4.{release.glibcxx} at most"
+            + (f", the environment's libstdc++ GLIBCXX_3.4.{own}" if own else "")),
+            label, member))
     needed, by = facts.needs_glibc
     if needed > release.glibc:
         found.append(Finding(RULES["MME304"], (

@@ -142,10 +142,11 @@ def test_a_bls_callee_must_be_in_the_tarball(tmp_path: Path) -> None:
 
 
 def _env(tmp_path: Path, python: str = "3.10", numpy: str = "1.26.4",
-         so: bytes = b"GLIBC_2.17\0GLIBCXX_3.4.21\0") -> Path:
+         so: bytes = b"GLIBC_2.17\0GLIBCXX_3.4.21\0", extra: dict[str, bytes] | None = None
+         ) -> Path:
     env = _tar(tmp_path / "env.tar.gz", {
         f"lib/python{python}/site-packages/numpy-{numpy}.dist-info/METADATA": b"",
-        f"lib/python{python}/site-packages/ext.cpython.so": so})
+        f"lib/python{python}/site-packages/ext.cpython.so": so, **(extra or {})})
     config = (b'name: "m"\nbackend: "python"\nparameters { key: "EXECUTION_ENV_PATH" value { '
               b'string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }\n')
     return _tar(tmp_path / "m.tar.gz", {"m/config.pbtxt": config, "m/1/model.py": b"",
@@ -160,6 +161,9 @@ def _env(tmp_path: Path, python: str = "3.10", numpy: str = "1.26.4",
     ({"so": b"GLIBC_2.38\0"}, None, ["MME304"]),
     ({"numpy": "2.1.0"}, None, ["MME305"]),
     ({"numpy": "2.1.0", "python": "3.12"}, "25.09", []),
+    ({"extra": {"conda-meta/numpy-2.0.2-py310h.json": b""}}, None, ["MME305"]),
+    ({"extra": {"lib/libstdc++.so.6.0.33": b"GLIBCXX_3.4.33\0"}, "so": b"GLIBCXX_3.4.32\0"},
+     None, []),
 ])
 def test_the_environment_against_the_image(tmp_path: Path, env: dict[str, object],
                                            image: str | None, rules: list[str]) -> None:
