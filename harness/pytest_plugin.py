@@ -387,7 +387,9 @@ def _lint_store(store: Path, config: pytest.Config) -> str:
         release_of(image)
     except UnknownImage:
         image = None  # an image of the user's own: linted against the default release
-    report = lint([store], instance_type=config.getoption("mme_instance_type"), image=image)
+    instance_type = (config.getoption("mme_instance_type")
+                     or os.environ.get("MME_INSTANCE_TYPE") or None)  # the endpoint's
+    report = lint([store], instance_type=instance_type, image=image)
     lines = [f"{f.level} {f.rule.id} {f.rule.name}: {f.message}" for f in report.findings]
     lines += [f"could not read: {m}" for m in report.unreadable]
     config.stash[_LINT_LINES] = lines
