@@ -237,9 +237,10 @@ class EndpointMetrics:
                 sink.record_many({**self.dimensions, "EndpointConfigName": series.config_name},
                                  invocations)
         if series.enhanced and instance_id is not None:
-            sink.record_many({**self.dimensions, "InstanceId": instance_id},
-                             [(*METRICS[name], name, value) for name, value in samples
-                              if name in PER_INSTANCE_INVOCATION_METRICS])
+            per_instance = [(*METRICS[name], name, value) for name, value in samples
+                            if name in PER_INSTANCE_INVOCATION_METRICS]
+            if per_instance:
+                sink.record_many({**self.dimensions, "InstanceId": instance_id}, per_instance)
 
     def publish(self, dimensions: dict[str, str], name: str, value: float) -> None:
         """One sample in a series of its own only (the variant's dimensions and
