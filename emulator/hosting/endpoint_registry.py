@@ -277,6 +277,8 @@ class EndpointRegistry:
                     waited[name] -= period
                     due.append(name)
             waited = {name: waited[name] for name in periods}
+            if not due:
+                continue
             try:
                 await asyncio.to_thread(self.sample_utilization, due)
             except Exception:  # noqa: BLE001 - a failed sample must not stop the next ones
