@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -147,108 +146,11 @@ def test_the_harness_readme_load_test(quickstart: Walk) -> None:
         assert r.status == 200  # the quick start's server was not disturbed by the load test's
 
 
-# Every other block of README.md and docs/*.md that a reader can run (tests/doc_support.py,
-# tests/README.md): each page as one shell session in a folder of its own, after the quick
-# start (its build/ and models/ copied in). A line that starts `mme serve` is "another
-# terminal": started in the background (in place of the page's previous server) and waited for
-# until it says it is ready; a python block is run with `python -`, and when its last line
-# prints with a comment (`print(x)  # ALARM`) it must print that. Ports 8080 and 9000 become
-# free ones (MME_PORT and MME_EMULATOR_URL say so to the commands that read them).
-
-PRELUDE = r"""
-set -eo pipefail
-trap 'echo "failed: $BASH_COMMAND" >&2' ERR
-server=
-served=0
-stop_server() {
-  if [ -n "$server" ]; then kill -TERM "$server" 2>/dev/null || true; wait "$server" || true; fi
-  server=
-}
-serve() {
-  stop_server
-  served=$((served + 1))
-  : > "serve-$served.log"  # emptied before the server starts: an earlier page's is not read
-  bash -c "exec $1" > "serve-$served.log" 2>&1 &
-  server=$!
-  until grep -q "ready on" "serve-$served.log"; do
-    kill -0 "$server" 2>/dev/null || {
-      echo "stopped: $1" >&2; cat "serve-$served.log" >&2; exit 1; }
-    sleep 0.1
-  done
-}
-trap 'stop_server; jobs -p | xargs -r kill; wait' EXIT
-"""
-SERVE = re.compile(r"^(\.venv/bin/)?mme serve\b")
+# Every other block of README.md and docs/*.md that a reader can run: each page as one shell
+# session (tests/doc_support.py page_script) in a folder of its own, after the quick start (its
+# build/ and models/ copied in). MME_PORT and MME_EMULATOR_URL name the free port that replaces
+# 8080 to the commands that read them.
 TAG = "DOCS_WALK_TAG"
-
-
-def walked_pages() -> list[str]:
-    return [str(page.relative_to(ROOT)) for page in doc_support.pages()
-            if any(block.runs and block.heading not in RUN_BY_QUICKSTART.get(block.page, ())
-                   for block in doc_support.blocks(page))]
-
-
-RUN_BY_QUICKSTART = {"README.md": ("## Quickstart", "### Deploy to it as to SageMaker")}
-
-
-def bash_lines(code: str) -> list[str]:
-    """A bash block as written, but each `mme serve` command (continuations included) started
-    in the background by ``serve``."""
-    lines, physical = [], code.splitlines()
-    while physical:
-        line = physical.pop(0)
-        if not SERVE.match(line):
-            lines.append(line)
-            continue
-        while line.endswith("\\") and physical:
-            line = line[:-1] + physical.pop(0)
-        (command,) = doc_support.logical_lines(line)
-        lines.append(f"serve {shlex.quote(command)}")
-    return lines
-
-
-def page_script(page: str) -> str:
-    script = [PRELUDE]
-    for block in doc_support.blocks(ROOT / page):
-        if not block.runs or block.heading in RUN_BY_QUICKSTART.get(page, ()):
-            continue
-        script.append(f"echo '### {block.where}'")
-        if block.language == "bash":
-            script += bash_lines(block.code)
-            continue
-        script.append(f"python - <<'PYTHON_BLOCK' | tee .printed\n{block.code}PYTHON_BLOCK")
-        promised = [found for line in block.code.splitlines()
-                    if (found := re.fullmatch(r"print\(.*\)\s+#\s*(.+)", line.strip()))]
-        if promised:
-            said = shlex.quote(promised[-1].group(1).strip())
-            script.append(f'[ "$(tail -n 1 .printed)" = {said} ] || '
-                          f'{{ echo "{block.where} does not print "{said} >&2; exit 1; }}')
-    script += [f"[ -z \"$server\" ] || python - <<'PYTHON_BLOCK'\n{AWS_OBJECTS}PYTHON_BLOCK",
-               "stop_server"]
-    return "\n".join(script) + "\n"
-
-
-# What the page's last server still holds, printed for the test to read (its cache folder is
-# the next page's too). The endpoint `mme serve --model-data` serves has no config: not listed.
-AWS_OBJECTS = """\
-import json, boto3
-keys = {"endpoint_url": "http://127.0.0.1:8080", "region_name": "us-east-1",
-        "aws_access_key_id": "x", "aws_secret_access_key": "x"}
-sm, cw = boto3.client("sagemaker", **keys), boto3.client("cloudwatch", **keys)
-asg = boto3.client("application-autoscaling", **keys)
-try:
-    held = {"endpoint configs": [c["EndpointConfigName"]
-                                 for c in sm.list_endpoint_configs()["EndpointConfigs"]],
-            "models": [m["ModelName"] for m in sm.list_models()["Models"]],
-            "inference components": [c["InferenceComponentName"] for c in
-                                     sm.list_inference_components()["InferenceComponents"]],
-            "alarms": [a["AlarmName"] for a in cw.describe_alarms()["MetricAlarms"]],
-            "scalable targets": [t["ResourceId"] for t in asg.describe_scalable_targets(
-                ServiceNamespace="sagemaker")["ScalableTargets"]]}
-except Exception as error:  # --auth sigv4: dummy keys may read nothing
-    held = {"unreadable": [type(error).__name__]}
-print("AWS objects left:", json.dumps(held))
-"""
 
 
 def tagged_processes(tag: str) -> list[str]:
@@ -279,14 +181,14 @@ def docs_walk(quickstart: Walk, tmp_path_factory: pytest.TempPathFactory) -> Wal
     return Walk(folder, free_port())
 
 
-@pytest.mark.parametrize("page", walked_pages())
+@pytest.mark.parametrize("page", doc_support.walked_pages())
 def test_every_block_of_the_page_runs_as_written(docs_walk: Walk, page: str) -> None:
     tag = f"{page}-{os.getpid()}"
     home, tmp = docs_walk.folder / "home", docs_walk.folder / "tmp"
     before = {"processes": tagged_processes(tag), "home": tree(home), "tmp": tree(tmp)}
     env = {**docs_walk.env, TAG: tag, "TMPDIR": str(tmp), "MME_PORT": str(docs_walk.port),
            "MME_EMULATOR_URL": f"http://127.0.0.1:{docs_walk.port}"}
-    script = page_script(page).replace("8080", str(docs_walk.port)).replace(
+    script = doc_support.page_script(ROOT / page).replace("8080", str(docs_walk.port)).replace(
         "9000", str(free_port()))
     done = subprocess.run(["bash", "-c", script], cwd=docs_walk.folder, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
