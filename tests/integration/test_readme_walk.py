@@ -35,6 +35,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).parents[2]
 TIMEOUT_S = 600  # a build, a server start, a load test: each well under this
+TAG = "DOCS_WALK_TAG"  # in the environment of every process the walk starts
 
 
 def blocks(markdown: Path, heading: str) -> list[tuple[str, str]]:
@@ -61,6 +62,7 @@ class Walk:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MME_", "AWS_"))}
         self.env.update(HOME=str(folder / "home"),
                         PATH=f"{folder / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+        self.env[TAG] = self.tag = f"{folder.name}-{os.getpid()}"  # on every process it starts
 
     def text(self, code: str) -> str:
         return code.replace("8080", str(self.port))
@@ -79,7 +81,12 @@ def walk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walk]:
     folder = tmp_path_factory.mktemp("fresh-checkout")
     (folder / ".venv").symlink_to(ROOT / ".venv")
     (folder / "home").mkdir()
-    yield Walk(folder, free_port())
+    walk = Walk(folder, free_port())
+    yield walk
+    # The quick start's server (stopped by its fixture, which ends first) and every command
+    # of the quick start's tests: none may be left.
+    wait_until(lambda: not tagged_processes(walk.tag), 60, "the quick start's processes to stop")
+    print(f"quick start: processes left {tagged_processes(walk.tag)}")
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +157,6 @@ def test_the_harness_readme_load_test(quickstart: Walk) -> None:
 # session (tests/doc_support.py page_script) in a folder of its own, after the quick start (its
 # build/ and models/ copied in). MME_PORT and MME_EMULATOR_URL name the free port that replaces
 # 8080 to the commands that read them.
-TAG = "DOCS_WALK_TAG"
 
 
 def tagged_processes(tag: str) -> list[str]:
@@ -183,7 +189,7 @@ def docs_walk(quickstart: Walk, tmp_path_factory: pytest.TempPathFactory) -> Wal
 
 @pytest.mark.parametrize("page", doc_support.walked_pages())
 def test_every_block_of_the_page_runs_as_written(docs_walk: Walk, page: str) -> None:
-    tag = f"{page}-{os.getpid()}"
+    tag = f"{page}-{os.getpid()}"  # this page's own, in place of the folder's
     home, tmp = docs_walk.folder / "home", docs_walk.folder / "tmp"
     before = {"processes": tagged_processes(tag), "home": tree(home), "tmp": tree(tmp)}
     env = {**docs_walk.env, TAG: tag, "TMPDIR": str(tmp), "MME_PORT": str(docs_walk.port),
