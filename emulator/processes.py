@@ -66,9 +66,10 @@ def bound_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
-def dies_with_parent(command: Sequence[str]) -> tuple[list[str], Callable[[], None] | None]:
-    """``command`` (and the ``preexec_fn`` to start it with) so that it gets SIGTERM when its
-    parent dies: no orphan remains.
+def dies_with_parent(command: Sequence[str], signum: signal.Signals = signal.SIGTERM
+                     ) -> tuple[list[str], Callable[[], None] | None]:
+    """``command`` (and the ``preexec_fn`` to start it with) so that it gets ``signum``
+    (SIGTERM) when its parent dies: no orphan remains.
 
     ``setpriv --pdeathsig`` (util-linux, on every Linux) sets it and execs the command: no Python
     runs in the child between fork and exec. A ``preexec_fn`` would, and with it subprocess must
@@ -79,15 +80,17 @@ def dies_with_parent(command: Sequence[str]) -> tuple[list[str], Callable[[], No
     killed within them leaves its child.)"""
     setpriv = shutil.which("setpriv")
     if setpriv:
-        return [setpriv, "--pdeathsig", "TERM", *command], None
-    return list(command), die_with_parent
+        return [setpriv, "--pdeathsig", signum.name.removeprefix("SIG"), *command], None
+    if signum is signal.SIGTERM:
+        return list(command), die_with_parent
+    return list(command), lambda: die_with_parent(signum)
 
 
-def die_with_parent() -> None:
-    """``preexec_fn`` of a child process: SIGTERM it when its parent dies, so no orphan remains
-    (Linux only; elsewhere the call fails and is skipped)."""
+def die_with_parent(signum: signal.Signals = signal.SIGTERM) -> None:
+    """``preexec_fn`` of a child process: ``signum`` (SIGTERM) to it when its parent dies, so no
+    orphan remains (Linux only; elsewhere the call fails and is skipped)."""
     with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signum)
 
 
 def wait_until(ready: Callable[[], bool], timeout_s: float, *,

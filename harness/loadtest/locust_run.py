@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emulator.processes import free_port
+from emulator.processes import dies_with_parent, free_port
 from harness.loadtest.config import (
     LoadPlan,
     PlanError,
@@ -401,9 +401,24 @@ def worker_main(master_host: str, master_port: int | None, processes: int | None
         print(f"mme loadtest --worker: no master answers at {where} yet ({exc}); the worker "
               "waits for one: start `mme loadtest --master ...` there, or check --master-host "
               "and --master-port", file=sys.stderr, flush=True)
+    # Locust runs in a session of its own: a Ctrl-C (or a SIGTERM) reaches this process alone,
+    # which ends Locust with SIGTERM, its graceful stop; sent to Locust too, a Ctrl-C printed a
+    # traceback when it came while Locust was still importing. Killed, this process takes
+    # Locust with it at once, as a worker machine that dies would (the master sees it stop).
+    command, preexec = dies_with_parent(worker_command(master_host, master_port, processes),
+                                        signal.SIGKILL)
+    worker = subprocess.Popen(command, preexec_fn=preexec, start_new_session=True)
     try:
-        return subprocess.call(worker_command(master_host, master_port, processes))
-    except KeyboardInterrupt:
+        return worker.wait()
+    except (KeyboardInterrupt, SystemExit) as stop:
+        worker.terminate()
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        if isinstance(stop, SystemExit):
+            raise
         print("mme loadtest --worker: interrupted; the worker stopped", file=sys.stderr)
         return 130
 
