@@ -215,8 +215,7 @@ def test_canary_rolled_back_by_an_alarm_on_a_published_metric(emulator: Module) 
     traffic = Traffic(emulator.url)
     try:
         sm.update_endpoint(EndpointName="ep", EndpointConfigName=other,
-                           DeploymentConfig=canary(50, wait=7200))  # a 120 s bake: the
-        # alarm ends it long before, even on a loaded runner
+                           DeploymentConfig=canary(50, wait=3600))  # a 60 s bake
         wait_for(lambda: baking(sm), "the canary's bake")
         mark = len(traffic.factors)
         wait_for(lambda: FACTOR[other] in traffic.factors[mark:], "a call on the canary")
