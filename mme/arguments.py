@@ -102,7 +102,7 @@ OUTPUTS = {"output": "--output", "out": "--out", "work_dir": "--work-dir",
 INPUTS = {"repo_dir": "REPO_DIR", "repository": "REPOSITORY", "artifacts": "ARTIFACTS",
           "config": "--config", "inputs": "--inputs", "body": "--body",
           "variants": "--variants", "trace": "--trace", "credentials": "--credentials",
-          "policies": "--policies"}
+          "policies": "--policies", "paths": "TARBALL|REPO"}
 
 
 def _values(value: Any) -> list[Path]:
@@ -128,7 +128,7 @@ def _cannot_write(path: Path) -> str | None:
 
 # Inputs that must hold a model: an empty folder there is a mistake (a model store may start
 # empty: ``--model-data`` is not among them).
-MODEL_INPUTS = frozenset({"repo_dir", "repository", "artifacts"})
+MODEL_INPUTS = frozenset({"repo_dir", "repository", "artifacts", "paths"})
 
 
 def check_paths(args: argparse.Namespace) -> str | None:

@@ -76,6 +76,9 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
     "bench ensemble": [(["--work-dir", UNWRITABLE], "--work-dir"),
                        (["--requests", "-1"], "--requests")],
     "bench loadgen": [(["--users", "-1"], "--users")],
+    "lint": [([MISSING], "no such file or folder"), ([EMPTY], "an empty folder"),
+             (["{models}", "-o", UNWRITABLE], "--output")],
+    "bench lint": [(["--count", "-1"], "--count"), (["--size-mb", "-1"], "--size-mb")],
     "gpu-check": [],  # needs a GPU: walked where one is (docker/gpu-check.sh)
 }
 
