@@ -2,7 +2,7 @@
 
 uvicorn stops by telling each connection to finish what it is answering, then waiting, with no
 limit, until every connection has closed. Two kinds of client held ``mme serve`` past SIGTERM
-(issue #28: still running after 45 s):
+(seen: still running after 45 s):
 
 - one that pipelines requests: uvicorn marks the *last request it parsed* "close when done",
   not the one being answered, so every queued request still runs, one after another (50 page

@@ -1,4 +1,4 @@
-"""``mme plan``: capacity planning for a multi-model endpoint (issue #32 item 4).
+"""``mme plan``: capacity planning for a multi-model endpoint.
 
 Will my models fit on this instance, and how often will they miss? Inference Recommender does
 not serve multi-model endpoints; this does, in two steps:

@@ -1,4 +1,4 @@
-"""Wire rules of SageMaker inference components (issue #30): the six operations and the
+"""Wire rules of SageMaker inference components: the six operations and the
 endpoint configs whose variants host components.
 
 Pure functions, like ``emulator.contract.control_plane``, whose shape validator (botocore's model

@@ -1,4 +1,4 @@
-"""UpdateEndpoint on an endpoint for inference components (issue #30).
+"""UpdateEndpoint on an endpoint for inference components.
 
 AWS's UpdateEndpoint "deploys the EndpointConfig specified in the request to a new fleet of
 instances ... and then deletes the old instances ... (there is no availability loss)" and sets

@@ -1,4 +1,4 @@
-"""Rolling updates of an inference component (issue #30 item 7): UpdateInferenceComponent with a
+"""Rolling updates of an inference component: UpdateInferenceComponent with a
 new Specification and a ``DeploymentConfig`` {RollingUpdatePolicy, AutoRollbackConfiguration}.
 
 What SageMaker documents (botocore's ``InferenceComponentRollingUpdatePolicy``) and this module

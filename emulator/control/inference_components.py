@@ -1,4 +1,4 @@
-"""Inference components (issue #30): the six operations, their lifecycle and their state.
+"""Inference components: the six operations, their lifecycle and their state.
 
 A component lives on a variant of an endpoint whose config names no model (an endpoint for
 inference components, ``emulator.contract.inference_components``). Its lifecycle is AWS's:

@@ -154,7 +154,7 @@ class ControlPlaneService:
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
             op: getattr(self, xform_name(op)) for op in wire.OPERATIONS
         }
-        # Inference components (issue #30): their operations and state live in their module.
+        # Inference components: their operations and state live in their module.
         self.components = components.InferenceComponents(store, self.arn, clock)
         # Their copies are started and stopped by the runtime (a test double may have none).
         self.components.apply_copies = getattr(registry, "apply_copies", None)
@@ -776,7 +776,7 @@ class ControlPlaneService:
         config = self._resource(CONFIGS, KIND_CONFIG, config_name)
         variants = config.doc["ProductionVariants"]
         if components.is_component_deployment(variants):
-            # Instances for inference components: bookkeeping, no runtime spec (issue #30); the
+            # Instances for inference components: bookkeeping, no runtime spec; the
             # same bound, as their copies will be processes on this machine.
             count = sum(int(v.get("InitialInstanceCount") or 0) for v in variants)
             if count > MAX_INSTANCES_PER_ENDPOINT:

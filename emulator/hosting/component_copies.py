@@ -1,4 +1,4 @@
-"""The copies of one inference component: each copy is its own serving instance (issue #30).
+"""The copies of one inference component: each copy is its own serving instance.
 
 A copy is built and started exactly as one instance of a single-model endpoint is
 (``hosting.factory.InstanceFactory.build``: an embedded Triton behind the model manager, or a

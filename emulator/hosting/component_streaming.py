@@ -1,4 +1,4 @@
-"""InvokeEndpointWithResponseStream with InferenceComponentName (issue #30 item 4).
+"""InvokeEndpointWithResponseStream with InferenceComponentName.
 
 The call is routed as InvokeEndpoint's is (``ComponentEndpoint.serving_copies``: the same
 errors before a copy is reached, the same choice among ready copies) and counted in the same

@@ -1,4 +1,4 @@
-"""An endpoint for inference components, as the runtime sees it (issue #30 items 3 and 4).
+"""An endpoint for inference components, as the runtime sees it.
 
 Such an endpoint hosts no model of its own: each call names an inference component
 (``X-Amzn-SageMaker-Inference-Component``) and is served by one of that component's copies,

@@ -1,4 +1,4 @@
-"""Each inference component copy's utilization, as AWS publishes it (issue #30 item 5), and
+"""Each inference component copy's utilization, as AWS publishes it, and
 the view of a component's copies and their instances that ``/metrics`` and the page read.
 
 AWS ("SageMaker AI inference component metrics", monitoring-cloudwatch in the SageMaker

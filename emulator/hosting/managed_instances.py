@@ -1,4 +1,4 @@
-"""ManagedInstanceScaling of a variant for inference components (issue #30 item 6), as bookkeeping.
+"""ManagedInstanceScaling of a variant for inference components, as bookkeeping.
 
 AWS: with ``Status`` ENABLED, SageMaker "scales the number of instances" of the variant "based on
 the inference components' copies": it adds instances when copies do not fit (up to

@@ -1,4 +1,4 @@
-"""Where the copies of a variant's inference components go (issue #30 item 3, as bookkeeping).
+"""Where the copies of a variant's inference components go (as bookkeeping).
 
 Each instance of the variant has the resources of its InstanceType (``emulator.instance_types``:
 vCPUs, memory, accelerator devices); a copy takes what its component reserves

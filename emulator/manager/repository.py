@@ -133,7 +133,7 @@ def read_layout(extracted: Path, entry_name_may_differ: bool = True) -> Artifact
         subdirs = [p for p in extracted.iterdir() if p.is_dir() and not p.name.startswith(".")]
         if len(subdirs) == 1:
             layout = read_layout(subdirs[0], entry_name_may_differ)
-            if len(layout.models) > 1:  # served here, but not by SageMaker (issue #34)
+            if len(layout.models) > 1:  # served here, but not by SageMaker
                 log.warning("the tarball's models (%s) are under %s/, one folder down: "
                             "SageMaker's Triton looks for them at the tarball's root and would "
                             "not load them; package the repository with its model folders at "

@@ -3,7 +3,7 @@ bottleneck: ``mme bench loadgen`` (or ``python -m harness.loadtest.bench``).
 
 The target is a null HTTP server (a child process answering every InvokeEndpoint at once); the
 same phase of users is run, in one run, by:
-1. the asyncio + aiohttp loop ``mme loadtest`` used before Locust (issue #33), kept for this
+1. the asyncio + aiohttp loop ``mme loadtest`` used before Locust, kept for this
    benchmark only in ``harness/loadtest/legacy_asyncio.py``;
 2. Locust with one process (``mme loadtest``'s default): boto3 users, SigV4-signed, retries off;
 3. Locust with ``--processes 2`` (two workers under a local master).

@@ -1,4 +1,4 @@
-"""The asyncio load loop ``mme loadtest`` used before Locust (issue #33), kept for one purpose:
+"""The asyncio load loop ``mme loadtest`` used before Locust, kept for one purpose:
 ``mme bench loadgen`` measures it beside Locust in the same run. Nothing else imports it.
 
 One asyncio task per user over a keep-alive aiohttp pool (``HttpInvoker``), stepped by the same
