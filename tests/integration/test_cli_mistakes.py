@@ -26,7 +26,7 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
               (["--port", "99999"], "--port"),
               (["--model-load-timeout", "-1"], "--model-load-timeout"),
               (["--invocation-timeout", "0"], "--invocation-timeout"),
-              (["--cache-dir", UNWRITABLE], "cache folder")],
+              (["--cache-dir", UNWRITABLE, "--port", "0"], "cache folder")],
     "demo": [(["--work-dir", UNWRITABLE], "--work-dir")],
     "build": [(["text_embedding", "-o", UNWRITABLE], "--output"),
               (["text_embedding", "-o", "{tmp}/b", "--instance-count", "-1"],

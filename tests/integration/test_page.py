@@ -239,7 +239,10 @@ def test_page_shows_a_multi_container_endpoint_and_its_containers_models(
     rows = '.endpoint[data-endpoint="direct"] tr.model[data-state="loaded"]'
     page.wait_for_function(f"""() => document.querySelectorAll('{rows}').length === 2""",
                            timeout=WAIT_MS)
-    shown = sorted(r.inner_text().split("\t")[1] for r in page.query_selector_all(rows))
+    # Read in one evaluation: the stream redraws the rows every second, and a row handle taken
+    # before a redraw reads as empty.
+    texts = page.eval_on_selector_all(rows, "rows => rows.map(row => row.innerText)")
+    shown = sorted(text.split("\t")[1] for text in texts)
     assert shown == ["(the endpoint's model) in double", "(the endpoint's model) in triple"]
     # /metrics reads the same instances: it scrapes and counts the one invocation.
     _types, samples = scrape(server.url)
