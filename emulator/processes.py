@@ -20,6 +20,26 @@ _PORT_CHOICE = random.Random()  # its own generator: a test's random.seed() must
 _LOWEST_PORT = 10_000
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants as /proc shows them now.
+
+    Any of them may exit while the tree is walked (a Triton stub at its model's unload): a
+    process gone mid-walk is left out, never an error.
+    """
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            tasks = list(Path(f"/proc/{current}/task").glob("*/children"))
+        except OSError:
+            continue
+        for task in tasks:
+            with contextlib.suppress(OSError, ValueError):
+                todo.extend(int(c) for c in task.read_text().split())
+    return found
+
+
 def _ephemeral_ports() -> tuple[int, int]:
     """Linux's range for the local ports of outgoing connections (and of ``bind`` to port 0)."""
     try:

@@ -20,26 +20,16 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulator.processes import process_tree
+
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def _process_tree(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*/children"):
-            try:
-                todo.extend(int(c) for c in task.read_text().split())
-            except OSError:
-                continue
-    return found
-
 
 def _cpu_seconds_and_rss(pid: int) -> tuple[float, int]:
     cpu, rss = 0.0, 0
-    for member in _process_tree(pid):
+    for member in process_tree(pid):
         try:
             fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
             statm = Path(f"/proc/{member}/statm").read_text().split()

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from emulator.processes import process_tree
 from emulator.triton import stubs
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -48,16 +49,6 @@ def process_bytes(pid: int) -> int:
         return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
     return 0
 
-
-def process_tree(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*/children"):
-            with contextlib.suppress(OSError, ValueError):
-                todo.extend(int(c) for c in task.read_text().split())
-    return found
 
 
 class MemoryProbe(Protocol):

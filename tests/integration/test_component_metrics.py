@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from emulator.hosting.utilization import gpu_utilization
-from emulator.triton.memory import process_bytes, process_tree
+from emulator.processes import process_tree
+from emulator.triton.memory import process_bytes
 from tests.client_support import runtime_client
 from tests.component_support import ComponentServer, deploy_component, serving
 from tests.integration.test_page import WAIT_MS, browser_page  # noqa: F401 - the fixture
