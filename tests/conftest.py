@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "docker" in item.keywords:
             item.add_marker(skip)
+
+
+# Seconds spent per module (setup, call and teardown of its tests, summed over workers).
+_MODULE_SECONDS: dict[str, float] = defaultdict(float)
+DURATIONS_FILE = "test-durations.txt"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    half = " [docker]" if "docker" in report.keywords else ""
+    _MODULE_SECONDS[report.nodeid.split("::")[0] + half] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Where the suite's time goes, per module: the slowest in the log, all in a file."""
+    if hasattr(config, "workerinput") or not _MODULE_SECONDS:
+        return  # an xdist worker: the controller sums every worker's reports
+    ranked = sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])
+    total = sum(seconds for _, seconds in ranked)
+    lines = [f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  {module}"
+             for module, seconds in ranked]
+    Path(config.rootpath, DURATIONS_FILE).write_text(
+        f"{total:8.1f} s  100.0 %  all modules (test-seconds summed over workers)\n"
+        + "\n".join(lines) + "\n")
+    terminalreporter.write_sep("=", f"slowest modules ({total:.0f} test-seconds in all; "
+                                    f"every module in {DURATIONS_FILE})")
+    for line in lines[:15]:
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture
