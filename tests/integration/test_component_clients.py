@@ -1,4 +1,4 @@
-"""Clients of inference components (issue #30 item 8) against a real `mme serve`: the shared
+"""Clients of inference components against a real `mme serve`: the shared
 deployer (`mme deploy --inference-component`) and the SageMaker Python SDK v2, unmodified.
 
 One emulator for the module (real Tritons: each copy is one). Each test uses names of its own;

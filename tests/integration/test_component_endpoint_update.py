@@ -1,4 +1,4 @@
-"""UpdateEndpoint on an endpoint for inference components (issue #30), boto3 against `mme serve`.
+"""UpdateEndpoint on an endpoint for inference components, boto3 against `mme serve`.
 
 The endpoint moves to a new endpoint config (another InstanceType, more instances, another
 RoutingConfig): Updating, then InService on it, its components' copies restarted on the new

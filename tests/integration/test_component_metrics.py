@@ -1,4 +1,4 @@
-"""Inference components' copy utilization and their series (issue #30 item 5), boto3 and a real
+"""Inference components' copy utilization and their series, boto3 and a real
 headless Chromium against `mme serve`.
 
 One emulator for the module at ``--clock-scale 60``, so the periodic utilization tick (one

@@ -1,4 +1,4 @@
-"""Rolling updates of an inference component (issue #30 item 7), boto3 against `mme serve`.
+"""Rolling updates of an inference component, boto3 against `mme serve`.
 
 UpdateInferenceComponent with a new Specification and a DeploymentConfig replaces the copies
 in batches (new copies ready before old ones drain), each batch baked on the emulated clock

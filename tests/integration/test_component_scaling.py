@@ -1,5 +1,5 @@
 """Application Auto Scaling of an inference component's copies, and scale to zero as AWS
-documents it (issue #30 item 6): boto3 against a real emulator, ``--clock-scale 240`` (an
+documents it: boto3 against a real emulator, ``--clock-scale 240`` (an
 emulated minute is a quarter of a real second).
 
 Back from zero runs on the runtime's own NoCapacityInvocationFailures (a call that found no

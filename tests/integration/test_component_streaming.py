@@ -1,4 +1,4 @@
-"""InvokeEndpointWithResponseStream with InferenceComponentName (issue #30 item 4), boto3's
+"""InvokeEndpointWithResponseStream with InferenceComponentName, boto3's
 ``invoke_endpoint_with_response_stream`` against `mme serve`.
 
 One emulator and one endpoint for the module, with one component of one copy (a real embedded

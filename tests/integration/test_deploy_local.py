@@ -1,4 +1,4 @@
-"""``mme deploy --target local`` in one command, as the README gives it (issue #34): no S3 server,
+"""``mme deploy --target local`` in one command, as the README gives it: no S3 server,
 no flags beyond the endpoint name; the tarballs go to a local folder the emulator reads."""
 
 from __future__ import annotations

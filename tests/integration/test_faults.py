@@ -1,4 +1,4 @@
-"""Fault suite (issue #13): the emulator under a failing machine. Run with ``-s`` for the figures.
+"""Fault suite: the emulator under a failing machine. Run with ``-s`` for the figures.
 
 Triton SIGKILLed under traffic, the S3 server killed mid-download and restarted, a full disk, the
 emulator SIGKILLed during CreateEndpoint, a model load and DeleteEndpoint then restarted on the

@@ -1,4 +1,4 @@
-"""Issue #13, items 1-5: isolation between tarballs, eviction, broken stubs, the disk budget.
+"""Isolation between tarballs, eviction, broken stubs, the disk budget.
 
 Each test runs a real Triton behind the emulator and a boto3 client, and fails without its fix.
 Slow steps wait on conditions (gate files, process states), never on sleeps.
@@ -324,7 +324,7 @@ def test_concurrent_requests_during_a_take_out_all_get_sagemaker_answers(  # typ
 
 
 def test_folder_keys_are_literal_like_s3_keys(start_emulator, store: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """One object is never served under several names (issue #13, item 6)."""
+    """One object is never served under several names."""
     (store / "team-a").mkdir()
     package(write_scale_model(tmp_path / "ok", "ok", scale=3), store / "ok.tar.gz")
     server = start_emulator(model_data=str(store))

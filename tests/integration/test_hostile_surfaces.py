@@ -1,4 +1,4 @@
-"""Issue #28, items 6-7 end to end, and a sweep of the newer surfaces in the spirit of
+"""Hostile input end to end, and a sweep of the newer surfaces in the spirit of
 ``test_hardening.py``: the fleet's capacity API, multi-container requests, Application Auto
 Scaling, CloudWatch (all three protocols), auth and the live page each get hostile input over
 raw HTTP (what boto3 refuses to send) and through boto3; every answer is the service's own error

@@ -1,4 +1,4 @@
-"""Inference components' copies serve calls (issue #30 items 3 and 4), boto3 against `mme serve`.
+"""Inference components' copies serve calls, boto3 against `mme serve`.
 
 Each copy is a real embedded Triton serving the component's model (a one-line scale model, so
 a copy starts fast). One emulator for the module; each test has its own endpoint and names,

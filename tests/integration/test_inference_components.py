@@ -1,4 +1,4 @@
-"""Inference components' control plane (issue #30) against a real emulator, with boto3.
+"""Inference components' control plane against a real emulator, with boto3.
 
 One emulator for the module. Its model is the trivial scale model (a copy is a Triton that
 starts in a few seconds), so components reach InService as on AWS; one model is not a

@@ -1,4 +1,4 @@
-"""Failure isolation (issue #28): one broken model never holds up the healthy ones beside it.
+"""Failure isolation: one broken model never holds up the healthy ones beside it.
 
 One emulator (embedded Triton, 3 model slots) serves healthy models next to a model whose
 ``model.py`` segfaults at import, one that calls ``os._exit(3)`` at import, one whose

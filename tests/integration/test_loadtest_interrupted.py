@@ -1,4 +1,4 @@
-"""``mme loadtest`` as a user runs it, stopped by Ctrl-C or by its endpoint dying (issue #34):
+"""``mme loadtest`` as a user runs it, stopped by Ctrl-C or by its endpoint dying:
 both write the report of what was measured, neither prints a traceback, and a dead endpoint
 ends the run instead of filling it with connection errors."""
 

@@ -1,4 +1,4 @@
-"""``mme loadtest`` on Locust, the three ways a team runs it (issue #33): one process, the cores of
+"""``mme loadtest`` on Locust, the three ways a team runs it: one process, the cores of
 this machine (``--processes 2``), and a master with workers (here two worker processes on this
 machine). Each gives the same report, with every call counted once; a worker that dies is
 reported and the run ends with what was measured; a plan with an error sends no load; and the

@@ -1,4 +1,4 @@
-"""Memory as SageMaker sees it (issue #32): measured model memory and instance-type budgets.
+"""Memory as SageMaker sees it: measured model memory and instance-type budgets.
 
 A Python model whose tarball is a few KB but whose ``initialize`` fills 300 MiB counts as what
 its stub holds, not as its files: two of them do not fit a 500 MiB budget, whatever their files

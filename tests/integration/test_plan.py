@@ -1,4 +1,4 @@
-"""``mme plan`` against a real ``mme loadtest`` of the same shape (issue #32 item 4).
+"""``mme plan`` against a real ``mme loadtest`` of the same shape.
 
 Four Python models that each fill 100 MiB at initialize (about 120 MiB each once loaded,
 measured: the 100 MiB are the model's own, so the figure varies little with what else runs on

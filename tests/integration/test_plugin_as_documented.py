@@ -1,4 +1,4 @@
-"""The pytest plugin's example, run exactly as its docstring says (issue #34): the setup command
+"""The pytest plugin's example, run exactly as its docstring says: the setup command
 and the ``[pytest]`` block are read from ``harness/examples/test_example_endpoint.py`` itself,
 so the instructions cannot drift from what works."""
 

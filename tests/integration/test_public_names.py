@@ -1,4 +1,4 @@
-"""Errors a client gets name its models as it knows them (issue #34): the TargetModel and the
+"""Errors a client gets name its models as it knows them: the TargetModel and the
 tarball's own model names, never the emulator's installed names (``m--9605fbbea42a``) nor
 paths in its cache folder."""
 

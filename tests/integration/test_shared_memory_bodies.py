@@ -1,4 +1,4 @@
-"""Issue #14: large binary bodies reach the embedded Triton through system shared memory, and the
+"""Large binary bodies reach the embedded Triton through system shared memory, and the
 client cannot tell: the same answers, the same errors, nothing left behind.
 
 A real Triton behind the emulator, boto3 as the client, and Triton's own HTTP API (direct, as

@@ -1,4 +1,4 @@
-"""Issue #13 item 10: bodies that crash Triton 2.51 get the answer Triton gives their milder forms.
+"""Bodies that crash Triton 2.51 get the answer Triton gives their milder forms.
 
 A real Triton behind the emulator and a boto3 client. Each pathological body is sent after its
 mild form (which Triton itself answers), and the test checks that Triton is still the same

@@ -1,5 +1,5 @@
 """Two ``mme serve`` on one machine with the default settings: the second is refused before it
-touches anything, and the first goes on serving (issue #34).
+touches anything, and the first goes on serving.
 
 Before the cache folder's lock, the second took the first's Triton and stubs for a dead run's
 leftovers and killed them, then deleted the instance folder on its way out: the first still

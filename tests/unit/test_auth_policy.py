@@ -29,7 +29,7 @@ def statement(**fields: Any) -> dict[str, Any]:
     return {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", **fields}]}
 
 
-# The policy of issue #16, verbatim (from AWS's multi-container endpoint documentation).
+# The policy, verbatim (from AWS's multi-container endpoint documentation).
 ISSUE_POLICY = {"Version": "2012-10-17", "Statement": [{"Action": ["sagemaker:InvokeEndpoint"], "Effect": "Allow",  # noqa: E501
   "Resource": "arn:aws:sagemaker:region:account-id:endpoint/endpoint_name",
   "Condition": {"StringLike": {"sagemaker:TargetContainerHostname": ["customIps*", "common*"]}}}]}

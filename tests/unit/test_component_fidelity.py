@@ -1,4 +1,4 @@
-"""Inference components as AWS has them where the first build differed (issue #30): a Create
+"""Inference components as AWS has them where the first build differed: a Create
 with no copy refused, a Create whose copies cannot start ends Failed (an update's keeps the
 old specification), StartupParameters' timeouts bound a copy's start,
 ConcurrentRequestsPerCopy published while idle, and ManagedInstanceScaling's ScaleInPolicy.

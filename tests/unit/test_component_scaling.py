@@ -1,5 +1,5 @@
 """Application Auto Scaling of inference components' copies, and ManagedInstanceScaling of their
-variant (issue #30 item 6), step by step: the real components' control plane on a SQLite store,
+variant, step by step: the real components' control plane on a SQLite store,
 the real metric store, alarms and engine, a fake clock so every period is exact. Datapoints are
 put as the component's metrics would be (AWS/SageMaker, dimension InferenceComponentName).
 

@@ -1,4 +1,4 @@
-"""Issue #28, items 6-7, where no Triton is needed: hostile input to the wire layers of the newer
+"""Where no Triton is needed: hostile input to the wire layers of the newer
 surfaces (CloudWatch, Application Auto Scaling, the control plane, IAM policy files), the
 router's weighted draw, and a BYOC container that answers with bytes that are not HTTP.
 

@@ -1,5 +1,5 @@
 """Inference components' states that a live server passes through too fast to catch: an update
-refused while one is in progress, and what a restart finds half-done (issue #30 items 1, 9).
+refused while one is in progress, and what a restart finds half-done.
 
 The integration test (tests/integration/test_inference_components.py) covers the operations
 over HTTP with boto3; here the state machine runs on a real SQLite store, no server.

@@ -1,4 +1,4 @@
-"""An endpoint's memory budget comes from its InstanceType (issue #32 item 2).
+"""An endpoint's memory budget comes from its InstanceType.
 
 The factory builds a real instance (launcher, Triton client, model manager) without starting
 it: the budget its model manager evicts by is what is checked.

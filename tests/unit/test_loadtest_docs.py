@@ -1,5 +1,5 @@
 """The distributed load-test examples in docs/loadtest.md (a Kubernetes master Job and a Job of
-workers, a compose master and workers) run the commands ``mme loadtest`` accepts (issue #33)."""
+workers, a compose master and workers) run the commands ``mme loadtest`` accepts."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""``mme loadtest`` keeps what it measured and says what went wrong (issue #34): an interrupted
+"""``mme loadtest`` keeps what it measured and says what went wrong: an interrupted
 run still returns its samples, a dead endpoint ends the run instead of counting connection
 errors, errors carry the endpoint's message, and two different figures never share a name.
-The runs are Locust's (issue #33) against a fake endpoint in this process."""
+The runs are Locust's against a fake endpoint in this process."""
 
 from __future__ import annotations
 

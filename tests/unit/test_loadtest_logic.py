@@ -301,7 +301,7 @@ def test_generator_runs_the_phases_and_reports(tmp_path: Path) -> None:
     assert summary["loaded_models"]["max"] == 3
     assert [row["phase"] for row in summary["phases"]] == [1, 2]
     assert summary["generator"].startswith("locust ")
-    # Locust ran in its own processes: gevent patched nothing in this one (issue #33)
+    # Locust ran in its own processes: gevent patched nothing in this one
     # (gevent itself may be here: tritonclient's HTTP client imports it, and patches nothing.)
     monkey = sys.modules.get("gevent.monkey")
     assert "locust" not in sys.modules

@@ -1,5 +1,5 @@
 """ManagedInstanceScaling's instance count for a variant's copies (emulator/hosting/
-managed_instances.py; issue #30 item 6 as bookkeeping)."""
+managed_instances.py)."""
 
 from __future__ import annotations
 

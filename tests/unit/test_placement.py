@@ -1,5 +1,5 @@
 """Copies of inference components placed on a variant's instances by resources
-(emulator/hosting/placement.py; issue #30 item 3 as bookkeeping)."""
+(emulator/hosting/placement.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``mme plan``'s prediction (issue #32 item 4): the LRU replay on measured sizes, the traffic
+"""``mme plan``'s prediction: the LRU replay on measured sizes, the traffic
 it replays (the same Zipf draws as ``mme loadtest``), the cheapest configuration."""
 
 from __future__ import annotations

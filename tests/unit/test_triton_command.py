@@ -1,5 +1,5 @@
-"""The embedded Triton's command says each single-valued flag once (issue #34: the start line
-said ``--allow-metrics=true ... --allow-metrics=false``)."""
+"""The embedded Triton's command says each single-valued flag once (a start line
+that says ``--allow-metrics=true ... --allow-metrics=false`` leaves the reader guessing)."""
 
 from __future__ import annotations
 
