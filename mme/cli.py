@@ -19,28 +19,39 @@ from mme.arguments import check_paths, refuse_negative_numbers
 
 log = logging.getLogger("mme.cli")
 
-# Modules that add their own subcommands with ``add_subcommands(subparsers)``.
-SUBCOMMAND_MODULES = (
-    "mme.demo",
-    "ensembles.cli",
-    "harness.cli",
-    "harness.deploy_cli",
-    "harness.alarm_cli",
-    "mme.ci.cli",
-    "mme.plan",
-    "mme.gpu_check",
-    "harness.lint.cli",
-)
-# Modules that add benchmarks under ``mme bench`` with ``add_bench_subcommands(commands)``.
-BENCH_MODULES = (
-    "mme.bench",
-    "mme.bench_scale",
-    "mme.bench_coldstart",
-    "mme.bench_miss",
-    "ensembles.cli",
-    "harness.loadtest.bench",  # mme bench loadgen
-    "harness.lint.cli",  # mme bench lint
-)
+# Each subcommand and the module that adds it (``add_subcommands(subparsers)``), and each
+# benchmark under ``mme bench`` with its module (``add_bench_subcommands(commands)``). A command
+# line imports only its own command's module, so ``mme lint`` does not load what the load tests
+# or the benchmarks need (a second of CPU at every start); ``mme --help`` imports them all.
+SUBCOMMANDS = {
+    "demo": "mme.demo",
+    "build": "ensembles.cli",
+    "package": "ensembles.cli",
+    "loadtest": "harness.cli",
+    "sweep": "harness.cli",
+    "deploy": "harness.deploy_cli",
+    "teardown": "harness.deploy_cli",
+    "alarm": "harness.alarm_cli",
+    "ci": "mme.ci.cli",
+    "plan": "mme.plan",
+    "gpu-check": "mme.gpu_check",
+    "lint": "harness.lint.cli",
+}
+BENCHMARKS = {
+    "overhead": "mme.bench",
+    "fleet": "mme.bench",
+    "scale": "mme.bench_scale",
+    "coldstart": "mme.bench_coldstart",
+    "miss": "mme.bench_miss",
+    "ensemble": "ensembles.cli",
+    "loadgen": "harness.loadtest.bench",  # mme bench loadgen
+    "lint": "harness.lint.cli",  # mme bench lint
+}
+
+
+def _modules(table: dict[str, str], name: str | None) -> list[str]:
+    """The module of ``name``; every module of the table when ``name`` is not one of its."""
+    return [table[name]] if name in table else list(dict.fromkeys(table.values()))
 
 
 def configure_logging(level: str) -> None:
@@ -93,17 +104,26 @@ def run_serve(args: argparse.Namespace,
         return 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command_line: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``command_line``: its command's subparser only, with the module behind
+    it imported; every command's when it is None or names none (help, a mistyped command:
+    argparse then lists every choice)."""
     parser = argparse.ArgumentParser(
         prog="mme", description="A local SageMaker multi-model endpoint in front of a real Triton.")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    add_serve(subparsers)
-    for module_name in SUBCOMMAND_MODULES:
-        importlib.import_module(module_name).add_subcommands(subparsers)
-    bench = subparsers.add_parser("bench", help="benchmarks that print a table and a ratio")
-    commands = bench.add_subparsers(dest="bench_command", required=True)
-    for module_name in BENCH_MODULES:
-        importlib.import_module(module_name).add_bench_subcommands(commands)
+    words = list(command_line or [])
+    command = words[0] if words else None
+    every = command not in ("serve", "bench", *SUBCOMMANDS)
+    if every or command == "serve":
+        add_serve(subparsers)
+    if every or command in SUBCOMMANDS:
+        for module_name in _modules(SUBCOMMANDS, command):
+            importlib.import_module(module_name).add_subcommands(subparsers)
+    if every or command == "bench":
+        bench = subparsers.add_parser("bench", help="benchmarks that print a table and a ratio")
+        commands = bench.add_subparsers(dest="bench_command", required=True)
+        for module_name in _modules(BENCHMARKS, words[1] if len(words) > 1 else None):
+            importlib.import_module(module_name).add_bench_subcommands(commands)
     refuse_negative_numbers(parser)
     return parser
 
@@ -122,7 +142,8 @@ def _stop_on_sigterm(signum: int, _frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(words).parse_args(words)
     if args.command != "serve":
         level = getattr(args, "log_level", None) or os.environ.get("MME_LOG_LEVEL", "")
         known = level.upper() in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
