@@ -58,8 +58,11 @@ ZOMBIE_GRACE_S = 1.5
 # half-way, and the map then stays torn for milliseconds (at 1,000 models, three resends in a
 # row met it).
 LOOKUP_RACE_DELAYS_S = (0.0, 0.01, 0.05, 0.2, 0.5, 1.0)
-# The answer's text (``ModelRepositoryManager::FindModelIdentifier``), for the model's name.
+# The answer's text (``ModelRepositoryManager::FindModelIdentifier``), for the model's name,
+# and its statuses: 400 as a rule, 404 where the lookup fails on a path that maps Triton's
+# NOT_FOUND to HTTP's (met on a busy machine: the same text, answered 404).
 LOOKUP_RACE_ANSWER = "Request for unknown model: '{name}' is not found"
+LOOKUP_RACE_STATUSES = (400, 404)
 # Triton 2.51 runs at most this many model loads at once (the default of its
 # --model-load-thread-count; measured: with four loads that never end, a fifth never starts).
 TRITON_LOAD_THREADS = 4
@@ -364,7 +367,7 @@ class TritonSide:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         response = await self.triton.infer(entry, body, headers, timeout=timeout)
-        if response.status != 400:  # the common answer: nothing more to look at
+        if response.status not in LOOKUP_RACE_STATUSES:  # the common answer: nothing to look at
             if response.status == DECOUPLED_STATUS and DECOUPLED_ANSWER in response.body:
                 # Triton's SageMaker server refuses a decoupled model before running it and
                 # answers that refusal 400, where its KServe frontend answers 501.
@@ -372,7 +375,8 @@ class TritonSide:
             return response
         race = LOOKUP_RACE_ANSWER.format(name=entry).encode()
         for pause in LOOKUP_RACE_DELAYS_S:
-            if not (response.status == 400 and still_held() and race in response.body) \
+            if not (response.status in LOOKUP_RACE_STATUSES and still_held()
+                    and race in response.body) \
                     or loop.time() + pause >= deadline:
                 break
             self.lookup_retries += 1
