@@ -285,7 +285,7 @@ class Settings(BaseSettings):
     triton_shared_memory: Annotated[Size, Flag(default_text="`64MiB`")] = 64 * 1024**2
     """shared memory through which binary request bodies of 64 KiB or more reach Triton without its socket (embedded; docker when run as root; `0`: every body over HTTP). When it is full a body waits for room (first come, first served; within the call's timeout); only a body longer than the whole region goes over HTTP"""  # noqa: E501
     max_extracted_bytes: Annotated[Size, Flag(default_text="`50GiB`")] = 50 * 1024**3
-    """tarballs that expand to more are refused (a gzip-bomb guard; `--disk-budget` also caps it)"""  # noqa: E501
+    """tarballs that expand to more are refused (a gzip-bomb guard; `--disk-budget` also caps it)"""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     """`DEBUG` also shows Triton's own log"""
     auth: Literal["off", "sigv4"] = "off"

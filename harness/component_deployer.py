@@ -102,12 +102,12 @@ def check_component(spec: ComponentSpec, config: DeployConfig) -> None:
     if (spec.min_instances is None) != (spec.max_instances is None):
         problems.append("managed instance scaling needs both --min-instances and "
                         "--max-instances")
-    elif spec.min_instances is not None and spec.max_instances is not None:
-        if not 0 <= spec.min_instances <= config.instance_count <= spec.max_instances:
-            problems.append(f"managed instance scaling needs 0 <= --min-instances "
-                            f"({spec.min_instances}) <= --instance-count "
-                            f"({config.instance_count}) <= --max-instances "
-                            f"({spec.max_instances})")
+    elif (spec.min_instances is not None and spec.max_instances is not None
+          and not 0 <= spec.min_instances <= config.instance_count <= spec.max_instances):
+        problems.append(f"managed instance scaling needs 0 <= --min-instances "
+                        f"({spec.min_instances}) <= --instance-count "
+                        f"({config.instance_count}) <= --max-instances "
+                        f"({spec.max_instances})")
     if spec.routing is not None and spec.routing not in ROUTING_STRATEGIES:
         problems.append(f"--routing is one of {', '.join(ROUTING_STRATEGIES)}, "
                         f"not {spec.routing!r}")

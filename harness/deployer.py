@@ -1039,7 +1039,7 @@ class Deployer:
 # Helpers
 
 
-class _progress_bar:  # noqa: N801 - used as a context manager, reads like a function
+class _progress_bar:  # used as a context manager, reads like a function
     def __init__(self, total: int, desc: str, enabled: bool):
         self._bar: Any = None
         if enabled:

@@ -78,7 +78,7 @@ class Moto:
         try:
             self.client().list_buckets()
             return True
-        except Exception:
+        except Exception:  # noqa: BLE001 - not up yet
             return False
 
     def _still_starting(self) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import itertools
 import json
 import random
@@ -237,11 +238,10 @@ def measure(model_data: str, targets: list[str] | None, launcher: str,
             room = machine_memory_bytes() // 2
             for target in tqdm(names, desc="measuring", unit="model", file=sys.stderr,
                                disable=None):
-                try:  # an empty body: the model loads, then Triton may refuse the request
+                # an empty body: the model loads, then Triton may refuse the request
+                with contextlib.suppress(ClientError):
                     client.invoke_endpoint(EndpointName="local", TargetModel=target,
                                            ContentType="application/json", Body=b"{}")
-                except ClientError:
-                    pass
                 if ("loaded", target) not in events:
                     skipped[target] = str(events.get(("failed", target), {}).get(
                         "error", "it did not load"))

@@ -128,7 +128,7 @@ def follow_logs(container: Container, on_line: Callable[[str], None]) -> threadi
                 *lines, pending = pending.split(b"\n")
                 for raw in lines:
                     _hand_over(raw, on_line)
-        except Exception as exc:  # the container was removed under the stream
+        except Exception as exc:  # noqa: BLE001 - the container was removed under the stream
             log.debug("log stream of %s ended: %s", container.name, exc)
         _hand_over(pending, on_line)
 

@@ -17,6 +17,7 @@ manager in front of a Triton) or any other image run under SageMaker's container
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -206,10 +207,8 @@ class MultiContainerInstance:
 
     async def drain(self, timeout_s: float) -> None:
         self.draining = True
-        try:
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            pass
 
     async def stop(self) -> None:
         await asyncio.gather(*(m.stop() for m in self.members), return_exceptions=True)

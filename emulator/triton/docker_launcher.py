@@ -360,7 +360,7 @@ class DockerLauncher(SupervisedLauncher):
         try:
             result = await asyncio.to_thread(container.wait)
             code = str(result.get("StatusCode"))
-        except Exception as exc:  # removed under us, or the engine went away
+        except Exception as exc:  # noqa: BLE001 - removed under us, or the engine went away
             code = f"unknown ({exc})"
         self._alive = False
         return code

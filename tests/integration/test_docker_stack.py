@@ -8,6 +8,7 @@ compose's order with compose's Triton command. The store is a folder instead of 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -67,10 +68,8 @@ def stack_resources(docker_client: Any) -> Iterator[dict[str, Any]]:
                                "containers": []}
     yield created
     for container in created["containers"]:
-        try:
+        with contextlib.suppress(Exception):  # already gone
             container.remove(force=True)
-        except Exception:  # already gone
-            pass
     network.remove()
     volume.remove(force=True)
 
