@@ -57,7 +57,7 @@ class Moto:
     """moto's S3 server as its own process (a dev dependency: ``pip install 'moto[server]'``)."""
 
     def __init__(self, work: Path) -> None:
-        from emulator.triton.launcher import free_port
+        from emulator.processes import free_port
 
         binary = Path(sys.executable).with_name("moto_server")
         if not binary.exists():

@@ -27,7 +27,7 @@ from emulator.autoscaling.service import AutoScalingService
 from emulator.autoscaling.state import ScalableTarget, ScalingActivity, ScalingPolicy
 from emulator.clock import Clock
 from emulator.cloudwatch.actions import ActionCall
-from emulator.cloudwatch.alarms import ALARM
+from emulator.cloudwatch.alarm_model import ALARM
 from emulator.cloudwatch.series import MetricStore
 
 log = logging.getLogger(__name__)

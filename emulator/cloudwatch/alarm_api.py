@@ -17,17 +17,16 @@ from typing import Any
 
 from emulator.clock import Clock
 from emulator.cloudwatch import alarm_rule, paging
-from emulator.cloudwatch.alarm_checks import check_metric_alarm as check_metric_alarm
-from emulator.cloudwatch.alarm_checks import dimensions, not_supported
-from emulator.cloudwatch.alarms import (
+from emulator.cloudwatch.alarm_checks import check_metric_alarm, dimensions, not_supported
+from emulator.cloudwatch.alarm_model import (
     ALARM,
     COMPOSITE_ALARM,
     INSUFFICIENT_DATA,
     METRIC_ALARM,
     OK,
     Alarm,
-    AlarmStore,
 )
+from emulator.cloudwatch.alarms import AlarmStore
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError, combination, invalid
 from emulator.cloudwatch.names import check_dimensions, check_name
 from emulator.cloudwatch.series import MetricStore

@@ -44,15 +44,17 @@ from emulator.clock import Clock
 from emulator.cloudwatch import alarm_rule, evaluation
 from emulator.cloudwatch.actions import ActionCall, ActionHandler
 from emulator.cloudwatch.alarm_db import AlarmDb
-from emulator.cloudwatch.alarm_model import ALARM as ALARM
-from emulator.cloudwatch.alarm_model import COMPOSITE_ALARM as COMPOSITE_ALARM
-from emulator.cloudwatch.alarm_model import INSUFFICIENT_DATA as INSUFFICIENT_DATA
-from emulator.cloudwatch.alarm_model import METRIC_ALARM as METRIC_ALARM
-from emulator.cloudwatch.alarm_model import OK as OK
-from emulator.cloudwatch.alarm_model import STATES as STATES
-from emulator.cloudwatch.alarm_model import Alarm as Alarm
-from emulator.cloudwatch.alarm_model import HistoryItem as HistoryItem
-from emulator.cloudwatch.alarm_model import composite_reason, evaluation_interval
+from emulator.cloudwatch.alarm_model import (
+    ALARM,
+    COMPOSITE_ALARM,
+    INSUFFICIENT_DATA,
+    METRIC_ALARM,
+    OK,
+    Alarm,
+    HistoryItem,
+    composite_reason,
+    evaluation_interval,
+)
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError, invalid
 from emulator.cloudwatch.compiled import Compiled, CompileError, compile_alarm
 from emulator.cloudwatch.due import DueQueue

@@ -19,7 +19,8 @@ from emulator.contract import multi_container, runtime, runtime_errors
 from emulator.hosting.spec import ContainerSpec
 from emulator.instance_types import Budget, lookup, machine_memory_bytes
 from emulator.manager.extract import UnsafeArchive
-from emulator.manager.model_manager import ModelLoadFailed, ModelManager, ModelNotReady, ModelState
+from emulator.manager.model_manager import ModelManager
+from emulator.manager.records import ModelLoadFailed, ModelNotReady, ModelState
 from emulator.manager.repository import SEPARATOR, InvalidModelRepository
 from emulator.manager.sources import FolderSource, ObjectNotFound
 from emulator.metrics import InstanceMetrics

@@ -30,7 +30,8 @@ from emulator.containers.sagemaker import ContainerUnreachable, SageMakerContain
 from emulator.contract import multi_container, runtime
 from emulator.hosting.instance import ContainerAnswer, ErrorContext, Instance, InstanceStartFailed
 from emulator.hosting.spec import VariantSpec
-from emulator.manager.model_manager import ModelManager, ModelObserver, Usage
+from emulator.manager.events import ModelObserver
+from emulator.manager.model_manager import ModelManager, Usage
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.supervision import LauncherError
 

@@ -81,8 +81,6 @@ from emulator.manager.records import (
 from emulator.manager.sources import ModelSource
 from emulator.manager.triton_side import (
     LOAD_ERRORS,
-    LOOKUP_RACE_DELAYS_S,
-    TRITON_LOAD_THREADS,
     RecycleRequest,
     StubDied,
     TritonSide,
@@ -90,23 +88,6 @@ from emulator.manager.triton_side import (
 from emulator.metrics import InstanceMetrics
 from emulator.triton.client import TritonClient, TritonResponse
 from emulator.triton.memory import MemoryProbe
-
-# Named here for the callers that knew the manager as one module (hosting, the page, tests).
-__all__ = [
-    "LOOKUP_RACE_DELAYS_S",
-    "TRITON_LOAD_THREADS",
-    "Holding",
-    "Lease",
-    "ModelLoadFailed",
-    "ModelManager",
-    "ModelNotReady",
-    "ModelObserver",
-    "ModelRecord",
-    "ModelState",
-    "RecycleRequest",
-    "Usage",
-    "artifact_key",
-]
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import yaml
 
+from emulator.containers.docker_engine import HOST_LABEL, OWNER_LABEL, process_start_ticks
 from emulator.processes import wait_until
-from emulator.triton.docker_launcher import HOST_LABEL, OWNER_LABEL, process_start_ticks
 from harness.live_endpoint import ping
 from tests.client_support import runtime_client
 from tests.docker_support import require_image

@@ -29,7 +29,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from emulator.triton.launcher import free_port
+from emulator.processes import free_port
 from emulator.triton.stubs import process_state as stubs_state
 from harness.live_endpoint import EmulatorProcess
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client

@@ -21,7 +21,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from emulator.manager.model_manager import TRITON_LOAD_THREADS
+from emulator.manager.triton_side import TRITON_LOAD_THREADS
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from mme.testmodels import write_scale_model
