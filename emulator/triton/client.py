@@ -580,10 +580,3 @@ class TritonClient:
 
     async def index(self) -> list[dict[str, Any]]:
         return await self._json_call("POST", "/v2/repository/index", {}) or []
-
-    async def is_ready(self) -> bool:
-        try:
-            resp = await self._request("GET", "/v2/health/ready", timeout=2)
-        except (TritonUnreachable, asyncio.TimeoutError):
-            return False
-        return resp.status == 200
