@@ -18,9 +18,9 @@ from botocore.parsers import create_parser
 from botocore.serialize import create_serializer
 
 from emulator.clock import Clock
-from emulator.cloudwatch import CloudWatchService, MetricStore
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
-from emulator.cloudwatch.series import MAX_SAMPLES_PER_SERIES
+from emulator.cloudwatch.series import MAX_SAMPLES_PER_SERIES, MetricStore
+from emulator.cloudwatch.service import CloudWatchService
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.support import package, scale_request, write_scale_model
 

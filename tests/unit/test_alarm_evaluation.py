@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 from emulator.clock import Clock
-from emulator.cloudwatch import AlarmStore, CloudWatchService, MetricStore, alarm_rule, metric_math
+from emulator.cloudwatch import alarm_rule, metric_math
+from emulator.cloudwatch.alarms import AlarmStore
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
+from emulator.cloudwatch.series import MetricStore
+from emulator.cloudwatch.service import CloudWatchService
 
 
 class FakeTime:

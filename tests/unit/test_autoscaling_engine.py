@@ -10,7 +10,8 @@ import pytest
 
 from emulator.autoscaling import AutoScalingService, SageMakerVariants, ScalingEngine
 from emulator.clock import Clock
-from emulator.cloudwatch import AlarmStore, MetricStore
+from emulator.cloudwatch.alarms import AlarmStore
+from emulator.cloudwatch.series import MetricStore
 from emulator.contract.control_plane import ControlPlaneError
 
 RESOURCE = "endpoint/mme/variant/AllTraffic"

@@ -14,9 +14,12 @@ from typing import Any
 import pytest
 
 from emulator.clock import Clock
-from emulator.cloudwatch import AlarmStore, CloudWatchService, MetricStore, evaluation
+from emulator.cloudwatch import evaluation
+from emulator.cloudwatch.alarms import AlarmStore
 from emulator.cloudwatch.alarms import AlarmStore as Store
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
+from emulator.cloudwatch.series import MetricStore
+from emulator.cloudwatch.service import CloudWatchService
 
 
 class FakeTime:

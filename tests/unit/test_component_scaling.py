@@ -18,7 +18,8 @@ import pytest
 from emulator.autoscaling import AutoScalingService, SageMakerVariants, ScalingEngine
 from emulator.autoscaling.wire import ScalingError
 from emulator.clock import Clock
-from emulator.cloudwatch import AlarmStore, MetricStore
+from emulator.cloudwatch.alarms import AlarmStore
+from emulator.cloudwatch.series import MetricStore
 from emulator.control.inference_components import InferenceComponents
 from emulator.control.state_db import ControlStore, Deployment, EndpointRecord
 
