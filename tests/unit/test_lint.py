@@ -16,13 +16,8 @@ import boto3
 import pytest
 
 from ensembles.packaging import package
-from harness.deployer import (
-    DEFAULT_TRITON_VERSION,
-    DeployConfig,
-    Deployer,
-    DeployError,
-    make_clients,
-)
+from harness.deployer import Deployer, make_clients
+from harness.deployment import DEFAULT_TRITON_VERSION, DeployConfig, DeployError
 from harness.lint import lint
 from harness.lint.releases import DEFAULT_RELEASE, UnknownImage, release_of
 from mme.cli import main
