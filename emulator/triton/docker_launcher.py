@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from emulator.containers.docker_engine import (
     connect,
+    exit_status,
     follow_logs,
     owner_labels,
     remove_container,
@@ -343,14 +344,9 @@ class DockerLauncher(SupervisedLauncher):
 
     # -- what the watchdog of SupervisedLauncher calls --------------------------------------
     async def _wait_for_exit(self) -> str | None:
-        container = self._container
-        if container is None:
+        if self._container is None:
             return None
-        try:
-            result = await asyncio.to_thread(container.wait)
-            code = str(result.get("StatusCode"))
-        except Exception as exc:  # noqa: BLE001 - removed under us, or the engine went away
-            code = f"unknown ({exc})"
+        code = await exit_status(self._container)
         self._alive = False
         return code
 
