@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.model_config import config_input_specs
 from harness.model_versions import resource_base
 
 DEFAULT_TRITON_VERSION = "24.09"
@@ -183,20 +184,10 @@ def resource_name(endpoint_name: str, digest: str) -> str:
 def auto_payload(tarball: Path) -> tuple[bytes, str]:
     """A KServe JSON request for the tarball's entry model (the ensemble, else the only model),
     with random inputs of the declared types and shapes (-1 dimensions become 1)."""
-    from tritonclient.grpc import model_config_pb2
-
     from harness.payloads import build_request, random_inputs
 
     entry, _ = entry_model(tarball)
-    specs = []
-    for tensor in entry.input:
-        datatype = model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_")
-        datatype = "BYTES" if datatype == "STRING" else datatype
-        dims = list(tensor.dims)
-        if entry.max_batch_size > 0:
-            dims = [1, *dims]
-        specs.append((tensor.name, datatype, dims))
-    request = build_request(random_inputs(specs), binary=False)
+    request = build_request(random_inputs(config_input_specs(entry)), binary=False)
     return request.body, request.content_type
 
 
