@@ -22,18 +22,11 @@ from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 from emulator.cloudwatch.series import MAX_SAMPLES_PER_SERIES, MetricStore
 from emulator.cloudwatch.service import CloudWatchService
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.clock_support import FakeTime
 from tests.support import package, scale_request, write_scale_model
 
 DIMS = {"EndpointName": "e", "VariantName": "AllTraffic"}
 DIM_LIST = [{"Name": k, "Value": v} for k, v in DIMS.items()]
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _service(scale: float = 1.0) -> tuple[CloudWatchService, MetricStore, FakeTime]:

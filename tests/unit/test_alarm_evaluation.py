@@ -15,14 +15,7 @@ from emulator.cloudwatch.alarms import AlarmStore
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 from emulator.cloudwatch.series import MetricStore
 from emulator.cloudwatch.service import CloudWatchService
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock_support import FakeTime
 
 
 class Rig:
