@@ -196,7 +196,7 @@ class Watch:
                 self.said.add(("ping", repr(exc)))
             try:
                 status = self.sm.describe_endpoint(EndpointName="local")["EndpointStatus"]
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - what it said is the finding
                 status = repr(exc)
             self.said.add(("DescribeEndpoint", status))
             time.sleep(0.02)

@@ -27,7 +27,7 @@ def _gpu_count() -> int:
         import torch
 
         return int(torch.cuda.device_count())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no torch, or no working CUDA: no GPU
         return 0
 
 
