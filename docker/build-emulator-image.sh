@@ -41,10 +41,7 @@ inputs_hash="$( {
     echo "$base $(docker image inspect --format '{{.Id}}' "$base")"
 } | sha256sum | cut -c1-16)"
 
-if [ "$force" != 1 ] && [ "$(image_label "$tag" "$label_key")" = "$inputs_hash" ]; then
-    say "$tag is up to date; nothing to do in $(( $(date +%s) - started ))s"
-    exit 0
-fi
+exit_if_built "$tag" "$label_key" "$inputs_hash" "$force" "$started"
 
 ctx="$build_dir/emulator-context"
 wheels="$build_dir/emulator-wheels"

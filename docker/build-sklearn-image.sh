@@ -32,10 +32,7 @@ inputs_hash="$( {
     cat "$here/sklearn-serve/Dockerfile" "$here/sklearn-serve/serve" "$here/sklearn-serve/requirements.txt"
     echo "$sklearn_pin $(image_label "$base" "$label_key")"
 } | sha256sum | cut -c1-16)"
-if [ "$force" != 1 ] && [ "$(image_label "$tag" "$label_key")" = "$inputs_hash" ]; then
-    say "$tag is up to date ($sklearn_pin); nothing to do in $(( $(date +%s) - started ))s"
-    exit 0
-fi
+exit_if_built "$tag" "$label_key" "$inputs_hash" "$force" "$started" "$sklearn_pin"
 
 ctx="$build_dir/sklearn-serve-context"
 wheels="$build_dir/wheels-sklearn"

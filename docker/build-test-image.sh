@@ -83,10 +83,7 @@ inputs_hash="$( {
     echo "$profile $pytriton_version $base_hash"
 } | sha256sum | cut -c1-16)"
 
-if [ "$force" != 1 ] && [ "$(image_label "$tag" "$label_key")" = "$inputs_hash" ]; then
-    say "$tag is up to date (profile $profile); nothing to do in $(( $(date +%s) - started ))s"
-    exit 0
-fi
+exit_if_built "$tag" "$label_key" "$inputs_hash" "$force" "$started" "profile $profile"
 
 ctx="$build_dir/triton-cpu-context"
 wheels="$build_dir/wheels-$profile"

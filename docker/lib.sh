@@ -30,6 +30,15 @@ image_label() {  # image, label -> value ('' when the image or the label is miss
     docker image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true
 }
 
+# exit_if_built IMAGE LABEL HASH FORCE STARTED [DETAIL]: ends the script (status 0) when IMAGE's
+# LABEL already holds its inputs' HASH and FORCE is not 1: there is nothing to build.
+exit_if_built() {
+    if [ "$4" != 1 ] && [ "$(image_label "$1" "$2")" = "$3" ]; then
+        say "$1 is up to date${6:+ ($6)}; nothing to do in $(( $(date +%s) - $5 ))s"
+        exit 0
+    fi
+}
+
 image_size() {  # image -> "123 MB"
     docker image inspect --format '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1e6}'
 }

@@ -16,9 +16,13 @@ from types import MappingProxyType
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from emulator import autoscaling, cloudwatch, page_key
+from emulator import autoscaling, page_key
 from emulator.auth import install_auth
 from emulator.clock import Clock
+from emulator.cloudwatch.alarms import AlarmStore
+from emulator.cloudwatch.routes import build_cloudwatch_router, json_handler, query_handler
+from emulator.cloudwatch.series import MetricStore
+from emulator.cloudwatch.service import CloudWatchService
 from emulator.contract.apis import API_SCOPE_KEY, ApiRequest, Protocol, Service, read_request
 from emulator.control import ControlPlaneService, ControlStore, build_control_router
 from emulator.hosting.endpoint import HostedInstance
@@ -99,11 +103,11 @@ class EmulatorApp(FastAPI):
 
 def build_app(settings: Settings) -> EmulatorApp:
     clock = Clock(settings.clock_scale)
-    metric_store = cloudwatch.MetricStore(clock)  # every sample of the fleet, for CloudWatch
+    metric_store = MetricStore(clock)  # every sample of the fleet, for CloudWatch
     # every alarm, evaluated over metric_store; deployments (emulator/control) watch them too
-    alarms = cloudwatch.AlarmStore(metric_store, clock, settings.region, settings.account_id,
-                                   settings.cache_dir / "alarms.db",
-                                   sns_endpoint_url=settings.sns_endpoint_url)
+    alarms = AlarmStore(metric_store, clock, settings.region, settings.account_id,
+                        settings.cache_dir / "alarms.db",
+                        sns_endpoint_url=settings.sns_endpoint_url)
     factory = InstanceFactory(settings)
     feed = Feed()  # what the live page at /_emulator/ shows beyond the fleet's state
 
@@ -145,16 +149,16 @@ def build_app(settings: Settings) -> EmulatorApp:
     app.state.control_plane = control
     app.state.metric_store = metric_store
     app.state.alarms = alarms
-    metrics_api = cloudwatch.CloudWatchService(metric_store, clock, alarms)
+    metrics_api = CloudWatchService(metric_store, clock, alarms)
     scaling = autoscaling.AutoScalingService(autoscaling.SageMakerVariants(control), clock,
                                              settings.region, settings.account_id, alarms,
                                              settings.cache_dir / "autoscaling.json")
     app.include_router(build_control_router(control, others={
         (Service.AUTOSCALING, Protocol.JSON): autoscaling.json_handler(scaling),
-        (Service.CLOUDWATCH, Protocol.JSON): cloudwatch.json_handler(metrics_api),
-        (Service.CLOUDWATCH, Protocol.QUERY): cloudwatch.query_handler(metrics_api),
+        (Service.CLOUDWATCH, Protocol.JSON): json_handler(metrics_api),
+        (Service.CLOUDWATCH, Protocol.QUERY): query_handler(metrics_api),
     }))
-    app.include_router(cloudwatch.build_cloudwatch_router(metrics_api))  # rpc-v2-cbor paths
+    app.include_router(build_cloudwatch_router(metrics_api))  # rpc-v2-cbor paths
     app.include_router(autoscaling.build_autoscaling_router(
         autoscaling.ScalingEngine(scaling, metric_store, clock)))
     app.include_router(build_introspection_router(registry, alarms))

@@ -38,7 +38,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from emulator.cloudwatch.alarms import STATES as ALARM_STATES
+from emulator.cloudwatch.alarm_model import STATES as ALARM_STATES
 from emulator.cloudwatch.alarms import AlarmStore
 from emulator.hosting import copy_utilization
 from emulator.hosting.component_tally import ComponentTally

@@ -282,10 +282,16 @@ class Settings(BaseSettings):
     max_payload_bytes: Annotated[int, BeforeValidator(parse_size),
                                  Flag(default_text="`6MiB`", env_only=True)] = 6 * 1024**2
     """largest request body accepted, as SageMaker's 6 MB invocation limit"""
+    stream_downloads: Annotated[bool, Flag(env_only=True)] = True
+    """extract a model's archive as it downloads; `false`: copy it to disk, then extract it (`mme bench coldstart` compares the two)"""  # noqa: E501
+    overlap_count_evictions: Annotated[bool, Flag(env_only=True)] = True
+    """under `--max-loaded-models` alone, start a load once Triton has accepted its victim's unload; `false`: wait for the unload to end (`mme bench scale` compares the two)"""  # noqa: E501
+    overlap_byte_evictions: Annotated[bool, Flag(env_only=True)] = True
+    """under a memory budget, start a load beside its victims' unloads where their memory may be held a moment longer (docs/memory.md); `false`: wait for the unloads to end (`mme bench miss` compares the two)"""  # noqa: E501
     triton_shared_memory: Annotated[Size, Flag(default_text="`64MiB`")] = 64 * 1024**2
     """shared memory through which binary request bodies of 64 KiB or more reach Triton without its socket (embedded; docker when run as root; `0`: every body over HTTP). When it is full a body waits for room (first come, first served; within the call's timeout); only a body longer than the whole region goes over HTTP"""  # noqa: E501
     max_extracted_bytes: Annotated[Size, Flag(default_text="`50GiB`")] = 50 * 1024**3
-    """tarballs that expand to more are refused (a gzip-bomb guard; `--disk-budget` also caps it)"""  # noqa: E501
+    """tarballs that expand to more are refused (a gzip-bomb guard; `--disk-budget` also caps it)"""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     """`DEBUG` also shows Triton's own log"""
     auth: Literal["off", "sigv4"] = "off"

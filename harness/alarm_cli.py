@@ -124,7 +124,7 @@ def _client(args: argparse.Namespace) -> Any:
 def _run(args: argparse.Namespace, work: Any) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from harness.deployer import DeployError
+    from harness.deployment import DeployError
 
     try:
         work(_client(args))
@@ -204,7 +204,7 @@ def run_delete(args: argparse.Namespace) -> int:
                  + found.get("CompositeAlarms", [])}
         missing = [n for n in args.names if n not in known]
         if missing:
-            from harness.deployer import DeployError
+            from harness.deployment import DeployError
 
             raise DeployError(f"no alarm named {', '.join(missing)} (mme alarm list shows "
                               "them); nothing was deleted")

@@ -170,20 +170,13 @@ def _add_sweep(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def _plan(args: argparse.Namespace, targets: list[str | None],
           popularity: str = "uniform") -> LoadPlan:
-    from harness.loadtest.config import (
-        LoadPlan,
-        PlanError,
-        Popularity,
-        StoppingConditions,
-        parse_phase,
-        parse_threshold,
-        plan_from_api,
-    )
+    from harness.loadtest import config as load_config
+    from harness.loadtest.config import LoadPlan, PlanError, StoppingConditions
 
-    pop = Popularity.parse(popularity)
+    pop = load_config.Popularity.parse(popularity)
     if args.config:
         try:
-            plan = plan_from_api(
+            plan = load_config.plan_from_api(
                 json.loads(args.config.read_text()),
                 target_models=targets,
                 popularity=pop,
@@ -198,7 +191,7 @@ def _plan(args: argparse.Namespace, targets: list[str | None],
                             "CreateInferenceRecommendationsJob") from exc
     else:
         plan = LoadPlan(
-            phases=tuple(parse_phase(s) for s in args.phase or [DEFAULT_PHASE]),
+            phases=tuple(load_config.parse_phase(s) for s in args.phase or [DEFAULT_PHASE]),
             target_models=tuple(targets),
             popularity=pop,
             seed=args.seed,
@@ -210,7 +203,8 @@ def _plan(args: argparse.Namespace, targets: list[str | None],
                 max_invocations=args.max_invocations
                 if args.max_invocations is not None
                 else plan.stopping.max_invocations,
-                latency_thresholds=tuple(parse_threshold(t) for t in args.latency_threshold)
+                latency_thresholds=tuple(load_config.parse_threshold(t)
+                                         for t in args.latency_threshold)
                 if args.latency_threshold
                 else plan.stopping.latency_thresholds,
             ),

@@ -24,23 +24,23 @@ import re
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.deployer import (
+from harness.deployment import (
     Artifact,
     BadInput,
+    ComponentSpec,
     DeployConfig,
-    Deployer,
     DeployError,
     DeployResult,
+    DeploySteps,
     Interrupted,
     SmokeResult,
-    _digest,
-    _resource_name,
     auto_payload,
+    definition_digest,
     entry_model,
+    resource_name,
 )
 from harness.model_versions import DIGEST_DIGITS
 from harness.scaling_teardown import delete_scaling
@@ -52,31 +52,6 @@ MIN_CPUS = 0.25
 MIN_MEMORY_MB = 128
 ROUTING_STRATEGIES = ("LEAST_OUTSTANDING_REQUESTS", "RANDOM")
 DEFAULT_MODEL_ENV = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
-
-
-@dataclass(frozen=True)
-class ComponentSpec:
-    """An inference component as ``mme deploy`` makes it: its name, what one copy reserves, how
-    many copies, and (for a new endpoint) its variant's instance scaling and routing."""
-
-    name: str
-    copies: int = 1
-    cpus: float = 1.0  # NumberOfCpuCoresRequired
-    memory_mb: int = 1024  # MinMemoryRequiredInMb
-    max_memory_mb: int | None = None  # MaxMemoryRequiredInMb
-    accelerators: int | None = None  # NumberOfAcceleratorDevicesRequired
-    min_instances: int | None = None  # ManagedInstanceScaling (both or neither)
-    max_instances: int | None = None
-    routing: str | None = None  # RoutingConfig.RoutingStrategy
-
-    def resources(self) -> dict[str, Any]:
-        wanted: dict[str, Any] = {"NumberOfCpuCoresRequired": self.cpus,
-                                  "MinMemoryRequiredInMb": self.memory_mb}
-        if self.max_memory_mb is not None:
-            wanted["MaxMemoryRequiredInMb"] = self.max_memory_mb
-        if self.accelerators is not None:
-            wanted["NumberOfAcceleratorDevicesRequired"] = self.accelerators
-        return wanted
 
 
 def check_component(spec: ComponentSpec, config: DeployConfig) -> None:
@@ -102,12 +77,12 @@ def check_component(spec: ComponentSpec, config: DeployConfig) -> None:
     if (spec.min_instances is None) != (spec.max_instances is None):
         problems.append("managed instance scaling needs both --min-instances and "
                         "--max-instances")
-    elif spec.min_instances is not None and spec.max_instances is not None:
-        if not 0 <= spec.min_instances <= config.instance_count <= spec.max_instances:
-            problems.append(f"managed instance scaling needs 0 <= --min-instances "
-                            f"({spec.min_instances}) <= --instance-count "
-                            f"({config.instance_count}) <= --max-instances "
-                            f"({spec.max_instances})")
+    elif (spec.min_instances is not None and spec.max_instances is not None
+          and not 0 <= spec.min_instances <= config.instance_count <= spec.max_instances):
+        problems.append(f"managed instance scaling needs 0 <= --min-instances "
+                        f"({spec.min_instances}) <= --instance-count "
+                        f"({config.instance_count}) <= --max-instances "
+                        f"({spec.max_instances})")
     if spec.routing is not None and spec.routing not in ROUTING_STRATEGIES:
         problems.append(f"--routing is one of {', '.join(ROUTING_STRATEGIES)}, "
                         f"not {spec.routing!r}")
@@ -133,7 +108,7 @@ def _model_base(component: str) -> str:
 class _Created:
     """What this run created, undone newest first when a later step fails."""
 
-    def __init__(self, deployer: Deployer) -> None:
+    def __init__(self, deployer: DeploySteps) -> None:
         self._deployer = deployer
         self._undo: list[tuple[str, Callable[[], object]]] = []
 
@@ -157,7 +132,7 @@ class _Created:
         return left
 
 
-def deploy_component(deployer: Deployer, config: DeployConfig,
+def deploy_component(deployer: DeploySteps, config: DeployConfig,
                      spec: ComponentSpec) -> DeployResult:
     check_component(spec, config)
     image, role = deployer.image_and_role(config)
@@ -210,7 +185,7 @@ def _remove_copy(copied: Path) -> None:
             folder.rmdir()
 
 
-def _object_exists(deployer: Deployer, bucket: str, key: str) -> bool:
+def _object_exists(deployer: DeploySteps, bucket: str, key: str) -> bool:
     from botocore.exceptions import ClientError
 
     try:
@@ -220,7 +195,7 @@ def _object_exists(deployer: Deployer, bucket: str, key: str) -> bool:
     return True
 
 
-def _deploy(deployer: Deployer, config: DeployConfig, spec: ComponentSpec, artifact: Artifact,
+def _deploy(deployer: DeploySteps, config: DeployConfig, spec: ComponentSpec, artifact: Artifact,
             model_data_url: str, image: str, role: str, created: _Created) -> DeployResult:
     sm = deployer.clients.sagemaker
     environment = dict(config.environment)
@@ -230,9 +205,9 @@ def _deploy(deployer: Deployer, config: DeployConfig, spec: ComponentSpec, artif
         # several in the tarball it needs the one to serve named (its entry, the ensemble).
         environment[DEFAULT_MODEL_ENV] = entry.name
     container = {"Image": image, "ModelDataUrl": model_data_url, "Environment": environment}
-    model_name = _resource_name(
+    model_name = resource_name(
         _model_base(spec.name),
-        _digest({"container": container, "role": role, "artifact": artifact.digest}))
+        definition_digest({"container": container, "role": role, "artifact": artifact.digest}))
     if deployer._exists("DescribeModel", ModelName=model_name) is None:
         deployer._mutate(sm, "CreateModel", ModelName=model_name, PrimaryContainer=container,
                          ExecutionRoleArn=role)
@@ -272,7 +247,7 @@ def _deploy(deployer: Deployer, config: DeployConfig, spec: ComponentSpec, artif
     return result
 
 
-def _delete_tarball(deployer: Deployer, url: str, keep: str) -> None:
+def _delete_tarball(deployer: DeploySteps, url: str, keep: str) -> None:
     """A superseded model's tarball (``url``), once no kept model names it: only one this
     deployer put in a version folder of a component (``.../<component>/<digest>/<name>``)."""
     from urllib.parse import unquote, urlparse
@@ -293,7 +268,7 @@ def _delete_tarball(deployer: Deployer, url: str, keep: str) -> None:
                          Key=parsed.path.lstrip("/"))
 
 
-def _ensure_endpoint(deployer: Deployer, config: DeployConfig, spec: ComponentSpec, role: str,
+def _ensure_endpoint(deployer: DeploySteps, config: DeployConfig, spec: ComponentSpec, role: str,
                      created: _Created) -> str:
     """The endpoint for components: reused when it exists (InService, for components), else
     created with its config. Returns the config's name."""
@@ -333,7 +308,8 @@ def _ensure_endpoint(deployer: Deployer, config: DeployConfig, spec: ComponentSp
                                              "MaxInstanceCount": spec.max_instances}
     if spec.routing is not None:
         variant["RoutingConfig"] = {"RoutingStrategy": spec.routing}
-    config_name = _resource_name(name, _digest({"components-variant": variant, "role": role}))
+    config_name = resource_name(
+        name, definition_digest({"components-variant": variant, "role": role}))
     if deployer._exists("DescribeEndpointConfig", EndpointConfigName=config_name) is None:
         deployer._mutate(sm, "CreateEndpointConfig", EndpointConfigName=config_name,
                          ExecutionRoleArn=role, ProductionVariants=[variant])
@@ -360,7 +336,7 @@ def _ensure_endpoint(deployer: Deployer, config: DeployConfig, spec: ComponentSp
     return config_name
 
 
-def _ensure_component(deployer: Deployer, config: DeployConfig, spec: ComponentSpec,
+def _ensure_component(deployer: DeploySteps, config: DeployConfig, spec: ComponentSpec,
                       model_name: str, created: _Created) -> str:
     sm = deployer.clients.sagemaker
     specification = {"ModelName": model_name, "ComputeResourceRequirements": spec.resources()}
@@ -412,7 +388,7 @@ def _same_resources(deployed: dict[str, Any], wanted: dict[str, Any]) -> bool:
     return all(k in deployed and float(deployed[k]) == float(v) for k, v in wanted.items())
 
 
-def wait_for_component(deployer: Deployer, name: str, delay_s: float,
+def wait_for_component(deployer: DeploySteps, name: str, delay_s: float,
                        max_attempts: int) -> dict[str, Any]:
     """DescribeInferenceComponent every ``delay_s`` until the component is InService, saying
     each change of status and copy count (there is no botocore waiter for components)."""
@@ -437,7 +413,7 @@ def wait_for_component(deployer: Deployer, name: str, delay_s: float,
                       "polls; look at DescribeInferenceComponent")
 
 
-def wait_for_component_deleted(deployer: Deployer, name: str, delay_s: float,
+def wait_for_component_deleted(deployer: DeploySteps, name: str, delay_s: float,
                                max_attempts: int = 120) -> None:
     for _ in range(max_attempts):
         if deployer._exists("DescribeInferenceComponent", InferenceComponentName=name) is None:
@@ -446,7 +422,7 @@ def wait_for_component_deleted(deployer: Deployer, name: str, delay_s: float,
     raise DeployError(f"inference component {name} was still there after {max_attempts} polls")
 
 
-def _smoke(deployer: Deployer, config: DeployConfig, spec: ComponentSpec, artifact: Artifact,
+def _smoke(deployer: DeploySteps, config: DeployConfig, spec: ComponentSpec, artifact: Artifact,
            described: dict[str, Any]) -> SmokeResult:
     label = f"smoke inference component {spec.name}"
     if not (described.get("RuntimeConfig") or {}).get("CurrentCopyCount"):
@@ -473,7 +449,7 @@ def _smoke(deployer: Deployer, config: DeployConfig, spec: ComponentSpec, artifa
     return SmokeResult(spec.name, True, f"{size} bytes")
 
 
-def _owned_models(deployer: Deployer, component: str) -> list[str]:
+def _owned_models(deployer: DeploySteps, component: str) -> list[str]:
     base = _model_base(component)
     owned = re.compile(re.escape(base) + r"-[0-9a-f]{8}")
     names = []
@@ -483,7 +459,7 @@ def _owned_models(deployer: Deployer, component: str) -> list[str]:
     return [n for n in names if owned.fullmatch(n)]
 
 
-def _forget_superseded_models(deployer: Deployer, component: str, keep: str) -> None:
+def _forget_superseded_models(deployer: DeploySteps, component: str, keep: str) -> None:
     """The models earlier runs made for this component, now that it runs ``keep``, and their
     tarballs when the kept model does not use the same one."""
     sm = deployer.clients.sagemaker
@@ -498,7 +474,7 @@ def _forget_superseded_models(deployer: Deployer, component: str, keep: str) -> 
                 _delete_tarball(deployer, url, kept)
 
 
-def teardown_components(deployer: Deployer, endpoint_name: str, only: str | None,
+def teardown_components(deployer: DeploySteps, endpoint_name: str, only: str | None,
                         wait_delay_s: float) -> tuple[set[str], list[str]]:
     """Delete the endpoint's inference components (or just ``only``), each waited for until
     gone; the models they ran, and those this deployer made for them, are deleted when no

@@ -65,7 +65,8 @@ def check_guarded(given: Mapping[str, Any], instance_count: int) -> list[str]:
     """The guarded-update flags (``traffic``, ``canary_size``, ``linear_step_size``, ``bake``,
     ``termination_wait``, ``max_execution_timeout``, ``rollback_alarm``) as one line each of
     what to fix; ``instance_count`` is the fleet the sizes are checked against."""
-    from harness.deployer import DeployError, capacity_size
+    from harness.deployer import capacity_size
+    from harness.deployment import DeployError
 
     traffic = given.get("traffic")
     named = [flag for flag in GUARD_FLAGS

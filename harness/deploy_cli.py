@@ -34,21 +34,24 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from emulator.settings import DeprecatedVariable
-from harness.component_deployer import ROUTING_STRATEGIES, ComponentSpec, check_component
+from harness.component_deployer import ROUTING_STRATEGIES, check_component
 from harness.deploy_checks import check_container, check_guarded, check_instance_type
 from harness.deployer import (
     DEFAULT_EMULATOR_URL,
     DEFAULT_STORE_DIR,
-    DEFAULT_TRITON_VERSION,
     TRITON_VERSIONS,
-    BadInput,
-    DeployConfig,
     Deployer,
+    deployment_config,
+    make_clients,
+)
+from harness.deployment import (
+    DEFAULT_TRITON_VERSION,
+    BadInput,
+    ComponentSpec,
+    DeployConfig,
     DeployError,
     Interrupted,
     RolledBack,
-    deployment_config,
-    make_clients,
 )
 
 EXIT_ROLLED_BACK = 3

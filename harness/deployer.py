@@ -25,22 +25,34 @@ alike, and raises ``RolledBack`` when SageMaker (or the emulator) rolled the upd
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from botocore import xform_name  # boto3's own operation -> method name
 
 from ensembles.packaging import package
+from harness.deployment import (
+    DEFAULT_TRITON_VERSION,
+    Artifact,
+    BadInput,
+    DeployConfig,
+    DeployError,
+    DeployResult,
+    Interrupted,
+    RolledBack,
+    SmokeResult,
+    auto_payload,
+    definition_digest,
+    resource_name,
+)
 from harness.model_store import (
     file_digest,
     is_model_dir,
@@ -50,10 +62,6 @@ from harness.model_store import (
 )
 from harness.model_versions import ModelStore, resource_base, version_name
 
-if TYPE_CHECKING:
-    from harness.component_deployer import ComponentSpec
-
-DEFAULT_TRITON_VERSION = "24.09"
 # Account of the SageMaker Triton image per region (sagemaker-python-sdk,
 # image_uri_config/sagemaker-tritonserver.json; the same map for versions 23.12 to 24.09).
 TRITON_VERSIONS = ("23.12", "24.01", "24.03", "24.05", "24.09")
@@ -90,34 +98,6 @@ DEFAULT_EMULATOR_URL = "http://127.0.0.1:8080"  # where ``mme serve`` listens by
 # --target local without a bucket: the folder that stands for one (the emulator reads folders)
 DEFAULT_STORE_DIR = Path("~/.cache/sagemaker-mme-emulator-models")
 _NAME_OK = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
-
-
-class DeployError(RuntimeError):
-    """A deployment that cannot go on; the message says what failed and what to do."""
-
-
-class BadInput(DeployError):
-    """What was asked cannot be deployed as given (a flag out of range, flags that do not go
-    together); found before any call. ``mme deploy`` exits with 2 for it, as for a bad flag."""
-
-
-class Interrupted(DeployError):
-    """Ctrl-C: the command stopped following, and says what goes on without it. ``kind`` is
-    what the endpoint (or component) is doing: ``nothing`` (no change was asked of it), ``done``
-    (the change is done; the smoke calls stopped), ``create``, ``update``, ``guarded`` (an update
-    with a DeploymentConfig; ``alarms`` roll it back), ``component-create``,
-    ``component-update``, ``endpoint-create`` (an endpoint for a component, not yet made).
-    ``mme deploy`` exits 130 for it, as a shell does for Ctrl-C."""
-
-    def __init__(self, message: str, kind: str, alarms: Sequence[str] = ()) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.alarms = list(alarms)
-
-
-class RolledBack(DeployError):
-    """The update was rolled back (an alarm, a timeout, a new fleet that did not start): the
-    endpoint serves its previous config. ``mme deploy`` exits with 3 for it."""
 
 
 def capacity_size(text: str) -> dict[str, Any]:
@@ -234,66 +214,6 @@ def make_clients(
 
 # ---------------------------------------------------------------------------------------------
 # What to deploy
-
-
-@dataclass
-class DeployConfig:
-    endpoint_name: str
-    artifacts: Sequence[Path]
-    bucket: str | None = None  # the S3 bucket; None with ``store_dir``
-    prefix: str = "models/"
-    # The emulator only: a local folder as the model store (ModelDataUrl file://<dir>/<prefix>)
-    store_dir: Path | None = None
-    instance_type: str = "ml.g5.xlarge"
-    instance_count: int = 1
-    image_uri: str | None = None
-    triton_version: str = DEFAULT_TRITON_VERSION
-    role_arn: str | None = None
-    environment: Mapping[str, str] = field(default_factory=dict)
-    model_cache: bool = True
-    variant_name: str = "AllTraffic"
-    smoke: bool = True
-    # TargetModel -> a KServe JSON request file; others get a request built from config.pbtxt.
-    payloads: Mapping[str, Path] = field(default_factory=dict)
-    wait_delay_s: float = 30.0
-    wait_max_attempts: int = 120
-    create_bucket: bool = False
-    dry_run: bool = False
-    # SageMaker's DeploymentConfig for an update (``deployment_config``); None: a plain update.
-    deployment_config: Mapping[str, Any] | None = None
-    # Deploy the one artifact as this inference component (harness/component_deployer.py)
-    # instead of to a multi-model endpoint.
-    component: ComponentSpec | None = None
-
-    def normalized_prefix(self) -> str:
-        prefix = self.prefix.strip("/")
-        return f"{prefix}/" if prefix else ""
-
-
-@dataclass(frozen=True)
-class Artifact:
-    path: Path
-    target_model: str
-    digest: str
-    size: int
-
-
-@dataclass
-class SmokeResult:
-    target_model: str
-    ok: bool
-    detail: str
-
-
-@dataclass
-class DeployResult:
-    endpoint_name: str
-    model_name: str
-    config_name: str
-    model_data_url: str
-    artifacts: list[Artifact]
-    action: str  # created | updated | unchanged | recreated | dry-run
-    smoke: list[SmokeResult] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,7 +458,7 @@ class Deployer:
                 "InitialInstanceCount": config.instance_count,
                 "InitialVariantWeight": 1.0,
             }
-            digest = _digest(
+            digest = definition_digest(
                 {
                     "container": container,
                     "role": role,
@@ -546,7 +466,7 @@ class Deployer:
                     "artifacts": sorted((a.target_model, a.digest) for a in artifacts),
                 }
             )
-            model_name = config_name = _resource_name(config.endpoint_name, digest)
+            model_name = config_name = resource_name(config.endpoint_name, digest)
             self._asked = None
             try:
                 self._ensure_model(model_name, container, role)
@@ -829,7 +749,7 @@ class Deployer:
             self.delete_version(store, version)
 
     def _owned(self, endpoint_name: str, operation: str, key: str) -> list[str]:
-        base = _resource_base(endpoint_name)
+        base = resource_base(endpoint_name)
         owned = re.compile(re.escape(base) + r"-[0-9a-f]{8}")
         field_name = "ModelName" if key == "Models" else "EndpointConfigName"
         paginator = self.clients.sagemaker.get_paginator(xform_name(operation))
@@ -1039,7 +959,7 @@ class Deployer:
 # Helpers
 
 
-class _progress_bar:  # noqa: N801 - used as a context manager, reads like a function
+class _progress_bar:  # used as a context manager, reads like a function
     def __init__(self, total: int, desc: str, enabled: bool):
         self._bar: Any = None
         if enabled:
@@ -1082,74 +1002,9 @@ def _deployment_step(described: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
-
-
 def _check_name(name: str) -> None:
     if not _NAME_OK.fullmatch(name):
         raise DeployError(
             f"invalid endpoint name {name!r}: up to 63 letters, digits and hyphens, "
             "starting and ending with a letter or digit"
         )
-
-
-_resource_base = resource_base
-
-
-def _resource_name(endpoint_name: str, digest: str) -> str:
-    return f"{_resource_base(endpoint_name)}-{digest[:8]}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Smoke payloads from config.pbtxt
-
-
-def auto_payload(tarball: Path) -> tuple[bytes, str]:
-    """A KServe JSON request for the tarball's entry model (the ensemble, else the only model),
-    with random inputs of the declared types and shapes (-1 dimensions become 1)."""
-    from tritonclient.grpc import model_config_pb2
-
-    from harness.payloads import build_request, random_inputs
-
-    entry, _ = entry_model(tarball)
-    specs = []
-    for tensor in entry.input:
-        datatype = model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_")
-        datatype = "BYTES" if datatype == "STRING" else datatype
-        dims = list(tensor.dims)
-        if entry.max_batch_size > 0:
-            dims = [1, *dims]
-        specs.append((tensor.name, datatype, dims))
-    request = build_request(random_inputs(specs), binary=False)
-    return request.body, request.content_type
-
-
-def entry_model(tarball: Path) -> tuple[Any, int]:
-    """The config (a ``ModelConfig``) of the tarball's entry model (the ensemble no other
-    ensemble uses, else the only model) and how many models the tarball holds."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    configs = []
-    with tarfile.open(tarball, "r:gz") as tar:
-        for member in tar.getmembers():
-            parts = Path(member.name).parts
-            if member.isfile() and parts and parts[-1] == "config.pbtxt":
-                handle = tar.extractfile(member)
-                if handle is None:
-                    continue
-                config = model_config_pb2.ModelConfig()
-                text_format.Parse(handle.read().decode(), config, allow_unknown_field=True)
-                if not config.name:
-                    config.name = parts[-2] if len(parts) > 1 else tarball.name
-                configs.append(config)
-    ensembles = [c for c in configs if c.platform == "ensemble"]
-    steps = {s.model_name for c in ensembles for s in c.ensemble_scheduling.step}
-    entries = [c for c in ensembles if c.name not in steps] or configs
-    if len(entries) != 1:
-        raise DeployError(
-            f"cannot tell the entry model of {tarball.name} ({len(entries)} candidates); "
-            "give a payload with --payload TARGET=FILE"
-        )
-    return entries[0], len(configs)

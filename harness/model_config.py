@@ -47,7 +47,12 @@ def entry_model(repository: Path) -> Path:
 def input_specs(config_text: str, batch_size: int = 1) -> list[tuple[str, str, list[int]]]:
     """``(name, KServe datatype, shape)`` of a config's inputs, batch dimension included."""
     text_format, pb = protobuf()
-    config = text_format.Parse(config_text, pb.ModelConfig())
+    return config_input_specs(text_format.Parse(config_text, pb.ModelConfig()), batch_size)
+
+
+def config_input_specs(config: Any, batch_size: int = 1) -> list[tuple[str, str, list[int]]]:
+    """``input_specs`` of a parsed ``ModelConfig``."""
+    _, pb = protobuf()
     specs = []
     for item in config.input:
         datatype = pb.DataType.Name(item.data_type).removeprefix("TYPE_")

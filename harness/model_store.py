@@ -146,9 +146,7 @@ def _collect(item: Path, under: Path, entries: dict[str, Path], top: bool = Fals
 
     if is_tarball(item):
         add(item.name, item)
-    elif is_model_dir(item):
-        add(tarball_name(item), item)
-    elif is_repository(item) and (holds_ensemble(item) or not top):
+    elif is_model_dir(item) or (is_repository(item) and (holds_ensemble(item) or not top)):
         add(tarball_name(item), item)
     elif item.is_dir():  # a store folder (the top one: its model folders are TargetModels)
         for child in sorted(item.iterdir()):

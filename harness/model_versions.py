@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import ParseResult, unquote, urlparse
 
 DIGEST_DIGITS = 12
 
@@ -59,20 +59,26 @@ class ModelStore:
         """The S3 prefix of a version (with its slash)."""
         return f"{self.prefix}{version}/"
 
-    def within(self, url: str | None) -> ModelStore | None:
-        """The store (this one or one under it) whose folder or prefix holds what ``url``
-        names, or None when it is not in this store."""
+    def _parsed(self, url: str | None) -> ParseResult | None:
+        """``url`` parsed when it names a place of this kind of store (a ``file://`` URL for a
+        folder, an ``s3://`` URL of this bucket), else None."""
         if not url:
             return None
         parsed = urlparse(url)
         if self.folder is not None:
-            if parsed.scheme != "file":
-                return None
+            return parsed if parsed.scheme == "file" else None
+        return parsed if parsed.scheme == "s3" and parsed.netloc == self.bucket else None
+
+    def within(self, url: str | None) -> ModelStore | None:
+        """The store (this one or one under it) whose folder or prefix holds what ``url``
+        names, or None when it is not in this store."""
+        parsed = self._parsed(url)
+        if parsed is None:
+            return None
+        if self.folder is not None:
             parent = Path(unquote(parsed.path)).parent.resolve()
             root = self.folder.resolve()
             return ModelStore(folder=parent) if parent.is_relative_to(root) else None
-        if parsed.scheme != "s3" or parsed.netloc != self.bucket:
-            return None
         key = parsed.path.lstrip("/").rstrip("/")
         if not key.startswith(self.prefix) or key == self.prefix.rstrip("/"):
             return None
@@ -82,19 +88,15 @@ class ModelStore:
     def version_at(self, url: str | None, endpoint_name: str) -> str | None:
         """The version of ``endpoint_name`` that ``url`` (a ModelDataUrl) names in this store,
         or None when it names anything else."""
-        if not url:
+        parsed = self._parsed(url)
+        if parsed is None:
             return None
-        parsed = urlparse(url)
         if self.folder is not None:
-            if parsed.scheme != "file":
-                return None
             path = Path(unquote(parsed.path))
             parent, name = path.parent, path.name
             if parent.resolve() != self.folder.resolve():
                 return None
         else:
-            if parsed.scheme != "s3" or parsed.netloc != self.bucket:
-                return None
             key = parsed.path.lstrip("/").rstrip("/")
             if not key.startswith(self.prefix):
                 return None

@@ -10,15 +10,14 @@ too, as nothing else can fire that policy any more.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from harness.deployer import Deployer
+from harness.deployment import DeploySteps
 
 NAMESPACE = "sagemaker"
 
 
-def delete_scaling(deployer: Deployer, resource_ids: list[str]) -> None:
+def delete_scaling(deployer: DeploySteps, resource_ids: list[str]) -> None:
     """Every scalable target of ``resource_ids`` (``inference-component/NAME``,
     ``endpoint/NAME/variant/VARIANT``), its policies and their alarms."""
     aas = deployer.clients.autoscaling
@@ -45,7 +44,7 @@ def delete_scaling(deployer: Deployer, resource_ids: list[str]) -> None:
         _delete_alarms(deployer, sorted(alarms))
 
 
-def _alarms_acting_on(deployer: Deployer, arns: set[str]) -> set[str]:
+def _alarms_acting_on(deployer: DeploySteps, arns: set[str]) -> set[str]:
     cloudwatch = deployer.clients.cloudwatch
     if cloudwatch is None or not arns:
         return set()
@@ -57,7 +56,7 @@ def _alarms_acting_on(deployer: Deployer, arns: set[str]) -> set[str]:
     return names
 
 
-def _delete_alarms(deployer: Deployer, names: list[str]) -> None:
+def _delete_alarms(deployer: DeploySteps, names: list[str]) -> None:
     """Those of ``names`` still there (the service deletes a target tracking policy's own)."""
     cloudwatch: Any = deployer.clients.cloudwatch
     if cloudwatch is None or not names:

@@ -68,7 +68,8 @@ async def _drive_sequence(name: str, url: str, sequence: list[str], concurrency:
 def run_fleet(args: argparse.Namespace) -> int:
     import random
 
-    from mme.testmodels import package, write_scale_model
+    from ensembles.packaging import package
+    from mme.testmodels import write_scale_model
 
     rng = random.Random(args.seed)
     targets = [f"m{k}.tar.gz" for k in range(args.models)]

@@ -33,9 +33,8 @@ from mme.bench_scale import BODY, Server, serve
 
 TARGET = "big.tar.gz"
 BUCKET = "mme-coldstart"
-_SERVE_COPY_THEN_EXTRACT = ("import sys; from emulator.manager.model_manager import ModelManager; "
-                            "ModelManager.stream_downloads = False; "
-                            "from mme.cli import main; sys.exit(main(sys.argv[1:]))")
+# The server as before: the archive is copied to disk, then extracted.
+COPY_THEN_EXTRACT = {"MME_STREAM_DOWNLOADS": "false"}
 
 
 def build_model(work: Path, size_mib: int) -> Path:
@@ -57,7 +56,7 @@ class Moto:
     """moto's S3 server as its own process (a dev dependency: ``pip install 'moto[server]'``)."""
 
     def __init__(self, work: Path) -> None:
-        from emulator.triton.launcher import free_port
+        from emulator.processes import free_port
 
         binary = Path(sys.executable).with_name("moto_server")
         if not binary.exists():
@@ -78,7 +77,7 @@ class Moto:
         try:
             self.client().list_buckets()
             return True
-        except Exception:
+        except Exception:  # noqa: BLE001 - not up yet
             return False
 
     def _still_starting(self) -> None:
@@ -159,18 +158,18 @@ def run(args: argparse.Namespace) -> int:
                                             time.perf_counter() - started)
                 (work / "alone.tar.gz").unlink()
                 shutil.rmtree(work / f"alone-{repeat}")
-                for k, (name, head) in enumerate((
+                for k, (name, settings) in enumerate((
                         ("cold start now (streamed)", None),
-                        ("cold start before (copy, then extract)", _SERVE_COPY_THEN_EXTRACT))):
-                    code = ["-c", head] if head else None
+                        ("cold start before (copy, then extract)", COPY_THEN_EXTRACT))):
                     server = serve(work, f"{repeat}-{k}", ["--model-data", model_data, *flags,
-                                                           "--log-level", "INFO"], code=code)
+                                                           "--log-level", "INFO"],
+                                   settings=settings)
                     try:
                         cold = invoke_seconds(server)
                         if cold < rows.get(name, float("inf")):
                             rows[name] = cold
                             steps[name] = own_figures(work / f"serve-{repeat}-{k}.log")
-                        if head is None:
+                        if settings is None:
                             unload(server)
                             load = invoke_seconds(server)
                             rows["load alone"] = min(rows.get("load alone", float("inf")), load)

@@ -6,7 +6,7 @@ sleeps a second before it tells the model's stub to finalize, and its load start
 to auto-complete the configuration, then sleeps a second before it ends that one too
 (docs/memory.md, "Where a miss goes"). Before, the load waited for the victim's unload to
 complete; now it starts once Triton has accepted the unload, and Triton's teardown of the victim
-goes on beside it (``ModelManager.overlap_byte_evictions``).
+goes on beside it (``MME_OVERLAP_BYTE_EVICTIONS``).
 
 Two ``mme serve`` run side by side on the same store, one as before (that switch off: the
 baseline) and one as now; rounds alternate between them (ABBA, so a drift of this shared machine
@@ -46,10 +46,8 @@ import aiohttp
 
 from mme.bench_scale import Server, serve
 
-# The server process as before: the load waits for the victim's unload to complete.
-_SERVE_BEFORE = ("import sys; from emulator.manager.model_manager import ModelManager; "
-                 "ModelManager.overlap_byte_evictions = False; "
-                 "from mme.cli import main; sys.exit(main(sys.argv[1:]))")
+# The server as before: the load waits for the victim's unload to complete.
+SEQUENTIAL_EVICTIONS = {"MME_OVERLAP_BYTE_EVICTIONS": "false"}
 SIDES = ("before", "now")
 LOG_STEP = re.compile(r"model=(?P<model>\S+) step=(?P<step>load|unload) seconds=(?P<s>[0-9.]+)")
 
@@ -61,7 +59,8 @@ def _body(input_name: str) -> bytes:
 
 def build_store(store: Path, work: Path) -> dict[str, tuple[str, float]]:
     """Two trivial models and two ensembles; returns target -> (input name, expected factor)."""
-    from mme.testmodels import package, write_scale_model, write_two_step_ensemble
+    from ensembles.packaging import package
+    from mme.testmodels import write_scale_model, write_two_step_ensemble
 
     expected: dict[str, tuple[str, float]] = {}
     for k in range(2):
@@ -159,7 +158,7 @@ def _room_for_one(work: Path, part: str, targets: Sequence[str],
     baseline's sequencing) and measured; the budget is 1.6 times the largest.
     """
     server = serve(work, f"{part}-calibrate", ["--max-loaded-models", "1"],
-                   code=["-c", _SERVE_BEFORE])
+                   settings=SEQUENTIAL_EVICTIONS)
     try:
         asyncio.run(_misses(Side("calibrate"), server.url, [*targets, targets[0]],
                             len(targets) + 1, expected))
@@ -185,7 +184,7 @@ def _part(work: Path, part: str, targets: Sequence[str], budget: str | None,
         for name in SIDES:
             servers[name] = serve(work, f"{part}-{name}",
                                   ["--memory-budget", budget, "--log-level", "INFO"],
-                                  code=["-c", _SERVE_BEFORE] if name == "before" else None)
+                                  settings=SEQUENTIAL_EVICTIONS if name == "before" else None)
             stack.callback(servers[name].stop)
         # Each model's first load is not a miss under a full budget: it is counted as its
         # files until it has loaded and measured, so it fits beside the other and evicts it

@@ -124,7 +124,8 @@ class Measure:
 
 
 def _trivial(store: Path) -> Workload:
-    from mme.testmodels import package, write_scale_model
+    from ensembles.packaging import package
+    from mme.testmodels import write_scale_model
 
     package(write_scale_model(store.parent / "repo", "bench"), store / "bench.tar.gz", "folder")
     body = json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32",
@@ -138,7 +139,7 @@ BINARY_BYTES = 5 * 2**20
 
 
 def _binary(store: Path, size: int = BINARY_BYTES) -> Workload:
-    from mme.testmodels import package
+    from ensembles.packaging import package
 
     folder = store.parent / "repo" / "sum"
     (folder / "1").mkdir(parents=True, exist_ok=True)

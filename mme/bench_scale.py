@@ -54,9 +54,8 @@ from harness.live_endpoint import EmulatorProcess
 BODY = json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32",
                                "data": [1, 2, 3, 4]}]}).encode()
 # The server process, with the load waiting for every unload to complete (the old sequencing).
-_SERVE_SEQUENTIAL = ("import sys; from emulator.manager.model_manager import ModelManager; "
-                     "ModelManager.overlap_count_evictions = False; "
-                     "from mme.cli import main; sys.exit(main(sys.argv[1:]))")
+# The server as before: the load waits for the victim's unload to complete.
+SEQUENTIAL_EVICTIONS = {"MME_OVERLAP_COUNT_EVICTIONS": "false"}
 
 
 def target_name(k: int) -> str:
@@ -95,7 +94,8 @@ def zipf_sequence(models: int, requests: int, s: float, rng: random.Random) -> l
 def build_store(store: Path, work: Path, models: int) -> int:
     """``models`` tarballs in ``store``; returns the extracted size of one."""
     from emulator.manager.extract import tree_size
-    from mme.testmodels import package, write_scale_model
+    from ensembles.packaging import package
+    from mme.testmodels import write_scale_model
 
     size = 0
     for k in range(models):
@@ -157,18 +157,17 @@ def _instances(payload: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def serve(work: Path, name: str, flags: Sequence[str], sequential: bool = False,
-          code: Sequence[str] | None = None) -> Server:
-    """``mme serve`` in its own process on ``work/store``; ``flags`` may override any flag.
+def serve(work: Path, name: str, flags: Sequence[str],
+          settings: Mapping[str, str] | None = None) -> Server:
+    """``mme serve`` in its own process on ``work/store``; ``flags`` may override any flag,
+    ``settings`` (``MME_*`` variables) set those that have none.
 
-    ``code``: run ``python <code> serve ...`` instead of ``python -m mme serve ...``.
     Raises ``EmulatorStartError`` (with its log's tail) if it does not start.
     """
-    entry = list(code) if code else ["-c", _SERVE_SEQUENTIAL] if sequential else ["-m", "mme"]
     log = work / f"serve-{name}.log"
     # The folders as flags: a test finds the benchmark's work folder in the command line.
     return Server(EmulatorProcess(
-        {}, log, entry=entry,
+        dict(settings or {}), log,
         flags=["--model-data", str(work / "store"), "--cache-dir", str(work / f"cache-{name}"),
                "--log-level", "WARNING", *flags]).start())
 
@@ -362,7 +361,8 @@ def run_miss_cost(args: argparse.Namespace, work: Path) -> bool:
     for name, sequential in (("load after unload (before)", True),
                              ("load once unload accepted", False)):
         server = serve(work, "miss-" + ("seq" if sequential else "overlap"),
-                       ["--max-loaded-models", str(args.miss_room)], sequential=sequential)
+                       ["--max-loaded-models", str(args.miss_room)],
+                       settings=SEQUENTIAL_EVICTIONS if sequential else None)
         try:
             driver = Driver(server.url, args.miss_clients)
             until = time.perf_counter() + args.miss_seconds

@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mme {args.command}: interrupted; {_INTERRUPTED.get(args.command, _STOPPED)}",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - one line, never a traceback (it is logged)
+    except Exception as exc:  # one line, never a traceback (it is logged)
         # What no command foresaw (a file it cannot write, a value it cannot use): the
         # command's cleanup ran while unwinding; the traceback goes to the DEBUG log.
         log.debug("mme %s failed", args.command, exc_info=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import itertools
 import json
 import random
@@ -37,6 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from emulator.cloudwatch.statistics import percentile
 from emulator.instance_types import lookup, machine_memory_bytes
 from emulator.settings import format_size, parse_size
 from mme.arguments import model_folder, writable_file
@@ -142,13 +144,6 @@ def replay(requests: Sequence[str], costs: dict[str, ModelCost], budget: int,
     return hits, added, sum(len(c) for c in caches) / count
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
-
-
 def predict(requests: Sequence[str], costs: dict[str, ModelCost], instances: list[Instance],
             counts: list[int], rps: float, max_miss_ratio: float | None, p99_ms: float | None,
             prices: dict[str, float]) -> list[Prediction]:
@@ -158,14 +153,14 @@ def predict(requests: Sequence[str], costs: dict[str, ModelCost], instances: lis
         hits, added, resident = replay(requests, costs, instance.budget_bytes, count,
                                        instance.memory_bytes if typed else None)
         hit_ratio = hits / len(requests)
-        p99 = percentile(added, 0.99) * 1000
+        p99 = percentile(added, 99) * 1000
         meets = ((max_miss_ratio is None or 1 - hit_ratio <= max_miss_ratio)
                  and (p99_ms is None or p99 <= p99_ms))
         price = prices.get(instance.name)
         rows.append(Prediction(
             instance.name, count, instance.budget_bytes, round(resident, 2),
             round(hit_ratio, 4), round((1 - hit_ratio) * rps * 60, 2),
-            round(percentile(added, 0.50) * 1000, 1), round(p99, 1),
+            round(percentile(added, 50) * 1000, 1), round(p99, 1),
             None if price is None else round(price * count, 4), meets))
     return rows
 
@@ -237,11 +232,10 @@ def measure(model_data: str, targets: list[str] | None, launcher: str,
             room = machine_memory_bytes() // 2
             for target in tqdm(names, desc="measuring", unit="model", file=sys.stderr,
                                disable=None):
-                try:  # an empty body: the model loads, then Triton may refuse the request
+                # an empty body: the model loads, then Triton may refuse the request
+                with contextlib.suppress(ClientError):
                     client.invoke_endpoint(EndpointName="local", TargetModel=target,
                                            ContentType="application/json", Body=b"{}")
-                except ClientError:
-                    pass
                 if ("loaded", target) not in events:
                     skipped[target] = str(events.get(("failed", target), {}).get(
                         "error", "it did not load"))

@@ -130,10 +130,8 @@ class _OneLineStartupErrors(logging.Filter):
             self.failure = f"{type(exc).__name__}: {exc}".splitlines()[0]
         elif text.startswith("Traceback (most recent call last)"):
             self.failure = _last_line(text)
-        elif "Application startup failed" in text:
-            return False  # the exit message says it
-        else:
-            return True
+        else:  # a startup failure: the exit message says it
+            return "Application startup failed" not in text
         return False
 
 

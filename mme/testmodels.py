@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 # Re-exported for the benchmarks and tests that package these models: the project's one packager.
-from ensembles.packaging import package as package
 
 SCALE_MODEL_PY = '''
 import json, os, time

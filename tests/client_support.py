@@ -6,11 +6,18 @@ importing from it imports it a second time under another name.
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
 import boto3
+import botocore.session
+from botocore.compress import maybe_compress_request
 from botocore.config import Config
+from botocore.parsers import create_parser
+from botocore.serialize import create_serializer
 
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing",
                      "region_name": "us-east-1"}
@@ -35,3 +42,31 @@ class S3:
     def bucket(self, name: str) -> str:
         self.client.create_bucket(Bucket=name)
         return name
+
+
+def cloudwatch_call(url: str, protocol: str, operation: str, params: dict[str, Any],
+                    compress: bool = False) -> tuple[int, dict[str, Any]]:
+    """One call serialized by botocore's code for ``protocol`` and, with ``compress``,
+    compressed by botocore's own request compression; (status, parsed answer)."""
+    model = botocore.session.get_session().get_service_model("cloudwatch")
+    op = model.operation_model(operation)
+    request = create_serializer(protocol).serialize_to_request(params, op)
+    if protocol == "query":
+        request["headers"]["Content-Type"] = "application/x-www-form-urlencoded"
+    if compress:
+        maybe_compress_request(Config(request_min_compression_size_bytes=1), request, op)
+        assert request["headers"]["Content-Encoding"] == "gzip"
+    body = request["body"]
+    if isinstance(body, dict):
+        body = urllib.parse.urlencode(body).encode()
+    http = urllib.request.Request(url + request["url_path"], data=body, method="POST",
+                                  headers={k: v.decode() if isinstance(v, bytes) else v
+                                           for k, v in request["headers"].items()})
+    try:
+        with urllib.request.urlopen(http) as response:
+            status, headers, content = response.status, response.headers, response.read()
+    except urllib.error.HTTPError as error:
+        status, headers, content = error.code, error.headers, error.read()
+    return status, create_parser(protocol).parse(
+        {"status_code": status, "headers": {k.lower(): v for k, v in headers.items()},
+         "body": content}, op.output_shape)

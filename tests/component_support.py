@@ -6,6 +6,7 @@ The waits go through ``tests.support.wait_until`` (conditions, never sleeps).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Iterator
@@ -76,10 +77,8 @@ class ComponentServer:
         is passed over."""
         sm = self.client("sagemaker")
         for name in self.created:
-            try:
+            with contextlib.suppress(ClientError):  # deleted by the test itself
                 sm.delete_inference_component(InferenceComponentName=name)
-            except ClientError:
-                pass  # deleted by the test itself
         for name in self.created:  # each gone, its copies stopped, before the next test
             wait_until(functools.partial(component_gone, sm, name), 60,
                        f"component {name} deleted")

@@ -15,9 +15,9 @@ from typing import Any
 import boto3
 import pytest
 
+from emulator.processes import free_port
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
-from emulator.triton.launcher import free_port
 from tests.client_support import DUMMY_CREDENTIALS, S3
 
 # Fixtures defined in a helper module, made visible to every test module.

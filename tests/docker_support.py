@@ -45,7 +45,7 @@ def engine_problem() -> str | None:
             client.ping()
         finally:
             client.close()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure means no usable engine
         return f"no Docker engine answers ({exc}); start one with {PREPARE_HINT}"
     return None
 

@@ -142,5 +142,5 @@ def gpu_available() -> bool:
         import torch
 
         return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no torch, or no working CUDA: no GPU
         return False

@@ -31,6 +31,14 @@ def instance_of(server: Any, endpoint: str = "local") -> Any:
     return instances[0] if instances else found
 
 
+def observe_steps(server: Any) -> list[tuple[str, str]]:
+    """``(step, target)`` of each lifecycle step of the first instance's models, from now on."""
+    events: list[tuple[str, str]] = []
+    instance_of(server).manager.add_observer(
+        lambda step, target, _details: events.append((step, target)))
+    return events
+
+
 def models_of(server: Any, endpoint: str = "local") -> dict[str, dict[str, Any]]:
     """The first instance's models, read over HTTP as a user would: the manager's records
     belong to the server's event loop and change while a test thread would iterate them."""

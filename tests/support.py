@@ -17,7 +17,8 @@ from typing import TypeVar
 import numpy as np
 
 from emulator import processes
-from mme.testmodels import SCALE_MODEL_PY, package, write_scale_model, write_two_step_ensemble
+from ensembles.packaging import package
+from mme.testmodels import SCALE_MODEL_PY, write_scale_model, write_two_step_ensemble
 
 __all__ = ["SCALE_MODEL_PY", "package", "write_scale_model", "write_scale_ensemble",
            "scale_request", "output_of", "tar_bytes", "wait_until", "wait_for", "wait_for_async"]

@@ -44,7 +44,7 @@ class SageMakerVariants:
         """None when the endpoint or the variant does not exist."""
         try:
             described = await self.control.handle("DescribeEndpoint", {"EndpointName": endpoint})
-        except Exception as exc:  # noqa: BLE001 - ControlPlaneError: no such endpoint
+        except Exception as exc:  # ControlPlaneError: no such endpoint
             if getattr(exc, "status", 500) == 400:
                 return None
             raise
@@ -62,7 +62,7 @@ class SageMakerVariants:
                 "DesiredWeightsAndCapacities": [
                     {"VariantName": variant, "DesiredInstanceCount": count}],
             })
-        except Exception as exc:  # noqa: BLE001 - ControlPlaneError carries SageMaker's message
+        except Exception as exc:  # ControlPlaneError carries SageMaker's message
             raise CapacityError(getattr(exc, "message", str(exc))) from exc
 
     async def of(self, resource_id: str) -> VariantCapacity | None:
@@ -83,7 +83,7 @@ class SageMakerVariants:
             await self.control.handle("UpdateInferenceComponentRuntimeConfig", {
                 "InferenceComponentName": found.group(1),
                 "DesiredRuntimeConfig": {"CopyCount": count}})
-        except Exception as exc:  # noqa: BLE001 - ControlPlaneError carries SageMaker's message
+        except Exception as exc:  # ControlPlaneError carries SageMaker's message
             raise CapacityError(getattr(exc, "message", str(exc))) from exc
 
     async def component_capacity(self, name: str) -> VariantCapacity | None:
@@ -91,7 +91,7 @@ class SageMakerVariants:
         try:
             described = await self.control.handle("DescribeInferenceComponent",
                                                   {"InferenceComponentName": name})
-        except Exception as exc:  # noqa: BLE001 - ControlPlaneError: no such component
+        except Exception as exc:  # ControlPlaneError: no such component
             if getattr(exc, "status", 500) == 400:
                 return None
             raise

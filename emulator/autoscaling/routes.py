@@ -26,7 +26,7 @@ def json_handler(service: AutoScalingService) -> Callable[[Request], Awaitable[R
                                                    await service.handle(operation, params))
         except wire.ScalingError as exc:
             status, body = exc.status, wire.encode_error(exc)
-        except Exception as exc:  # noqa: BLE001 - answer in the protocol's shape
+        except Exception as exc:  # answer in the protocol's shape
             log.exception("application-autoscaling request failed")
             status = 500
             body = wire.encode_error(wire.ScalingError(str(exc), "InternalServiceException", 500))

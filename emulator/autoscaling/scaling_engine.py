@@ -27,7 +27,7 @@ from emulator.autoscaling.service import AutoScalingService
 from emulator.autoscaling.state import ScalableTarget, ScalingActivity, ScalingPolicy
 from emulator.clock import Clock
 from emulator.cloudwatch.actions import ActionCall
-from emulator.cloudwatch.alarms import ALARM
+from emulator.cloudwatch.alarm_model import ALARM
 from emulator.cloudwatch.series import MetricStore
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class ScalingEngine:
             for target in list(self.service.targets.values()):
                 try:
                     await self.evaluate(target)
-                except Exception:  # noqa: BLE001 - one bad evaluation must not stop scaling
+                except Exception:  # one bad evaluation must not stop scaling
                     log.exception("resource=%s evaluation failed", target.resource_id)
             await self.clock.sleep(TICK_S)
 
@@ -147,7 +147,7 @@ class ScalingEngine:
                 continue
             try:
                 await self._decide(target, items)
-            except Exception:  # noqa: BLE001 - one target's failure must not stop the others
+            except Exception:  # one target's failure must not stop the others
                 log.exception("resource=%s scaling failed", resource)
         return results
 

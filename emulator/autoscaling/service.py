@@ -33,8 +33,9 @@ from emulator.autoscaling.state import (
 )
 from emulator.autoscaling.wire import MAX_RESULTS, ScalingError, not_found
 from emulator.clock import Clock
-from emulator.cloudwatch.alarm_api import check_metric_alarm
-from emulator.cloudwatch.alarms import METRIC_ALARM, AlarmStore
+from emulator.cloudwatch.alarm_checks import check_metric_alarm
+from emulator.cloudwatch.alarm_model import METRIC_ALARM
+from emulator.cloudwatch.alarms import AlarmStore
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 
 log = logging.getLogger(__name__)

@@ -6,12 +6,6 @@ bounded retention), ``statistics``, ``service`` (the read API and PutMetricData)
 ``alarm_api`` (the alarm operations and PutMetricData) with ``alarm_checks``, ``names`` and
 ``paging``, ``wire``
 (rpc-v2-cbor, JSON 1.0, query), ``routes`` (HTTP, compressed bodies) and ``benchmark`` (what
-10,000 alarms cost: ``python -m emulator.cloudwatch.benchmark``)."""
+10,000 alarms cost: ``python -m emulator.cloudwatch.benchmark``).
 
-from emulator.cloudwatch.alarms import AlarmStore
-from emulator.cloudwatch.routes import build_cloudwatch_router, json_handler, query_handler
-from emulator.cloudwatch.series import MetricStore
-from emulator.cloudwatch.service import CloudWatchService
-
-__all__ = ["AlarmStore", "CloudWatchService", "MetricStore", "build_cloudwatch_router",
-           "json_handler", "query_handler"]
+The package imports none of them: ``statistics`` (the one percentile) loads no web framework."""

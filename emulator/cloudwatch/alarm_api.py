@@ -16,18 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 from emulator.clock import Clock
-from emulator.cloudwatch import alarm_rule, paging
-from emulator.cloudwatch.alarm_checks import check_metric_alarm as check_metric_alarm
-from emulator.cloudwatch.alarm_checks import dimensions, not_supported
-from emulator.cloudwatch.alarms import (
-    ALARM,
-    COMPOSITE_ALARM,
-    INSUFFICIENT_DATA,
-    METRIC_ALARM,
-    OK,
-    Alarm,
-    AlarmStore,
-)
+from emulator.cloudwatch import alarm_model, alarm_rule, paging
+from emulator.cloudwatch.alarm_checks import check_metric_alarm, dimensions, not_supported
+from emulator.cloudwatch.alarm_model import ALARM, COMPOSITE_ALARM, INSUFFICIENT_DATA, METRIC_ALARM
+from emulator.cloudwatch.alarms import AlarmStore
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError, combination, invalid
 from emulator.cloudwatch.names import check_dimensions, check_name
 from emulator.cloudwatch.series import MetricStore
@@ -182,7 +174,7 @@ class AlarmApi:
             types = {METRIC_ALARM, COMPOSITE_ALARM}
         if "LogAlarm" in types:
             types.discard("LogAlarm")  # the emulator has no log alarms: none to list
-        found: list[Alarm] = []
+        found: list[alarm_model.Alarm] = []
         related = self._related(children_of, parents_of)
         named = [self.alarms.get(n) for n in sorted(set(names))]  # in name order, as all()
         for alarm in [a for a in named if a is not None] if names else self.alarms.all():
@@ -196,8 +188,7 @@ class AlarmApi:
             if params.get("StateValue") and alarm.state != params["StateValue"]:
                 continue
             prefix = params.get("ActionPrefix")
-            if prefix and not any(a.startswith(prefix) for state in (OK, ALARM,
-                                                                     INSUFFICIENT_DATA)
+            if prefix and not any(a.startswith(prefix) for state in alarm_model.STATES
                                   for a in alarm.actions_for(state)):
                 continue
             if related is not None and alarm.name not in related:
@@ -225,13 +216,14 @@ class AlarmApi:
             return set(self.alarms.parents(parents_of))
         return None
 
-    def describe(self, alarm: Alarm, now: float) -> dict[str, Any]:
+    def describe(self, alarm: alarm_model.Alarm, now: float) -> dict[str, Any]:
         emulated = self.clock.to_emulated
         item: dict[str, Any] = {
             "AlarmName": alarm.name, "AlarmArn": alarm.arn,
             "AlarmConfigurationUpdatedTimestamp": emulated(alarm.config_updated, now),
             "ActionsEnabled": alarm.actions_enabled,
-            "OKActions": alarm.actions_for(OK), "AlarmActions": alarm.actions_for(ALARM),
+            "OKActions": alarm.actions_for(alarm_model.OK),
+            "AlarmActions": alarm.actions_for(ALARM),
             "InsufficientDataActions": alarm.actions_for(INSUFFICIENT_DATA),
             "StateValue": alarm.state, "StateReason": alarm.reason,
             "StateUpdatedTimestamp": emulated(alarm.state_updated, now),

@@ -44,15 +44,17 @@ from emulator.clock import Clock
 from emulator.cloudwatch import alarm_rule, evaluation
 from emulator.cloudwatch.actions import ActionCall, ActionHandler
 from emulator.cloudwatch.alarm_db import AlarmDb
-from emulator.cloudwatch.alarm_model import ALARM as ALARM
-from emulator.cloudwatch.alarm_model import COMPOSITE_ALARM as COMPOSITE_ALARM
-from emulator.cloudwatch.alarm_model import INSUFFICIENT_DATA as INSUFFICIENT_DATA
-from emulator.cloudwatch.alarm_model import METRIC_ALARM as METRIC_ALARM
-from emulator.cloudwatch.alarm_model import OK as OK
-from emulator.cloudwatch.alarm_model import STATES as STATES
-from emulator.cloudwatch.alarm_model import Alarm as Alarm
-from emulator.cloudwatch.alarm_model import HistoryItem as HistoryItem
-from emulator.cloudwatch.alarm_model import composite_reason, evaluation_interval
+from emulator.cloudwatch.alarm_model import (
+    ALARM,
+    COMPOSITE_ALARM,
+    INSUFFICIENT_DATA,
+    METRIC_ALARM,
+    OK,
+    Alarm,
+    HistoryItem,
+    composite_reason,
+    evaluation_interval,
+)
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError, invalid
 from emulator.cloudwatch.compiled import Compiled, CompileError, compile_alarm
 from emulator.cloudwatch.due import DueQueue
@@ -167,7 +169,7 @@ class AlarmStore:
             for listener in listeners:
                 try:
                     listener(name, old, new)
-                except Exception:  # noqa: BLE001 - one bad listener must not stop the others
+                except Exception:  # one bad listener must not stop the others
                     log.exception("alarm listener failed on %s %s -> %s", name, old, new)
 
         if loop is not None and not loop.is_closed():
@@ -471,7 +473,7 @@ class AlarmStore:
         """Run one handler's calls and write their history; True when it wrote any."""
         try:
             results = await handler(batch)
-        except Exception as exc:  # noqa: BLE001 - a failed action is history, not a crash
+        except Exception as exc:  # a failed action is history, not a crash
             log.exception("alarm actions failed")
             results = [f"{type(exc).__name__}: {exc}" for _ in batch]
         recorded = False
@@ -524,7 +526,7 @@ class AlarmStore:
         while True:
             try:
                 await self.evaluate_due()
-            except Exception:  # noqa: BLE001 - one bad round must not stop the alarms
+            except Exception:  # one bad round must not stop the alarms
                 log.exception("alarm evaluation failed")
             self._changed.clear()
             with contextlib.suppress(asyncio.TimeoutError):
@@ -551,7 +553,7 @@ class AlarmStore:
         for (name, _config, _state, _compiled), outcome in zip(work, outcomes, strict=True):
             try:
                 changed |= self._settle(name, outcome)
-            except Exception as exc:  # noqa: BLE001 - one alarm's failure is that alarm's
+            except Exception as exc:  # one alarm's failure is that alarm's
                 log.exception("alarm %s: its new state could not be stored", name)
                 changed |= self._failed(name, exc)
         if self._evaluate_composites():
@@ -622,7 +624,7 @@ class AlarmStore:
                         continue
                     reason, data = self._composite_reason(rule, state)
                     moved |= self._transition(name, state, reason, data, None)
-                except Exception as exc:  # noqa: BLE001 - recorded on this alarm alone
+                except Exception as exc:  # recorded on this alarm alone
                     log.exception("composite alarm %s could not be evaluated", name)
                     changed |= self._failed(name, exc)
             changed |= moved

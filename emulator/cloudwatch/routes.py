@@ -64,7 +64,7 @@ async def _answer(call: Callable[[], Awaitable[bytes]],
     """Run one request; any failure answers in the protocol's own error shape."""
     try:
         body, status = await call(), 200
-    except Exception as exc:  # noqa: BLE001 - every failure answers in the protocol's shape
+    except Exception as exc:  # every failure answers in the protocol's shape
         error = exc if isinstance(exc, CloudWatchError) else None
         if error is None:
             log.exception("cloudwatch request failed")

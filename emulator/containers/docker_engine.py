@@ -8,6 +8,7 @@ starts on this host.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -128,13 +129,22 @@ def follow_logs(container: Container, on_line: Callable[[str], None]) -> threadi
                 *lines, pending = pending.split(b"\n")
                 for raw in lines:
                     _hand_over(raw, on_line)
-        except Exception as exc:  # the container was removed under the stream
+        except Exception as exc:  # noqa: BLE001 - the container was removed under the stream
             log.debug("log stream of %s ended: %s", container.name, exc)
         _hand_over(pending, on_line)
 
     thread = threading.Thread(target=follow, daemon=True, name=f"{container.name}-logs")
     thread.start()
     return thread
+
+
+async def exit_status(container: Container) -> str:
+    """Waits for the container to end: its exit code, or why none can be had."""
+    try:
+        result = await asyncio.to_thread(container.wait)
+        return str(result.get("StatusCode"))
+    except Exception as exc:  # noqa: BLE001 - removed under us, or the engine went away
+        return f"unknown ({exc})"
 
 
 def _hand_over(raw: bytes, on_line: Callable[[str], None]) -> None:

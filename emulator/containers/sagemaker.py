@@ -28,13 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from emulator.containers.docker_engine import (
-    connect,
-    follow_logs,
-    owner_labels,
-    remove_container,
-    remove_leftover_containers,
-)
+from emulator.containers import docker_engine as engine
 from emulator.containers.images import ensure_image
 from emulator.supervision import LauncherError, SupervisedLauncher
 
@@ -124,8 +118,8 @@ class SageMakerContainer(SupervisedLauncher):
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._client = await asyncio.to_thread(connect, self._client)
-        await asyncio.to_thread(remove_leftover_containers, self._client)
+        self._client = await asyncio.to_thread(engine.connect, self._client)
+        await asyncio.to_thread(engine.remove_leftover_containers, self._client)
         image = await asyncio.to_thread(ensure_image, self._client, self.image)
         self.ports = PortPlan.for_member(self.member_index, dict(image.labels or {}))
         self._session = aiohttp.ClientSession()
@@ -144,7 +138,7 @@ class SageMakerContainer(SupervisedLauncher):
         started = time.monotonic()
         container = await asyncio.to_thread(self._run)
         self._container = container
-        follow_logs(container, self._log_line)
+        engine.follow_logs(container, self._log_line)
         try:
             await self._wait_healthy()
         except BaseException:
@@ -154,14 +148,7 @@ class SageMakerContainer(SupervisedLauncher):
                  time.monotonic() - started)
 
     async def _wait_for_exit(self) -> str | None:
-        container = self._container
-        if container is None:
-            return None
-        try:
-            result = await asyncio.to_thread(container.wait)
-            return str(result.get("StatusCode"))
-        except Exception as exc:  # noqa: BLE001 - removed under us, or the engine went away
-            return f"unknown ({exc})"
+        return None if self._container is None else await engine.exit_status(self._container)
 
     async def _after_exit(self) -> None:
         await asyncio.to_thread(self._remove)
@@ -182,7 +169,7 @@ class SageMakerContainer(SupervisedLauncher):
         try:
             container = self._client.containers.run(
                 self.image, command=["serve"], name=name, detach=True,
-                labels=owner_labels(self._name), environment=environment,
+                labels=engine.owner_labels(self._name), environment=environment,
                 ports={f"{self.ports.port}/tcp": (self._host, None)}, volumes=volumes)
         except docker.errors.APIError as exc:
             raise LauncherError(f"docker could not start {self.image}: {exc}") from exc
@@ -234,7 +221,7 @@ class SageMakerContainer(SupervisedLauncher):
     def _remove(self) -> None:
         container, self._container = self._container, None
         if container is not None:
-            remove_container(container, grace_s=5)
+            engine.remove_container(container, grace_s=5)
 
     # -- the request path ---------------------------------------------------------------------
 

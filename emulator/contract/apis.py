@@ -40,7 +40,6 @@ API_SCOPE_KEY = "mme.api"
 # Headers never joined: the HTTP parser has already refused a repeat of these, and joining a
 # length would make a valid request invalid.
 _NOT_JOINED = frozenset({b"content-length", b"transfer-encoding"})
-_OPERATION = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 _RUNTIME_PATH = re.compile(r"/endpoints/([^/]+)/([a-z-]+)")
 
 
@@ -180,10 +179,6 @@ def _runtime_request(path: str) -> ApiRequest | None:
 def with_form(request: ApiRequest, form: Mapping[str, str]) -> ApiRequest:
     """A query-protocol request completed with its ``Action``."""
     return ApiRequest(request.service, form.get("Action", ""), request.protocol)
-
-
-def is_operation_name(name: str) -> bool:
-    return _OPERATION.fullmatch(name) is not None
 
 
 # The emulator's own data routes, each an action of the ``emulator`` prefix (docs/auth.md).

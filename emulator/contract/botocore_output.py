@@ -56,21 +56,18 @@ def _check_out(shape: Shape, value: Any, path: str, problems: list[str],
             elif item is not None:
                 _check_out(shape.members[name], item, f"{path}.{name}", problems, overrides)
         return
-    if kind == "list":
-        assert isinstance(shape, ListShape)
-        if not isinstance(value, list):
-            problems.append(f"{path}: expected a list")
+    if kind in ("list", "map"):
+        if not isinstance(value, list if kind == "list" else dict):
+            problems.append(f"{path}: expected a {kind}")
             return
-        for index, item in enumerate(value):
-            _check_out(shape.member, item, f"{path}[{index}]", problems, overrides)
-        return
-    if kind == "map":
-        assert isinstance(shape, MapShape)
-        if not isinstance(value, dict):
-            problems.append(f"{path}: expected a map")
-            return
-        for key, item in value.items():
-            _check_out(shape.value, item, f"{path}.{key}", problems, overrides)
+        if isinstance(shape, ListShape):
+            children = [(f"{path}[{index}]", shape.member, item)
+                        for index, item in enumerate(value)]
+        else:
+            assert isinstance(shape, MapShape) and isinstance(value, dict)
+            children = [(f"{path}.{key}", shape.value, item) for key, item in value.items()]
+        for where, member, item in children:
+            _check_out(member, item, where, problems, overrides)
         return
     if kind == "string":
         ok = isinstance(value, str) and (not shape.enum or value in shape.enum)

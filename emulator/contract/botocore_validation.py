@@ -17,7 +17,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any
@@ -103,19 +103,15 @@ def _validate(shape: Shape, value: Any, path: str, errors: list[str],
         return
     if kind == "list":
         assert isinstance(shape, ListShape)
-        if not isinstance(value, list):
-            errors.append(_fail(path, value, "Member must be a list"))
+        if not _sized(value, list, kind, meta, path, errors):
             return
-        _check_length(meta, len(value), path, value, errors)
         for index, item in enumerate(value, start=1):
             _validate(shape.member, item, f"{path}.{index}.member", errors, overrides)
         return
     if kind == "map":
         assert isinstance(shape, MapShape)
-        if not isinstance(value, dict):
-            errors.append(_fail(path, value, "Member must be a map"))
+        if not _sized(value, dict, kind, meta, path, errors):
             return
-        _check_length(meta, len(value), path, value, errors)
         for key, item in value.items():
             before = len(errors)
             _validate(shape.key, key, path, errors, overrides)
@@ -128,10 +124,8 @@ def _validate(shape: Shape, value: Any, path: str, errors: list[str],
             _validate(shape.value, item, f"{path}.{key}", errors, overrides)
         return
     if kind == "string":
-        if not isinstance(value, str):
-            errors.append(_fail(path, value, "Member must be a string"))
+        if not _sized(value, str, kind, meta, path, errors):
             return
-        _check_length(meta, len(value), path, value, errors)
         enum = meta.get("enum")
         if enum and value not in enum:
             errors.append(
@@ -206,6 +200,16 @@ def _key_rule(shape: Shape) -> str:
     if "pattern" in shape.metadata:
         rules.append(f"Member must satisfy regular expression pattern: {shape.metadata['pattern']}")
     return "[" + ", ".join(rules) + "]"
+
+
+def _sized(value: Any, expected: type[Sized], kind: str, meta: dict[str, Any], path: str,
+           errors: list[str]) -> bool:
+    """A list, map or string of the right type and length; False when not of the type."""
+    if not isinstance(value, expected):
+        errors.append(_fail(path, value, f"Member must be a {kind}"))
+        return False
+    _check_length(meta, len(value), path, value, errors)
+    return True
 
 
 def _check_length(meta: dict[str, Any], length: int, path: str, value: Any,

@@ -23,6 +23,8 @@ import struct
 import zlib
 from collections.abc import Mapping, Sequence
 
+from emulator.contract import runtime
+
 CONTENT_TYPE = "application/vnd.amazon.eventstream"
 
 _STRING = 7  # the header value type of a UTF-8 string
@@ -104,12 +106,5 @@ def response_headers(request_id: str, variant: str, content_type: str,
                      custom_attributes: str | None) -> dict[str, str]:
     """The answer's headers: the model's content type is X-Amzn-SageMaker-Content-Type, the
     body itself an event stream."""
-    headers = {
-        "Content-Type": CONTENT_TYPE,
-        "X-Amzn-SageMaker-Content-Type": content_type,
-        "x-Amzn-Invoked-Production-Variant": variant,
-        "x-amzn-RequestId": request_id,
-    }
-    if custom_attributes is not None:
-        headers["X-Amzn-SageMaker-Custom-Attributes"] = custom_attributes
-    return headers
+    headers = runtime.response_headers(request_id, variant, CONTENT_TYPE, custom_attributes)
+    return {"Content-Type": CONTENT_TYPE, "X-Amzn-SageMaker-Content-Type": content_type, **headers}

@@ -48,7 +48,7 @@ def build_control_router(service: ControlPlaneService, *,
             status, body = 200, await service.handle(operation, params)
         except wire.ControlPlaneError as exc:
             status, body = exc.status, exc.body()
-        except Exception as exc:  # noqa: BLE001 - never leak a stack trace as HTML to boto3
+        except Exception as exc:  # never leak a stack trace as HTML to boto3
             log.exception("control-plane request failed")
             status, body = 500, {"__type": "InternalFailure", "message": str(exc)}
         return Response(

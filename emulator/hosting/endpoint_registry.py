@@ -281,7 +281,7 @@ class EndpointRegistry:
                 continue
             try:
                 await asyncio.to_thread(self.sample_utilization, due)
-            except Exception:  # noqa: BLE001 - a failed sample must not stop the next ones
+            except Exception:  # a failed sample must not stop the next ones
                 log.exception("utilization sample failed")
 
     def sample_utilization(self, names: list[str] | None = None) -> None:

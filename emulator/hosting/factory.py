@@ -259,6 +259,9 @@ class InstanceFactory:
             gpus_available=count_gpus() > 0,
             memory_probe=probe_for(launcher) if settings.model_memory == "measured" else None,
             instance_gpus=self.instance_gpus(variant),
+            stream_downloads=settings.stream_downloads,
+            overlap_count_evictions=settings.overlap_count_evictions,
+            overlap_byte_evictions=settings.overlap_byte_evictions,
         )
         return Instance(instance_id, container, launcher, triton, manager, metrics, work_dir,
                         ErrorContext(endpoint.name, settings.region, settings.account_id, label),

@@ -8,6 +8,7 @@ into SageMaker's answer. It knows nothing of other instances or variants: the ro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -18,7 +19,8 @@ from emulator.contract import multi_container, runtime, runtime_errors
 from emulator.hosting.spec import ContainerSpec
 from emulator.instance_types import Budget, lookup, machine_memory_bytes
 from emulator.manager.extract import UnsafeArchive
-from emulator.manager.model_manager import ModelLoadFailed, ModelManager, ModelNotReady, ModelState
+from emulator.manager.model_manager import ModelManager
+from emulator.manager.records import ModelLoadFailed, ModelNotReady, ModelState
 from emulator.manager.repository import SEPARATOR, InvalidModelRepository
 from emulator.manager.sources import FolderSource, ObjectNotFound
 from emulator.metrics import InstanceMetrics
@@ -161,10 +163,9 @@ class Instance:
     async def drain(self, timeout_s: float) -> None:
         """Take no new requests (the router skips it) and wait for those in flight."""
         self.draining = True
-        try:
+        # stop anyway: a request still running past the timeout gets an error
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            pass  # stop anyway: a request still running past the timeout gets an error
 
     async def stop(self) -> None:
         if self._recycling is not None:
@@ -326,7 +327,7 @@ class Instance:
             await asyncio.sleep(OOM_POLL_S)
             try:
                 killed = await asyncio.to_thread(probe.oom_kill, limit)
-            except Exception:  # noqa: BLE001 - a failed check must not end the watch
+            except Exception:  # a failed check must not end the watch
                 log.exception("instance %s: memory check failed", self.id)
                 continue
             if killed is not None:

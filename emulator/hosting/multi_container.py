@@ -17,6 +17,7 @@ manager in front of a Triton) or any other image run under SageMaker's container
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -29,7 +30,8 @@ from emulator.containers.sagemaker import ContainerUnreachable, SageMakerContain
 from emulator.contract import multi_container, runtime
 from emulator.hosting.instance import ContainerAnswer, ErrorContext, Instance, InstanceStartFailed
 from emulator.hosting.spec import VariantSpec
-from emulator.manager.model_manager import ModelManager, ModelObserver, Usage
+from emulator.manager.events import ModelObserver
+from emulator.manager.model_manager import ModelManager, Usage
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.supervision import LauncherError
 
@@ -206,10 +208,8 @@ class MultiContainerInstance:
 
     async def drain(self, timeout_s: float) -> None:
         self.draining = True
-        try:
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            pass
 
     async def stop(self) -> None:
         await asyncio.gather(*(m.stop() for m in self.members), return_exceptions=True)

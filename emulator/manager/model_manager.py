@@ -81,8 +81,6 @@ from emulator.manager.records import (
 from emulator.manager.sources import ModelSource
 from emulator.manager.triton_side import (
     LOAD_ERRORS,
-    LOOKUP_RACE_DELAYS_S,
-    TRITON_LOAD_THREADS,
     RecycleRequest,
     StubDied,
     TritonSide,
@@ -90,23 +88,6 @@ from emulator.manager.triton_side import (
 from emulator.metrics import InstanceMetrics
 from emulator.triton.client import TritonClient, TritonResponse
 from emulator.triton.memory import MemoryProbe
-
-# Named here for the callers that knew the manager as one module (hosting, the page, tests).
-__all__ = [
-    "LOOKUP_RACE_DELAYS_S",
-    "TRITON_LOAD_THREADS",
-    "Holding",
-    "Lease",
-    "ModelLoadFailed",
-    "ModelManager",
-    "ModelNotReady",
-    "ModelObserver",
-    "ModelRecord",
-    "ModelState",
-    "RecycleRequest",
-    "Usage",
-    "artifact_key",
-]
 
 
 @dataclass(frozen=True)
@@ -159,17 +140,6 @@ class Holding:
 
 
 class ModelManager:
-    # Extract a download as it arrives (store.open + extract_stream). False: copy the archive to
-    # disk, then extract it (the behaviour before; ``mme bench coldstart`` measures both).
-    stream_downloads: bool = True
-    # Under a count budget alone, start the load once Triton has accepted the victim's unload
-    # (see _make_room). False: wait for the unload to complete (``mme bench scale`` measures
-    # both).
-    overlap_count_evictions: bool = True
-    # Under a byte budget, the same, where the victims' memory may be held a moment longer
-    # (see _load_may_overlap_unloads). False: wait for the unloads to complete (the behaviour
-    # before; ``mme bench miss`` measures both).
-    overlap_byte_evictions: bool = True
     # [U] How often, at most, a served model's object is looked up in the store to see whether
     # it was overwritten (an emulator-only check: SageMaker does not look; it only warns).
     store_check_s: float = 30.0
@@ -194,6 +164,9 @@ class ModelManager:
         gpus_available: bool = True,
         memory_probe: MemoryProbe | None = None,
         instance_gpus: int | None = None,
+        stream_downloads: bool = True,
+        overlap_count_evictions: bool = True,
+        overlap_byte_evictions: bool = True,
     ) -> None:
         self.source = source
         self.triton = triton
@@ -203,6 +176,15 @@ class ModelManager:
         self.cache_enabled = cache_enabled
         self.memory_probe = memory_probe
         self.gpus_available = gpus_available
+        # Extract a download as it arrives (store.open + extract_stream); False: copy the archive
+        # to disk, then extract it (settings: MME_STREAM_DOWNLOADS).
+        self.stream_downloads = stream_downloads
+        # Under a count budget alone, start the load once Triton has accepted the victim's
+        # unload (see _make_room); False: wait for the unload to complete.
+        self.overlap_count_evictions = overlap_count_evictions
+        # Under a byte budget, the same, where the victims' memory may be held a moment longer
+        # (see _load_may_overlap_unloads); False: wait for the unloads to complete.
+        self.overlap_byte_evictions = overlap_byte_evictions
         # The memory past which a model process is killed (the instance type's whole memory,
         # set by an instance that watches it); None: nothing is killed, the budget is books.
         self.hard_memory_limit: int | None = None

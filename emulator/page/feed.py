@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from emulator.manager.model_manager import ModelObserver
+from emulator.manager.events import ModelObserver
 
 EVENT_LIMIT = 500
 ERROR_LIMIT = 50
@@ -51,7 +51,7 @@ class ModelEvent:
     variant: str
     instance: str
     model: str
-    step: str  # see emulator.manager.model_manager.ModelObserver
+    step: str  # see emulator.manager.events.ModelObserver
     details: dict[str, Any] = field(default_factory=dict)
 
     @property

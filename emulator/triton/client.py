@@ -34,6 +34,7 @@ import httptools
 import yarl
 
 from emulator.contract.body import Body
+from emulator.contract.runtime import KSERVE_HEADER_LENGTH
 from emulator.triton import shared_memory
 
 if TYPE_CHECKING:
@@ -445,7 +446,7 @@ class TritonClient:
         pool = self._infer_pool()
         shared = None
         if (len(body) >= shared_memory.MIN_BODY_BYTES and self._shm_dir is not None
-                and shared_memory.KSERVE_HEADER_LENGTH in headers):
+                and KSERVE_HEADER_LENGTH in headers):
             loop = asyncio.get_running_loop()
             started = loop.time()
             shared = await self._share(body, headers, timeout)
@@ -482,7 +483,7 @@ class TritonClient:
         region = self._region or await self._made_region(timeout)
         if region is None:
             return None
-        header_length = int(headers[shared_memory.KSERVE_HEADER_LENGTH])
+        header_length = int(headers[KSERVE_HEADER_LENGTH])
         pieces = Body.of(body)
         tensor_bytes = len(pieces) - header_length
         left = None if deadline is None else max(deadline - loop.time(), 0.0)  # one deadline
@@ -579,10 +580,3 @@ class TritonClient:
 
     async def index(self) -> list[dict[str, Any]]:
         return await self._json_call("POST", "/v2/repository/index", {}) or []
-
-    async def is_ready(self) -> bool:
-        try:
-            resp = await self._request("GET", "/v2/health/ready", timeout=2)
-        except (TritonUnreachable, asyncio.TimeoutError):
-            return False
-        return resp.status == 200

@@ -32,25 +32,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# The engine and image helpers live in emulator.containers (shared with the launcher of other
-# SageMaker containers); re-exported here for the callers and tests that import them from here.
-from emulator.containers.docker_engine import (  # noqa: F401
-    ENGINE_HINT,
-    HOST_LABEL,
-    LABEL_PREFIX,
-    NAME_LABEL,
-    OWNER_LABEL,
-    OWNER_START_LABEL,
+from emulator.containers.docker_engine import (
     connect,
+    exit_status,
     follow_logs,
-    owner_alive,
     owner_labels,
-    process_start_ticks,
     remove_container,
     remove_leftover_containers,
 )
-from emulator.containers.images import SHIMS_DIR_LABEL, PullProgress, ensure_image  # noqa: F401
-from emulator.containers.images import split_image as _split_image  # noqa: F401
+from emulator.containers.images import SHIMS_DIR_LABEL, ensure_image
 from emulator.supervision import LauncherError, SupervisedLauncher
 from emulator.triton.launcher import (
     SHIMS_DIR,
@@ -354,14 +344,9 @@ class DockerLauncher(SupervisedLauncher):
 
     # -- what the watchdog of SupervisedLauncher calls --------------------------------------
     async def _wait_for_exit(self) -> str | None:
-        container = self._container
-        if container is None:
+        if self._container is None:
             return None
-        try:
-            result = await asyncio.to_thread(container.wait)
-            code = str(result.get("StatusCode"))
-        except Exception as exc:  # removed under us, or the engine went away
-            code = f"unknown ({exc})"
+        code = await exit_status(self._container)
         self._alive = False
         return code
 

@@ -30,7 +30,6 @@ from typing import Protocol
 
 import aiohttp
 
-from emulator.processes import free_port as free_port  # re-exported: launchers' callers use it
 from emulator.supervision import RestartCallback
 
 log = logging.getLogger(__name__)

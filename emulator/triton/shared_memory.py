@@ -45,7 +45,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from emulator.contract.runtime import KSERVE_HEADER_LENGTH as KSERVE_HEADER_LENGTH
 from emulator.settings import MIN_SHARED_BODY_BYTES
 
 log = logging.getLogger(__name__)

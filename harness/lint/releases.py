@@ -73,7 +73,7 @@ RELEASES: dict[str, Release] = {r.release: r for r in (
     _row("24.10", "2.51.0", "12.6.2", "10.5.0.18", on_sagemaker=False),
     _row("25.09", "2.61.0", "13.0.1", "10.13.3.9", on_sagemaker=True, noble=True),
 )}
-# `mme deploy`'s default SageMaker Triton release (harness.deployer.DEFAULT_TRITON_VERSION).
+# `mme deploy`'s default SageMaker Triton release (harness.deployment.DEFAULT_TRITON_VERSION).
 DEFAULT_RELEASE = "24.09"
 # The Triton the nvidia-pytriton wheel embeds (`mme serve`'s default launcher): Triton 2.51,
 # whose container release is 24.10. It runs the Python backend's stub with this machine's Python

@@ -9,11 +9,9 @@ be given to ``mme loadtest --config``.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 
@@ -235,7 +233,3 @@ def plan_from_api(
         popularity=popularity or Popularity.parse(str(data.get("Popularity", "uniform"))),
         seed=int(data.get("Seed", seed)),
     )
-
-
-def load_plan_file(path: Path, **kwargs: Any) -> LoadPlan:
-    return plan_from_api(json.loads(Path(path).read_text()), **kwargs)

@@ -348,7 +348,7 @@ async def _run_load(
 
 async def _relay(stream: asyncio.StreamReader, log_path: Path | None) -> None:
     """Locust's output, line by line, to this process's stderr (or to ``log_path``)."""
-    log_file = open(log_path, "ab") if log_path else None  # noqa: SIM115
+    log_file = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed below
     try:
         while line := await stream.readline():
             if log_file is not None:

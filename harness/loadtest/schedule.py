@@ -29,11 +29,3 @@ def position(phases: Sequence[Phase], elapsed_s: float) -> Position | None:
             return Position(index, into, phase.users_at(into))
         start += phase.duration_s
     return None
-
-
-def phase_starts(phases: Sequence[Phase]) -> list[float]:
-    starts, t = [], 0.0
-    for phase in phases:
-        starts.append(t)
-        t += phase.duration_s
-    return starts

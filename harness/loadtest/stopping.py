@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from emulator.cloudwatch.statistics import percentile as percentile  # the project's one
+from emulator.cloudwatch.statistics import percentile  # the project's one
 from harness.loadtest.config import StoppingConditions
 
 

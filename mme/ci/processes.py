@@ -9,6 +9,7 @@ and killed, and nothing is left running.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -52,10 +53,8 @@ def running(processes: list[Process]) -> list[Process]:
 
 def _signal(processes: list[Process], signum: int) -> None:
     for pid, _ticks in running(processes):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
 
 
 def wait_gone(processes: list[Process], timeout_s: float) -> bool:

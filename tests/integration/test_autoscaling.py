@@ -84,7 +84,7 @@ def _counts(sm: Any) -> tuple[int, int]:
 
 
 def test_issue_code_scales_out_under_load_and_back_in(emulator: EmulatorServer) -> None:
-    EMU = emulator.url  # noqa: N806 - the issue's name
+    EMU = emulator.url  # the name the user's code uses
     # --- the issue's code, verbatim but for endpoint_url -------------------------------------
     asg = boto3.client("application-autoscaling", endpoint_url=EMU, region_name="us-east-1")
     asg.register_scalable_target(ServiceNamespace="sagemaker", ResourceId="endpoint/mme/variant/AllTraffic",  # noqa: E501

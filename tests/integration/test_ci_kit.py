@@ -218,7 +218,7 @@ def test_the_action_steps_on_a_github_runner(runner: Runner) -> None:
     record = json.loads((runner.temp / "mme-ci" / "server.json").read_text())
     assert process_start_ticks(record["pid"]) is not None, "the server did not outlive up"
     cmdline = Path(f"/proc/{record['pid']}/cmdline").read_bytes().split(b"\0")
-    assert [b"--max-loaded-models", b"4"] == cmdline[cmdline.index(b"--max-loaded-models"):][:2]
+    assert cmdline[cmdline.index(b"--max-loaded-models"):][:2] == [b"--max-loaded-models", b"4"]
 
     # 2. Unmodified boto3 and SageMaker SDK v2 code.
     client = runner.step(sys.executable, "-c", CLIENT_STEP)

@@ -11,29 +11,19 @@ import urllib.request
 from typing import Any
 
 import boto3
-import botocore.session
 import pytest
 from botocore.exceptions import ClientError
-from botocore.parsers import create_parser
-from botocore.serialize import create_serializer
 
 from emulator.clock import Clock
-from emulator.cloudwatch import CloudWatchService, MetricStore
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
-from emulator.cloudwatch.series import MAX_SAMPLES_PER_SERIES
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from emulator.cloudwatch.series import MAX_SAMPLES_PER_SERIES, MetricStore
+from emulator.cloudwatch.service import CloudWatchService
+from tests.client_support import DUMMY_CREDENTIALS, cloudwatch_call, runtime_client
+from tests.clock_support import FakeTime
 from tests.support import package, scale_request, write_scale_model
 
 DIMS = {"EndpointName": "e", "VariantName": "AllTraffic"}
 DIM_LIST = [{"Name": k, "Value": v} for k, v in DIMS.items()]
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _service(scale: float = 1.0) -> tuple[CloudWatchService, MetricStore, FakeTime]:
@@ -242,24 +232,7 @@ def test_boto3_errors(served: Any) -> None:
 
 def _raw(url: str, protocol: str, operation: str, params: dict[str, Any]) -> dict[str, Any]:
     """One call serialized and parsed by botocore's own code for ``protocol``."""
-    model = botocore.session.get_session().get_service_model("cloudwatch")
-    op = model.operation_model(operation)
-    request = create_serializer(protocol).serialize_to_request(params, op)
-    body = request["body"]
-    if isinstance(body, dict):  # query: a form
-        body = urllib.parse.urlencode(body).encode()
-        request["headers"]["Content-Type"] = "application/x-www-form-urlencoded"
-    http = urllib.request.Request(url + request["url_path"], data=body, method="POST",
-                                  headers={k: v.decode() if isinstance(v, bytes) else v
-                                           for k, v in request["headers"].items()})
-    try:
-        with urllib.request.urlopen(http) as response:
-            status, headers, content = response.status, response.headers, response.read()
-    except urllib.error.HTTPError as error:
-        status, headers, content = error.code, error.headers, error.read()
-    return create_parser(protocol).parse(
-        {"status_code": status, "headers": {k.lower(): v for k, v in headers.items()},
-         "body": content}, op.output_shape)
+    return cloudwatch_call(url, protocol, operation, params)[1]
 
 
 @pytest.mark.parametrize("protocol", ["smithy-rpc-v2-cbor", "json", "query"])

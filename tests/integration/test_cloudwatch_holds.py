@@ -17,17 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import botocore.session
 import pytest
-from botocore.compress import maybe_compress_request
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from botocore.parsers import create_parser
-from botocore.serialize import create_serializer
 
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
-from tests.client_support import DUMMY_CREDENTIALS, S3, runtime_client
+from tests.client_support import DUMMY_CREDENTIALS, S3, cloudwatch_call, runtime_client
 from tests.support import output_of, package, scale_request, wait_for, write_scale_model
 
 PROTOCOLS = ["smithy-rpc-v2-cbor", "json", "query"]
@@ -65,34 +61,6 @@ def _alarm(name: str, **overrides: Any) -> dict[str, Any]:
     return {"AlarmName": name, "Namespace": NAMESPACE, "MetricName": "m", "Statistic": "Maximum",
             "Period": 60, "EvaluationPeriods": 1, "Threshold": 1.0,
             "ComparisonOperator": "GreaterThanThreshold", **overrides}
-
-
-def _raw(url: str, protocol: str, operation: str, params: dict[str, Any],
-         compress: bool = False) -> tuple[int, dict[str, Any]]:
-    """One call serialized by botocore's code for ``protocol`` and, with ``compress``,
-    compressed by botocore's own request compression; (status, parsed answer)."""
-    model = botocore.session.get_session().get_service_model("cloudwatch")
-    op = model.operation_model(operation)
-    request = create_serializer(protocol).serialize_to_request(params, op)
-    if protocol == "query":
-        request["headers"]["Content-Type"] = "application/x-www-form-urlencoded"
-    if compress:
-        maybe_compress_request(Config(request_min_compression_size_bytes=1), request, op)
-        assert request["headers"]["Content-Encoding"] == "gzip"
-    body = request["body"]
-    if isinstance(body, dict):
-        body = urllib.parse.urlencode(body).encode()
-    http = urllib.request.Request(url + request["url_path"], data=body, method="POST",
-                                  headers={k: v.decode() if isinstance(v, bytes) else v
-                                           for k, v in request["headers"].items()})
-    try:
-        with urllib.request.urlopen(http) as response:
-            status, headers, content = response.status, response.headers, response.read()
-    except urllib.error.HTTPError as error:
-        status, headers, content = error.code, error.headers, error.read()
-    return status, create_parser(protocol).parse(
-        {"status_code": status, "headers": {k.lower(): v for k, v in headers.items()},
-         "body": content}, op.output_shape)
 
 
 def _code(call: Any) -> str:
@@ -181,7 +149,7 @@ def test_boto3_publishes_200_metrics_in_one_call(served: EmulatorServer) -> None
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_gzip_body_is_read_on_every_protocol(served: EmulatorServer, protocol: str) -> None:
-    status, _ = _raw(served.url, protocol, "PutMetricData", {
+    status, _ = cloudwatch_call(served.url, protocol, "PutMetricData", {
         "Namespace": NAMESPACE, "MetricData": [{"MetricName": f"gz-{protocol}", "Value": 2.0}]},
         compress=True)
     assert status == 200
@@ -248,12 +216,12 @@ CONTROL_CASES = [
                          ids=[f"{op}-{k}" for k, (op, _) in enumerate(CONTROL_CASES)])
 def test_control_characters_in_names_are_refused(served: EmulatorServer, protocol: str,
                                                  operation: str, params: dict[str, Any]) -> None:
-    status, answer = _raw(served.url, protocol, operation, params)
+    status, answer = cloudwatch_call(served.url, protocol, operation, params)
     assert status == 400
     assert answer["Error"]["Code"] == "InvalidParameterValue"
     assert "control characters" in answer["Error"]["Message"]
     # nothing was stored, and the query protocol's XML still parses
-    status, listed = _raw(served.url, "query", "DescribeAlarms", {
+    status, listed = cloudwatch_call(served.url, "query", "DescribeAlarms", {
         "AlarmTypes": ["MetricAlarm", "CompositeAlarm"], "AlarmNamePrefix": "bad"})
     assert status == 200 and listed["MetricAlarms"] == listed["CompositeAlarms"] == []
 
@@ -278,7 +246,7 @@ def test_names_aws_allows_are_accepted(served: EmulatorServer) -> None:
     cw.put_metric_alarm(**_alarm("späť alarm: ✓", Dimensions=[{"Name": "job name",
                                                                "Value": "a b"}]))
     assert _state(cw, "späť alarm: ✓") == "INSUFFICIENT_DATA"
-    status, listed = _raw(served.url, "query", "DescribeAlarms", {"AlarmNames": [
+    status, listed = cloudwatch_call(served.url, "query", "DescribeAlarms", {"AlarmNames": [
         "späť alarm: ✓"]})
     assert status == 200 and listed["MetricAlarms"][0]["Dimensions"][0]["Value"] == "a b"
 
@@ -289,7 +257,8 @@ def test_the_query_protocol_answers_xml_that_parses_whatever_is_stored(
     cw.put_metric_alarm(**_alarm("odd-text", AlarmDescription="line\x01two\x0bthree",
                                  TreatMissingData="ignore"))  # the state set below stays
     cw.set_alarm_state(AlarmName="odd-text", StateValue="ALARM", StateReason="why\x02not")
-    status, listed = _raw(served.url, "query", "DescribeAlarms", {"AlarmNames": ["odd-text"]})
+    status, listed = cloudwatch_call(served.url, "query", "DescribeAlarms",
+                                     {"AlarmNames": ["odd-text"]})
     assert status == 200
     (alarm,) = listed["MetricAlarms"]
     assert alarm["AlarmDescription"] == "line\ufffdtwo\ufffdthree"

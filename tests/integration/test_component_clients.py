@@ -22,9 +22,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ensembles.packaging import package
-from harness.component_deployer import ComponentSpec
 from harness.deploy_cli import main as cli_main
-from harness.deployer import DeployConfig, Deployer, make_clients, triton_image_uri
+from harness.deployer import Deployer, make_clients, triton_image_uri
+from harness.deployment import ComponentSpec, DeployConfig
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.component_support import ROLE, ComponentServer
 from tests.support import (

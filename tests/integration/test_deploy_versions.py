@@ -23,7 +23,8 @@ from botocore.exceptions import ClientError
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from harness.deploy_cli import main as mme
-from harness.deployer import DeployConfig, Deployer, deployment_config, make_clients
+from harness.deployer import Deployer, deployment_config, make_clients
+from harness.deployment import DeployConfig
 from tests import support
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.support import output_of, scale_request, write_scale_model

@@ -25,14 +25,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from harness.deploy_cli import main as cli_main
-from harness.deployer import (
-    DeployConfig,
-    Deployer,
-    DeployError,
-    auto_payload,
-    make_clients,
-    triton_image_uri,
-)
+from harness.deployer import Deployer, make_clients, triton_image_uri
+from harness.deployment import DeployConfig, DeployError, auto_payload
 from tests.support import output_of, scale_request, write_scale_ensemble, write_scale_model
 
 

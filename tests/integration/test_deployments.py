@@ -90,17 +90,21 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     cw.put_metric_alarm(AlarmName="ci-health", Namespace="CI/Health", MetricName="Failures",
                         Statistic="Sum", Period=60, EvaluationPeriods=1, Threshold=0,
                         ComparisonOperator="GreaterThanThreshold", TreatMissingData="notBreaching")
-    # The endpoint's own metric: a model error on any generation of the variant.
+    put_model_errors_alarm(cw)
+    try:
+        yield module
+    finally:
+        module.server.stop()
+
+
+def put_model_errors_alarm(cw: Any) -> None:
+    """The endpoint's own metric alarmed on: a model error on any generation of the variant."""
     cw.put_metric_alarm(AlarmName="ep-model-errors", Namespace="AWS/SageMaker",
                         MetricName="InvocationModelErrors", Statistic="Sum", Period=60,
                         EvaluationPeriods=1, Threshold=0,
                         ComparisonOperator="GreaterThanThreshold", TreatMissingData="notBreaching",
                         Dimensions=[{"Name": "EndpointName", "Value": "ep"},
                                     {"Name": "VariantName", "Value": "AllTraffic"}])
-    try:
-        yield module
-    finally:
-        module.server.stop()
 
 
 class Traffic:

@@ -19,20 +19,18 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
-from emulator.supervision import LauncherError
-from emulator.triton.docker_launcher import (
+from emulator.containers.docker_engine import (
     HOST_LABEL,
     OWNER_LABEL,
     OWNER_START_LABEL,
-    TRITON_GRPC_PORT,
-    DockerLauncher,
-    PullProgress,
-    _mount_roots,
-    _split_image,
     connect,
     remove_leftover_containers,
 )
-from emulator.triton.launcher import TritonOptions, control_args, free_port
+from emulator.containers.images import PullProgress, split_image
+from emulator.processes import free_port
+from emulator.supervision import LauncherError
+from emulator.triton.docker_launcher import TRITON_GRPC_PORT, DockerLauncher, _mount_roots
+from emulator.triton.launcher import TritonOptions, control_args
 
 T = TypeVar("T")
 
@@ -131,7 +129,7 @@ def test_missing_engine_says_what_to_install(monkeypatch: pytest.MonkeyPatch) ->
     ],
 )
 def test_image_names_split_into_repository_and_tag(image: str, expected: tuple[str, str]) -> None:
-    assert _split_image(image) == expected
+    assert split_image(image) == expected
 
 
 def test_mount_roots_drop_nested_folders(tmp_path: Path) -> None:

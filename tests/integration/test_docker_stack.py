@@ -8,6 +8,7 @@ compose's order with compose's Triton command. The store is a folder instead of 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -18,8 +19,8 @@ import numpy as np
 import pytest
 import yaml
 
+from emulator.containers.docker_engine import HOST_LABEL, OWNER_LABEL, process_start_ticks
 from emulator.processes import wait_until
-from emulator.triton.docker_launcher import HOST_LABEL, OWNER_LABEL, process_start_ticks
 from harness.live_endpoint import ping
 from tests.client_support import runtime_client
 from tests.docker_support import require_image
@@ -67,10 +68,8 @@ def stack_resources(docker_client: Any) -> Iterator[dict[str, Any]]:
                                "containers": []}
     yield created
     for container in created["containers"]:
-        try:
+        with contextlib.suppress(Exception):  # already gone
             container.remove(force=True)
-        except Exception:  # already gone
-            pass
     network.remove()
     volume.remove(force=True)
 

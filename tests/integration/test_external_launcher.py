@@ -12,10 +12,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from emulator.processes import free_port
 from emulator.supervision import LauncherError
 from emulator.triton.embedded import assemble_backends, child_environment, find_tritonserver
 from emulator.triton.external import ExternalLauncher
-from emulator.triton.launcher import TritonOptions, free_port
+from emulator.triton.launcher import TritonOptions
 from tests.support import wait_for_async
 
 CONFIG = """

@@ -9,6 +9,7 @@ absolute times, which are printed instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -28,7 +29,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from emulator.triton.launcher import free_port
+from emulator.processes import free_port
 from emulator.triton.stubs import process_state as stubs_state
 from harness.live_endpoint import EmulatorProcess
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
@@ -72,7 +73,7 @@ def _traffic(rt: Any, targets: list[str], stop: threading.Event, outcomes: list[
             code, status, message = error_of(exc)
             http = exc.response["ResponseMetadata"]["HTTPStatusCode"]
             outcomes.append((sent, code, (status, http, message[:300]), time.monotonic()))
-        except Exception as exc:  # not a SageMaker answer at all
+        except Exception as exc:  # noqa: BLE001 - not a SageMaker answer at all
             outcomes.append((sent, f"RAW:{type(exc).__name__}", str(exc)[:200],
                              time.monotonic()))
 
@@ -147,7 +148,7 @@ class MotoProcess:
         try:
             client.list_buckets()
             return True
-        except Exception:
+        except Exception:  # noqa: BLE001 - not up yet
             return False
 
     def client(self) -> Any:
@@ -198,7 +199,7 @@ def test_s3_killed_mid_download_then_restarted(start_emulator, moto_process: Mot
     def call() -> None:
         try:
             invoke(rt, "big.tar.gz")
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - collected: asserted below
             caught.append(exc)
 
     caller = threading.Thread(target=call)
@@ -304,10 +305,8 @@ def _cmdline(pid: int) -> bytes:
 
 def _invoke_quietly(rt: Any, target: str, endpoint: str) -> None:
     """A request the emulator's death cuts off: whatever it gets is fine."""
-    try:
+    with contextlib.suppress(Exception):
         invoke(rt, target, endpoint=endpoint)
-    except Exception:
-        pass
 
 
 def _sm(url: str) -> Any:

@@ -91,7 +91,7 @@ def _serve_repos(tmp_path: Path, repos: dict[str, Any], **settings: Any) -> Any:
     """Serve each ``name -> write(repo)`` packaged as ``name.tar.gz`` on a GPU instance type."""
     from emulator.server import EmulatorServer
     from emulator.settings import Settings
-    from mme.testmodels import package
+    from ensembles.packaging import package
 
     store = tmp_path / "store"
     store.mkdir()

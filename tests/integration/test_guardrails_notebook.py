@@ -15,6 +15,7 @@ MetricsConfig (InstanceId series, a 10 s publishing frequency) on the same emula
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
@@ -89,10 +90,9 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorProce
         flags=("--clock-scale", str(SCALE), "--routing-seed", "3"),
         environment={k: v for k, v in os.environ.items() if not k.startswith("MME_")})
     server.start()
-    try:  # its Tritons inherit this: the fleets get the cores first, as instances of their own
+    # its Tritons inherit this: the fleets get the cores first, as instances of their own
+    with contextlib.suppress(PermissionError):
         os.setpriority(os.PRIO_PROCESS, server.pid or 0, -10)
-    except PermissionError:
-        pass
     try:
         yield server
     finally:

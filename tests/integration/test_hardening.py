@@ -24,7 +24,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from emulator.manager import repository
-from emulator.manager.model_manager import artifact_key
+from emulator.manager.records import artifact_key
 from emulator.settings import Settings
 from harness.live_endpoint import EmulatorProcess
 from mme.cli import build_parser, settings_from_args

@@ -21,7 +21,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from emulator.manager.model_manager import TRITON_LOAD_THREADS
+from emulator.manager.triton_side import TRITON_LOAD_THREADS
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from mme.testmodels import write_scale_model
@@ -196,7 +196,7 @@ class Watch:
                 self.said.add(("ping", repr(exc)))
             try:
                 status = self.sm.describe_endpoint(EndpointName="local")["EndpointStatus"]
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - what it said is the finding
                 status = repr(exc)
             self.said.add(("DescribeEndpoint", status))
             time.sleep(0.02)

@@ -313,7 +313,7 @@ def test_concurrent_traffic_over_many_models_stays_correct(start_emulator, store
             try:
                 expected = np.array([1, 2, 3, 4]) * (i + 1)
                 np.testing.assert_allclose(invoke(rt, f"m{i}.tar.gz"), expected)
-            except BaseException as exc:  # collected: asserted below
+            except BaseException as exc:  # noqa: BLE001 - collected: asserted below
                 errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(s,)) for s in range(8)]

@@ -19,7 +19,7 @@ import numpy as np
 
 from emulator.triton import stubs
 from tests.client_support import runtime_client
-from tests.fault_support import instance_of, invoke, models_of
+from tests.fault_support import instance_of, invoke, models_of, observe_steps
 from tests.support import package, wait_until, write_scale_model
 
 FINALIZE_GATED = '''
@@ -43,20 +43,13 @@ def _store(store: Path, work: Path, gate: Path, pad_bytes: int = 0) -> None:
         package(folder, store / f"{name}.tar.gz", "folder")
 
 
-def _observe(server: Any) -> list[tuple[str, str]]:
-    events: list[tuple[str, str]] = []
-    instance_of(server).manager.add_observer(
-        lambda step, target, _details: events.append((step, target)))
-    return events
-
-
 def test_a_count_budget_loads_once_the_victims_unload_is_accepted(  # type: ignore[no-untyped-def]
         start_emulator, store: Path, tmp_path: Path) -> None:
     gate = tmp_path / "finalize-gate"
     _store(store, tmp_path / "w", gate)
     server = start_emulator(model_data=str(store), max_loaded_models=1)
     rt = runtime_client(server.url)
-    events = _observe(server)
+    events = observe_steps(server)
     np.testing.assert_allclose(invoke(rt, "slow.tar.gz"), [2, 4, 6, 8])
     try:
         # Served while the victim's unload cannot complete: the load did not wait for it.
@@ -93,7 +86,7 @@ def test_at_the_memory_limit_a_load_waits_until_the_victims_memory_is_free(  # t
     # As an instance type whose memory is the budget: both models at once would pass it.
     instance_of(server).manager.hard_memory_limit = 1 << 20
     rt = runtime_client(server.url)
-    events = _observe(server)
+    events = observe_steps(server)
     invoke(rt, "slow.tar.gz")
     answers: list[Any] = []
     caller = threading.Thread(target=lambda: answers.append(invoke(rt, "next.tar.gz")))

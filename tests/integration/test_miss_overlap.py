@@ -21,7 +21,7 @@ import numpy as np
 
 from emulator.triton import stubs
 from tests.client_support import runtime_client
-from tests.fault_support import instance_of, invoke, models_of
+from tests.fault_support import instance_of, invoke, models_of, observe_steps
 from tests.support import (
     output_of,
     package,
@@ -62,13 +62,6 @@ def _store(store: Path, work: Path, gate: Path, pad_bytes: int = 0,
         package(folder, store / f"{name}.tar.gz", "folder")
 
 
-def _observe(server: Any) -> list[tuple[str, str]]:
-    events: list[tuple[str, str]] = []
-    instance_of(server).manager.add_observer(
-        lambda step, target, _details: events.append((step, target)))
-    return events
-
-
 def _call_in_background(rt: Any, target: str) -> tuple[threading.Thread, list[Any]]:
     answers: list[Any] = []
     caller = threading.Thread(target=lambda: answers.append(invoke(rt, target)))
@@ -89,7 +82,7 @@ def test_a_byte_budget_miss_loads_while_the_victim_unloads(  # type: ignore[no-u
     server = start_emulator(model_data=str(store), memory_budget="1MiB",
                             model_memory="files")  # room for one
     rt = runtime_client(server.url)
-    events = _observe(server)
+    events = observe_steps(server)
     manager = instance_of(server).manager
     np.testing.assert_allclose(invoke(rt, "slow.tar.gz"), [2, 4, 6, 8])
     slow_stubs = _stub_pids(server, "slow")
@@ -138,7 +131,7 @@ def test_a_measured_model_is_read_once_its_victims_are_gone(  # type: ignore[no-
     _store(store, tmp_path / "w", gate, ballast=True)  # ~100 MB each once loaded
     server = start_emulator(model_data=str(store), memory_budget="160MiB")  # room for one
     rt = runtime_client(server.url)
-    events = _observe(server)
+    events = observe_steps(server)
     invoke(rt, "next.tar.gz")  # measured: from now on it makes room before it loads
     invoke(rt, "slow.tar.gz")  # measured after its first load; next evicted then
     wait_until(lambda: ("unloaded", "next.tar.gz") in events, what="next's eviction")
@@ -172,7 +165,7 @@ def test_an_evicted_ensemble_is_unloaded_once_its_steps_are(  # type: ignore[no-
     server = start_emulator(model_data=str(store), memory_budget="1MiB",
                             model_memory="files")  # room for one
     rt = runtime_client(server.url)
-    events = _observe(server)
+    events = observe_steps(server)
     answer = rt.invoke_endpoint(EndpointName="local", TargetModel="ens.tar.gz",
                                 Body=scale_request([1, 2, 3, 4], "INPUT"))
     np.testing.assert_allclose(output_of(answer["Body"].read(), "OUTPUT"), [6, 12, 18, 24])

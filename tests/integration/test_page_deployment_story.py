@@ -24,6 +24,7 @@ from tests.integration.test_deployments import (
     baking,
     canary,
     in_service_on,
+    put_model_errors_alarm,
     running_and_other,
     wait_for,
 )
@@ -51,12 +52,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     sm.get_waiter("endpoint_in_service").wait(EndpointName="ep",
                                               WaiterConfig={"Delay": 0.25, "MaxAttempts": 480})
     # A model error on either fleet of the variant rolls a deployment back.
-    module.client("cloudwatch").put_metric_alarm(
-        AlarmName="ep-model-errors", Namespace="AWS/SageMaker",
-        MetricName="InvocationModelErrors", Statistic="Sum", Period=60, EvaluationPeriods=1,
-        Threshold=0, ComparisonOperator="GreaterThanThreshold", TreatMissingData="notBreaching",
-        Dimensions=[{"Name": "EndpointName", "Value": "ep"},
-                    {"Name": "VariantName", "Value": "AllTraffic"}])
+    put_model_errors_alarm(module.client("cloudwatch"))
     try:
         yield module
     finally:

@@ -15,8 +15,9 @@ from emulator.triton.sagemaker_env import triton_args_from_environment
 
 def test_real_tritonserver_accepts_every_translated_flag(tmp_path: Path) -> None:
     """Triton 2.51 (the embedded binary) starts with the flags of a fully populated environment."""
+    from emulator.processes import free_port
     from emulator.triton.embedded import EmbeddedLauncher
-    from emulator.triton.launcher import TritonOptions, free_port
+    from emulator.triton.launcher import TritonOptions
 
     env = {
         "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": "false",

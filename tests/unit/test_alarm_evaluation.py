@@ -10,16 +10,12 @@ import numpy as np
 import pytest
 
 from emulator.clock import Clock
-from emulator.cloudwatch import AlarmStore, CloudWatchService, MetricStore, alarm_rule, metric_math
+from emulator.cloudwatch import alarm_rule, metric_math
+from emulator.cloudwatch.alarms import AlarmStore
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from emulator.cloudwatch.series import MetricStore
+from emulator.cloudwatch.service import CloudWatchService
+from tests.clock_support import FakeTime
 
 
 class Rig:

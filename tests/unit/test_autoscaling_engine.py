@@ -10,19 +10,13 @@ import pytest
 
 from emulator.autoscaling import AutoScalingService, SageMakerVariants, ScalingEngine
 from emulator.clock import Clock
-from emulator.cloudwatch import AlarmStore, MetricStore
+from emulator.cloudwatch.alarms import AlarmStore
+from emulator.cloudwatch.series import MetricStore
 from emulator.contract.control_plane import ControlPlaneError
+from tests.clock_support import FakeTime
 
 RESOURCE = "endpoint/mme/variant/AllTraffic"
 DIMS = {"EndpointName": "mme", "VariantName": "AllTraffic"}
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FakeSageMaker:

@@ -8,18 +8,11 @@ import time
 import pytest
 
 from emulator.clock import Clock
-
-
-class FakeTime:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock_support import FakeTime
 
 
 def test_durations_scale_and_the_present_is_real() -> None:
-    fake = FakeTime()
+    fake = FakeTime(1_000_000.0)
     clock = Clock(60, time_fn=fake)
     assert clock.real_duration(60) == 1.0
     assert clock.emulated_duration(2.5) == 150.0
@@ -27,7 +20,7 @@ def test_durations_scale_and_the_present_is_real() -> None:
 
 
 def test_past_is_compressed_and_round_trips() -> None:
-    fake = FakeTime()
+    fake = FakeTime(1_000_000.0)
     clock = Clock(60, time_fn=fake)
     ten_seconds_ago = fake.now - 10
     # 10 real seconds ago is 10 emulated minutes ago ...
@@ -38,7 +31,7 @@ def test_past_is_compressed_and_round_trips() -> None:
 
 
 def test_scale_one_is_the_identity() -> None:
-    fake = FakeTime()
+    fake = FakeTime(1_000_000.0)
     clock = Clock(1, time_fn=fake)
     assert clock.to_emulated(fake.now - 42) == fake.now - 42
     assert clock.real_duration(300) == 300

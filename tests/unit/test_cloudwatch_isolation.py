@@ -14,17 +14,13 @@ from typing import Any
 import pytest
 
 from emulator.clock import Clock
-from emulator.cloudwatch import AlarmStore, CloudWatchService, MetricStore, evaluation
+from emulator.cloudwatch import evaluation
+from emulator.cloudwatch.alarms import AlarmStore
 from emulator.cloudwatch.alarms import AlarmStore as Store
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from emulator.cloudwatch.series import MetricStore
+from emulator.cloudwatch.service import CloudWatchService
+from tests.clock_support import FakeTime
 
 
 class Rig:

@@ -18,9 +18,11 @@ import pytest
 from emulator.autoscaling import AutoScalingService, SageMakerVariants, ScalingEngine
 from emulator.autoscaling.wire import ScalingError
 from emulator.clock import Clock
-from emulator.cloudwatch import AlarmStore, MetricStore
+from emulator.cloudwatch.alarms import AlarmStore
+from emulator.cloudwatch.series import MetricStore
 from emulator.control.inference_components import InferenceComponents
 from emulator.control.state_db import ControlStore, Deployment, EndpointRecord
+from tests.clock_support import FakeTime
 
 IC = "inference-component/ic"
 KEY = {"ServiceNamespace": "sagemaker", "ResourceId": IC,
@@ -32,14 +34,6 @@ THREE_CORES = {"NumberOfCpuCoresRequired": 3, "MinMemoryRequiredInMb": 1024}
 
 def _arn(kind: str, name: str) -> str:
     return f"arn:aws:sagemaker:us-east-1:123456789012:{kind}/{name.lower()}"
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Control:

@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError, WaiterError
 from fastapi import FastAPI
 
 from emulator.control import ControlPlaneService, ControlStore, build_control_router
-from emulator.triton.launcher import free_port
+from emulator.processes import free_port
 from tests.support import wait_for, wait_until
 
 REGION = "us-east-1"

@@ -12,14 +12,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from harness.deployer import (
-    Clients,
-    DeployConfig,
-    Deployer,
-    DeployError,
-    RolledBack,
-    deployment_config,
-)
+from harness.deployer import Clients, Deployer, deployment_config
+from harness.deployment import DeployConfig, DeployError, RolledBack
 
 NOW = datetime(2026, 11, 25, tzinfo=timezone.utc)
 ARN = "arn:aws:sagemaker:us-east-1:123456789012:endpoint/demo"

@@ -21,12 +21,13 @@ import pytest
 from emulator.instance_types import GIB, budget_for
 from emulator.manager.lru import DoesNotFit, LruIndex
 from emulator.manager.memory import ModelMemory
-from emulator.manager.model_manager import ModelLoadFailed, ModelManager, ModelState
-from emulator.manager.records import ModelRecord, Records
+from emulator.manager.model_manager import ModelManager
+from emulator.manager.records import ModelLoadFailed, ModelRecord, ModelState, Records
 from emulator.manager.sources import FolderSource
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.triton.memory import OomKill
-from mme.testmodels import package, write_scale_model
+from ensembles.packaging import package
+from mme.testmodels import write_scale_model
 
 
 def test_an_item_that_fits_in_memory_but_not_on_the_gpu_evicts_by_gpu_memory() -> None:

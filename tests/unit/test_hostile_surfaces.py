@@ -25,9 +25,10 @@ import pytest
 from emulator.auth.credentials import AuthConfigError, load_principals
 from emulator.autoscaling import wire as scaling_wire
 from emulator.clock import Clock
-from emulator.cloudwatch import CloudWatchService, MetricStore
 from emulator.cloudwatch import wire as cloudwatch_wire
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
+from emulator.cloudwatch.series import MetricStore
+from emulator.cloudwatch.service import CloudWatchService
 from emulator.containers.sagemaker import ContainerUnreachable, SageMakerContainer
 from emulator.contract import botocore_validation, control_plane
 from emulator.contract.runtime_errors import ModelError

@@ -15,17 +15,13 @@ from xml.etree import ElementTree
 import boto3
 import pytest
 
-from harness.deployer import (
-    DEFAULT_TRITON_VERSION,
-    DeployConfig,
-    Deployer,
-    DeployError,
-    make_clients,
-)
+from ensembles.packaging import package
+from harness.deployer import Deployer, make_clients
+from harness.deployment import DEFAULT_TRITON_VERSION, DeployConfig, DeployError
 from harness.lint import lint
 from harness.lint.releases import DEFAULT_RELEASE, UnknownImage, release_of
 from mme.cli import main
-from mme.testmodels import package, write_scale_model, write_two_step_ensemble
+from mme.testmodels import write_scale_model, write_two_step_ensemble
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "sarif-schema-2.1.0.json"
 GPU_GROUP = "instance_group [ { kind: KIND_GPU count: 1 } ]"

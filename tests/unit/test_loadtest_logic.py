@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator.cloudwatch.statistics import percentile
 from harness.loadtest.config import (
     LatencyThreshold,
     LoadPlan,
@@ -27,7 +28,7 @@ from harness.loadtest.popularity import Chooser, weights
 from harness.loadtest.report import summarize, to_markdown, write_report
 from harness.loadtest.runner import PHASES_COMPLETE, Controller, MetricsPoll
 from harness.loadtest.schedule import position
-from harness.loadtest.stopping import StopMonitor, percentile
+from harness.loadtest.stopping import StopMonitor
 from tests.loadtest_support import Answer, FakeEndpoint, json_body, model_error, served
 
 # --- phases -----------------------------------------------------------------------------------

@@ -20,13 +20,9 @@ from typing import Any
 
 import pytest
 
-from emulator.manager.model_manager import (
-    LOOKUP_RACE_DELAYS_S,
-    Lease,
-    ModelManager,
-    ModelRecord,
-    ModelState,
-)
+from emulator.manager.model_manager import ModelManager
+from emulator.manager.records import Lease, ModelRecord, ModelState
+from emulator.manager.triton_side import LOOKUP_RACE_DELAYS_S
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.triton.client import TritonError, TritonResponse
 
@@ -166,9 +162,10 @@ def test_a_load_whose_waiters_gave_up_keeps_its_files(tmp_path: Path) -> None:
     goes on. A download of another model must not delete that model's files meanwhile (it did:
     the load then failed with a KeyError, or Triton read a deleted folder)."""
     from emulator.manager.extract import tree_size
-    from emulator.manager.model_manager import ModelLoadFailed, ModelNotReady
+    from emulator.manager.records import ModelLoadFailed, ModelNotReady
     from emulator.manager.sources import FolderSource
-    from mme.testmodels import package, write_scale_model
+    from ensembles.packaging import package
+    from mme.testmodels import write_scale_model
 
     store = tmp_path / "store"
     store.mkdir()
@@ -233,7 +230,7 @@ def test_a_load_waiting_for_room_goes_on_when_the_request_lets_go(tmp_path: Path
 
 
 def test_a_load_that_never_gets_room_is_a_507_at_the_load_timeout(tmp_path: Path) -> None:
-    from emulator.manager.model_manager import ModelLoadFailed
+    from emulator.manager.records import ModelLoadFailed
 
     async def scenario() -> ModelLoadFailed:
         manager, _held = full_manager(tmp_path, load_timeout_s=0.2)

@@ -12,7 +12,8 @@ import boto3
 import pytest
 
 from ensembles.checks import PackageProblem, check_folder, check_tarball
-from harness.deployer import DeployConfig, Deployer, DeployError, make_clients
+from harness.deployer import Deployer, make_clients
+from harness.deployment import DeployConfig, DeployError
 from mme.cli import main
 from tests.support import package, write_scale_ensemble, write_scale_model
 

@@ -12,7 +12,9 @@ import pytest
 from emulator.autoscaling import AutoScalingService, SageMakerVariants, ScalingEngine, step
 from emulator.autoscaling.wire import ScalingError
 from emulator.clock import Clock
-from emulator.cloudwatch import AlarmStore, CloudWatchService, MetricStore
+from emulator.cloudwatch.alarms import AlarmStore
+from emulator.cloudwatch.series import MetricStore
+from emulator.cloudwatch.service import CloudWatchService
 from tests.unit.test_autoscaling_engine import DIMS, RESOURCE, FakeSageMaker, FakeTime
 
 KEY = {"ServiceNamespace": "sagemaker", "ResourceId": RESOURCE,

@@ -52,7 +52,7 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse([
                     pb_utils.Tensor("last_hidden_state", out)
                 ]))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - answered as this request's error
                 responses.append(pb_utils.InferenceResponse(
                     output_tensors=[], error=pb_utils.TritonError(f"bert-torch: {exc}")))
         return responses

@@ -32,7 +32,7 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse([
                     pb_utils.Tensor("SENT_EMBED", embeddings)
                 ]))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - answered as this request's error
                 responses.append(pb_utils.InferenceResponse(
                     output_tensors=[], error=pb_utils.TritonError(f"postprocess: {exc}")))
         return responses

@@ -236,7 +236,7 @@ class ShimModel:
                 for index, feed, _ in group:
                     try:
                         results.extend(self.run_group([feed], wanted))
-                    except Exception as single:  # noqa: BLE001
+                    except Exception as single:  # noqa: BLE001 - that request's own error
                         responses[index] = error_response(self.describe_failure(single))
                         results.append(None)
             for (index, feed, names), outputs in zip(group, results, strict=True):

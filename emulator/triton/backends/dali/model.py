@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 # The stub loads this file by path; its sibling helper needs the folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _triton_shim import DOCKER_HINT, ShimConfig, ShimError, ShimModel  # noqa: E402
+from _triton_shim import DOCKER_HINT, ShimConfig, ShimError, ShimModel
 
 
 def _gpu_available() -> bool:
@@ -70,7 +70,7 @@ class TritonPythonModel(ShimModel):
                 exec_async=False, exec_pipelined=False, prefetch_queue_depth=1,
             )
             pipe.build()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             text = str(exc)
             hint = ""
             if self.device_id is None and ("GPU" in text or "mixed" in text or "CUDA" in text):

@@ -20,7 +20,7 @@ import triton_python_backend_utils as pb_utils
 
 # The stub loads this file by path; its sibling helper needs the folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _triton_shim import (  # noqa: E402
+from _triton_shim import (
     DOCKER_HINT,
     ShimConfig,
     ShimError,
@@ -50,7 +50,7 @@ class TritonPythonModel(ShimModel):
             torch.set_num_threads(int(threads))
         try:
             self.module = torch.jit.load(str(path), map_location=self.device).eval()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ShimError(f"model '{config.name}': torch.jit.load cannot read {path} (a "
                             f"TorchScript file from torch.jit.trace/script and .save): {exc}"
                             ) from exc

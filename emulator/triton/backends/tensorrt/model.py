@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 # The stub loads this file by path; its sibling helper needs the folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _triton_shim import DOCKER_HINT, ShimConfig, ShimError, ShimModel  # noqa: E402
+from _triton_shim import DOCKER_HINT, ShimConfig, ShimError, ShimModel
 
 
 def _gpu_count() -> int:
@@ -27,7 +27,7 @@ def _gpu_count() -> int:
         import torch
 
         return int(torch.cuda.device_count())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no torch, or no working CUDA: no GPU
         return 0
 
 
