@@ -23,7 +23,8 @@ import uvicorn
 from botocore.exceptions import ClientError, WaiterError
 from fastapi import FastAPI
 
-from emulator.control import ControlPlaneService, ControlStore, build_control_router
+from emulator.control import ControlPlaneService, ControlStore
+from emulator.routes.control import build_control_router
 from emulator.triton.launcher import free_port
 from tests.support import wait_for, wait_until
 

@@ -1,43 +1,33 @@
-"""HTTP binding of ``POST /``: every JSON-RPC AWS service the emulator speaks shares this path.
+"""HTTP binding of the SageMaker control plane: ``POST /`` with ``X-Amz-Target:
+SageMaker.<Operation>`` (JSON 1.1).
 
-``X-Amz-Target: SageMaker.<Operation>`` is the control plane (here); the other APIs that share
-this path (Application Auto Scaling, CloudWatch's JSON 1.0 and query protocols) go to the handlers
-the composition root passes in. Which API a request is was decided once, by the front door
-(``emulator/contract/apis.py``), and IAM decided on that same reading.
+``control_rows`` are the control plane's rows of the front door's table
+(``emulator/routes/table.py``): every operation, and the ones it does not know (answered with
+SageMaker's ``UnknownOperationException``). ``build_control_router`` is ``POST /`` for a request
+that names no API at all (no or an unknown ``X-Amz-Target``): SageMaker's error for it; on its
+own it is a control plane without the front door (a test's app, the deployer's).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
 
 from fastapi import APIRouter, Request, Response
 
 from emulator.contract import control_plane as wire
 from emulator.contract import inference_components as component_rules
-from emulator.contract.apis import Protocol, Service, read_request
+from emulator.contract.apis import Service
 from emulator.control.service import ControlPlaneService
+from emulator.routes.table import Handler, Rows, as_asgi, rows
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Request], Awaitable[Response]]
 
+def control_plane_handler(service: ControlPlaneService) -> Handler:
+    """One control-plane request: parsed and validated, run, answered in JSON 1.1."""
 
-def build_control_router(service: ControlPlaneService, *,
-                         others: Mapping[tuple[Service, Protocol], Handler] | None = None
-                         ) -> APIRouter:
-    """``others``: the handler of each other API on ``POST /``, by service and protocol."""
-    router = APIRouter()
-    handlers = dict(others or {})
-
-    @router.post("/", include_in_schema=False)
-    async def control_plane(request: Request) -> Response:
-        # The front door's reading of the request, the one IAM decided on (contract/apis.py).
-        api = read_request(request.scope)
-        handler = handlers.get((api.service, api.protocol)) if api is not None else None
-        if handler is not None:
-            return await handler(request)
+    async def handle(request: Request) -> Response:
         request_id = str(uuid.uuid4())
         try:
             # The headers are the front door's (each name once): the target identify() read.
@@ -58,4 +48,18 @@ def build_control_router(service: ControlPlaneService, *,
             headers={"x-amzn-RequestId": request_id},
         )
 
+    return handle
+
+
+def control_rows(service: ControlPlaneService) -> Rows:
+    """The control plane's rows of the front door's table."""
+    return rows(Service.SAGEMAKER, wire.OPERATIONS | component_rules.OPERATIONS,
+                as_asgi(control_plane_handler(service)))
+
+
+def build_control_router(service: ControlPlaneService) -> APIRouter:
+    """``POST /`` answered by the control plane."""
+    router = APIRouter()
+    router.add_api_route("/", control_plane_handler(service), methods=["POST"],
+                         include_in_schema=False)
     return router
