@@ -75,18 +75,17 @@ class GuardedUpdates:
     def _get(self, name: str) -> EndpointRecord | None:
         return self._lifecycle.get(name)
 
-    def plan(self, record: EndpointRecord, deployment: Deployment,
+    def plan(self, running: EndpointSpec, new: EndpointSpec, config_name: str,
              config: dict[str, Any]) -> Progress:
-        """The plan of a guarded update, or SageMaker's error for what it refuses."""
-        running = EndpointSpec.from_doc(record.current.spec)
-        new = EndpointSpec.from_doc(deployment.spec)
+        """The plan of a guarded update from ``running`` to ``new`` (endpoint config
+        ``config_name``), or SageMaker's error for what it refuses."""
         old_names = sorted(v.name for v in running.variants)
         new_names = sorted(v.name for v in new.variants)
         if old_names != new_names:  # documented exclusion; [U] wording
             raise wire.validation_error(
                 f"A deployment with DeploymentConfig needs the new endpoint configuration to "
                 f"have the same variant names as the running one ({', '.join(old_names)}); "
-                f"{deployment.config_name} has {', '.join(new_names)}.")
+                f"{config_name} has {', '.join(new_names)}.")
         try:
             plan = guardrails.plan(config, [v.instance_count for v in new.variants])
         except guardrails.PlanError as exc:
@@ -104,8 +103,11 @@ class GuardedUpdates:
                                        bake_s=0.0, termination_wait_s=0.0)
         return Progress(plan=plan.to_doc(), started=self._clock())
 
-    async def run(self, name: str, deployment: Deployment, progress: Progress) -> None:
-        """The deployment to its end: InService on the new config, or rolled back."""
+    async def run(self, name: str, deployment: Deployment, progress: Progress,
+                  spec: EndpointSpec | None = None, running: EndpointSpec | None = None) -> None:
+        """The deployment to its end: InService on the new config, or rolled back. ``spec``
+        is the deployment's, ``running`` the blue fleet's, when the caller has them already
+        (read from their stored form otherwise: a deployment resumed after a restart)."""
         def save(now: Progress) -> None:
             record = self._get(name)
             if record is not None and record.status == "Updating":
@@ -119,10 +121,13 @@ class GuardedUpdates:
                 record.pending = None
                 self._save(record)
 
-        record = self._get(name)
-        blue_count = (EndpointSpec.from_doc(record.current.spec).variants[0].instance_count
-                      if record is not None and record.current.spec else 1)
-        run = DeploymentRun(name, EndpointSpec.from_doc(deployment.spec), progress,
+        if running is None:
+            record = self._get(name)
+            running = (EndpointSpec.from_doc(record.current.spec)
+                       if record is not None and record.current.spec else None)
+        blue_count = running.variants[0].instance_count if running is not None else 1
+        spec = spec or EndpointSpec.from_doc(deployment.spec)
+        run = DeploymentRun(name, spec, progress,
                             self._generations, self._emulated_clock, self._alarms, save,
                             promoted, config_name=deployment.config_name, blue_count=blue_count)
         rolling = run.plan.rolling

@@ -115,7 +115,7 @@ class ControlPlaneService:
         if self.store.get_endpoint(name) is not None or self._unmanaged(name):
             raise wire.already_exists(KIND_ENDPOINT, endpoint_arn)
         deployment = specs.deployment(self.resources, name, params["EndpointConfigName"],
-                                      self._clock)
+                                      self._clock).deployment
         now = self._clock()
         record = EndpointRecord(
             name=name,
@@ -161,8 +161,8 @@ class ControlPlaneService:
         name = params["EndpointName"]
         endpoint_arn = self.arn(KIND_ENDPOINT, name)
         record = self._updatable(self.store.get_endpoint(name), endpoint_arn)
-        new = specs.deployment(self.resources, record.name, params["EndpointConfigName"],
-                               self._clock)
+        new, new_spec = specs.deployment(self.resources, record.name,
+                                         params["EndpointConfigName"], self._clock)
         endpoint_updates.check_same_kind(record.current, new, endpoint_arn)
         if endpoint_updates.is_for_components(record.current):
             # Components' copies move onto the new config's instances (their own module).
@@ -173,9 +173,14 @@ class ControlPlaneService:
             self.lifecycle.spawn(name, endpoint_updates.run(
                 record.name, self._get, self.lifecycle.transition, self.components))
             return {"EndpointArn": endpoint_arn}
-        deployment = specs.retained(record, new, params)
+        # An endpoint of models: its running spec read once, the new one built once.
+        assert new_spec is not None
+        running = EndpointSpec.from_doc(record.current.spec)
+        deployment, spec = specs.retained(record, running, new_spec, new, params)
+        assert spec is not None
         config = deployment_config(record, params)
-        progress = None if config is None else self.guarded.plan(record, deployment, config)
+        progress = (None if config is None
+                    else self.guarded.plan(running, spec, deployment.config_name, config))
         record.pending = deployment
         record.status = "Updating"
         record.failure_reason = None
@@ -185,9 +190,10 @@ class ControlPlaneService:
             record.last_deployment_config = config
         self.store.save_endpoint(record)
         if progress is None:
-            self.lifecycle.spawn(name, self._run_update(name, deployment))
+            self.lifecycle.spawn(name, self._run_update(name, deployment, spec))
         else:
-            self.lifecycle.spawn(name, self.guarded.run(record.name, deployment, progress))
+            self.lifecycle.spawn(name, self.guarded.run(record.name, deployment, progress,
+                                                        spec, running))
         return {"EndpointArn": endpoint_arn}
 
     async def update_endpoint_weights_and_capacities(
@@ -301,9 +307,9 @@ class ControlPlaneService:
         else:
             self.lifecycle.transition(name, ("Creating",), "InService", failure_reason=None)
 
-    async def _run_update(self, name: str, deployment: Deployment) -> None:
+    async def _run_update(self, name: str, deployment: Deployment, spec: EndpointSpec) -> None:
         try:
-            await self.registry.replace(EndpointSpec.from_doc(deployment.spec))
+            await self.registry.replace(spec)
         except Exception as exc:  # noqa: BLE001 - any failure keeps the running deployment
             log.warning("endpoint %s failed to update: %s", name, exc)
             # SageMaker rolls back to the running deployment and reports why.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from emulator.contract import control_plane as wire
 from emulator.contract import inference_components as component_rules
@@ -27,13 +27,22 @@ from emulator.hosting.spec import (
 from emulator.instance_types import MAX_INSTANCES_PER_ENDPOINT
 
 
+class Resolved(NamedTuple):
+    """A deployment as stored, and its hosting spec as built (None for an endpoint for
+    inference components): what CreateEndpoint and UpdateEndpoint work on, so the spec is built
+    once and never read back from its stored form on the way."""
+
+    deployment: Deployment
+    spec: EndpointSpec | None
+
+
 def is_component_deployment(variants: list[dict[str, Any]]) -> bool:
     """An endpoint deployment (its config's variants) that hosts inference components."""
     return bool(variants) and all(component_rules.is_component_variant(v) for v in variants)
 
 
 def deployment(resources: StoredResources, endpoint_name: str, config_name: str,
-               clock: Callable[[], float]) -> Deployment:
+               clock: Callable[[], float]) -> Resolved:
     """Resolve a config and its models into what the runtime needs, at call time."""
     config = resources.config(config_name)
     variants = config.doc["ProductionVariants"]
@@ -45,7 +54,8 @@ def deployment(resources: StoredResources, endpoint_name: str, config_name: str,
             raise wire.resource_limit_exceeded(
                 f"Endpoint config {config.name} asks for {count} instances; the emulator "
                 f"runs at most {MAX_INSTANCES_PER_ENDPOINT} per endpoint.")
-        return Deployment(config_name=config.name, variants=variants, spec={}, started=clock())
+        return Resolved(Deployment(config_name=config.name, variants=variants, spec={},
+                                   started=clock()), None)
     specs = tuple(variant_spec(resources, v) for v in variants)
     total = sum(v.instance_count for v in specs)
     if total > MAX_INSTANCES_PER_ENDPOINT:
@@ -61,13 +71,13 @@ def deployment(resources: StoredResources, endpoint_name: str, config_name: str,
         detailed_observability=bool(metrics.get("EnableDetailedObservability", True)),
         publish_period_s=int(metrics.get("MetricPublishFrequencyInSeconds",
                                          DEFAULT_PUBLISH_PERIOD_S)))
-    return Deployment(
+    return Resolved(Deployment(
         config_name=config.name,
         variants=variants,
         spec=spec.to_doc(),
         images=[c.image for v in specs for c in v.containers],
         started=clock(),
-    )
+    ), spec)
 
 
 def variant_spec(resources: StoredResources, variant: dict[str, Any]) -> VariantSpec:
@@ -119,10 +129,11 @@ def container_spec(model_arn: str, container: dict[str, Any], required: bool) ->
     )
 
 
-def retained(record: EndpointRecord, deployment: Deployment,
-             params: dict[str, Any]) -> Deployment:
-    """RetainAllVariantProperties: the running variants' instance counts and weights carry
-    over to the new config's variants of the same name, except those excluded."""
+def retained(record: EndpointRecord, running: EndpointSpec, new: EndpointSpec,
+             deployment: Deployment, params: dict[str, Any]) -> Resolved:
+    """RetainAllVariantProperties: the running variants' instance counts and weights (those
+    of a capacity change still recorded, else ``running``'s) carry over to the ``new`` config's
+    variants of the same name, except those excluded."""
     excluded = {p["VariantPropertyType"]
                 for p in params.get("ExcludeRetainedVariantProperties") or []}
     if not params.get("RetainAllVariantProperties"):
@@ -130,15 +141,15 @@ def retained(record: EndpointRecord, deployment: Deployment,
             raise wire.validation_error(
                 "ExcludeRetainedVariantProperties applies only when "
                 "RetainAllVariantProperties is true.")
-        return deployment
-    current = EndpointSpec.from_doc(record.desired or record.current.spec)
-    new = EndpointSpec.from_doc(deployment.spec)
+        return Resolved(deployment, new)
+    current = EndpointSpec.from_doc(record.desired) if record.desired else running
     changes: dict[str, tuple[float | None, int | None]] = {}
     for variant in new.variants:
-        running = current.variant(variant.name)
-        if running is not None:
+        kept = current.variant(variant.name)
+        if kept is not None:
             changes[variant.name] = (
-                None if "DesiredWeight" in excluded else running.weight,
-                None if "DesiredInstanceCount" in excluded else running.instance_count)
+                None if "DesiredWeight" in excluded else kept.weight,
+                None if "DesiredInstanceCount" in excluded else kept.instance_count)
     # DataCaptureConfig: the emulator captures no data, so there is nothing to retain.
-    return dataclasses.replace(deployment, spec=new.with_capacities(changes).to_doc())
+    spec = new.with_capacities(changes)
+    return Resolved(dataclasses.replace(deployment, spec=spec.to_doc()), spec)
