@@ -1,9 +1,11 @@
 """The composition root: builds every part from the settings and wires them into one FastAPI app.
 
-Routes live beside their behaviour: ``routes/runtime.py`` (sagemaker-runtime),
-``routes/introspection.py`` (``/ping``, ``/metrics``, ``/_emulator/*``) and
-``control/routes.py`` (``POST /`` with ``X-Amz-Target``: the control plane). The hosting model
-(endpoint -> variants -> instances) is in ``emulator/hosting``.
+Every HTTP binding is in ``emulator/routes``: one module per AWS service (``runtime.py``,
+``control.py``, ``autoscaling.py``, ``cloudwatch.py``), each giving its rows of the front door's
+one (service, operation) table (``table.py``), and ``introspection.py`` (``/ping``,
+``/metrics``, ``/_emulator/*``). What runs while the app runs (the endpoints, the alarms'
+evaluation, the scaling engine) is started and stopped here, in the app's lifespan. The hosting
+model (endpoint -> variants -> instances) is in ``emulator/hosting``.
 """
 
 from __future__ import annotations
@@ -20,11 +22,10 @@ from emulator import autoscaling, page_key
 from emulator.auth import install_auth
 from emulator.clock import Clock
 from emulator.cloudwatch.alarms import AlarmStore
-from emulator.cloudwatch.routes import build_cloudwatch_router, json_handler, query_handler
 from emulator.cloudwatch.series import MetricStore
 from emulator.cloudwatch.service import CloudWatchService
-from emulator.contract.apis import API_SCOPE_KEY, ApiRequest, Protocol, Service, read_request
-from emulator.control import ControlPlaneService, ControlStore, build_control_router
+from emulator.contract.apis import API_SCOPE_KEY, ApiRequest, Service, read_request
+from emulator.control import ControlPlaneService, ControlStore
 from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.hosting.factory import InstanceFactory
@@ -34,6 +35,9 @@ from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
 from emulator.page.activities import scaling_listener
 from emulator.page.failed_invocations import InvocationErrors
+from emulator.routes.autoscaling import autoscaling_rows
+from emulator.routes.cloudwatch import cloudwatch_rows
+from emulator.routes.control import build_control_router, control_rows
 from emulator.routes.introspection import build_introspection_router
 from emulator.routes.limits import ApiBodyLimit
 from emulator.routes.runtime import (
@@ -42,6 +46,7 @@ from emulator.routes.runtime import (
     misdirected,
     runtime_handlers,
 )
+from emulator.routes.table import lookup
 from emulator.settings import Settings
 
 
@@ -52,8 +57,8 @@ class EmulatorApp(FastAPI):
     API identified as (service, operation, protocol): ``contract/apis.py``; the answer stays in
     the scope), then passes the error feed of the live page, the auth check (``--auth sigv4``)
     and the bound on the APIs' bodies, then ``routed``: the handler ``handlers`` names for its
-    (service, operation), else FastAPI's routing (the control plane, Application Auto Scaling,
-    CloudWatch and the emulator's own routes, which dispatch on the same reading). The table's
+    (service, operation) (every operation of every AWS API: ``emulator/routes/table.py``), else
+    FastAPI's routing (the emulator's own routes, and ``POST /`` naming no API). The table's
     handlers are plain ASGI apps: under load FastAPI's routing and request objects cost more
     CPU than an InvokeEndpoint itself. With auth off, a server that writes answers itself
     (``emulator/http_protocol.py``) asks ``direct_answer`` first and answers InvokeEndpoint
@@ -89,7 +94,7 @@ class EmulatorApp(FastAPI):
         """Behind the feed, auth and body bound: the table's handler, or FastAPI's routing."""
         api: ApiRequest | None = scope[API_SCOPE_KEY]
         if api is not None:
-            handler = self.handlers.get((api.service, api.operation))
+            handler = lookup(self.handlers, api)
             if handler is not None:
                 await handler(scope, receive, send)
                 return
@@ -123,6 +128,11 @@ def build_app(settings: Settings) -> EmulatorApp:
         store=ControlStore(settings.cache_dir / "control-plane.sqlite3"),
         registry=registry, region=settings.region, account=settings.account_id,
         image_problem=factory.image_problem, emulated_clock=clock, alarms=alarms)
+    metrics_api = CloudWatchService(metric_store, clock, alarms)
+    scaling = autoscaling.AutoScalingService(autoscaling.SageMakerVariants(control), clock,
+                                             settings.region, settings.account_id, alarms,
+                                             settings.cache_dir / "autoscaling.json")
+    scaling_engine = autoscaling.ScalingEngine(scaling, metric_store, clock)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -132,7 +142,9 @@ def build_app(settings: Settings) -> EmulatorApp:
                 instance_count=settings.instances))
         await control.restore()  # endpoints created through the control plane come back
         try:
-            yield
+            # The alarms are evaluated and the scaling engine runs while the app runs.
+            async with alarms.running(), scaling_engine.running():
+                yield
         finally:
             await control.aclose()
             await registry.close()
@@ -149,25 +161,17 @@ def build_app(settings: Settings) -> EmulatorApp:
     app.state.control_plane = control
     app.state.metric_store = metric_store
     app.state.alarms = alarms
-    metrics_api = CloudWatchService(metric_store, clock, alarms)
-    scaling = autoscaling.AutoScalingService(autoscaling.SageMakerVariants(control), clock,
-                                             settings.region, settings.account_id, alarms,
-                                             settings.cache_dir / "autoscaling.json")
-    app.include_router(build_control_router(control, others={
-        (Service.AUTOSCALING, Protocol.JSON): autoscaling.json_handler(scaling),
-        (Service.CLOUDWATCH, Protocol.JSON): json_handler(metrics_api),
-        (Service.CLOUDWATCH, Protocol.QUERY): query_handler(metrics_api),
-    }))
-    app.include_router(build_cloudwatch_router(metrics_api))  # rpc-v2-cbor paths
-    app.include_router(autoscaling.build_autoscaling_router(
-        autoscaling.ScalingEngine(scaling, metric_store, clock)))
+    # POST / that names no API (no or an unknown X-Amz-Target): the control plane's error.
+    app.include_router(build_control_router(control))
     app.include_router(build_introspection_router(registry, alarms))
     install_page(app, registry, feed)  # the live page at /_emulator/
     # Its history: each deployment's start, rollback and end, each scaling activity.
     control.on_activity = feed.activity
     scaling.activity_listeners.append(scaling_listener(feed))
     invocations = InvocationsApp(Invocations(settings, registry))
-    app.handlers = MappingProxyType(dict(runtime_handlers(settings, registry, invocations)))
+    app.handlers = MappingProxyType({**runtime_handlers(settings, registry, invocations),
+                                     **control_rows(control), **autoscaling_rows(scaling),
+                                     **cloudwatch_rows(metrics_api)})
     # The front door's one chain, for every request: the error feed, auth, the bound on the
     # APIs' bodies, then the route.
     errors_feed = InvocationErrors(with_auth(ApiBodyLimit(app.routed)), feed)

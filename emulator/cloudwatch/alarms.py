@@ -13,6 +13,9 @@ Evaluation runs on the emulated clock (``emulator/clock.py``) over the same metr
 CloudWatch reads serve (``emulator/cloudwatch/series.py``): ``emulator/cloudwatch/evaluation.py``
 says how; every [U] choice is listed in ``docs/alarms.md``.
 
+The parts beside it: one evaluation round (``alarm_rounds``) and the actions' handlers, queue
+and background calls (``alarm_actions``).
+
 Isolation: each alarm is evaluated on its own; one that fails (a surprise in its metric math,
 its rule) is recorded on that alarm (INSUFFICIENT_DATA, the reason saying why) and the round goes
 on with the others. Rules and expressions are parsed once, at Put or when a stored alarm is loaded
@@ -41,20 +44,20 @@ from pathlib import Path
 from typing import Any
 
 from emulator.clock import Clock
-from emulator.cloudwatch import alarm_rule, evaluation
+from emulator.cloudwatch import alarm_rule
 from emulator.cloudwatch.actions import ActionCall, ActionHandler
+from emulator.cloudwatch.alarm_actions import AlarmActions
 from emulator.cloudwatch.alarm_db import AlarmDb
 from emulator.cloudwatch.alarm_model import (
-    ALARM,
     COMPOSITE_ALARM,
     INSUFFICIENT_DATA,
     METRIC_ALARM,
-    OK,
     Alarm,
     HistoryItem,
     composite_reason,
     evaluation_interval,
 )
+from emulator.cloudwatch.alarm_rounds import AlarmRounds
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError, invalid
 from emulator.cloudwatch.compiled import Compiled, CompileError, compile_alarm
 from emulator.cloudwatch.due import DueQueue
@@ -66,10 +69,6 @@ log = logging.getLogger(__name__)
 # How often the loop wakes, emulated seconds: the shortest alarm period CloudWatch evaluates.
 TICK_S = 10.0
 MAX_HISTORY = 10_000  # items kept, all alarms together  [U] (AWS keeps 30 days)
-MAX_COMPOSITE_DEPTH = 10  # passes per round to settle composites of composites
-# Actions CloudWatch runs again at every evaluation while the alarm stays in ALARM (Auto
-# Scaling's documented behaviour); the others (SNS) run once per state change.
-REPEATING_PREFIX = "arn:aws:autoscaling:"
 
 
 StateListener = Callable[[str, str, str], None]  # (alarm name, old state, new state)
@@ -97,14 +96,12 @@ class AlarmStore:
         self._next_history_id = 1
         self.db = AlarmDb(state_file, MAX_HISTORY) if state_file is not None else None
         self._listeners: list[StateListener] = []
-        # (ARN prefix, handler, run in the background: not awaited by the round)
-        self._action_handlers: list[tuple[str, ActionHandler, bool]] = []
-        self._background: set[asyncio.Task[bool]] = set()
+        self.actions = AlarmActions(self.lock, self._action_done, self.save)
+        self._rounds = AlarmRounds(self)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Event | None = None
         self._due = DueQueue()  # the metric alarms' next evaluations, real epoch seconds
         self._composites: set[str] = set()  # the names of the composite alarms
-        self._pending: list[ActionCall] = []  # actions to run in the next round (lock)
         self._save_lock = threading.Lock()
         self._load()
         # SNS topics: published to --sns-endpoint-url, else recorded in the history only.
@@ -144,7 +141,7 @@ class AlarmStore:
         """Alarm actions whose ARN starts with ``arn_prefix`` are run by ``handler``; in the
         background when it talks to another server (SNS), so that a slow or absent server
         never holds up the evaluation of every alarm (and a deployment's rollback)."""
-        self._action_handlers.append((arn_prefix, handler, background))
+        self.actions.add_handler(arn_prefix, handler, background)
 
     def arn(self, name: str) -> str:
         return f"arn:aws:cloudwatch:{self.region}:{self.account}:alarm:{name}"
@@ -248,9 +245,9 @@ class AlarmStore:
             return
         self._due.schedule(alarm.name, due)
 
-    def _take_due(self, now: float, every: bool) -> list[Alarm]:
-        """The metric alarms due now (all of them with ``every``), each scheduled again one
-        interval on (under the lock)."""
+    def take_due(self, now: float, every: bool) -> list[tuple[Alarm, Compiled]]:
+        """The metric alarms due now (all of them with ``every``) that have a rule to evaluate,
+        each scheduled again one interval on (under the lock)."""
         if every:
             due = [a for a in self.alarms.values() if a.alarm_type == METRIC_ALARM]
         else:
@@ -258,7 +255,7 @@ class AlarmStore:
         for alarm in due:
             self._schedule(alarm, now + self.clock.real_duration(
                 evaluation_interval(alarm.config)))
-        return [a for a in due if a.name in self._compiled]
+        return [(a, self._compiled[a.name]) for a in due if a.name in self._compiled]
 
     def compiled(self, name: str) -> Compiled | None:
         """The alarm's parsed rule or expressions; None when it has none that parses."""
@@ -273,6 +270,17 @@ class AlarmStore:
         """The composite alarms whose rule names ``name``."""
         with self.lock:
             return sorted(self._parents.get(name, ()))
+
+    def composite_rules(self) -> list[tuple[str, alarm_rule.Rule | None, str]]:
+        """Each composite alarm that has a rule: its name, rule and state now."""
+        with self.lock:
+            return [(name, self._compiled[name].rule, self.alarms[name].state)
+                    for name in sorted(self._composites)
+                    if name in self._compiled and name in self.alarms]
+
+    def mark_changed(self, name: str) -> None:
+        """The alarm is written by the next save (under the lock)."""
+        self._dirty.add(name)
 
     def _set_compiled(self, name: str, compiled: Compiled | None) -> None:
         """Keep ``name``'s parsed form (None: forget it) and who names whom (under the lock)."""
@@ -365,7 +373,7 @@ class AlarmStore:
     def set_state(self, name: str, state: str, reason: str, reason_data: str | None) -> None:
         """SetAlarmState: the state is set now, its actions run; the next evaluation may
         change it back (AWS: "the alarm returns to its actual state ... the next time")."""
-        self._transition(name, state, reason, reason_data, None, manual=True)
+        self.transition(name, state, reason, reason_data, None, manual=True)
         self.save()
 
     def tag(self, name: str, tags: dict[str, str]) -> None:
@@ -393,7 +401,7 @@ class AlarmStore:
         self._new_history.append(item)
         del self.history[:-MAX_HISTORY]
 
-    def _transition(self, name: str, state: str, reason: str, reason_data: str | None,
+    def transition(self, name: str, state: str, reason: str, reason_data: str | None,
                     value: float | None, manual: bool = False) -> bool:
         """Store a new state (history, listeners, actions); False when it did not change."""
         now = self.clock.now()
@@ -420,7 +428,7 @@ class AlarmStore:
                          {"version": "1.0", "oldState": {"stateValue": old},
                           "newState": new_state}, now)
             if alarm.actions_enabled:
-                self._pending.extend(self._calls(alarm, False, old))
+                self.actions.queue(alarm, False, old)
             alarm.last_repeat = now
         log.info("alarm %s: %s -> %s (%s)", name, old, state, reason)
         if old != state:
@@ -433,58 +441,6 @@ class AlarmStore:
         loop, changed = self._loop, self._changed
         if loop is not None and changed is not None and not loop.is_closed():
             loop.call_soon_threadsafe(changed.set)
-
-    def _calls(self, alarm: Alarm, repeated: bool, old: str) -> list[ActionCall]:
-        return [ActionCall(arn, alarm.name, alarm.arn, alarm.state, alarm.reason,
-                           alarm.reason_data, dict(alarm.config), repeated, alarm.value,
-                           alarm.state_transitioned, old)
-                for arn in alarm.actions_for(alarm.state)
-                if not repeated or arn.startswith(REPEATING_PREFIX)]
-
-    async def _run_actions(self) -> None:
-        with self.lock:
-            calls, self._pending = self._pending, []
-        if not calls:
-            return
-        by_handler: dict[int, list[ActionCall]] = {}
-        recorded = False
-        for call in calls:
-            for index, (prefix, _handler, _background) in enumerate(self._action_handlers):
-                if call.arn.startswith(prefix):
-                    by_handler.setdefault(index, []).append(call)
-                    break
-            else:
-                self._action_done(call, "no handler for this kind of action in the emulator")
-                recorded = True
-        for index, batch in by_handler.items():
-            _prefix, handler, background = self._action_handlers[index]
-            if background:  # one task per call: a slow one holds up no other
-                for call in batch:
-                    task = asyncio.create_task(self._run_batch(handler, [call]))
-                    self._background.add(task)
-                    task.add_done_callback(self._background.discard)
-            else:
-                recorded |= await self._run_batch(handler, batch, save=False)
-        if recorded:
-            await asyncio.to_thread(self.save)
-
-    async def _run_batch(self, handler: ActionHandler, batch: list[ActionCall],
-                         save: bool = True) -> bool:
-        """Run one handler's calls and write their history; True when it wrote any."""
-        try:
-            results = await handler(batch)
-        except Exception as exc:  # a failed action is history, not a crash
-            log.exception("alarm actions failed")
-            results = [f"{type(exc).__name__}: {exc}" for _ in batch]
-        recorded = False
-        for call, error in zip(batch, results, strict=True):
-            if call.repeated and error is None:
-                continue  # [U] a repeat that ran is not history (one item per minute)
-            self._action_done(call, error)
-            recorded = True
-        if recorded and save:
-            await asyncio.to_thread(self.save)
-        return recorded
 
     def _action_done(self, call: ActionCall, error: str | None) -> None:
         now = self.clock.now()
@@ -513,9 +469,9 @@ class AlarmStore:
         try:
             yield
         finally:
-            for running_task in (task, *self._background):
+            for running_task in (task, *self.actions.background):
                 running_task.cancel()
-            for running_task in (task, *self._background):
+            for running_task in (task, *self.actions.background):
                 with contextlib.suppress(asyncio.CancelledError):
                     await running_task
             self.sns.close()
@@ -537,102 +493,16 @@ class AlarmStore:
         """A round in which every metric alarm is due, and its background actions finished
         (tests that step a fake clock)."""
         await self.evaluate_due(every=True)
-        if self._background:
-            await asyncio.gather(*self._background)
+        if self.actions.background:
+            await asyncio.gather(*self.actions.background)
 
     async def evaluate_due(self, every: bool = False) -> None:
-        """One round: the metric alarms that are due, the composite alarms, then the actions
-        (state changes' and, every evaluation while in ALARM, Auto Scaling policies' again).
-        Each alarm on its own: one that fails is recorded on that alarm, the others go on."""
-        now = self.clock.now()
-        with self.lock:
-            due = self._take_due(now, every)
-            work = [(a.name, dict(a.config), a.state, self._compiled[a.name]) for a in due]
-        outcomes = await asyncio.to_thread(self._evaluate_all, work, now) if work else []
-        changed = False
-        for (name, _config, _state, _compiled), outcome in zip(work, outcomes, strict=True):
-            try:
-                changed |= self._settle(name, outcome)
-            except Exception as exc:  # one alarm's failure is that alarm's
-                log.exception("alarm %s: its new state could not be stored", name)
-                changed |= self._failed(name, exc)
-        if self._evaluate_composites():
-            changed = True
-        if changed:
-            await asyncio.to_thread(self.save)  # off the event loop
-        await self._run_actions()
-
-    def _settle(self, name: str, outcome: evaluation.Outcome | Exception | None) -> bool:
-        if isinstance(outcome, Exception):
-            return self._failed(name, outcome)
-        if outcome is None:
-            return False
-        if self._transition(name, outcome.state, outcome.reason, outcome.reason_data,
-                            outcome.value):
-            return True
-        with self.lock:
-            still = self.alarms.get(name)
-            if still is not None and still.state == ALARM and still.actions_enabled:
-                self._pending.extend(self._calls(still, True, ALARM))
-        return False
-
-    def _failed(self, name: str, error: Exception) -> bool:
-        """An alarm that could not be evaluated: INSUFFICIENT_DATA, the reason saying why [U]
-        (AWS keeps an alarm it cannot evaluate in INSUFFICIENT_DATA)."""
-        reason = (f"Unchecked: the alarm could not be evaluated ({type(error).__name__}: "
-                  f"{error})")[:1023]
-        with self.lock:
-            alarm = self.alarms.get(name)
-            if alarm is None or alarm.reason == reason:
-                return False
-            if alarm.state == INSUFFICIENT_DATA:
-                alarm.reason, alarm.reason_data = reason, None
-                alarm.state_updated = self.clock.now()
-                self._dirty.add(name)
-                return True
-        return self._transition(name, INSUFFICIENT_DATA, reason, None, None)
-
-    def _evaluate_all(self, work: list[tuple[str, dict[str, Any], str, Compiled]],
-                      now: float) -> list[evaluation.Outcome | Exception | None]:
-        out: list[evaluation.Outcome | Exception | None] = []
-        for name, config, state, compiled in work:
-            try:
-                out.append(evaluation.evaluate(config, self.metrics, self.clock, now, state,
-                                               compiled.expressions))
-            except Exception as exc:  # noqa: BLE001 - recorded on this alarm alone
-                log.warning("alarm %s could not be evaluated: %s: %s", name,
-                            type(exc).__name__, exc)
-                out.append(exc)
-        return out
-
-    def _evaluate_composites(self) -> bool:
-        """Every composite alarm against its children's states now (children first: a
-        composite of composites settles in as many passes as it is deep)."""
-        changed = False
-        for _ in range(MAX_COMPOSITE_DEPTH):
-            with self.lock:
-                composites = [(name, self._compiled[name].rule, self.alarms[name].state)
-                              for name in sorted(self._composites)
-                              if name in self._compiled and name in self.alarms]
-            moved = False
-            for name, rule, current in composites:
-                if rule is None:
-                    continue
-                try:
-                    state = ALARM if rule.holds(self.state) else OK
-                    if state == current:
-                        continue
-                    reason, data = self._composite_reason(rule, state)
-                    moved |= self._transition(name, state, reason, data, None)
-                except Exception as exc:  # recorded on this alarm alone
-                    log.exception("composite alarm %s could not be evaluated", name)
-                    changed |= self._failed(name, exc)
-            changed |= moved
-            if not moved:
-                break
-        return changed
+        """One round (``alarm_rounds``): the metric alarms that are due (all of them with
+        ``every``), the composite alarms, then the actions."""
+        await self._rounds.evaluate_due(every)
 
     def _composite_reason(self, rule: alarm_rule.Rule, state: str) -> tuple[str, str]:
+        """A composite alarm's StateReason and StateReasonData from its children now."""
         with self.lock:
             children = [self.alarms[n] for n in sorted(rule.alarms()) if n in self.alarms]
         return composite_reason(children, state)

@@ -1,7 +1,7 @@
 """The SageMaker control plane (CreateModel ... DeleteEndpoint) of the emulator."""
 
-from emulator.control.routes import build_control_router
-from emulator.control.service import ControlPlaneService, EndpointRuntimes
+from emulator.control.runtimes import EndpointRuntimes
+from emulator.control.service import ControlPlaneService
 from emulator.control.state_db import ControlStore
 
-__all__ = ["ControlPlaneService", "ControlStore", "EndpointRuntimes", "build_control_router"]
+__all__ = ["ControlPlaneService", "ControlStore", "EndpointRuntimes"]

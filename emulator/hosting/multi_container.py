@@ -31,7 +31,8 @@ from emulator.contract import multi_container, runtime
 from emulator.hosting.instance import ContainerAnswer, ErrorContext, Instance, InstanceStartFailed
 from emulator.hosting.spec import VariantSpec
 from emulator.manager.events import ModelObserver
-from emulator.manager.model_manager import ModelManager, Usage
+from emulator.manager.model_manager import ModelManager
+from emulator.manager.usage import Usage
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.supervision import LauncherError
 

@@ -167,3 +167,36 @@ class ModelMemory:
     def loaded_file_bytes(self) -> int:
         """The extracted files' bytes of the models counted in memory (beside the measured)."""
         return sum(r.size for t, r in self.records.items() if t in self.index)
+
+    def may_overlap_unloads(self, victims: list[ModelRecord], *, count_budget: bool,
+                            byte_budget: bool, gpus: bool, hard_limit: int | None) -> bool:
+        """May a load start before the unloads that make room for it (``victims``) have
+        completed?
+
+        Triton's Python backend spends a second in an unload doing nothing: it sleeps one
+        second (its stub's health check) before it asks the stub to finalize, then waits for
+        the stub's health thread (300 ms ticks) to end (docs/memory.md, "Where a miss goes").
+        Waiting for that doubled the cost of a miss under a full budget. Once Triton has
+        accepted the unload it serves the victim no more, so the load starts then, and the
+        victim's teardown goes on beside it; the order the user sees (unloading, then loading)
+        is kept.
+
+        A count budget (--max-loaded-models) counts the models that serve or are loading: so
+        always [U]. A byte budget (--memory-budget) stands for memory, which is free only once
+        the unload has completed. The victims' memory is held a moment longer than the books
+        say; that changes nothing a model sees unless a process could be killed for it. So the
+        load waits as before where the instance kills model processes past its memory (an
+        InstanceType, ``hard_limit``) and the victims' memory with what stays counted
+        would pass that, and where Triton has GPUs [U]: a budget counts host memory, and a
+        victim's teardown may free GPU memory the next load needs.
+
+        ``count_budget``/``byte_budget``: whether the manager lets a load overlap its victims'
+        unloads under each kind of budget; ``gpus``: Triton has GPUs; ``hard_limit``: the
+        memory past which a model process is killed (None: nothing is killed).
+        """
+        if self.budget_bytes is None:
+            return count_budget
+        if not byte_budget or gpus:
+            return False
+        held = self.index.total_bytes + sum(victim.memory_size for victim in victims)
+        return hard_limit is None or held <= hard_limit

@@ -8,6 +8,9 @@ each step's *how* is a part with one job:
   the store's same-key-new-bytes check;
 - ``triton_side.py`` (TritonSide): installing into Triton's repository, loads, unloads, stub
   deaths, the memory probe, recycling Triton, the inference Triton's lookup race answers wrongly;
+- ``recovery.py`` (Recovery): a stub that died while serving, a process killed for memory,
+  Triton recycled or restarted;
+- ``usage.py``: the two budgets' use and a row per model, as the instance and the page read them;
 - beneath them ``records.py`` (the record of a model, its states and errors), ``events.py`` (the
   log lines and observers), ``failures.py`` (every [U] decision), ``lru.py``, ``extract.py``,
   ``sources.py``, ``repository.py``. No part imports this module (.importlinter).
@@ -59,8 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +78,9 @@ from emulator.manager.records import (
     ModelRecord,
     ModelState,
     Records,
-    artifact_key,
+    record_for,
 )
+from emulator.manager.recovery import Recovery
 from emulator.manager.sources import ModelSource
 from emulator.manager.triton_side import (
     LOAD_ERRORS,
@@ -85,38 +88,10 @@ from emulator.manager.triton_side import (
     StubDied,
     TritonSide,
 )
+from emulator.manager.usage import Usage, describe, usage_of
 from emulator.metrics import InstanceMetrics
 from emulator.triton.client import TritonClient, TritonResponse
 from emulator.triton.memory import MemoryProbe
-
-
-@dataclass(frozen=True)
-class Usage:
-    """The two budgets of one manager as the instance, the page and the metrics read them."""
-
-    loaded_bytes: int  # as eviction counts them: measured where measured, else the files' bytes
-    loaded_file_bytes: int
-    loaded_count: int
-    memory_budget_bytes: int | None  # None: unlimited
-    max_loaded_models: int | None
-    disk_bytes: int
-    disk_budget_bytes: int | None
-    gpu_loaded_bytes: int = 0  # the GPU memory of the models counted in memory (measured)
-    gpu_memory_budget_bytes: int | None = None  # None: unlimited (or no GPU)
-
-    def free_fraction(self) -> float:
-        """How much of the memory budgets is free, 0..1 (1 without a budget)."""
-        free = 1.0
-        if self.memory_budget_bytes:
-            free = min(free, max(self.memory_budget_bytes - self.loaded_bytes, 0)
-                       / self.memory_budget_bytes)
-        if self.gpu_memory_budget_bytes:
-            free = min(free, max(self.gpu_memory_budget_bytes - self.gpu_loaded_bytes, 0)
-                       / self.gpu_memory_budget_bytes)
-        if self.max_loaded_models:
-            free = min(free, max(self.max_loaded_models - self.loaded_count, 0)
-                       / self.max_loaded_models)
-        return free
 
 
 class Holding:
@@ -209,13 +184,14 @@ class ModelManager:
         self.memory = self._memory.index
         self.disk = self._artifacts.index
         self.artifacts_dir = self._artifacts.dir
+        self._recovery = Recovery(self.records, self._memory, self._artifacts, self._triton,
+                                  self._events, metrics)
         self.loads = 0
         self.unloads = 0
-        self.stub_failures = 0
-        # Item 4 without wiring: every non-200 inference answer of our Triton passes by here.
+        # Every non-200 inference answer of our Triton passes by here (a stub that died).
         add_listener = getattr(triton, "add_infer_listener", None)
         if add_listener is not None:
-            add_listener(self._infer_failed)
+            add_listener(self._recovery.infer_failed)
 
     # --- counters and hooks the instance reads or sets --------------------------------------
 
@@ -229,6 +205,15 @@ class ModelManager:
         return self._triton.lookup_retries
 
     @property
+    def stub_failures(self) -> int:
+        """Models whose stub died, at a load or while serving."""
+        return self._recovery.stub_failures
+
+    @property
+    def _stub_registry(self) -> Path:  # read by tests that look at the stubs' records
+        return self._triton.stub_registry
+
+    @property
     def recycles(self) -> int:
         return self._triton.recycles
 
@@ -240,10 +225,6 @@ class ModelManager:
     @request_recycle.setter
     def request_recycle(self, request: RecycleRequest | None) -> None:
         self._triton.request_recycle = request
-
-    @property
-    def _stub_registry(self) -> Path:  # read by tests that look at the stubs' records
-        return self._triton.stub_registry
 
     def name_of(self, target: str) -> str:
         """The model as logs name it: its TargetModel, or on a single-model endpoint (no
@@ -263,7 +244,7 @@ class ModelManager:
 
     async def _pin(self, target: str, wait_timeout_s: float) -> Lease:
         started = time.monotonic()
-        record = self._record(target)
+        record = record_for(self.records, target)
         hit = self._memory.is_loaded(record)
         record.demand += 1
         try:
@@ -339,12 +320,6 @@ class ModelManager:
                 and record.target not in self._loads):
             self.records.pop(record.target, None)
 
-    def _record(self, target: str) -> ModelRecord:
-        record = self.records.get(target)
-        if record is None:
-            record = self.records[target] = ModelRecord(target, artifact_key(target))
-        return record
-
     # --- bringing a model in ----------------------------------------------------------------
 
     async def _bring_in(self, record: ModelRecord) -> ModelRecord:
@@ -379,7 +354,7 @@ class ModelManager:
             await self._triton.uninstall(record.installed)
             self._memory.changed.notify()
             if isinstance(exc, StubDied):
-                self.stub_failures += 1
+                self._recovery.stub_failures += 1
             # Our own messages stand alone; Triton's answer keeps its cause for the log.
             raise failure from (None if isinstance(exc, (asyncio.TimeoutError, StubDied))
                                 else exc)
@@ -463,31 +438,11 @@ class ModelManager:
 
     def _load_may_overlap_unloads(self, victims: list[ModelRecord]) -> bool:
         """May a load start before the unloads that make room for it have completed?
-
-        Triton's Python backend spends a second in an unload doing nothing: it sleeps one
-        second (its stub's health check) before it asks the stub to finalize, then waits for
-        the stub's health thread (300 ms ticks) to end (docs/memory.md, "Where a miss goes").
-        Waiting for that doubled the cost of a miss under a full budget. Once Triton has
-        accepted the unload it serves the victim no more, so the load starts then, and the
-        victim's teardown goes on beside it; the order the user sees (unloading, then loading)
-        is kept.
-
-        A count budget (--max-loaded-models) counts the models that serve or are loading: so
-        always [U]. A byte budget (--memory-budget) stands for memory, which is free only once
-        the unload has completed. The victims' memory is held a moment longer than the books
-        say; that changes nothing a model sees unless a process could be killed for it. So the
-        load waits as before where the instance kills model processes past its memory (an
-        InstanceType, ``hard_memory_limit``) and the victims' memory with what stays counted
-        would pass that, and where Triton has GPUs [U]: a budget counts host memory, and a
-        victim's teardown may free GPU memory the next load needs.
-        """
-        if self._memory.budget_bytes is None:
-            return self.overlap_count_evictions
-        if not self.overlap_byte_evictions or self.gpus_available:
-            return False
-        limit = self.hard_memory_limit
-        held = self.memory.total_bytes + sum(victim.memory_size for victim in victims)
-        return limit is None or held <= limit
+        (``ModelMemory.may_overlap_unloads``)."""
+        return self._memory.may_overlap_unloads(
+            victims, count_budget=self.overlap_count_evictions,
+            byte_budget=self.overlap_byte_evictions, gpus=self.gpus_available,
+            hard_limit=self.hard_memory_limit)
 
     # --- taking models out ------------------------------------------------------------------
 
@@ -526,10 +481,6 @@ class ModelManager:
         self._events.emit("unloaded", record.target, seconds=elapsed)
         self._memory.changed.notify()
 
-    async def _unload_in_triton(self, record: ModelRecord, accept: Callable[[], None]) -> None:
-        """TritonSide.unload_in_triton (kept under this name for the tests that call it)."""
-        await self._triton.unload_in_triton(record, accept)
-
     async def _evict_completely(self, record: ModelRecord) -> None:
         async with self._memory.lock:
             if not self._memory.holds(record.target) or self._memory.is_pinned(record.target):
@@ -551,13 +502,13 @@ class ModelManager:
         await task
         return True
 
+    # --- failures outside the manager's own steps (``recovery.py``) ---------------------------
+
     def triton_recycling(self, target: str, reason: str) -> None:
         """The instance is replacing its Triton (``target``'s load caused it): no model is
         served by the old one from now on (each reloads on demand) and loads wait for the new
         one. The requests under way in the old one finish there (the instance waits for them)."""
-        self._triton.recycling(target)
-        self._events.emit("recycling", target, reason=reason)
-        self._forget_loaded("triton recycled")
+        self._recovery.triton_recycling(target, reason)
 
     def triton_recycle_failed(self) -> None:
         """The launcher could not replace its Triton: loads go to the one there is."""
@@ -565,37 +516,7 @@ class ModelManager:
 
     async def triton_restarted(self) -> None:
         """Triton came back empty: everything is on disk only and reloads on demand."""
-        self._forget_loaded("triton restarted")
-        recycle = self._triton.restarted()
-        if recycle is not None:
-            target, seconds = recycle
-            log.warning("model=%s step=recycled seconds=%.3f (its instance's Triton was "
-                        "replaced; models reload on demand)", self.name_of(target), seconds)
-            self._events.emit("recycled", target, seconds=seconds)
-        self._memory.changed.notify()
-
-    def _forget_loaded(self, reason: str) -> None:
-        """Every loaded model is on disk only (a load under way keeps its reservation: it is
-        asked again of the new Triton, or fails and gives it back)."""
-        for target in list(self.memory.keys_lru_first()):
-            record = self.records.get(target)
-            if record is None or record.state is not ModelState.LOADED:
-                continue
-            self._memory.release(target)
-            self.disk.unpin(target)
-            record.state = ModelState.ON_DISK
-            self._events.emit("unloaded", target, reason=reason)
-        self.metrics.set_loaded_model_count(self.loaded_count())
-
-    def _infer_failed(self, triton_model: str, status: int, body: bytes) -> None:
-        """TritonClient listener: a non-200 inference answer from our Triton."""
-        answer = body.decode(errors="replace")
-        if not failures.stub_unhealthy(answer):
-            return
-        for record in list(self.records.values()):
-            if triton_model in record.installed or triton_model == record.entry:
-                self._take_out_broken(record, answer)
-                return
+        await self._recovery.triton_restarted()
 
     async def container_failed(self, target: str, status: int, body: bytes) -> bool:
         """Tell the manager what Triton answered for ``target``; True if it took the model out.
@@ -603,28 +524,12 @@ class ModelManager:
         Not needed with this project's TritonClient (its listener calls the same code); kept for
         callers with another client.
         """
-        record = self.records.get(target)
-        answer = body.decode(errors="replace")
-        if record is None or status == 200 or not failures.stub_unhealthy(answer):
-            return False
-        return self._take_out_broken(record, answer)
+        return self._recovery.container_failed(target, status, body)
 
-    def _take_out_broken(self, record: ModelRecord, answer: str) -> bool:
-        """A loaded model's stub died while serving: forget Triton's copy, reload on demand."""
-        if record.state is not ModelState.LOADED:
-            return False
-        self.stub_failures += 1
-        log.warning("model=%s step=take-out reason=%r", self.name_of(record.target), answer[:200])
-        self._events.emit("taken-out", record.target, reason=answer[:200])
-        self._memory.release(record.target)
-        self.disk.unpin(record.target)
-        record.state = ModelState.ON_DISK
-        names = list(record.installed)
-        self._triton.abandon(record)
-        self._triton.spawn(self._triton.uninstall(names), f"uninstall:{record.target}")
-        self.metrics.set_loaded_model_count(self.loaded_count())
-        self._memory.changed.notify()
-        return True
+    def process_killed(self, triton_model: str, reason: str) -> str | None:
+        """A model's process was killed for memory (the instance's watch); the TargetModel
+        whose Triton model it was, or None."""
+        return self._recovery.process_killed(triton_model, reason)
 
     async def close(self) -> None:
         for task in list(self._loads.values()) + list(self._unloads.values()):
@@ -634,29 +539,12 @@ class ModelManager:
 
     # --- introspection ----------------------------------------------------------------------
 
-    def process_killed(self, triton_model: str, reason: str) -> str | None:
-        """A model's process was killed for memory (the instance's watch): say it, naming the
-        TargetModel whose Triton model it was. Its next answer is Triton's "not healthy", which
-        takes it out as any dead stub (``_infer_failed``). The TargetModel, or None."""
-        target = next((t for t, r in self.records.items() if triton_model in r.installed), None)
-        name = self.name_of(target) if target is not None else triton_model
-        log.warning("model=%s step=oom-kill reason=%r", name, reason)
-        self._events.emit("oom-killed", target if target is not None else triton_model,
-                          reason=reason)
-        return target
-
     def loaded_file_bytes(self) -> int:
         """The extracted files' bytes of the models counted in memory (beside the measured)."""
         return self._memory.loaded_file_bytes()
 
     def usage(self) -> Usage:
-        memory, disk = self.memory, self.disk
-        return Usage(loaded_bytes=memory.total_bytes, loaded_file_bytes=self.loaded_file_bytes(),
-                     loaded_count=len(memory), memory_budget_bytes=memory.capacity_bytes,
-                     max_loaded_models=memory.capacity_count, disk_bytes=disk.total_bytes,
-                     disk_budget_bytes=disk.capacity_bytes,
-                     gpu_loaded_bytes=memory.total_gpu_bytes,
-                     gpu_memory_budget_bytes=memory.capacity_gpu_bytes)
+        return usage_of(self.memory, self.disk, self.loaded_file_bytes())
 
     def state_of(self, target: str) -> ModelState | None:
         """Where ``target`` is in its life here (None: this manager has never seen it)."""
@@ -671,26 +559,5 @@ class ModelManager:
         return self._memory.loaded_count()
 
     def describe(self) -> list[dict[str, Any]]:
-        lru = self.memory.keys_lru_first()
-        rows = []
-        for target, record in self.records.items():
-            entry = self.memory.get(target)
-            rows.append({
-                "TargetModel": target,
-                "State": record.state.value,
-                "OnDisk": record.artifact_dir is not None and record.artifact_dir.is_dir(),
-                "Loaded": record.state is ModelState.LOADED,
-                "Pinned": bool(entry and entry.pins),
-                "InFlight": entry.pins if entry else 0,
-                "SizeBytes": record.size,
-                "MeasuredBytes": record.measured,
-                "GpuBytes": record.measured_gpu,
-                # KIND_GPU instance groups running on CPU (no GPU on this machine).
-                "KindGpuOnCpu": record.gpu_on_cpu,
-                "StoreChanged": record.store_changed,
-                "MemoryBytes": entry.size if entry else record.memory_size,
-                "LruPosition": lru.index(target) if target in lru else None,
-                "TritonModel": record.entry,
-                "LastUsed": record.last_used,
-            })
-        return sorted(rows, key=lambda r: (r["LruPosition"] is None, r["LruPosition"] or 0))
+        """Every model this manager knows, LRU order first (the page's and the API's rows)."""
+        return describe(self.records, self.memory)

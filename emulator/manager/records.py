@@ -128,3 +128,11 @@ class Change:
 def artifact_key(target: str) -> str:
     """A short, stable, filesystem- and Triton-safe id for a TargetModel (SageMaker uses a hash)."""
     return hashlib.sha256(target.encode()).hexdigest()[:12]
+
+
+def record_for(records: Records, target: str) -> ModelRecord:
+    """The record of ``target``, made (NEW) if it has none yet."""
+    record = records.get(target)
+    if record is None:
+        record = records[target] = ModelRecord(target, artifact_key(target))
+    return record

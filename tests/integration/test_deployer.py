@@ -80,7 +80,8 @@ def _with_control_plane(server: Any) -> str:
         for r in app.routes
     )
     if not mounted:
-        from emulator.control import ControlPlaneService, ControlStore, build_control_router
+        from emulator.control import ControlPlaneService, ControlStore
+        from emulator.routes.control import build_control_router
 
         settings = server.settings
         service = ControlPlaneService(

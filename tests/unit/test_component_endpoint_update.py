@@ -48,8 +48,8 @@ class Fixture:
             raise RuntimeError("the copy's container exited")
 
     async def settle(self) -> None:
-        while self.components._tasks:
-            await asyncio.gather(*self.components._tasks.values())
+        while self.components.lifecycle.tasks:
+            await asyncio.gather(*self.components.lifecycle.tasks.values())
 
     def transition(self, name: str, expected: tuple[str, ...] | None, status: str,
                    **changes: Any) -> None:

@@ -74,8 +74,8 @@ async def _create_until_done(components: InferenceComponents,
                              spec: dict[str, Any]) -> dict[str, Any]:
     await components.create({"InferenceComponentName": "ic", "EndpointName": "ep",
                              "Specification": spec, "RuntimeConfig": {"CopyCount": 2}})
-    while components._tasks:
-        await asyncio.gather(*components._tasks.values())
+    while components.lifecycle.tasks:
+        await asyncio.gather(*components.lifecycle.tasks.values())
     return await components.describe({"InferenceComponentName": "ic"})
 
 
@@ -115,8 +115,8 @@ def test_an_update_whose_new_copies_cannot_start_keeps_the_old_specification(
         await _create_until_done(components, SPEC)
         new = {**SPEC, "Container": {**SPEC["Container"], "ArtifactUrl": "file:///new.tar.gz"}}
         await components.update({"InferenceComponentName": "ic", "Specification": new})
-        while components._tasks:
-            await asyncio.gather(*components._tasks.values())
+        while components.lifecycle.tasks:
+            await asyncio.gather(*components.lifecycle.tasks.values())
         return await components.describe({"InferenceComponentName": "ic"})
 
     described = asyncio.run(run())

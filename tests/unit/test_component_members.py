@@ -118,8 +118,8 @@ def test_instance_type_and_data_cache_config_are_honoured(tmp_path: Path) -> Non
                   "RuntimeConfig": {"CopyCount": 1}}
         assert _create(spec) is not None
         await components.create(params)
-        while components._tasks:
-            await asyncio.gather(*components._tasks.values())
+        while components.lifecycle.tasks:
+            await asyncio.gather(*components.lifecycle.tasks.values())
         shown = (await components.describe({"InferenceComponentName": "ic"}))["Specification"]
         assert shown["InstanceType"] == "ml.m5.xlarge"
         assert shown["DataCacheConfig"] == {"EnableCaching": True}

@@ -23,8 +23,9 @@ import uvicorn
 from botocore.exceptions import ClientError, WaiterError
 from fastapi import FastAPI
 
-from emulator.control import ControlPlaneService, ControlStore, build_control_router
+from emulator.control import ControlPlaneService, ControlStore
 from emulator.processes import free_port
+from emulator.routes.control import build_control_router
 from tests.support import wait_for, wait_until
 
 REGION = "us-east-1"

@@ -24,8 +24,9 @@ from botocore.exceptions import ClientError
 from fastapi import FastAPI
 
 from emulator.clock import Clock
-from emulator.control import ControlPlaneService, ControlStore, build_control_router
+from emulator.control import ControlPlaneService, ControlStore
 from emulator.hosting import deployment as guardrails
+from emulator.routes.control import build_control_router
 from tests import support
 from tests.support import wait_for_async
 from tests.unit.test_control_plane import (

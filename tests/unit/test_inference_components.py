@@ -79,8 +79,8 @@ def test_a_restart_carries_interrupted_changes_to_their_end(tmp_path: Path) -> N
     async def restart() -> None:
         components = _components(ControlStore(store.path))  # a new process: a new connection
         await components.restore()
-        while components._tasks:  # the Create waits for its endpoint (InService: at once)
-            await asyncio.gather(*components._tasks.values())
+        while components.lifecycle.tasks:  # the Create waits for its endpoint (InService: at once)
+            await asyncio.gather(*components.lifecycle.tasks.values())
 
     asyncio.run(restart())
     states = {r.name: ComponentRecord.from_resource(r) for r in store.all(INFERENCE_COMPONENTS)}
@@ -97,7 +97,7 @@ def test_a_component_fails_with_its_endpoint(tmp_path: Path) -> None:
 
     async def restore() -> None:
         await components.restore()
-        await asyncio.gather(*components._tasks.values())
+        await asyncio.gather(*components.lifecycle.tasks.values())
 
     asyncio.run(restore())
     described = asyncio.run(components.describe({"InferenceComponentName": "ic"}))

@@ -129,7 +129,7 @@ def test_the_unload_waits_past_an_index_failure(tmp_path: Path, script: list[str
     accepted: list[bool] = []
 
     async def unload() -> None:
-        await manager._unload_in_triton(record, lambda: accepted.append(True))
+        await manager._triton.unload_in_triton(record, lambda: accepted.append(True))
 
     if fails:
         with pytest.raises(TritonError):

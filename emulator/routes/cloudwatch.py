@@ -1,8 +1,10 @@
 """HTTP binding of the CloudWatch API on the emulator's port (all three protocols).
 
-The CBOR route is CloudWatch's own path; JSON 1.0 and query share ``POST /`` with the other
-services, so ``emulator/control/routes.py`` dispatches them here (``json_handler``,
-``query_handler``). A request is parsed, answered and encoded in a worker thread: a large
+``cloudwatch_rows`` are CloudWatch's rows of the front door's table (``emulator/routes/table.py``):
+one handler for every operation, framed by the protocol the front door read (rpc-v2-cbor on
+CloudWatch's own path; JSON 1.0 and query on ``POST /``, the query protocol's ``Action`` in its
+body). The alarms are evaluated for as long as the app runs (the composition root's lifespan,
+``emulator/app.py``). A request is parsed, answered and encoded in a worker thread: a large
 GetMetricData (500 queries, 100,800 datapoints) is seconds of work that ``/ping`` and the
 invocations must not wait behind.
 
@@ -15,22 +17,22 @@ documented request sizes apply to what was inflated: PutMetricData at most 1 MB,
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse
 
 from emulator.cloudwatch import wire
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 from emulator.cloudwatch.service import CloudWatchService
 from emulator.contract import request_compression
+from emulator.contract.apis import Protocol, Service, read_request
 from emulator.contract.json_errors import SERIALIZATION
+from emulator.routes.table import Handler, Rows, as_asgi, rows
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[Request], Awaitable[Response]]
 
 # [U] as large as a plain body may be (emulator/routes/limits.py's bound)
 MAX_INFLATED_BYTES = 8 * 1024 * 1024
@@ -74,21 +76,15 @@ async def _answer(call: Callable[[], Awaitable[bytes]],
     return Response(body, status_code=status, media_type=media_type, headers=headers)
 
 
-def build_cloudwatch_router(service: CloudWatchService) -> APIRouter:
-    """The rpc-v2-cbor routes; the router's lifespan runs the alarms' evaluation loop."""
+def cbor_handler(service: CloudWatchService) -> Handler:
+    """``POST /service/GraniteServiceVersion20100801/operation/<Op>`` (rpc-v2-cbor)."""
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if service.alarms is None:
-            yield
-            return
-        async with service.alarms.running():
-            yield
+    async def handle(request: Request) -> Response:
+        api = read_request(request.scope)
+        operation = api.operation if api is not None else ""
+        if not operation or "/" in operation:  # not one path segment: no such path
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
 
-    router = APIRouter(lifespan=lifespan)
-
-    @router.post(wire.CBOR_PATH, include_in_schema=False)
-    async def cbor_operation(operation: str, request: Request) -> Response:
         def answer(body: bytes) -> bytes:
             body = _inflated(request.headers, body)
             params = wire.parse_cbor(operation, body)
@@ -102,7 +98,7 @@ def build_cloudwatch_router(service: CloudWatchService) -> APIRouter:
                              wire.CBOR_CONTENT_TYPE, {"x-amzn-RequestId": str(uuid.uuid4()),
                                                       "smithy-protocol": "rpc-v2-cbor"})
 
-    return router
+    return handle
 
 
 def json_handler(service: CloudWatchService) -> Handler:
@@ -144,3 +140,16 @@ def query_handler(service: CloudWatchService) -> Handler:
                              wire.XML_CONTENT_TYPE, {"x-amzn-RequestId": request_id})
 
     return handle
+
+
+def cloudwatch_rows(service: CloudWatchService) -> Rows:
+    """CloudWatch's rows of the front door's table: each request framed by its protocol."""
+    framed = {Protocol.CBOR: cbor_handler(service), Protocol.JSON: json_handler(service),
+              Protocol.QUERY: query_handler(service)}
+
+    async def handle(request: Request) -> Response:
+        api = read_request(request.scope)
+        protocol = api.protocol if api is not None else Protocol.QUERY
+        return await framed[protocol](request)
+
+    return rows(Service.CLOUDWATCH, wire.OPERATIONS, as_asgi(handle))

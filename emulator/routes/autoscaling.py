@@ -1,23 +1,24 @@
-"""HTTP binding of Application Auto Scaling: a ``POST /`` handler for its target prefix, and the
-router whose lifespan runs the scaling engine."""
+"""HTTP binding of Application Auto Scaling: ``POST /`` with ``X-Amz-Target:
+AnyScaleFrontendService.<Operation>`` (JSON 1.1). ``autoscaling_rows`` are its rows of the front
+door's table (``emulator/routes/table.py``); the scaling engine runs for as long as the app does
+(the composition root's lifespan, ``emulator/app.py``)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import Request, Response
 
 from emulator.autoscaling import wire
-from emulator.autoscaling.scaling_engine import ScalingEngine
 from emulator.autoscaling.service import AutoScalingService
+from emulator.contract.apis import Service
+from emulator.routes.table import Handler, Rows, as_asgi, rows
 
 log = logging.getLogger(__name__)
 
 
-def json_handler(service: AutoScalingService) -> Callable[[Request], Awaitable[Response]]:
+def autoscaling_handler(service: AutoScalingService) -> Handler:
     async def handle(request: Request) -> Response:
         try:
             operation, params = wire.parse_request(request.headers.get("x-amz-target", ""),
@@ -36,12 +37,6 @@ def json_handler(service: AutoScalingService) -> Callable[[Request], Awaitable[R
     return handle
 
 
-def build_autoscaling_router(engine: ScalingEngine) -> APIRouter:
-    """No routes of its own: its lifespan runs the engine while the app runs."""
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        async with engine.running():
-            yield
-
-    return APIRouter(lifespan=lifespan)
+def autoscaling_rows(service: AutoScalingService) -> Rows:
+    """Application Auto Scaling's rows of the front door's table."""
+    return rows(Service.AUTOSCALING, wire.OPERATIONS, as_asgi(autoscaling_handler(service)))
