@@ -221,6 +221,18 @@ class EndpointMetrics:
         for instance_id, call in calls:
             self.record_series(call, instance_id)
 
+    def record_now(self, samples: Sequence[tuple[str, float]],
+                   instance_id: str | None = None) -> None:
+        """One call's samples in the variant's statistics and the extra series, at once: a call
+        cut short (no answer will be written to wait for)."""
+        self.record_many(samples)
+        self.record_series(samples, instance_id)
+
+    def record_container_latencies(self, latencies: Sequence[tuple[str, float]]) -> None:
+        """ContainerLatency of each container a call went through, one series per container."""
+        for container, seconds in latencies:
+            self.record("ContainerLatency", seconds * 1e6, {"ContainerName": container})
+
     def record_series(self, samples: Sequence[tuple[str, float]],
                       instance_id: str | None) -> None:
         """One call's samples in the extra series its endpoint config asks for (``ExtraSeries``):

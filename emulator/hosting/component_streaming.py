@@ -59,7 +59,7 @@ class StreamAnswer:
 
 class _Tally:
     """One streamed call's count on its component: in flight from its routing to its end,
-    samples as ``ComponentCopies.invoke`` takes them."""
+    samples as an InvokeEndpoint call's (``ComponentCopies.arrive``)."""
 
     def __init__(self, copies: ComponentCopies, started: float) -> None:
         self._copies = copies

@@ -1,8 +1,9 @@
 """Running statistics of each inference component's metrics, for ``/metrics`` and the page.
 
-An endpoint for components publishes its calls' metrics (``hosting.component_copies.record``)
-and its copies' utilization (``hosting.copy_utilization``) to the CloudWatch store under the
-one dimension ``InferenceComponentName``. ``ComponentTally`` stands in front of that store as
+An endpoint for components publishes its calls' metrics
+(``hosting.component_copies.ComponentMetrics``) and its copies' utilization
+(``hosting.copy_utilization``) to the CloudWatch store under the one dimension
+``InferenceComponentName``. ``ComponentTally`` stands in front of that store as
 its ``MetricSink``: it forwards every sample unchanged and keeps, per component and metric,
 CloudWatch's running statistics (SampleCount, Sum, Min, Max) and, for durations, the samples
 per bucket of ``DURATION_BUCKETS_S`` (Prometheus histograms), as ``EndpointMetrics`` does for a
