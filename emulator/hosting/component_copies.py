@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import random
 import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,8 +37,8 @@ from pathlib import Path
 from emulator.clock import Clock
 from emulator.contract import runtime
 from emulator.hosting.call_record import CallRecord
-from emulator.hosting.instance import Instance
-from emulator.hosting.multi_container import MultiContainerInstance
+from emulator.hosting.routing import LeastOutstandingRequests, RandomChoice
+from emulator.hosting.serving_group import ServingUnit
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
 from emulator.metrics import MICROSECONDS, NONE, EndpointMetrics, MetricSink
 
@@ -70,7 +69,7 @@ DRAIN_TIMEOUT_S = 120.0
 # when calls come.
 CONCURRENCY_TICK_S = 10.0
 
-Copy = Instance | MultiContainerInstance
+Copy = ServingUnit  # built and served exactly as an instance of a variant is
 CopyBuilder = Callable[[EndpointSpec, VariantSpec, str, Path, EndpointMetrics], Awaitable[Copy]]
 
 
@@ -192,8 +191,8 @@ class ComponentCopies:
         self._build = build
         self._sink = sink
         self.metrics = ComponentMetrics(sink, name)
-        self._random = random.Random(seed)
-        self._turn = itertools.count()
+        self._least_outstanding = LeastOutstandingRequests()
+        self._random = RandomChoice(seed)
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
         self.target: CopyTarget | None = None
@@ -304,11 +303,8 @@ class ComponentCopies:
         if not copies:
             raise LookupError("no ready copy")
         routing = self.target.routing if self.target is not None else LEAST_OUTSTANDING_REQUESTS
-        if routing == RANDOM:
-            return self._random.choice(copies)
-        fewest = min(c.in_flight for c in copies)
-        idle = [c for c in copies if c.in_flight == fewest]
-        return idle[next(self._turn) % len(idle)]
+        strategy = self._random if routing == RANDOM else self._least_outstanding
+        return strategy.choose(copies)
 
     # A ServingGroup (``hosting.serving_group``) for the calls that name the component.
 
