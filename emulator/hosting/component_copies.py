@@ -38,7 +38,7 @@ from emulator.clock import Clock
 from emulator.contract import runtime
 from emulator.hosting.call_record import CallRecord
 from emulator.hosting.routing import LeastOutstandingRequests, RandomChoice
-from emulator.hosting.serving_group import ServingUnit
+from emulator.hosting.serving_group import DRAIN_TIMEOUT_S, ServingUnit
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
 from emulator.metrics import MICROSECONDS, NONE, EndpointMetrics, MetricSink
 
@@ -60,8 +60,6 @@ COMPONENT_METRICS: dict[str, str] = {
     "NoCapacityInvocationFailures": NONE,
     "ConcurrentRequestsPerCopy": NONE,
 }
-# [U] How long a removed copy may take to finish the requests it has in flight.
-DRAIN_TIMEOUT_S = 120.0
 # ConcurrentRequestsPerCopy is also published on this tick of the emulated clock (seconds),
 # 0 when idle, so the high-resolution target tracking (10-second datapoints) sees an idle
 # component and scales it in [U: AWS does not document its sampling; 10 s is the metric's

@@ -27,7 +27,7 @@ from emulator.contract import runtime, runtime_errors
 from emulator.hosting.call_record import CallRecord
 from emulator.hosting.multi_container import check_container_hostname
 from emulator.hosting.routing import Router
-from emulator.hosting.serving_group import ServingGroup, ServingUnit
+from emulator.hosting.serving_group import DRAIN_TIMEOUT_S, ServingGroup, ServingUnit
 from emulator.hosting.spec import EndpointSpec, VariantSpec
 from emulator.metrics import EndpointMetrics, ExtraSeries, MetricSink
 
@@ -39,9 +39,6 @@ HostedInstance = ServingUnit
 # Builds and starts nothing: returns a ready-to-start instance (see ``hosting.factory``).
 InstanceBuilder = Callable[[EndpointSpec, VariantSpec, str, Path, EndpointMetrics],
                            Awaitable[HostedInstance]]
-
-# [U] How long a removed instance may take to finish the requests it has in flight.
-DRAIN_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True, slots=True)

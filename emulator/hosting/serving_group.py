@@ -21,6 +21,10 @@ from emulator.hosting.multi_container import MultiContainerInstance
 # behind the model manager, or containers).
 ServingUnit = Instance | MultiContainerInstance
 
+# [U] How long a removed unit (an instance scaled in, a copy) may take to finish the requests it
+# has in flight.
+DRAIN_TIMEOUT_S = 120.0
+
 
 class ServingGroup(Protocol):
     @property
