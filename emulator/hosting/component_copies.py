@@ -328,10 +328,8 @@ class ComponentCopies:
         while True:
             await clock.sleep(CONCURRENCY_TICK_S)
             if self.ready:
-                self.record([("ConcurrentRequestsPerCopy", self.in_flight / len(self.ready))])
-
-    def record(self, samples: Sequence[tuple[str, float]]) -> None:
-        self.metrics.record_now(samples)
+                self.metrics.record_now(
+                    [("ConcurrentRequestsPerCopy", self.in_flight / len(self.ready))])
 
     def describe(self) -> Mapping[str, object]:
         return {"ReadyCopies": [c.id for c in self.ready], "InFlight": self.in_flight,
