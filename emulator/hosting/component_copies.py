@@ -37,6 +37,7 @@ from pathlib import Path
 from emulator.clock import Clock
 from emulator.contract import runtime
 from emulator.hosting.call_record import CallRecord
+from emulator.hosting.component_tally import DIMENSION
 from emulator.hosting.routing import LeastOutstandingRequests, RandomChoice
 from emulator.hosting.serving_group import DRAIN_TIMEOUT_S, ServingUnit
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
@@ -47,7 +48,6 @@ log = logging.getLogger(__name__)
 LEAST_OUTSTANDING_REQUESTS = "LEAST_OUTSTANDING_REQUESTS"
 RANDOM = "RANDOM"
 NAMESPACE = "AWS/SageMaker"
-DIMENSION = "InferenceComponentName"
 # Metric name -> unit. [U] units of the two AWS documents without one (counts: None).
 COMPONENT_METRICS: dict[str, str] = {
     "Invocations": NONE,

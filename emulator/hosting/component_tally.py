@@ -24,6 +24,8 @@ from emulator.metrics import (
     Statistic,
 )
 
+# The one dimension of every metric AWS publishes for an inference component (its calls' and
+# its copies' utilization).
 DIMENSION = "InferenceComponentName"
 
 
