@@ -138,6 +138,55 @@ class Statistic:
         self.maximum = max(self.maximum, other.maximum)
 
 
+class StatisticsTable:
+    """Running statistics per metric name (CloudWatch's SampleCount, Sum, Minimum, Maximum) and,
+    for durations, the samples per bucket of ``DURATION_BUCKETS_S`` (Prometheus histograms):
+    what a production variant and an inference component keep of their metrics. Thread-safe:
+    utilization samples come from the sampler's thread."""
+
+    def __init__(self, names: Iterable[str] = (), durations: Iterable[str] = ()) -> None:
+        """``names``: metrics that read as zero before their first sample (others appear with
+        it); ``durations``: the metrics counted into buckets (more with ``count_duration``)."""
+        self._lock = threading.Lock()
+        self._stats = {name: Statistic() for name in names}
+        # Per duration metric: samples per bucket of DURATION_BUCKETS_S, the last one past them.
+        self._buckets = {name: [0] * (len(DURATION_BUCKETS_S) + 1) for name in durations}
+
+    def count_duration(self, name: str) -> None:
+        """Count ``name``'s samples into buckets from now on."""
+        if name not in self._buckets:
+            with self._lock:
+                self._buckets.setdefault(name, [0] * (len(DURATION_BUCKETS_S) + 1))
+
+    def add_many(self, samples: Iterable[tuple[str, float]]) -> None:
+        stats, all_buckets = self._stats, self._buckets
+        with self._lock:
+            for name, value in samples:
+                stat = stats.get(name)
+                if stat is None:
+                    stat = stats[name] = Statistic()
+                stat.sample_count += 1
+                stat.total += value
+                if value < stat.minimum:
+                    stat.minimum = value
+                if value > stat.maximum:
+                    stat.maximum = value
+                buckets = all_buckets.get(name)
+                if buckets is not None:
+                    buckets[bisect.bisect_left(DURATION_BUCKETS_S, value / 1e6)] += 1
+
+    def statistics(self) -> dict[str, Statistic]:
+        """A copy of the statistics by metric name."""
+        with self._lock:
+            return {name: Statistic(s.sample_count, s.total, s.minimum, s.maximum)
+                    for name, s in self._stats.items()}
+
+    def duration_buckets(self) -> dict[str, list[int]]:
+        """Per duration metric, samples per bucket (not cumulative; see DURATION_BUCKETS_S)."""
+        with self._lock:
+            return {name: list(counts) for name, counts in self._buckets.items()}
+
+
 class EndpointMetrics:
     """The metrics of one production variant (CloudWatch dimensions EndpointName, VariantName)."""
 
@@ -145,11 +194,8 @@ class EndpointMetrics:
                  sink: MetricSink | None = None, series: ExtraSeries | None = None) -> None:
         self.dimensions = {"EndpointName": endpoint_name, "VariantName": variant_name}
         self.series = series or ExtraSeries()
-        self._stats = {name: Statistic() for name in METRICS}
-        # Per duration metric: samples per bucket of DURATION_BUCKETS_S, the last one past them.
-        self._buckets = {name: [0] * (len(DURATION_BUCKETS_S) + 1)
-                         for name, (_ns, unit) in METRICS.items() if unit == MICROSECONDS}
-        self._lock = threading.Lock()
+        self._table = StatisticsTable(
+            METRICS, (name for name, (_ns, unit) in METRICS.items() if unit == MICROSECONDS))
         self._sink = sink
         self._soon: list[tuple[str, float]] = []  # record_soon's samples, not yet recorded
         # record_soon's calls for the extra series: (instance, the call's samples)
@@ -161,11 +207,7 @@ class EndpointMetrics:
         """``dimensions`` adds to the variant's (ContainerLatency's ContainerName)."""
         if name not in METRICS:
             raise KeyError(f"unknown metric {name}")
-        buckets = self._buckets.get(name)
-        with self._lock:
-            self._stats[name].add(value)
-            if buckets is not None:
-                buckets[bisect.bisect_left(DURATION_BUCKETS_S, value / 1e6)] += 1
+        self._table.add_many(((name, value),))
         if self._sink is not None:
             namespace, unit = METRICS[name]
             self._sink.record_many({**self.dimensions, **(dimensions or {})},
@@ -179,19 +221,7 @@ class EndpointMetrics:
         for name, _value in samples:
             if name not in METRICS:
                 raise KeyError(f"unknown metric {name}")
-        stats, all_buckets = self._stats, self._buckets
-        with self._lock:
-            for name, value in samples:
-                stat = stats[name]
-                stat.sample_count += 1
-                stat.total += value
-                if value < stat.minimum:
-                    stat.minimum = value
-                if value > stat.maximum:
-                    stat.maximum = value
-                buckets = all_buckets.get(name)
-                if buckets is not None:
-                    buckets[bisect.bisect_left(DURATION_BUCKETS_S, value / 1e6)] += 1
+        self._table.add_many(samples)
         if self._sink is not None:  # one call for the batch: one clock reading, one lock
             self._sink.record_many(self.dimensions, [(*METRICS[name], name, value)
                                                      for name, value in samples])
@@ -220,6 +250,18 @@ class EndpointMetrics:
             self.record_many(samples)
         for instance_id, call in calls:
             self.record_series(call, instance_id)
+
+    def record_now(self, samples: Sequence[tuple[str, float]],
+                   instance_id: str | None = None) -> None:
+        """One call's samples in the variant's statistics and the extra series, at once: a call
+        cut short (no answer will be written to wait for)."""
+        self.record_many(samples)
+        self.record_series(samples, instance_id)
+
+    def record_container_latencies(self, latencies: Sequence[tuple[str, float]]) -> None:
+        """ContainerLatency of each container a call went through, one series per container."""
+        for container, seconds in latencies:
+            self.record("ContainerLatency", seconds * 1e6, {"ContainerName": container})
 
     def record_series(self, samples: Sequence[tuple[str, float]],
                       instance_id: str | None) -> None:
@@ -261,14 +303,11 @@ class EndpointMetrics:
         return sum(i.loaded_model_count for i in list(self.instances.values()))
 
     def statistics(self) -> dict[str, Statistic]:
-        with self._lock:
-            return {name: Statistic(s.sample_count, s.total, s.minimum, s.maximum)
-                    for name, s in self._stats.items()}
+        return self._table.statistics()
 
     def duration_buckets(self) -> dict[str, list[int]]:
         """Per duration metric, samples per bucket (not cumulative; see DURATION_BUCKETS_S)."""
-        with self._lock:
-            return {name: list(counts) for name, counts in self._buckets.items()}
+        return self._table.duration_buckets()
 
     def snapshot(self) -> dict[str, Any]:
         return snapshot_of(self.dimensions, self.statistics(), self.loaded_model_count)

@@ -10,8 +10,10 @@ in parallel and join routing only once ready; removed copies (the newest first [
 routing at once, finish what they have in flight, then stop. A new specification (an
 UpdateInferenceComponent) starts copies of the new model before the old ones drain [U].
 
-Routing among ready copies follows the variant's ``RoutingConfig.RoutingStrategy``:
-LEAST_OUTSTANDING_REQUESTS (AWS's default: fewest requests in flight, ties in turn) or RANDOM.
+A call that names the component is served by ``Endpoint.invoke`` with the copies as its
+serving group (``hosting.serving_group``). Routing among ready copies follows the variant's
+``RoutingConfig.RoutingStrategy``: LEAST_OUTSTANDING_REQUESTS (AWS's default: fewest requests
+in flight, ties in turn) or RANDOM.
 
 Metrics, in namespace AWS/SageMaker under the one dimension ``InferenceComponentName`` (as AWS
 publishes an inference component's invocation metrics): Invocations, Invocation4XXErrors,
@@ -27,18 +29,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import random
 import shutil
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from emulator.clock import Clock
-from emulator.contract import runtime, runtime_errors
-from emulator.hosting.instance import Instance
-from emulator.hosting.invocation_outcome import failed_call_samples
-from emulator.hosting.multi_container import MultiContainerInstance
+from emulator.contract import runtime
+from emulator.hosting.call_record import CallRecord
+from emulator.hosting.component_tally import DIMENSION
+from emulator.hosting.routing import LeastOutstandingRequests, RandomChoice
+from emulator.hosting.serving_group import DRAIN_TIMEOUT_S, ServingUnit
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
 from emulator.metrics import MICROSECONDS, NONE, EndpointMetrics, MetricSink
 
@@ -47,7 +48,6 @@ log = logging.getLogger(__name__)
 LEAST_OUTSTANDING_REQUESTS = "LEAST_OUTSTANDING_REQUESTS"
 RANDOM = "RANDOM"
 NAMESPACE = "AWS/SageMaker"
-DIMENSION = "InferenceComponentName"
 # Metric name -> unit. [U] units of the two AWS documents without one (counts: None).
 COMPONENT_METRICS: dict[str, str] = {
     "Invocations": NONE,
@@ -60,8 +60,6 @@ COMPONENT_METRICS: dict[str, str] = {
     "NoCapacityInvocationFailures": NONE,
     "ConcurrentRequestsPerCopy": NONE,
 }
-# [U] How long a removed copy may take to finish the requests it has in flight.
-DRAIN_TIMEOUT_S = 120.0
 # ConcurrentRequestsPerCopy is also published on this tick of the emulated clock (seconds),
 # 0 when idle, so the high-resolution target tracking (10-second datapoints) sees an idle
 # component and scales it in [U: AWS does not document its sampling; 10 s is the metric's
@@ -69,16 +67,34 @@ DRAIN_TIMEOUT_S = 120.0
 # when calls come.
 CONCURRENCY_TICK_S = 10.0
 
-Copy = Instance | MultiContainerInstance
+Copy = ServingUnit  # built and served exactly as an instance of a variant is
 CopyBuilder = Callable[[EndpointSpec, VariantSpec, str, Path, EndpointMetrics], Awaitable[Copy]]
 
 
-def record(sink: MetricSink | None, component: str,
-           samples: Sequence[tuple[str, float]]) -> None:
-    """Samples of a component's metrics (``COMPONENT_METRICS``) into the metric store."""
-    if sink is not None:
-        sink.record_many({DIMENSION: component}, [
-            (NAMESPACE, COMPONENT_METRICS[name], name, value) for name, value in samples])
+class ComponentMetrics:
+    """A component's metrics (``COMPONENT_METRICS``) into the metric store, under its one
+    dimension; its calls' ``CallSink``. A copy is no dimension of these metrics: the unit a
+    call reached is not published."""
+
+    __slots__ = ("_dimensions", "_sink")
+
+    def __init__(self, sink: MetricSink | None, component: str) -> None:
+        self._sink = sink
+        self._dimensions = {DIMENSION: component}
+
+    def record_now(self, samples: Sequence[tuple[str, float]],
+                   unit_id: str | None = None) -> None:
+        if self._sink is not None:
+            self._sink.record_many(self._dimensions, [
+                (NAMESPACE, COMPONENT_METRICS[name], name, value) for name, value in samples])
+
+    def record_soon(self, samples: Sequence[tuple[str, float]],
+                    unit_id: str | None = None) -> None:
+        """``record_now`` once the event loop's current step (which writes the answer) is done."""
+        asyncio.get_running_loop().call_soon(self.record_now, samples)
+
+    def record_container_latencies(self, latencies: Sequence[tuple[str, float]]) -> None:
+        """Not published: a component's metrics have no ContainerLatency."""
 
 
 @dataclass(frozen=True)
@@ -172,8 +188,9 @@ class ComponentCopies:
         self.work_dir = work_dir
         self._build = build
         self._sink = sink
-        self._random = random.Random(seed)
-        self._turn = itertools.count()
+        self.metrics = ComponentMetrics(sink, name)
+        self._least_outstanding = LeastOutstandingRequests()
+        self._random = RandomChoice(seed)
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
         self.target: CopyTarget | None = None
@@ -284,41 +301,26 @@ class ComponentCopies:
         if not copies:
             raise LookupError("no ready copy")
         routing = self.target.routing if self.target is not None else LEAST_OUTSTANDING_REQUESTS
-        if routing == RANDOM:
-            return self._random.choice(copies)
-        fewest = min(c.in_flight for c in copies)
-        idle = [c for c in copies if c.in_flight == fewest]
-        return idle[next(self._turn) % len(idle)]
+        strategy = self._random if routing == RANDOM else self._least_outstanding
+        return strategy.choose(copies)
 
-    async def invoke(self, request: runtime.InvokeRequest, started: float, timeout_s: float,
-                     variant_name: str) -> tuple[bytes, dict[str, str]]:
-        copy = self.choose()
-        ready = max(len(self.ready), 1)
+    # A ServingGroup (``hosting.serving_group``) for the calls that name the component.
+
+    reports_cache_hit = False  # a copy serves its one model, loaded before it is ready
+
+    def arrive(self, started: float) -> CallRecord:
+        """Count a call in: InvocationsPerCopy and ConcurrentRequestsPerCopy (this call
+        included) by the ready copies."""
         self.in_flight += 1
-        samples: list[tuple[str, float]] = [
-            ("Invocations", 1), ("InvocationsPerCopy", 1 / ready),
-            ("ConcurrentRequestsPerCopy", self.in_flight / ready)]
-        try:
-            answer = await copy.invoke(request, None, started, timeout_s)
-        except runtime_errors.SageMakerError as exc:
-            samples += failed_call_samples(exc, time.monotonic() - started)
-            self.record(samples)
-            raise
-        except BaseException:
-            self.record(samples)
-            raise
-        finally:
-            self.in_flight -= 1
-        samples += (
-            ("Invocation4XXErrors", 0), ("Invocation5XXErrors", 0), ("InvocationModelErrors", 0),
-            ("ModelLatency", answer.model_latency_s * 1e6),
-            ("OverheadLatency", (time.monotonic() - started - answer.model_latency_s) * 1e6))
-        self.record(samples)
-        headers = runtime.add_emulator_headers(
-            runtime.response_headers(request.request_id, variant_name, answer.content_type,
-                                     answer.custom_attributes),
-            f"{variant_name}/{copy.id}", answer.model_latency_s)  # which copy answered
-        return answer.body, headers
+        ready = max(len(self.ready), 1)
+        return CallRecord(self.metrics, started, "InvocationsPerCopy", ready,
+                          ("ConcurrentRequestsPerCopy", self.in_flight / ready))
+
+    def route(self, request: runtime.InvokeRequest) -> tuple[Copy, None]:
+        return self.choose(), None
+
+    def leave(self) -> None:
+        self.in_flight -= 1
 
     async def _publish_concurrency(self, clock: Clock) -> None:
         """ConcurrentRequestsPerCopy every CONCURRENCY_TICK_S emulated seconds while the
@@ -326,10 +328,8 @@ class ComponentCopies:
         while True:
             await clock.sleep(CONCURRENCY_TICK_S)
             if self.ready:
-                self.record([("ConcurrentRequestsPerCopy", self.in_flight / len(self.ready))])
-
-    def record(self, samples: Sequence[tuple[str, float]]) -> None:
-        record(self._sink, self.name, samples)
+                self.metrics.record_now(
+                    [("ConcurrentRequestsPerCopy", self.in_flight / len(self.ready))])
 
     def describe(self) -> Mapping[str, object]:
         return {"ReadyCopies": [c.id for c in self.ready], "InFlight": self.in_flight,

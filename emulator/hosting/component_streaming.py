@@ -39,6 +39,7 @@ from typing import Any
 import aiohttp
 
 from emulator.contract import event_stream, runtime, runtime_errors
+from emulator.hosting.call_record import CallRecord
 from emulator.hosting.component_copies import ComponentCopies, Copy
 from emulator.hosting.components import ComponentEndpoint
 from emulator.hosting.instance import ErrorContext
@@ -58,25 +59,21 @@ class StreamAnswer:
 
 
 class _Tally:
-    """One streamed call's count on its component: in flight from its routing to its end,
-    samples as ``ComponentCopies.invoke`` takes them."""
+    """One streamed call's count on its component: counted in as an InvokeEndpoint call is
+    (``ComponentCopies.arrive``), in flight from its routing to its end, recorded once."""
 
     def __init__(self, copies: ComponentCopies, started: float) -> None:
         self._copies = copies
         self._started = started
-        ready = max(len(copies.ready), 1)
-        copies.in_flight += 1
-        self._samples: list[tuple[str, float]] = [
-            ("Invocations", 1), ("InvocationsPerCopy", 1 / ready),
-            ("ConcurrentRequestsPerCopy", copies.in_flight / ready)]
+        self._call: CallRecord = copies.arrive(started)
         self._done = False
 
     def _end(self, samples: list[tuple[str, float]]) -> None:
         if self._done:
             return
         self._done = True
-        self._copies.in_flight -= 1
-        self._copies.record(self._samples + samples)
+        self._copies.leave()
+        self._call.streamed(samples)
 
     def failed(self, exc: BaseException | None) -> None:
         """Ended by an error (None: one without a status, such as the client leaving)."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -25,16 +24,21 @@ from typing import Any, NoReturn
 
 from emulator.clock import Clock
 from emulator.contract import runtime, runtime_errors
-from emulator.hosting.component_copies import ComponentCopies, CopyBuilder, CopyTarget
-from emulator.hosting.component_copies import record as record_metrics
+from emulator.hosting.component_copies import (
+    ComponentCopies,
+    ComponentMetrics,
+    CopyBuilder,
+    CopyTarget,
+)
 from emulator.hosting.component_tally import ComponentTally
 from emulator.hosting.copy_utilization import ComponentGroup, CopyUtilization
 from emulator.hosting.copy_utilization import describe as describe_component
 from emulator.hosting.deployment import SplitEndpoint
-from emulator.hosting.endpoint import HostedInstance, InvokeResult
+from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.instance import ErrorContext
 from emulator.hosting.placement import Reservation
 from emulator.hosting.routing import Router
+from emulator.hosting.serving_group import ServingGroup
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
 from emulator.metrics import EndpointMetrics, MetricSink
 
@@ -249,11 +253,11 @@ class ComponentEndpoint(SplitEndpoint):
 
     # --- the request path -------------------------------------------------------------------
 
-    async def invoke(self, request: runtime.InvokeRequest) -> InvokeResult:
-        started = time.monotonic()
+    def serving_group(self, request: runtime.InvokeRequest) -> tuple[ServingGroup, str]:
+        """The named component's copies (``Endpoint.invoke`` serves the call from them) and
+        the variant the component is on."""
         copies, state = self.serving_copies(request)
-        body, headers = await copies.invoke(request, started, self._timeout_s, state.variant)
-        return InvokeResult(body, headers)
+        return copies, state.variant
 
     @property
     def invocation_timeout_s(self) -> float:
@@ -294,6 +298,6 @@ class ComponentEndpoint(SplitEndpoint):
 
     def _count_no_capacity(self, component: str) -> None:
         """NoCapacityInvocationFailures, with the call counted as a 4XX invocation [U]."""
-        record_metrics(self._metric_sink, component, [
+        ComponentMetrics(self._metric_sink, component).record_now([
             ("Invocations", 1), ("Invocation4XXErrors", 1), ("Invocation5XXErrors", 0),
             ("NoCapacityInvocationFailures", 1)])

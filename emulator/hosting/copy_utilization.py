@@ -42,12 +42,12 @@ from typing import Any
 from emulator import instance_types
 from emulator.hosting import component_instances
 from emulator.hosting.component_copies import ComponentCopies, Copy
+from emulator.hosting.component_tally import DIMENSION
 from emulator.hosting.placement import Reservation
 from emulator.hosting.utilization import UtilizationSampler, gpu_utilization
 from emulator.metrics import PERCENT, MetricSink, Statistic
 
 NAMESPACE = "/aws/sagemaker/InferenceComponents"
-DIMENSION = "InferenceComponentName"
 CPU = "CPUUtilizationNormalized"
 MEMORY = "MemoryUtilizationNormalized"
 GPU = "GPUUtilizationNormalized"

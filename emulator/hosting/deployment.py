@@ -30,6 +30,7 @@ What SageMaker documents and this module follows:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Coroutine, Sequence
@@ -199,6 +200,4 @@ class SplitEndpoint(Endpoint):
     @staticmethod
     async def _invoke_green(green: Endpoint, request: runtime.InvokeRequest) -> InvokeResult:
         result = await green.invoke(request)
-        # Emulator-only, like X-Mme-Instance: which generation answered.
-        result.headers[runtime.H_GENERATION] = "green"
-        return result
+        return dataclasses.replace(result, generation="green")  # which generation answered

@@ -1,9 +1,12 @@
 """An endpoint as SageMaker hosts it: production variants, each a pool of instances.
 
-``Endpoint.invoke`` is the behaviour behind ``POST /endpoints/{name}/invocations``. It splits the
-work as SageMaker does: what the front end decides (TargetVariant, TargetModel present or not) is
-a ValidationError; the router picks the variant and the instance; the instance makes the
-container call. Metrics are recorded per variant.
+``Endpoint.invoke`` is the behaviour behind ``POST /endpoints/{name}/invocations``, for every
+kind of endpoint. It splits the work as SageMaker does: the endpoint names the call's serving
+group (``serving_group``: the variant TargetVariant or the router's weights pick; an endpoint
+for inference components, the named component's copies); the group refuses what its front end
+refuses (TargetModel present or not, no unit in service) and picks the unit; the unit makes the
+container call. Each call is counted once, in its group's metrics (``hosting.call_record``).
+The answer is an ``InvokeResult``: the runtime's route encodes it on the wire.
 
 ``Endpoint.resize`` is the one update path for capacities and weights: new instances start (in
 parallel) before traffic reaches them; removed instances stop taking traffic, finish what they
@@ -21,37 +24,50 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.contract import runtime, runtime_errors
-from emulator.hosting.instance import Instance
-from emulator.hosting.invocation_outcome import failed_call_samples
-from emulator.hosting.multi_container import MultiContainerInstance, check_container_hostname
+from emulator.hosting.call_record import CallRecord
+from emulator.hosting.multi_container import check_container_hostname
 from emulator.hosting.routing import Router
+from emulator.hosting.serving_group import DRAIN_TIMEOUT_S, ServingGroup, ServingUnit
 from emulator.hosting.spec import EndpointSpec, VariantSpec
 from emulator.metrics import EndpointMetrics, ExtraSeries, MetricSink
 
 log = logging.getLogger(__name__)
 
 # One instance of a variant: a Triton behind the model manager, or several containers.
-HostedInstance = Instance | MultiContainerInstance
+HostedInstance = ServingUnit
 
 # Builds and starts nothing: returns a ready-to-start instance (see ``hosting.factory``).
 InstanceBuilder = Callable[[EndpointSpec, VariantSpec, str, Path, EndpointMetrics],
                            Awaitable[HostedInstance]]
 
-# [U] How long a removed instance may take to finish the requests it has in flight.
-DRAIN_TIMEOUT_S = 120.0
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class InvokeResult:
+    """An answered InvokeEndpoint, before the wire: what the model answered and who served it
+    (the runtime's route encodes it as SageMaker's response and the emulator's headers)."""
+
     body: bytes
-    headers: dict[str, str]
+    content_type: str
+    custom_attributes: str | None
+    variant: str  # the production variant the answer names
+    unit_id: str  # the instance (or component copy) that answered
+    model_latency_s: float
+    cache_hit: bool | None  # None: not reported (a component's copy has no model cache)
+    generation: str | None = None  # during a deployment: "green" when the new fleet answered
 
 
 class Variant:
+    """A production variant: a ``ServingGroup`` whose units are instances chosen by the
+    endpoint's router, counted in InvocationsPerInstance."""
+
+    reports_cache_hit = True
+
     def __init__(self, spec: VariantSpec, metrics: EndpointMetrics, work_dir: Path,
-                 instance_suffix: str = "") -> None:
+                 endpoint_name: str, router: Router, instance_suffix: str = "") -> None:
         self.spec = spec
         self.metrics = metrics
+        self.endpoint_name = endpoint_name
+        self._router = router
         self.work_dir = work_dir
         self.instances: list[HostedInstance] = []
         self._next_index = 1
@@ -75,6 +91,29 @@ class Variant:
         self._next_index += 1
         return instance_id
 
+    def arrive(self, started: float) -> CallRecord:
+        return CallRecord(self.metrics, started, "InvocationsPerInstance", len(self.instances))
+
+    def route(self, request: runtime.InvokeRequest) -> tuple[HostedInstance, str | None]:
+        """What the front end refuses (TargetModel present or not, an unknown container
+        hostname, no instance in service), else the router's instance for the TargetModel."""
+        target = request.target_model
+        multi_model = self.spec.container.is_multi_model
+        if multi_model and target is None:
+            raise runtime_errors.missing_target_model(request.request_id)
+        if not multi_model and target is not None:
+            raise runtime_errors.not_multi_model(self.endpoint_name)
+        check_container_hostname(self.spec, request, self.endpoint_name)
+        serving = self.serving()
+        if not serving:  # every instance is draining: a moment of a scale-in [U]
+            raise runtime_errors.ServiceUnavailable(
+                f"Variant {self.name} of endpoint {self.endpoint_name} has no instance in "
+                "service.")
+        return self._router.instance(serving, target), target
+
+    def leave(self) -> None:
+        """Nothing to count out: an instance counts its own calls in flight."""
+
 
 class Endpoint:
     def __init__(self, spec: EndpointSpec, work_dir: Path, build_instance: InstanceBuilder,
@@ -97,7 +136,8 @@ class Endpoint:
                              enhanced=self.spec.enhanced_metrics,
                              host_metrics=self.spec.detailed_observability)
         metrics = EndpointMetrics(self.spec.name, spec.name, self._sink, series)
-        return Variant(spec, metrics, self.work_dir / spec.name, self.instance_suffix)
+        return Variant(spec, metrics, self.work_dir / spec.name, self.spec.name, self._router,
+                       self.instance_suffix)
 
     @property
     def name(self) -> str:
@@ -198,60 +238,39 @@ class Endpoint:
 
     # --- the request path -------------------------------------------------------------------
 
-    def _choose_variant(self, request: runtime.InvokeRequest) -> Variant:
+    def serving_group(self, request: runtime.InvokeRequest) -> tuple[ServingGroup, str]:
+        """The group that serves the call and the production variant its answer names:
+        TargetVariant's, else the router's draw by weight."""
         if request.target_variant is not None:
             variant = self.variant(request.target_variant)
             if variant is None:
                 raise runtime_errors.variant_not_found(request.target_variant, self.name)
-            return variant
+            return variant, variant.name
         variant = self._router.variant(self.variants)
         if variant is None:
             raise runtime_errors.no_variant_weight(self.name)
-        return variant
+        return variant, variant.name
 
     async def invoke(self, request: runtime.InvokeRequest) -> InvokeResult:
         started = time.monotonic()
-        variant = self._choose_variant(request)
-        metrics = variant.metrics
-        # Recorded at the end, in one batch: a call counts once it is answered (or cut short).
-        # Answered calls are recorded after the answer is written (``record_soon``).
-        samples: list[tuple[str, float]] = [
-            ("Invocations", 1), ("InvocationsPerInstance", 1 / max(len(variant.instances), 1))]
-        instance: HostedInstance | None = None
+        group, variant = self.serving_group(request)
+        call = group.arrive(started)  # a call counts once it is answered (or cut short)
+        unit: ServingUnit | None = None
         try:
-            target = request.target_model
-            multi_model = variant.spec.container.is_multi_model
-            if multi_model and target is None:
-                raise runtime_errors.missing_target_model(request.request_id)
-            if not multi_model and target is not None:
-                raise runtime_errors.not_multi_model(self.name)
-            check_container_hostname(variant.spec, request, self.name)
-            serving = variant.serving()
-            if not serving:  # every instance is draining: a moment of a scale-in [U]
-                raise runtime_errors.ServiceUnavailable(
-                    f"Variant {variant.name} of endpoint {self.name} has no instance in service.")
-            instance = self._router.instance(serving, target)
-            answer = await instance.invoke(request, target, started, self._timeout_s)
+            unit, target = group.route(request)
+            answer = await unit.invoke(request, target, started, self._timeout_s)
         except runtime_errors.SageMakerError as exc:
-            samples += failed_call_samples(exc, time.monotonic() - started)
-            metrics.record_soon(samples, instance.id if instance is not None else None)
+            call.failed(exc, unit.id if unit is not None else None)
             raise
         except BaseException:  # cancelled (the client left, a stop): counted, not answered
-            metrics.record_many(samples)
-            metrics.record_series(samples, instance.id if instance is not None else None)
+            call.cut_short(unit.id if unit is not None else None)
             raise
-        samples += (
-            ("Invocation4XXErrors", 0), ("Invocation5XXErrors", 0), ("InvocationModelErrors", 0),
-            ("ModelLatency", answer.model_latency_s * 1e6),
-            ("OverheadLatency", (time.monotonic() - started - answer.model_latency_s) * 1e6))
-        metrics.record_soon(samples, instance.id)  # after the answer is written (record_soon)
-        for container, seconds in answer.container_latencies:
-            metrics.record("ContainerLatency", seconds * 1e6, {"ContainerName": container})
-        headers = runtime.add_emulator_headers(
-            runtime.response_headers(request.request_id, variant.name, answer.content_type,
-                                     answer.custom_attributes),
-            f"{variant.name}/{instance.id}", answer.model_latency_s, answer.cache_hit)
-        return InvokeResult(answer.body, headers)
+        finally:
+            group.leave()
+        call.answered(answer, unit.id)
+        return InvokeResult(answer.body, answer.content_type, answer.custom_attributes, variant,
+                            unit.id, answer.model_latency_s,
+                            answer.cache_hit if group.reports_cache_hit else None)
 
     def describe(self) -> dict[str, object]:
         return {

@@ -19,7 +19,9 @@ Instance, multi-model [U]
      TargetModel (rendezvous hashing) so a model keeps landing on the same instance.
 
 Instance, single-model
-  The fewest requests in flight; ties go round-robin so sequential traffic spreads too.
+  The fewest requests in flight; ties go round-robin so sequential traffic spreads too
+  (``LeastOutstandingRequests``: also an inference component's default routing strategy, beside
+  ``RandomChoice``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,13 @@ from typing import Protocol, TypeVar
 
 # [U] Requests in flight on every holder of a model before a copy is loaded elsewhere.
 SATURATED_IN_FLIGHT = 8
+
+
+class Busy(Protocol):
+    """A unit that a strategy can choose: one that counts its requests in flight."""
+
+    @property
+    def in_flight(self) -> int: ...
 
 
 class Routable(Protocol):
@@ -57,12 +66,36 @@ class WeightedChoice(Protocol):
 
 V = TypeVar("V", bound=WeightedChoice)
 Inst = TypeVar("Inst", bound=Routable)
+Unit = TypeVar("Unit", bound=Busy)
+
+
+class LeastOutstandingRequests:
+    """The unit with the fewest requests in flight; ties in turn, so sequential traffic spreads
+    too (RoutingStrategy LEAST_OUTSTANDING_REQUESTS)."""
+
+    def __init__(self) -> None:
+        self._turn = itertools.count()
+
+    def choose(self, units: Sequence[Unit]) -> Unit:
+        fewest = min(u.in_flight for u in units)
+        idle = [u for u in units if u.in_flight == fewest]
+        return idle[next(self._turn) % len(idle)]
+
+
+class RandomChoice:
+    """A uniform draw among the units (RoutingStrategy RANDOM); seedable, so tests are exact."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._random = random.Random(seed)
+
+    def choose(self, units: Sequence[Unit]) -> Unit:
+        return self._random.choice(units)
 
 
 class Router:
     def __init__(self, seed: int | None = None) -> None:
         self._random = random.Random(seed)
-        self._turn = itertools.count()
+        self._single_model = LeastOutstandingRequests()
 
     def variant(self, variants: Sequence[V]) -> V | None:
         """A weighted draw; None when every weight is 0."""
@@ -85,7 +118,7 @@ class Router:
         if len(instances) == 1:
             return instances[0]
         if target is None:
-            return self._least_busy(instances)
+            return self._single_model.choose(instances)
         holders = [i for i in instances if i.has_loaded(target)]
         if holders:
             best = min(holders, key=lambda i: i.in_flight)
@@ -98,11 +131,6 @@ class Router:
         if loading:
             return min(loading, key=lambda i: i.in_flight)
         return self._placement(instances, target)
-
-    def _least_busy(self, instances: Sequence[Inst]) -> Inst:
-        fewest = min(i.in_flight for i in instances)
-        idle = [i for i in instances if i.in_flight == fewest]
-        return idle[next(self._turn) % len(idle)]
 
     @staticmethod
     def _placement(instances: Sequence[Inst], target: str) -> Inst:

@@ -31,6 +31,7 @@ from emulator.contract.apis import API_SCOPE_KEY, RUNTIME_OPERATIONS, ApiRequest
 from emulator.contract.body import Body
 from emulator.hosting import component_streaming
 from emulator.hosting.components import ComponentEndpoint
+from emulator.hosting.endpoint import InvokeResult
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.http_protocol import Answer, BodySource
 from emulator.settings import Settings
@@ -104,6 +105,18 @@ def request_headers(scope: Scope) -> dict[str, str]:
                     map(_from_latin_1, map(_value_of, raw)), strict=True))
 
 
+def answer_headers(result: InvokeResult, request_id: str) -> dict[str, str]:
+    """An answered call's headers: SageMaker's, then the emulator's own (which instance or copy
+    answered, the model's time, its cache hit; during a deployment, the generation)."""
+    headers = runtime.add_emulator_headers(
+        runtime.response_headers(request_id, result.variant, result.content_type,
+                                 result.custom_attributes),
+        f"{result.variant}/{result.unit_id}", result.model_latency_s, result.cache_hit)
+    if result.generation is not None:
+        headers[runtime.H_GENERATION] = result.generation
+    return headers
+
+
 class Invocations:
     """InvokeEndpoint from the request's headers and body stream to the response."""
 
@@ -136,8 +149,9 @@ class Invocations:
             return _raw(error_response(runtime_errors.InternalFailure(f"internal failure: {exc}"),
                                        request_id))
         # What Starlette's Response(content=body, headers=...) would send, built directly.
-        raw_headers = list(zip(map(_header_name, result.headers),
-                               map(_to_latin_1, result.headers.values()), strict=True))
+        headers = answer_headers(result, request_id)
+        raw_headers = list(zip(map(_header_name, headers),
+                               map(_to_latin_1, headers.values()), strict=True))
         raw_headers.append((b"content-length", str(len(result.body)).encode("latin-1")))
         return 200, raw_headers, result.body
 

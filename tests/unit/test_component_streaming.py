@@ -20,6 +20,7 @@ from botocore.eventstream import EventStreamBuffer
 
 from emulator.contract import event_stream, runtime, runtime_errors
 from emulator.hosting import component_streaming
+from emulator.hosting.call_record import CallRecord
 from emulator.hosting.instance import ErrorContext
 from emulator.hosting.multi_container import MultiContainerInstance, ServeMember
 
@@ -27,7 +28,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class _Copies:
-    """What the stream asks of a component's copies: the one ready copy, and the tally."""
+    """What the stream asks of a component's copies: the one ready copy, counting a call in and
+    out, and the sink of its samples."""
 
     def __init__(self, copy: MultiContainerInstance) -> None:
         self.ready = [copy]
@@ -37,8 +39,21 @@ class _Copies:
     def choose(self) -> MultiContainerInstance:
         return self.ready[0]
 
-    def record(self, samples: list[tuple[str, float]]) -> None:
+    def arrive(self, started: float) -> CallRecord:
+        self.in_flight += 1
+        return CallRecord(self, started, "InvocationsPerCopy", len(self.ready),
+                          ("ConcurrentRequestsPerCopy", self.in_flight / len(self.ready)))
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+
+    def record_now(self, samples: list[tuple[str, float]], unit_id: str | None) -> None:
         self.samples.update(samples)
+
+    record_soon = record_now
+
+    def record_container_latencies(self, latencies: list[tuple[str, float]]) -> None:
+        pass
 
 
 class _Endpoint:

@@ -1,0 +1,77 @@
+"""One call's invocation metrics, whatever serves it: a production variant's instance or an
+inference component's copy.
+
+A call is counted once. Its arrival samples are taken as it is routed: Invocations, the group's
+share per serving unit (InvocationsPerInstance, InvocationsPerCopy: 1 / the group's units) and
+whatever else the group samples then. Its outcome adds the error counts and latencies
+(``invocation_outcome``). The whole batch is recorded once the answer is written
+(``CallSink.record_soon``: the bookkeeping does not stand between the model's answer and the
+client's), or at once when the call is cut short (the client left, a stop: no answer will be
+written). The group supplies the sink, its per-unit metric and its units count: the record
+knows neither kind of group.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from emulator.contract import runtime_errors
+from emulator.hosting.instance import ContainerAnswer
+from emulator.hosting.invocation_outcome import Samples, failed_call_samples
+
+# What an answered call adds before its latencies: no error of any kind.
+_NO_ERRORS: tuple[tuple[str, float], ...] = (
+    ("Invocation4XXErrors", 0), ("Invocation5XXErrors", 0), ("InvocationModelErrors", 0))
+
+
+class CallSink(Protocol):
+    """Where a serving group's call samples go, under the group's own dimensions."""
+
+    def record_soon(self, samples: Sequence[tuple[str, float]],
+                    unit_id: str | None, /) -> None:
+        """Record once the event loop's current step is done (the answer is written then);
+        ``unit_id``: the instance or copy that served the call (None: none was reached)."""
+
+    def record_now(self, samples: Sequence[tuple[str, float]], unit_id: str | None, /) -> None:
+        """Record at once."""
+
+    def record_container_latencies(self, latencies: Sequence[tuple[str, float]], /) -> None:
+        """(container, seconds) of each container an answered call went through."""
+
+
+class CallRecord:
+    """One call's samples from its arrival to its one recording."""
+
+    __slots__ = ("_sink", "_started", "samples")
+
+    def __init__(self, sink: CallSink, started: float, per_unit_metric: str, units: int,
+                 *also: tuple[str, float]) -> None:
+        self._sink = sink
+        self._started = started  # time.monotonic() as the call arrived
+        self.samples: Samples = [("Invocations", 1), (per_unit_metric, 1 / max(units, 1)), *also]
+
+    def answered(self, answer: ContainerAnswer, unit_id: str) -> None:
+        model_latency_s = answer.model_latency_s
+        self.samples += (
+            *_NO_ERRORS, ("ModelLatency", model_latency_s * 1e6),
+            ("OverheadLatency", (time.monotonic() - self._started - model_latency_s) * 1e6))
+        self._sink.record_soon(self.samples, unit_id)
+        if answer.container_latencies:
+            self._sink.record_container_latencies(answer.container_latencies)
+
+    def failed(self, exc: runtime_errors.SageMakerError, unit_id: str | None) -> None:
+        """Answered with an error (``unit_id``: None when it failed before a unit was chosen)."""
+        self.samples += failed_call_samples(exc, time.monotonic() - self._started)
+        self._sink.record_soon(self.samples, unit_id)
+
+    def streamed(self, outcome: Samples) -> None:
+        """A streamed answer ended (its last event is sent, or the stream broke): ``outcome``'s
+        samples added, the call recorded at once."""
+        self.samples += outcome
+        self._sink.record_now(self.samples, None)
+
+    def cut_short(self, unit_id: str | None) -> None:
+        """Counted, never answered (cancelled: the client left, a stop)."""
+        self._sink.record_now(self.samples, unit_id)
