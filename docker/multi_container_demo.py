@@ -24,7 +24,7 @@ import boto3
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from ensembles.packaging import package
-from mme.testmodels import write_scale_model
+from harness.testmodels import write_scale_model
 
 SKLEARN_IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3"
 TRITON_IMAGE = "785573368785.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"

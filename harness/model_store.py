@@ -96,7 +96,7 @@ def prepare_store(spec: str | Path | Sequence[str | Path], work_dir: Path) -> Pa
             f"{', '.join(map(str, items))}: nothing to serve. A store holds NAME.tar.gz files, "
             "model folders (NAME/config.pbtxt) or model repositories "
             "(NAME/<model>/config.pbtxt); each becomes the TargetModel NAME.tar.gz")
-    from ensembles.checks import PackageProblem, check_folder
+    from harness.package_checks import PackageProblem, check_folder
 
     for target, source in entries.items():  # what SageMaker's Triton would refuse, said now
         if not is_tarball(source):

@@ -69,7 +69,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     import random
 
     from ensembles.packaging import package
-    from mme.testmodels import write_scale_model
+    from harness.testmodels import write_scale_model
 
     rng = random.Random(args.seed)
     targets = [f"m{k}.tar.gz" for k in range(args.models)]

@@ -38,7 +38,7 @@ COPY_THEN_EXTRACT = {"MME_STREAM_DOWNLOADS": "false"}
 
 
 def build_model(work: Path, size_mib: int) -> Path:
-    from mme.testmodels import write_scale_model
+    from harness.testmodels import write_scale_model
 
     folder = write_scale_model(work / "repo", "big")
     with (folder / "1" / "weights.bin").open("wb") as out:

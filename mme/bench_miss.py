@@ -60,7 +60,7 @@ def _body(input_name: str) -> bytes:
 def build_store(store: Path, work: Path) -> dict[str, tuple[str, float]]:
     """Two trivial models and two ensembles; returns target -> (input name, expected factor)."""
     from ensembles.packaging import package
-    from mme.testmodels import write_scale_model, write_two_step_ensemble
+    from harness.testmodels import write_scale_model, write_two_step_ensemble
 
     expected: dict[str, tuple[str, float]] = {}
     for k in range(2):

@@ -125,7 +125,7 @@ class Measure:
 
 def _trivial(store: Path) -> Workload:
     from ensembles.packaging import package
-    from mme.testmodels import write_scale_model
+    from harness.testmodels import write_scale_model
 
     package(write_scale_model(store.parent / "repo", "bench"), store / "bench.tar.gz", "folder")
     body = json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32",

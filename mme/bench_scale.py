@@ -95,7 +95,7 @@ def build_store(store: Path, work: Path, models: int) -> int:
     """``models`` tarballs in ``store``; returns the extracted size of one."""
     from emulator.manager.extract import tree_size
     from ensembles.packaging import package
-    from mme.testmodels import write_scale_model
+    from harness.testmodels import write_scale_model
 
     size = 0
     for k in range(models):

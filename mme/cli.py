@@ -25,8 +25,8 @@ log = logging.getLogger("mme.cli")
 # or the benchmarks need (a second of CPU at every start); ``mme --help`` imports them all.
 SUBCOMMANDS = {
     "demo": "mme.demo",
-    "build": "ensembles.cli",
-    "package": "ensembles.cli",
+    "build": "mme.ensembles_cli",
+    "package": "mme.ensembles_cli",
     "loadtest": "harness.cli",
     "sweep": "harness.cli",
     "deploy": "harness.deploy_cli",
@@ -43,7 +43,7 @@ BENCHMARKS = {
     "scale": "mme.bench_scale",
     "coldstart": "mme.bench_coldstart",
     "miss": "mme.bench_miss",
-    "ensemble": "ensembles.cli",
+    "ensemble": "mme.ensembles_cli",
     "loadgen": "harness.loadtest.bench",  # mme bench loadgen
     "lint": "harness.lint.cli",  # mme bench lint
 }

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from emulator.triton import stubs
-from mme.testmodels import write_scale_model
+from harness.testmodels import write_scale_model
 from tests.support import output_of, scale_request
 
 SHM = Path("/dev/shm")

@@ -1,6 +1,6 @@
 """Small real Triton models for the tests, and the tarballs SageMaker would get.
 
-The ``scale`` model lives in ``mme/testmodels.py`` (the benchmarks use it too).
+The ``scale`` model lives in ``harness/testmodels.py`` (the benchmarks use it too).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 
 from emulator import processes
 from ensembles.packaging import package
-from mme.testmodels import SCALE_MODEL_PY, write_scale_model, write_two_step_ensemble
+from harness.testmodels import SCALE_MODEL_PY, write_scale_model, write_two_step_ensemble
 
 __all__ = ["SCALE_MODEL_PY", "package", "write_scale_model", "write_scale_ensemble",
            "scale_request", "output_of", "tar_bytes", "wait_until", "wait_for", "wait_for_async"]

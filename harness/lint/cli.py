@@ -88,7 +88,7 @@ def add_bench_subcommands(commands: argparse._SubParsersAction[argparse.Argument
 def run_bench(args: Any) -> int:
     from ensembles.packaging import package
     from harness.lint import lint
-    from mme.testmodels import write_scale_model, write_two_step_ensemble
+    from harness.testmodels import write_scale_model, write_two_step_ensemble
 
     with tempfile.TemporaryDirectory(prefix="mme-bench-lint-") as tmp:
         work = Path(tmp)

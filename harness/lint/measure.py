@@ -36,8 +36,8 @@ def judge(memory: Mapping[str, int], skipped: Mapping[str, str], sources: Mappin
 def measure_sources(paths: list[str], instance_type: str) -> tuple[list[Finding], dict[str, int]]:
     """Package what is not a tarball, load each model once, judge; (findings, measured)."""
     from ensembles.packaging import package
+    from harness.model_costs import measure
     from harness.model_store import is_model_dir, is_tarball
-    from mme.plan import measure
 
     with tempfile.TemporaryDirectory(prefix="mme-lint-measure-") as work:
         store = Path(work) / "store"

@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 from emulator.manager.triton_side import TRITON_LOAD_THREADS
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
-from mme.testmodels import write_scale_model
+from harness.testmodels import write_scale_model
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.fault_support import (
     error_of,

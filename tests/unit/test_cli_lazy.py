@@ -55,7 +55,7 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 def test_mme_lint_loads_neither_the_load_tests_nor_the_benchmarks() -> None:
     probe = ("import sys; from mme.cli import build_parser; build_parser(['lint', 'x']); "
              "print(sorted(m for m in sys.modules if m.startswith(('harness.loadtest', "
-             "'mme.bench', 'locust', 'ensembles.cli'))))")
+             "'mme.bench', 'locust', 'mme.ensembles_cli'))))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             check=True).stdout.strip()
     assert loaded == "[]"

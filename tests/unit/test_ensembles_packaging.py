@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ensembles import catalogue
-from ensembles.cli import add_subcommands
 from ensembles.packaging import package
+from mme.ensembles_cli import add_subcommands
 
 
 def small_repo(root: Path) -> Path:

@@ -27,7 +27,7 @@ from emulator.manager.sources import FolderSource
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.triton.memory import OomKill
 from ensembles.packaging import package
-from mme.testmodels import write_scale_model
+from harness.testmodels import write_scale_model
 
 
 def test_an_item_that_fits_in_memory_but_not_on_the_gpu_evicts_by_gpu_memory() -> None:

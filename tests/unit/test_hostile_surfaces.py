@@ -60,11 +60,13 @@ def _query_form(queries: int) -> bytes:
 
 
 def _fastest_parse(body: bytes) -> float:
+    """The parse's least CPU time of this thread: other processes on a busy machine (a test
+    suite's other workers) take none of it, where they stretch the time on the clock."""
     best = float("inf")
-    for _ in range(3):
-        started = time.perf_counter()
+    for _ in range(5):
+        started = time.thread_time()
         operation, params = cloudwatch_wire.parse_query(body)
-        best = min(best, time.perf_counter() - started)
+        best = min(best, time.thread_time() - started)
     assert operation == "GetMetricData" and len(params["MetricDataQueries"]) > 100
     return best
 

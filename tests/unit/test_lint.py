@@ -20,8 +20,8 @@ from harness.deployer import Deployer, make_clients
 from harness.deployment import DEFAULT_TRITON_VERSION, DeployConfig, DeployError
 from harness.lint import lint
 from harness.lint.releases import DEFAULT_RELEASE, UnknownImage, release_of
+from harness.testmodels import write_scale_model, write_two_step_ensemble
 from mme.cli import main
-from mme.testmodels import write_scale_model, write_two_step_ensemble
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "sarif-schema-2.1.0.json"
 GPU_GROUP = "instance_group [ { kind: KIND_GPU count: 1 } ]"

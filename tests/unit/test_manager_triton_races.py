@@ -165,7 +165,7 @@ def test_a_load_whose_waiters_gave_up_keeps_its_files(tmp_path: Path) -> None:
     from emulator.manager.records import ModelLoadFailed, ModelNotReady
     from emulator.manager.sources import FolderSource
     from ensembles.packaging import package
-    from mme.testmodels import write_scale_model
+    from harness.testmodels import write_scale_model
 
     store = tmp_path / "store"
     store.mkdir()

@@ -1,5 +1,5 @@
 """What SageMaker's Triton would refuse is found before anything is written or uploaded
-(ensembles/checks.py, used by ``mme package``, ``mme deploy`` and the plugin's store)."""
+(harness/package_checks.py, used by ``mme package``, ``mme deploy`` and the plugin's store)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import boto3
 import pytest
 
-from ensembles.checks import PackageProblem, check_folder, check_tarball
 from harness.deployer import Deployer, make_clients
 from harness.deployment import DeployConfig, DeployError
+from harness.package_checks import PackageProblem, check_folder, check_tarball
 from mme.cli import main
 from tests.support import package, write_scale_ensemble, write_scale_model
 

@@ -62,7 +62,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_package(args: argparse.Namespace) -> int:
-    from ensembles.checks import PackageProblem, check_folder
+    from harness.package_checks import PackageProblem, check_folder
 
     repo = Path(args.repo_dir)
     if not repo.is_dir():
