@@ -83,9 +83,9 @@ def _counts(sm: Any) -> tuple[int, int]:
     return variant["CurrentInstanceCount"], variant["DesiredInstanceCount"]
 
 
-def test_issue_code_scales_out_under_load_and_back_in(emulator: EmulatorServer) -> None:
+def test_a_users_scaling_code_scales_out_under_load_and_back_in(emulator: EmulatorServer) -> None:
     EMU = emulator.url  # the name the user's code uses
-    # --- the issue's code, verbatim but for endpoint_url -------------------------------------
+    # --- a user's code, verbatim but for endpoint_url ---------------------------------------
     asg = boto3.client("application-autoscaling", endpoint_url=EMU, region_name="us-east-1")
     asg.register_scalable_target(ServiceNamespace="sagemaker", ResourceId="endpoint/mme/variant/AllTraffic",  # noqa: E501
         ScalableDimension="sagemaker:variant:DesiredInstanceCount", MinCapacity=1, MaxCapacity=4)
