@@ -31,13 +31,13 @@ def describe(record: ComponentRecord, arn: Callable[[str, str], str],
              endpoint: EndpointRecord | None) -> dict[str, Any]:
     """DescribeInferenceComponent's answer (before the wire drops its empty members)."""
     spec = record.specification
-    specification: dict[str, Any] = {
+    summary: dict[str, Any] = {
         key: spec[key] for key in ("ModelName", "StartupParameters",
                                    "ComputeResourceRequirements", "InstanceType",
                                    "DataCacheConfig", "SchedulingConfig") if key in spec}
     container = spec.get("Container")
     if container:
-        specification["Container"] = {
+        summary["Container"] = {
             "ArtifactUrl": container.get("ArtifactUrl"),
             "Environment": container.get("Environment"),
             "DeployedImage": {"SpecifiedImage": container["Image"],
@@ -46,12 +46,19 @@ def describe(record: ComponentRecord, arn: Callable[[str, str], str],
             else None,
         }
     return {
-        **summary(record, arn),  # the names, ARNs, status and times a list shows too
+        "InferenceComponentName": record.name,
+        "InferenceComponentArn": arn(rules.KIND, record.name),
+        "EndpointName": record.endpoint_name,
+        "EndpointArn": arn(KIND_ENDPOINT, record.endpoint_name),
+        "VariantName": record.variant_name,
         "FailureReason": record.failure_reason,
-        "Specification": specification,
+        "Specification": summary,
         "RuntimeConfig": {"DesiredCopyCount": record.desired_copies,
                           "CurrentCopyCount": record.current_copies,
                           "PlacementStatus": placement_status(record, endpoint)},
+        "CreationTime": record.created,
+        "LastModifiedTime": record.modified,
+        "InferenceComponentStatus": record.status,
         "LastDeploymentConfig": record.last_deployment_config,
     }
 
