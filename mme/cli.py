@@ -161,7 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         # The command's own cleanup ran while unwinding (servers, Tritons and relays it
-        # started are stopped); one line instead of a traceback, and the shell's code.
+        # started are stopped); one line instead of a traceback, and the shell's code. A
+        # SIGINT that lands from here on (a second Ctrl-C) would otherwise escape at exit and
+        # end the process by the signal instead of 130: there is nothing left to stop.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         print(f"mme {args.command}: interrupted; {_INTERRUPTED.get(args.command, _STOPPED)}",
               file=sys.stderr)
         return EXIT_INTERRUPTED

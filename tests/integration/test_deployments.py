@@ -42,9 +42,10 @@ ROLE = "arn:aws:iam::123456789012:role/x"
 class Module:
     """The module's emulator and what was put in it."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, clock_scale: float = SCALE) -> None:
         self.root = root
         self.cache = root / "cache"
+        self.clock_scale = clock_scale
         self.server = self._start()
         self.stores: dict[str, Path] = {}
         for name, factor in (("blue", BLUE), ("green", GREEN), ("broken", None)):
@@ -58,7 +59,7 @@ class Module:
 
     def _start(self) -> EmulatorServer:
         return EmulatorServer(Settings.from_env(
-            env={}, cache_dir=self.cache, port=0, clock_scale=SCALE, routing_seed=7)).start()
+            env={}, cache_dir=self.cache, port=0, clock_scale=self.clock_scale, routing_seed=7)).start()
 
     def restart(self) -> None:
         self.server.stop()

@@ -1,5 +1,5 @@
 """The story of a guarded deployment as the live page, ``/_emulator/models`` and ``/metrics``
-tell it, on a real emulator (real Tritons for both fleets, ``--clock-scale 60``) in a real
+tell it, on a real emulator (real Tritons for both fleets, ``--clock-scale 20``) in a real
 headless Chromium: the new fleet's instances carry its generation in their names everywhere
 (its failed loads never read as the running fleet's), the endpoint's tile counts every error
 the error list shows, the bake is labelled as emulated time, and a rollback, a completed
@@ -39,7 +39,9 @@ GREEN_NAME = re.compile(r"i-1-green\d+")
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
-    module = Module(tmp_path_factory.mktemp("story"))
+    # A canary's longest bake (3600 s) is 180 s of real time: room for the broken model's
+    # failed load and the alarm on a busy machine before the bake would promote it.
+    module = Module(tmp_path_factory.mktemp("story"), clock_scale=20)
     sm = module.client("sagemaker")
     for name, store in module.stores.items():
         sm.create_model(ModelName=f"m-{name}", ExecutionRoleArn=ROLE,
@@ -91,9 +93,9 @@ def test_a_rolled_back_canary_is_told_as_the_new_fleets_failure_and_stays_told(
     assert shown == {*before, green}
     block = '[data-deployment="ep"][data-phase="baking"]'
     page.wait_for_selector(f'{block} [data-instance="AllTraffic/{green}"]', timeout=WAIT_MS)
-    # The bake is on the emulated clock (3600 s at --clock-scale 60: 60 s of real time).
+    # The bake is on the emulated clock (3600 s at --clock-scale 20: 180 s of real time).
     bake = page.inner_text(f"{block} .bake")
-    assert "3600 s emulated (60 s real at --clock-scale 60) per step" in bake, bake
+    assert "3600 s emulated (180 s real at --clock-scale 20) per step" in bake, bake
     assert re.search(r"left: \d+ s emulated \([\d.]+ s real\)", bake), bake
 
     # Calls until the canary answers with its model's error; the alarm then rolls it back.
