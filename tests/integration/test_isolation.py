@@ -39,12 +39,12 @@ from tests.support import package, wait_until
 
 pytestmark = pytest.mark.slow
 
-INVOCATION_TIMEOUT_S = 20.0  # the hang the issue saw: a healthy call waited all of it
+INVOCATION_TIMEOUT_S = 20.0  # a healthy call held up by a broken model waits all of it
 LOAD_TIMEOUT_S = 8.0  # --model-load-timeout: the hung initialize is abandoned after this
 SLOW_LOAD_S = 3.0  # a healthy model that takes this long in initialize()
-# What "answers at its normal latency" is allowed to be here: far under the invocation timeout
-# the call used to wait out, so a loaded CI machine does not fail it.
-HEALTHY_BOUND_S = INVOCATION_TIMEOUT_S / 4
+# What "answers at its normal latency" is allowed to be here: half the invocation timeout a
+# held-up call waits out, so a machine busy with other Tritons (seconds per call) does not fail it.
+HEALTHY_BOUND_S = INVOCATION_TIMEOUT_S / 2
 HEALTHY = "h0.tar.gz"
 
 
