@@ -31,13 +31,13 @@ def describe(record: ComponentRecord, arn: Callable[[str, str], str],
              endpoint: EndpointRecord | None) -> dict[str, Any]:
     """DescribeInferenceComponent's answer (before the wire drops its empty members)."""
     spec = record.specification
-    summary: dict[str, Any] = {
+    specification: dict[str, Any] = {
         key: spec[key] for key in ("ModelName", "StartupParameters",
                                    "ComputeResourceRequirements", "InstanceType",
                                    "DataCacheConfig", "SchedulingConfig") if key in spec}
     container = spec.get("Container")
     if container:
-        summary["Container"] = {
+        specification["Container"] = {
             "ArtifactUrl": container.get("ArtifactUrl"),
             "Environment": container.get("Environment"),
             "DeployedImage": {"SpecifiedImage": container["Image"],
@@ -46,19 +46,12 @@ def describe(record: ComponentRecord, arn: Callable[[str, str], str],
             else None,
         }
     return {
-        "InferenceComponentName": record.name,
-        "InferenceComponentArn": arn(rules.KIND, record.name),
-        "EndpointName": record.endpoint_name,
-        "EndpointArn": arn(KIND_ENDPOINT, record.endpoint_name),
-        "VariantName": record.variant_name,
+        **summary(record, arn),  # the names, ARNs, status and times, as the list gives them
         "FailureReason": record.failure_reason,
-        "Specification": summary,
+        "Specification": specification,
         "RuntimeConfig": {"DesiredCopyCount": record.desired_copies,
                           "CurrentCopyCount": record.current_copies,
                           "PlacementStatus": placement_status(record, endpoint)},
-        "CreationTime": record.created,
-        "LastModifiedTime": record.modified,
-        "InferenceComponentStatus": record.status,
         "LastDeploymentConfig": record.last_deployment_config,
     }
 
