@@ -59,7 +59,8 @@ class Module:
 
     def _start(self) -> EmulatorServer:
         return EmulatorServer(Settings.from_env(
-            env={}, cache_dir=self.cache, port=0, clock_scale=self.clock_scale, routing_seed=7)).start()
+            env={}, cache_dir=self.cache, port=0, clock_scale=self.clock_scale,
+            routing_seed=7)).start()
 
     def restart(self) -> None:
         self.server.stop()
