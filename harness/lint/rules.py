@@ -162,6 +162,6 @@ def serving(source: Source, configs: dict[str, Any], instance_type: str | None,
             if relative.endswith(".plan"):
                 found.append(Finding(RULES["MME401"], (
                     f"{where}: {files.path(relative)} is a TensorRT plan; it loads only if it "
-                    f"was built with TensorRT {release.tensorrt} ({release.image})"), where,
+                    f"was built with {release.trt} ({release.image})"), where,
                     files.path(relative)))
     return found

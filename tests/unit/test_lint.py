@@ -157,6 +157,9 @@ def _env(tmp_path: Path, python: str = "3.10", numpy: str = "1.26.4",
     ({"so": b"GLIBC_2.38\0"}, None, ["MME304"]),
     ({"numpy": "2.1.0"}, None, ["MME305"]),
     ({"numpy": "2.1.0", "python": "3.12"}, "25.09", []),
+    ({"numpy": "2.1.0", "python": "3.12"}, "sagemaker-tritonserver:26.05-py3", []),
+    ({"numpy": "2.1.0", "python": "3.12"}, "sagemaker-tritonserver:24.09-py3",
+     ["MME302", "MME305"]),
     ({"extra": {"conda-meta/numpy-2.0.2-py310h.json": b""}}, None, ["MME305"]),
     ({"extra": {"lib/libstdc++.so.6.0.33": b"GLIBCXX_3.4.33\0"}, "so": b"GLIBCXX_3.4.32\0"},
      None, []),
@@ -164,6 +167,15 @@ def _env(tmp_path: Path, python: str = "3.10", numpy: str = "1.26.4",
 def test_the_environment_against_the_image(tmp_path: Path, env: dict[str, object],
                                            image: str | None, rules: list[str]) -> None:
     assert _rules(_env(tmp_path, **env), image=image) == rules  # type: ignore[arg-type]
+
+
+def test_a_plan_names_the_images_tensorrt_or_where_to_read_it(tmp_path: Path) -> None:
+    tarball = _tar(tmp_path / "t.tar.gz", {
+        "m/config.pbtxt": b'name: "m"\nplatform: "tensorrt_plan"\n', "m/1/model.plan": b"x"})
+    [known] = lint([tarball], image="24.09").findings
+    assert "built with TensorRT 10.4.0.26 (sagemaker-tritonserver:24.09-py3)" in known.message
+    [unknown] = lint([tarball], image="sagemaker-tritonserver:26.05-py3").findings
+    assert "NVIDIA's release notes rel-26-05" in unknown.message
 
 
 def test_a_libstdcxx_in_the_environment_older_than_the_stubs_needs(tmp_path: Path) -> None:
