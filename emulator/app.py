@@ -26,6 +26,7 @@ from emulator.cloudwatch.series import MetricStore
 from emulator.cloudwatch.service import CloudWatchService
 from emulator.contract.apis import API_SCOPE_KEY, ApiRequest, Service, read_request
 from emulator.control import ControlPlaneService, ControlStore
+from emulator.faults.table import FaultTable
 from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.hosting.factory import InstanceFactory
@@ -33,11 +34,12 @@ from emulator.hosting.spec import EndpointSpec, VariantSpec, single_variant
 from emulator.http_protocol import Answered, DirectAnswer
 from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
-from emulator.page.activities import scaling_listener
+from emulator.page.activities import fault_listener, scaling_listener
 from emulator.page.failed_invocations import InvocationErrors
 from emulator.routes.autoscaling import autoscaling_rows
 from emulator.routes.cloudwatch import cloudwatch_rows
 from emulator.routes.control import build_control_router, control_rows
+from emulator.routes.faults import build_faults_router
 from emulator.routes.introspection import build_introspection_router
 from emulator.routes.limits import ApiBodyLimit
 from emulator.routes.runtime import (
@@ -115,6 +117,8 @@ def build_app(settings: Settings) -> EmulatorApp:
                         sns_endpoint_url=settings.sns_endpoint_url)
     factory = InstanceFactory(settings)
     feed = Feed()  # what the live page at /_emulator/ shows beyond the fleet's state
+    faults = FaultTable()  # the fault rules a test puts in force (/_emulator/faults)
+    faults.listeners.append(fault_listener(feed))
 
     async def build_instance(endpoint: EndpointSpec, variant: VariantSpec, instance_id: str,
                              work_dir: Path, metrics: EndpointMetrics) -> HostedInstance:
@@ -123,7 +127,7 @@ def build_app(settings: Settings) -> EmulatorApp:
         return instance
 
     registry = EndpointRegistry(settings, build_instance, sink=metric_store,
-                                sample_period_s=clock.real_duration(60))
+                                sample_period_s=clock.real_duration(60), faults=faults)
     control = ControlPlaneService(
         store=ControlStore(settings.cache_dir / "control-plane.sqlite3"),
         registry=registry, region=settings.region, account=settings.account_id,
@@ -164,14 +168,16 @@ def build_app(settings: Settings) -> EmulatorApp:
     # POST / that names no API (no or an unknown X-Amz-Target): the control plane's error.
     app.include_router(build_control_router(control))
     app.include_router(build_introspection_router(registry, alarms))
+    app.include_router(build_faults_router(faults))
     install_page(app, registry, feed)  # the live page at /_emulator/
     # Its history: each deployment's start, rollback and end, each scaling activity.
     control.on_activity = feed.activity
     scaling.activity_listeners.append(scaling_listener(feed))
     invocations = InvocationsApp(Invocations(settings, registry))
-    app.handlers = MappingProxyType({**runtime_handlers(settings, registry, invocations),
-                                     **control_rows(control), **autoscaling_rows(scaling),
-                                     **cloudwatch_rows(metrics_api)})
+    app.handlers = MappingProxyType({**runtime_handlers(settings, registry, invocations, faults),
+                                     **control_rows(control, faults),
+                                     **autoscaling_rows(scaling, faults),
+                                     **cloudwatch_rows(metrics_api, faults)})
     # The front door's one chain, for every request: the error feed, auth, the bound on the
     # APIs' bodies, then the route.
     errors_feed = InvocationErrors(with_auth(ApiBodyLimit(app.routed)), feed)

@@ -193,9 +193,18 @@ _EMULATOR_READS = {
 _UNLOAD = re.compile(r"/_emulator/endpoints/([^/]+)/models/(.+)/unload")
 
 
+# The fault rules (emulator/routes/faults.py), by method.
+_FAULTS = "/_emulator/faults"
+_FAULT_ACTIONS = {"GET": "ListFaultRules", "HEAD": "ListFaultRules", "POST": "PutFaultRule",
+                  "DELETE": "DeleteFaultRules"}
+
+
 def _emulator_route(method: str, path: str) -> ApiRequest | None:
     if method in ("GET", "HEAD") and path in _EMULATOR_READS:
         return ApiRequest(Service.EMULATOR, _EMULATOR_READS[path], Protocol.REST_JSON)
+    if (path == _FAULTS or (method == "DELETE" and path.startswith(_FAULTS + "/"))) \
+            and method in _FAULT_ACTIONS:
+        return ApiRequest(Service.EMULATOR, _FAULT_ACTIONS[method], Protocol.REST_JSON)
     if method == "POST":
         match = _UNLOAD.fullmatch(path)
         if match:

@@ -12,6 +12,7 @@ and re-parses the body with the error shape, so ModelError's ``OriginalStatusCod
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -91,6 +92,15 @@ ERROR_TABLE: tuple[type[SageMakerError], ...] = (
     ValidationError, ModelError, ModelNotReadyException, InternalFailure, ServiceUnavailable,
     InternalDependencyException,
 )
+
+
+
+@functools.cache
+def error_class(shape: str, status: int) -> type[SageMakerError]:
+    """The runtime's error of any code it may answer (its model's, or an error every AWS API
+    may answer, such as ThrottlingException), with that status: a fault rule's answer."""
+    known = next((c for c in ERROR_TABLE if c.shape == shape and c.status == status), None)
+    return known or type(shape, (SageMakerError,), {"shape": shape, "status": status})
 
 
 # --- Messages -------------------------------------------------------------------------------

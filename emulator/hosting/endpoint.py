@@ -16,6 +16,7 @@ have in flight, then stop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
 import time
@@ -24,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.contract import runtime, runtime_errors
+from emulator.faults.rules import INVOKE, RUNTIME, CallFacts, ErrorAnswer, ModelErrorAnswer
+from emulator.faults.table import FaultTable
 from emulator.hosting.call_record import CallRecord
+from emulator.hosting.instance import ContainerAnswer
 from emulator.hosting.multi_container import check_container_hostname
 from emulator.hosting.routing import Router
 from emulator.hosting.serving_group import DRAIN_TIMEOUT_S, ServingGroup, ServingUnit
@@ -116,6 +120,9 @@ class Variant:
 
 
 class Endpoint:
+    # The fault rules a test put in force (set by the registry; None: never any).
+    faults: FaultTable | None = None
+
     def __init__(self, spec: EndpointSpec, work_dir: Path, build_instance: InstanceBuilder,
                  router: Router, error_context_account: tuple[str, str],
                  invocation_timeout_s: float, sink: MetricSink | None = None,
@@ -258,7 +265,12 @@ class Endpoint:
         unit: ServingUnit | None = None
         try:
             unit, target = group.route(request)
-            answer = await unit.invoke(request, target, started, self._timeout_s)
+            faults = self.faults
+            if faults is not None and faults.armed:  # a test put fault rules in force
+                answer = await self._invoke_unless_faulted(faults, request, unit, target,
+                                                           variant, started)
+            else:
+                answer = await unit.invoke(request, target, started, self._timeout_s)
         except runtime_errors.SageMakerError as exc:
             call.failed(exc, unit.id if unit is not None else None)
             raise
@@ -271,6 +283,29 @@ class Endpoint:
         return InvokeResult(answer.body, answer.content_type, answer.custom_attributes, variant,
                             unit.id, answer.model_latency_s,
                             answer.cache_hit if group.reports_cache_hit else None)
+
+    async def _invoke_unless_faulted(self, faults: FaultTable, request: runtime.InvokeRequest,
+                                     unit: ServingUnit, target: str | None, variant: str,
+                                     started: float) -> ContainerAnswer:
+        """The unit's answer, unless a fault rule fires for the call: then the error it names
+        (counted as that answer would be), or the unit's answer that much later."""
+        fired = faults.draw(CallFacts(RUNTIME, INVOKE, self.name, variant, unit.id, target,
+                                      request.inference_component))
+        if fired is None:
+            return await unit.invoke(request, target, started, self._timeout_s)
+        fault = fired.fault
+        if isinstance(fault, ErrorAnswer):
+            raise runtime_errors.error_class(fault.code, fault.status)(fault.message)
+        if isinstance(fault, ModelErrorAnswer):  # as if the container had answered it
+            raise runtime_errors.model_error(
+                fault.status, fault.message, self.name, self._region, self._account,
+                runtime_errors.log_stream_arn(self._region, self._account, self.name))
+        await asyncio.sleep(fired.delay_s)
+        answer = await unit.invoke(request, target, started, self._timeout_s)
+        if fault.on_model:  # the model's part took longer: ModelLatency moves, not overhead
+            answer = dataclasses.replace(answer,
+                                         model_latency_s=answer.model_latency_s + fired.delay_s)
+        return answer
 
     def describe(self) -> dict[str, object]:
         return {

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from emulator.clock import Clock
+from emulator.faults.table import FaultTable
 from emulator.hosting.component_copies import CopyTarget
 from emulator.hosting.components import ComponentEndpoint, ComponentLookup
 from emulator.hosting.deployment import SplitEndpoint
@@ -42,8 +43,10 @@ class DeploymentView(Protocol):
 
 class EndpointRegistry:
     def __init__(self, settings: Settings, build_instance: InstanceBuilder,
-                 sink: MetricSink | None = None, sample_period_s: float = 60.0) -> None:
+                 sink: MetricSink | None = None, sample_period_s: float = 60.0,
+                 faults: FaultTable | None = None) -> None:
         self.settings = settings
+        self.faults = faults  # the fault rules every endpoint's calls are checked against
         self._build_instance = build_instance
         self._router = Router(settings.routing_seed)
         self._sink = sink
@@ -85,6 +88,7 @@ class EndpointRegistry:
                                  (s.region, s.account_id), s.invocation_timeout_s, self._sink,
                                  instance_suffix)
         endpoint.draw = self._generation_draw
+        endpoint.faults = self.faults
         try:
             await endpoint.start()
         except BaseException:
@@ -113,6 +117,7 @@ class EndpointRegistry:
                                      s.invocation_timeout_s, lookup, self._build_instance,
                                      self._sink, s.routing_seed, self._check_artifact,
                                      clock=Clock(s.clock_scale))
+        endpoint.faults = self.faults
         self._endpoints[name] = endpoint
         self._ensure_sampler()  # its copies' utilization, on the instances' tick
         return endpoint

@@ -28,8 +28,10 @@ from emulator.cloudwatch import wire
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
 from emulator.cloudwatch.service import CloudWatchService
 from emulator.contract import request_compression
-from emulator.contract.apis import Protocol, Service, read_request
+from emulator.contract.apis import Protocol, Service, parse_form, read_request
 from emulator.contract.json_errors import SERIALIZATION
+from emulator.faults.rules import CallFacts
+from emulator.faults.table import FaultTable, error_unless_clear
 from emulator.routes.table import Handler, Rows, as_asgi, rows
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,24 @@ def _check_size(operation: str, body: bytes) -> None:
                               "into smaller requests.", 413)
 
 
+async def _injected(faults: FaultTable | None, operation: Callable[[], str]) -> None:
+    """A fault rule's error for this call raised (a latency waited out); the operation is only
+    read (a query body's ``Action``) while a rule is in force."""
+    if faults is None or not faults.armed:
+        return
+    fault = await error_unless_clear(faults, CallFacts(Service.CLOUDWATCH.value, operation()))
+    if fault is not None:
+        raise CloudWatchError(fault.code, fault.message, fault.status)
+
+
+def _query_action(headers: Mapping[str, str], body: bytes) -> str:
+    """A query body's ``Action``, or "" when the body cannot be read (answered as such later)."""
+    try:
+        return parse_form(_inflated(headers, body)).get("Action", "")
+    except (CloudWatchError, ValueError):
+        return ""
+
+
 async def _answer(call: Callable[[], Awaitable[bytes]],
                   error_body: Callable[[CloudWatchError], tuple[bytes, dict[str, str]]],
                   media_type: str, headers: dict[str, str]) -> Response:
@@ -76,7 +96,7 @@ async def _answer(call: Callable[[], Awaitable[bytes]],
     return Response(body, status_code=status, media_type=media_type, headers=headers)
 
 
-def cbor_handler(service: CloudWatchService) -> Handler:
+def cbor_handler(service: CloudWatchService, faults: FaultTable | None = None) -> Handler:
     """``POST /service/GraniteServiceVersion20100801/operation/<Op>`` (rpc-v2-cbor)."""
 
     async def handle(request: Request) -> Response:
@@ -92,6 +112,7 @@ def cbor_handler(service: CloudWatchService) -> Handler:
             return wire.cbor_body(operation, service.call(operation, params))
 
         async def call() -> bytes:
+            await _injected(faults, lambda: operation)
             return await asyncio.to_thread(answer, await request.body())
 
         return await _answer(call, lambda e: (wire.cbor_error(e), wire.error_headers(e)),
@@ -101,7 +122,7 @@ def cbor_handler(service: CloudWatchService) -> Handler:
     return handle
 
 
-def json_handler(service: CloudWatchService) -> Handler:
+def json_handler(service: CloudWatchService, faults: FaultTable | None = None) -> Handler:
     """``X-Amz-Target: GraniteServiceVersion20100801.<Op>`` (JSON 1.0)."""
 
     async def handle(request: Request) -> Response:
@@ -112,8 +133,9 @@ def json_handler(service: CloudWatchService) -> Handler:
             return wire.json_body(operation, service.call(operation, params))
 
         async def call() -> bytes:
-            return await asyncio.to_thread(answer, request.headers.get("x-amz-target", ""),
-                                           await request.body())
+            target = request.headers.get("x-amz-target", "")
+            await _injected(faults, lambda: target.partition(".")[2])
+            return await asyncio.to_thread(answer, target, await request.body())
 
         return await _answer(call, lambda e: (wire.json_error(e), wire.error_headers(e)),
                              wire.JSON_CONTENT_TYPE, {"x-amzn-RequestId": str(uuid.uuid4())})
@@ -121,7 +143,7 @@ def json_handler(service: CloudWatchService) -> Handler:
     return handle
 
 
-def query_handler(service: CloudWatchService) -> Handler:
+def query_handler(service: CloudWatchService, faults: FaultTable | None = None) -> Handler:
     """A form-encoded ``Action=<Op>&Version=2010-08-01`` body (the query protocol)."""
 
     async def handle(request: Request) -> Response:
@@ -134,7 +156,9 @@ def query_handler(service: CloudWatchService) -> Handler:
             return wire.xml_body(operation, service.call(operation, params), request_id)
 
         async def call() -> bytes:
-            return await asyncio.to_thread(answer, await request.body())
+            body = await request.body()
+            await _injected(faults, lambda: _query_action(request.headers, body))
+            return await asyncio.to_thread(answer, body)
 
         return await _answer(call, lambda e: (wire.xml_error(e, request_id), {}),
                              wire.XML_CONTENT_TYPE, {"x-amzn-RequestId": request_id})
@@ -142,10 +166,11 @@ def query_handler(service: CloudWatchService) -> Handler:
     return handle
 
 
-def cloudwatch_rows(service: CloudWatchService) -> Rows:
+def cloudwatch_rows(service: CloudWatchService, faults: FaultTable | None = None) -> Rows:
     """CloudWatch's rows of the front door's table: each request framed by its protocol."""
-    framed = {Protocol.CBOR: cbor_handler(service), Protocol.JSON: json_handler(service),
-              Protocol.QUERY: query_handler(service)}
+    framed = {Protocol.CBOR: cbor_handler(service, faults),
+              Protocol.JSON: json_handler(service, faults),
+              Protocol.QUERY: query_handler(service, faults)}
 
     async def handle(request: Request) -> Response:
         api = read_request(request.scope)

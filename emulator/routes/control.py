@@ -17,19 +17,29 @@ from fastapi import APIRouter, Request, Response
 
 from emulator.contract import control_plane as wire
 from emulator.contract import inference_components as component_rules
-from emulator.contract.apis import Service
+from emulator.contract.apis import Service, read_request
 from emulator.control.service import ControlPlaneService
+from emulator.faults.rules import CallFacts
+from emulator.faults.table import FaultTable, error_unless_clear
 from emulator.routes.table import Handler, Rows, as_asgi, rows
 
 log = logging.getLogger(__name__)
 
 
-def control_plane_handler(service: ControlPlaneService) -> Handler:
-    """One control-plane request: parsed and validated, run, answered in JSON 1.1."""
+def control_plane_handler(service: ControlPlaneService,
+                          faults: FaultTable | None = None) -> Handler:
+    """One control-plane request: parsed and validated, run, answered in JSON 1.1 (or as a
+    fault rule in force says)."""
 
     async def handle(request: Request) -> Response:
         request_id = str(uuid.uuid4())
         try:
+            api = read_request(request.scope)
+            if api is not None:
+                call = CallFacts(api.service.value, api.operation)
+                fault = await error_unless_clear(faults, call)
+                if fault is not None:
+                    raise wire.ControlPlaneError(fault.message, fault.code, fault.status)
             # The headers are the front door's (each name once): the target identify() read.
             target, raw = request.headers.get("x-amz-target"), await request.body()
             # Inference components' operations and endpoint configs have rules of their own.
@@ -51,10 +61,10 @@ def control_plane_handler(service: ControlPlaneService) -> Handler:
     return handle
 
 
-def control_rows(service: ControlPlaneService) -> Rows:
+def control_rows(service: ControlPlaneService, faults: FaultTable | None = None) -> Rows:
     """The control plane's rows of the front door's table."""
     return rows(Service.SAGEMAKER, wire.OPERATIONS | component_rules.OPERATIONS,
-                as_asgi(control_plane_handler(service)))
+                as_asgi(control_plane_handler(service, faults)))
 
 
 def build_control_router(service: ControlPlaneService) -> APIRouter:

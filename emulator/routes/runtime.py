@@ -29,6 +29,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from emulator.contract import event_stream, runtime, runtime_errors
 from emulator.contract.apis import API_SCOPE_KEY, RUNTIME_OPERATIONS, ApiRequest, Service
 from emulator.contract.body import Body
+from emulator.faults.rules import CallFacts
+from emulator.faults.table import FaultTable, error_unless_clear
 from emulator.hosting import component_streaming
 from emulator.hosting.components import ComponentEndpoint
 from emulator.hosting.endpoint import InvokeResult
@@ -251,14 +253,36 @@ class ResponseStreams:
         await send({"type": "http.response.body", "body": b""})
 
 
+class FaultsFirst:
+    """Plain ASGI: a runtime operation other than InvokeEndpoint (whose fault rules are drawn
+    once its serving unit is chosen, ``Endpoint.invoke``) answered as a fault rule in force
+    says, else by ``app``."""
+
+    def __init__(self, app: ASGIApp, faults: FaultTable | None) -> None:
+        self.app = app
+        self.faults = faults
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        api: ApiRequest | None = scope.get(API_SCOPE_KEY)
+        if api is not None and self.faults is not None and self.faults.armed:
+            fault = await error_unless_clear(self.faults, CallFacts(
+                api.service.value, api.operation, api.endpoint))
+            if fault is not None:
+                error = runtime_errors.error_class(fault.code, fault.status)(fault.message)
+                await error_response(error, runtime.new_request_id())(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def runtime_handlers(settings: Settings, registry: EndpointRegistry,
-                     invocations: InvocationsApp) -> dict[tuple[Service, str], ASGIApp]:
+                     invocations: InvocationsApp,
+                     faults: FaultTable | None = None) -> dict[tuple[Service, str], ASGIApp]:
     """The runtime's rows of the front door's table, by (service, operation)."""
     refused = RefusedOnMultiModel(settings, registry)
     return {(Service.RUNTIME, "InvokeEndpoint"): invocations,
             (Service.RUNTIME, "InvokeEndpointWithResponseStream"):
-                ResponseStreams(settings, registry, refused),
-            (Service.RUNTIME, "InvokeEndpointAsync"): refused}
+                FaultsFirst(ResponseStreams(settings, registry, refused), faults),
+            (Service.RUNTIME, "InvokeEndpointAsync"): FaultsFirst(refused, faults)}
 
 
 class MethodNotAllowed(runtime_errors.SageMakerError):

@@ -10,6 +10,7 @@ let selected = null; // {endpoint, variant, instance, model} of the detail view
 const ACTIVITY_LABELS = {
   deployment: "deployment", rollback: "rolling back", "rolled-back": "rolled back",
   "rollback-failed": "rollback failed", deployed: "deployed", scaling: "scaling",
+  fault: "fault injected",
 };
 
 const STATE_LABELS = {
@@ -91,7 +92,7 @@ function renderSummary() {
     // Every failed call the error list was told of, on either fleet of a deployment.
     const errors = ep.ErrorCount ?? (m.Invocation4XXErrors.Sum + m.Invocation5XXErrors.Sum
       + components.reduce((n, c) => n + c.Errors, 0));
-    const last = (state.Activity || []).find(a => a.endpoint === name && a.kind !== "scaling");
+    const last = (state.Activity || []).find(a => a.endpoint === name && a.kind !== "scaling" && a.kind !== "fault");
     const inFlight = Object.values(ep.Variants).flatMap(v => v.Instances)
       .reduce((n, i) => n + i.InFlight, 0);
     const figure = (label, value, id) => el("div", { class: "figure" },
