@@ -265,17 +265,6 @@ def _check_component_config(params: dict[str, Any]) -> None:
                                "RANDOM are supported)")
     if params.get("ShadowProductionVariants"):
         raise not_honoured("ShadowProductionVariants")
-    metrics = params.get("MetricsConfig")
-    if isinstance(metrics, dict):
-        # Per-copy (ContainerId) series, detailed observability and another publishing
-        # frequency are not implemented for components: refused, never stored and ignored.
-        for member in ("EnableEnhancedMetrics", "EnableDetailedObservability"):
-            if metrics.get(member):
-                raise not_honoured(f"MetricsConfig.{member}")
-        period = metrics.get("MetricPublishFrequencyInSeconds")
-        if period is not None and period != 60:
-            raise not_honoured(f"MetricsConfig.MetricPublishFrequencyInSeconds {period} (60, "
-                               "SageMaker's default, is what the emulator publishes at)")
     weights = [v.get("InitialVariantWeight", 1.0) for v in variants]
     if variants and all(isinstance(w, (int, float)) for w in weights) and sum(weights) <= 0:
         problems.append("The sum of InitialVariantWeight across production variants must be "

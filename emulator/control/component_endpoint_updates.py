@@ -120,14 +120,17 @@ Transition = Callable[..., None]
 
 
 async def run(name: str, get: Callable[[str], EndpointRecord | None], transition: Transition,
-              components: Components) -> None:
-    """Move the endpoint onto its pending config and its components' copies onto the new
-    instances; back to the previous config if they cannot start there."""
+              components: Components,
+              configure_metrics: Callable[[str, Deployment], None]) -> None:
+    """Move the endpoint onto its pending config (its MetricsConfig with it:
+    ``configure_metrics``) and its components' copies onto the new instances; back to the
+    previous config if they cannot start there."""
     record = get(name)
     if record is None or record.pending is None:
         return
     previous, new = record.current, record.pending
     transition(name, (UPDATING,), UPDATING, current=new)
+    configure_metrics(name, new)
     try:
         failures = await components.move_copies(name)
     except Exception as exc:  # noqa: BLE001 - never left Updating: the previous config again
@@ -140,6 +143,7 @@ async def run(name: str, get: Callable[[str], EndpointRecord | None], transition
                 new.config_name, "; ".join(failures))
     # pending cleared first: a restart from here comes back on the previous config.
     transition(name, (UPDATING,), UPDATING, current=previous, pending=None)
+    configure_metrics(name, previous)
     await components.move_copies(name)
     reason = (f"The update to endpoint config {new.config_name} failed and was rolled back: "
               f"the inference components' copies failed to start on its instances: "

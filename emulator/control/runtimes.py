@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from emulator.control.deployments import Generations
 from emulator.hosting.components import ComponentLookup
-from emulator.hosting.spec import EndpointSpec
+from emulator.hosting.spec import EndpointSpec, MetricsOptions
 
 
 class EndpointRuntimes(Generations, Protocol):
@@ -26,4 +26,7 @@ class EndpointRuntimes(Generations, Protocol):
 
     async def drop_green(self, name: str) -> None: ...
 
-    async def create_for_components(self, name: str, lookup: ComponentLookup) -> Any: ...
+    async def create_for_components(self, name: str, lookup: ComponentLookup,
+                                    metrics: MetricsOptions) -> Any: ...
+
+    def configure_metrics(self, name: str, metrics: MetricsOptions) -> None: ...

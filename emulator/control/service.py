@@ -171,7 +171,8 @@ class ControlPlaneService:
             record.modified = self._clock()
             self.store.save_endpoint(record)
             self.lifecycle.spawn(name, endpoint_updates.run(
-                record.name, self._get, self.lifecycle.transition, self.components))
+                record.name, self._get, self.lifecycle.transition, self.components,
+                self._configure_component_metrics))
             return {"EndpointArn": endpoint_arn}
         # An endpoint of models: its running spec read once, the new one built once.
         assert new_spec is not None
@@ -295,7 +296,12 @@ class ControlPlaneService:
         if deployment.spec:
             await self.registry.create(EndpointSpec.from_doc(deployment.spec))
         else:
-            await self.registry.create_for_components(name, self.components.state_of)
+            await self.registry.create_for_components(
+                name, self.components.state_of, specs.metrics_options(deployment.metrics_config))
+
+    def _configure_component_metrics(self, name: str, deployment: Deployment) -> None:
+        """An endpoint for components publishes as ``deployment``'s MetricsConfig says."""
+        self.registry.configure_metrics(name, specs.metrics_options(deployment.metrics_config))
 
     async def _run_create(self, name: str, deployment: Deployment) -> None:
         try:

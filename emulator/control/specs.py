@@ -22,6 +22,7 @@ from emulator.hosting.spec import (
     SERIAL,
     ContainerSpec,
     EndpointSpec,
+    MetricsOptions,
     VariantSpec,
 )
 from emulator.instance_types import MAX_INSTANCES_PER_ENDPOINT
@@ -55,7 +56,9 @@ def deployment(resources: StoredResources, endpoint_name: str, config_name: str,
                 f"Endpoint config {config.name} asks for {count} instances; the emulator "
                 f"runs at most {MAX_INSTANCES_PER_ENDPOINT} per endpoint.")
         return Resolved(Deployment(config_name=config.name, variants=variants, spec={},
-                                   started=clock()), None)
+                                   started=clock(),
+                                   metrics_config=dict(config.doc.get("MetricsConfig") or {})),
+                        None)
     specs = tuple(variant_spec(resources, v) for v in variants)
     total = sum(v.instance_count for v in specs)
     if total > MAX_INSTANCES_PER_ENDPOINT:
@@ -63,14 +66,11 @@ def deployment(resources: StoredResources, endpoint_name: str, config_name: str,
             f"Endpoint config {config.name} asks for {total} instances; the emulator runs at "
             f"most {MAX_INSTANCES_PER_ENDPOINT} per endpoint (each is a Triton process on "
             "this machine).")
-    metrics = config.doc.get("MetricsConfig") or {}
+    metrics = metrics_options(config.doc.get("MetricsConfig") or {})
     spec = EndpointSpec(
-        endpoint_name, specs, config_name=config.name,
-        enhanced_metrics=bool(metrics.get("EnableEnhancedMetrics", False)),
-        # AWS: "The default value for new endpoint configurations is True."
-        detailed_observability=bool(metrics.get("EnableDetailedObservability", True)),
-        publish_period_s=int(metrics.get("MetricPublishFrequencyInSeconds",
-                                         DEFAULT_PUBLISH_PERIOD_S)))
+        endpoint_name, specs, config_name=config.name, enhanced_metrics=metrics.enhanced,
+        detailed_observability=metrics.detailed_observability,
+        publish_period_s=metrics.publish_period_s)
     return Resolved(Deployment(
         config_name=config.name,
         variants=variants,
@@ -78,6 +78,16 @@ def deployment(resources: StoredResources, endpoint_name: str, config_name: str,
         images=[c.image for v in specs for c in v.containers],
         started=clock(),
     ), spec)
+
+
+def metrics_options(metrics_config: dict[str, Any]) -> MetricsOptions:
+    """An endpoint config's MetricsConfig, AWS's defaults filled in."""
+    return MetricsOptions(
+        enhanced=bool(metrics_config.get("EnableEnhancedMetrics", False)),
+        # AWS: "The default value for new endpoint configurations is True."
+        detailed_observability=bool(metrics_config.get("EnableDetailedObservability", True)),
+        publish_period_s=int(metrics_config.get("MetricPublishFrequencyInSeconds",
+                                                DEFAULT_PUBLISH_PERIOD_S)))
 
 
 def variant_spec(resources: StoredResources, variant: dict[str, Any]) -> VariantSpec:

@@ -68,6 +68,9 @@ class Deployment:
     spec: dict[str, Any]
     images: list[str | None] = field(default_factory=list)
     started: float = 0.0
+    # The config's MetricsConfig as sent (an endpoint for inference components runs it; an
+    # endpoint for models has it in its spec).
+    metrics_config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -66,11 +66,11 @@ class CallRecord:
         self.samples += failed_call_samples(exc, time.monotonic() - self._started)
         self._sink.record_soon(self.samples, unit_id)
 
-    def streamed(self, outcome: Samples) -> None:
+    def streamed(self, outcome: Samples, unit_id: str) -> None:
         """A streamed answer ended (its last event is sent, or the stream broke): ``outcome``'s
-        samples added, the call recorded at once."""
+        samples added, the call recorded at once (``unit_id``: the copy that answered)."""
         self.samples += outcome
-        self._sink.record_now(self.samples, None)
+        self._sink.record_now(self.samples, unit_id)
 
     def cut_short(self, unit_id: str | None) -> None:
         """Counted, never answered (cancelled: the client left, a stop)."""

@@ -21,7 +21,10 @@ Invocation5XXErrors, InvocationModelErrors, InvocationsPerCopy (1 / ready copies
 ModelLatency and OverheadLatency (Microseconds), NoCapacityInvocationFailures (a call that found
 no copy) and ConcurrentRequestsPerCopy (the component's requests in flight per ready copy:
 sampled as each call arrives, this one included, and every CONCURRENCY_TICK_S of the emulated
-clock, 0 when idle [U: AWS samples it on its own clock]).
+clock, 0 when idle [U: AWS samples it on its own clock]). With EnableEnhancedMetrics each
+call's Invocations, Invocation4XXErrors, Invocation5XXErrors, InvocationModelErrors,
+ModelLatency and OverheadLatency are also published under the copy that answered it
+(``component_tally.container_dimensions``: its InstanceId and ContainerId).
 """
 
 from __future__ import annotations
@@ -41,7 +44,13 @@ from emulator.hosting.component_tally import DIMENSION
 from emulator.hosting.routing import LeastOutstandingRequests, RandomChoice
 from emulator.hosting.serving_group import DRAIN_TIMEOUT_S, ServingUnit
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
-from emulator.metrics import MICROSECONDS, NONE, EndpointMetrics, MetricSink
+from emulator.metrics import (
+    MICROSECONDS,
+    NONE,
+    PER_INSTANCE_INVOCATION_METRICS,
+    EndpointMetrics,
+    MetricSink,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,29 +78,48 @@ CONCURRENCY_TICK_S = 10.0
 
 Copy = ServingUnit  # built and served exactly as an instance of a variant is
 CopyBuilder = Callable[[EndpointSpec, VariantSpec, str, Path, EndpointMetrics], Awaitable[Copy]]
+# (component name, copy id) -> the dimensions of the copy's own series, None when its endpoint
+# publishes none (EnableEnhancedMetrics off).
+CopyDimensions = Callable[[str, str], "Mapping[str, str] | None"]
 
 
 class ComponentMetrics:
     """A component's metrics (``COMPONENT_METRICS``) into the metric store, under its one
-    dimension; its calls' ``CallSink``. A copy is no dimension of these metrics: the unit a
-    call reached is not published."""
+    dimension, and each call's invocation metrics under the copy that answered it when
+    ``copy_dimensions`` gives that copy's series; its calls' ``CallSink``."""
 
-    __slots__ = ("_dimensions", "_sink")
+    __slots__ = ("_component", "_copy_dimensions", "_dimensions", "_sink")
 
-    def __init__(self, sink: MetricSink | None, component: str) -> None:
+    def __init__(self, sink: MetricSink | None, component: str,
+                 copy_dimensions: CopyDimensions | None = None) -> None:
         self._sink = sink
+        self._component = component
         self._dimensions = {DIMENSION: component}
+        self._copy_dimensions = copy_dimensions
 
     def record_now(self, samples: Sequence[tuple[str, float]],
                    unit_id: str | None = None) -> None:
-        if self._sink is not None:
-            self._sink.record_many(self._dimensions, [
-                (NAMESPACE, COMPONENT_METRICS[name], name, value) for name, value in samples])
+        if self._sink is None:
+            return
+        self._sink.record_many(self._dimensions, [
+            (NAMESPACE, COMPONENT_METRICS[name], name, value) for name, value in samples])
+        dimensions = self._copy_series(unit_id)
+        if dimensions is not None:
+            per_copy = [(NAMESPACE, COMPONENT_METRICS[name], name, value)
+                        for name, value in samples if name in PER_INSTANCE_INVOCATION_METRICS]
+            if per_copy:
+                self._sink.record_many(dimensions, per_copy)
+
+    def _copy_series(self, unit_id: str | None) -> Mapping[str, str] | None:
+        """The series of the copy that answered (None: none answered, or none published)."""
+        if unit_id is None or self._copy_dimensions is None:
+            return None
+        return self._copy_dimensions(self._component, unit_id)
 
     def record_soon(self, samples: Sequence[tuple[str, float]],
                     unit_id: str | None = None) -> None:
         """``record_now`` once the event loop's current step (which writes the answer) is done."""
-        asyncio.get_running_loop().call_soon(self.record_now, samples)
+        asyncio.get_running_loop().call_soon(self.record_now, samples, unit_id)
 
     def record_container_latencies(self, latencies: Sequence[tuple[str, float]]) -> None:
         """Not published: a component's metrics have no ContainerLatency."""
@@ -178,7 +206,8 @@ class ComponentCopies:
     def __init__(self, endpoint: str, name: str, work_dir: Path, build: CopyBuilder,
                  sink: MetricSink | None, seed: int | None = None,
                  check: Callable[[ContainerSpec], None] | None = None,
-                 clock: Clock | None = None, copy_suffix: str = "") -> None:
+                 clock: Clock | None = None, copy_suffix: str = "",
+                 copy_dimensions: CopyDimensions | None = None) -> None:
         self.endpoint = endpoint
         self._check = check
         # A rolling update's new copies carry its generation (copy-1-green1): never read as
@@ -188,7 +217,7 @@ class ComponentCopies:
         self.work_dir = work_dir
         self._build = build
         self._sink = sink
-        self.metrics = ComponentMetrics(sink, name)
+        self.metrics = ComponentMetrics(sink, name, copy_dimensions)
         self._least_outstanding = LeastOutstandingRequests()
         self._random = RandomChoice(seed)
         self._ids = itertools.count(1)

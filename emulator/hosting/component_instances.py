@@ -12,6 +12,14 @@ components" for the reservation and normalized ones), one sample per instance an
   (the same over the vCPUs, 0-100 %) and ``MemoryUtilization``: the measured use of the copies
   on the instance (``hosting.copy_utilization``), summed.
 
+Per instance as well (``{EndpointName, VariantName, InstanceId}``, as an endpoint for models
+publishes them): every one of these with ``EnableEnhancedMetrics`` (AWS: in
+``/aws/sagemaker/Endpoints``, "including those that use inference components", InstanceId
+"become[s] available alongside the existing namespace dimensions"); otherwise, with
+``EnableDetailedObservability``, its per-instance host metrics that are measured here
+(``CPUUtilization``, ``MemoryUtilization``; [U] no disk is measured for an instance of
+components: its copies' work directories are theirs).
+
 [U] Which copy is on which instance is the placement's bookkeeping (every copy runs on this
 machine); an instance type the emulator's table does not know publishes none of these (there
 is nothing to take a percentage of); the GPU utilization of an instance is not published (the
@@ -25,7 +33,8 @@ from dataclasses import dataclass
 
 from emulator import instance_types
 from emulator.hosting.placement import Reservation
-from emulator.metrics import INSTANCE_NAMESPACE, PERCENT, MetricSink
+from emulator.hosting.spec import MetricsOptions
+from emulator.metrics import HOST_METRICS, INSTANCE_NAMESPACE, PERCENT, MetricSink
 
 _MIB = 1024 * 1024
 
@@ -77,11 +86,29 @@ def figures(instance_type: str | None, load: InstanceLoad) -> dict[str, float]:
     return found
 
 
-def publish(endpoint_name: str, variants: Mapping[str, VariantLoad], sink: MetricSink) -> None:
-    """One sample per instance of each variant, under EndpointName and VariantName."""
+def per_instance(found: Mapping[str, float], options: MetricsOptions) -> dict[str, float]:
+    """Which of an instance's figures are also published under its InstanceId."""
+    if options.enhanced:
+        return dict(found)
+    if options.detailed_observability:
+        return {name: value for name, value in found.items() if name in HOST_METRICS}
+    return {}
+
+
+def publish(endpoint_name: str, variants: Mapping[str, VariantLoad], sink: MetricSink,
+            options: MetricsOptions) -> None:
+    """One sample per instance of each variant, under EndpointName and VariantName, and under
+    its InstanceId too as ``options`` asks (``per_instance``)."""
     for variant_name, variant in variants.items():
+        dimensions = {"EndpointName": endpoint_name, "VariantName": variant_name}
         for index in sorted(variant.instances):
             found = figures(variant.instance_type, variant.instances[index])
             if found:
-                sink.record_many({"EndpointName": endpoint_name, "VariantName": variant_name}, [
-                    (INSTANCE_NAMESPACE, PERCENT, name, value) for name, value in found.items()])
+                sink.record_many(dimensions, _samples(found))
+            extra = per_instance(found, options)
+            if extra:
+                sink.record_many({**dimensions, "InstanceId": f"i-{index + 1}"}, _samples(extra))
+
+
+def _samples(found: Mapping[str, float]) -> list[tuple[str, str, str, float]]:
+    return [(INSTANCE_NAMESPACE, PERCENT, name, value) for name, value in found.items()]

@@ -62,9 +62,10 @@ class _Tally:
     """One streamed call's count on its component: counted in as an InvokeEndpoint call is
     (``ComponentCopies.arrive``), in flight from its routing to its end, recorded once."""
 
-    def __init__(self, copies: ComponentCopies, started: float) -> None:
+    def __init__(self, copies: ComponentCopies, started: float, copy_id: str) -> None:
         self._copies = copies
         self._started = started
+        self._copy_id = copy_id  # the copy that answers it
         self._call: CallRecord = copies.arrive(started)
         self._done = False
 
@@ -73,7 +74,7 @@ class _Tally:
             return
         self._done = True
         self._copies.leave()
-        self._call.streamed(samples)
+        self._call.streamed(samples, self._copy_id)
 
     def failed(self, exc: BaseException | None) -> None:
         """Ended by an error (None: one without a status, such as the client leaving)."""
@@ -125,7 +126,7 @@ async def open_stream(endpoint: ComponentEndpoint, request: runtime.InvokeReques
     started = time.monotonic()
     copies, state = endpoint.serving_copies(request)
     copy = copies.choose()
-    tally = _Tally(copies, started)
+    tally = _Tally(copies, started, copy.id)
     member = _serve_member(copy)
     try:
         if member is None:

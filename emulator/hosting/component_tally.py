@@ -3,10 +3,12 @@
 An endpoint for components publishes its calls' metrics
 (``hosting.component_copies.ComponentMetrics``) and its copies' utilization
 (``hosting.copy_utilization``) to the CloudWatch store under the one dimension
-``InferenceComponentName``. ``ComponentTally`` stands in front of that store as
-its ``MetricSink``: it forwards every sample unchanged and keeps, per component, a
-``StatisticsTable`` (CloudWatch's running statistics per metric and, for durations, the samples
-per bucket of ``DURATION_BUCKETS_S``), as ``EndpointMetrics`` does for a variant. Reading them
+``InferenceComponentName`` and, with EnableEnhancedMetrics, per copy under
+``container_dimensions``. ``ComponentTally`` stands in front of that store as
+its ``MetricSink``: it forwards every sample unchanged and keeps, per component (the samples
+under its one dimension only: a copy's series repeats them), a ``StatisticsTable``
+(CloudWatch's running statistics per metric and, for durations, the samples per bucket of
+``DURATION_BUCKETS_S``), as ``EndpointMetrics`` does for a variant. Reading them
 never goes through the CloudWatch store's datapoints.
 """
 
@@ -29,9 +31,23 @@ from emulator.metrics import (
 DIMENSION = "InferenceComponentName"
 
 
+def container_dimensions(endpoint: str, variant: str, component: str, instance_id: str,
+                         container_id: str) -> dict[str, str]:
+    """The dimensions of one copy's series with EnableEnhancedMetrics, in both namespaces
+    (``AWS/SageMaker``: its calls' invocation metrics; ``/aws/sagemaker/InferenceComponents``:
+    its utilization). AWS's enhanced-metrics page says only that ``InstanceId`` and
+    ``ContainerId`` "become available alongside the existing namespace dimensions"; [U] the set
+    is the one AWS's enhanced-metrics sample queries for a copy's GPU utilization
+    (``{/aws/sagemaker/InferenceComponents,EndpointName,VariantName,InstanceId,ContainerId,
+    InferenceComponentName,GpuId}``) less ``GpuId`` (no GPU is attributed to a copy here),
+    and the invocation metrics take the same set."""
+    return {"EndpointName": endpoint, "VariantName": variant, DIMENSION: component,
+            "InstanceId": instance_id, "ContainerId": container_id}
+
+
 class ComponentTally:
     """A ``MetricSink``: every sample goes on to ``inner`` (None: no CloudWatch store) and is
-    counted under its component's name (samples without the dimension only go on)."""
+    counted under its component's name (samples under other dimensions only go on)."""
 
     def __init__(self, inner: MetricSink | None) -> None:
         self._inner = inner
@@ -47,7 +63,7 @@ class ComponentTally:
 
     def record_many(self, dimensions: Mapping[str, str],
                     samples: Sequence[SinkSample]) -> None:
-        component = dimensions.get(DIMENSION)
+        component = dimensions.get(DIMENSION) if len(dimensions) == 1 else None
         if component is not None:
             table = self._table(component)
             for _namespace, unit, name, _value in samples:

@@ -30,8 +30,13 @@ from emulator.hosting.component_copies import (
     CopyBuilder,
     CopyTarget,
 )
-from emulator.hosting.component_tally import ComponentTally
-from emulator.hosting.copy_utilization import ComponentGroup, CopyUtilization
+from emulator.hosting.component_tally import ComponentTally, container_dimensions
+from emulator.hosting.copy_utilization import (
+    ComponentGroup,
+    CopyUtilization,
+    copy_instances,
+    label_of,
+)
 from emulator.hosting.copy_utilization import describe as describe_component
 from emulator.hosting.deployment import SplitEndpoint
 from emulator.hosting.endpoint import HostedInstance
@@ -39,7 +44,7 @@ from emulator.hosting.instance import ErrorContext
 from emulator.hosting.placement import Reservation
 from emulator.hosting.routing import Router
 from emulator.hosting.serving_group import ServingGroup
-from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
+from emulator.hosting.spec import ContainerSpec, EndpointSpec, MetricsOptions, VariantSpec
 from emulator.metrics import EndpointMetrics, MetricSink
 
 
@@ -130,10 +135,19 @@ class ComponentEndpoint(SplitEndpoint):
         self._update_ids = itertools.count(1)
         self._generation_draw = random.Random(seed)
         self._update_locks: dict[str, asyncio.Lock] = {}
+        # Its endpoint config's MetricsConfig (the control plane sets it as the config changes).
+        self.metrics_options = MetricsOptions()
+        # The instance each copy is on in its own series: where it was first seen placed.
+        self._copy_instances: dict[str, str] = {}
 
     @property
     def is_multi_model(self) -> bool:
         return False
+
+    @property
+    def publish_period_s(self) -> int:
+        """MetricPublishFrequencyInSeconds: the copies' utilization period (emulated s)."""
+        return self.metrics_options.publish_period_s
 
     @property
     def instances(self) -> list[HostedInstance]:
@@ -150,7 +164,7 @@ class ComponentEndpoint(SplitEndpoint):
                 raise RuntimeError("this endpoint was built without a copy builder")
             copies = self._components[key] = ComponentCopies(
                 self.name, component, self.work_dir / key, self._build_copy, self._metric_sink,
-                self._seed, clock=self._clock)
+                self._seed, clock=self._clock, copy_dimensions=self.copy_dimensions)
         return copies
 
     async def apply_copies(self, component: str, target: CopyTarget | None) -> None:
@@ -161,6 +175,7 @@ class ComponentEndpoint(SplitEndpoint):
                 copies = self._components.pop(key, None)
                 incoming = self._incoming.pop(key, None)
                 await asyncio.gather(*(c.stop() for c in (copies, incoming) if c is not None))
+                self._forget_copies(key)  # a component of that name again numbers from 1
             return
         state = self._lookup(self.name, component)
         if state is None or state.status == _DELETING:
@@ -198,7 +213,8 @@ class ComponentEndpoint(SplitEndpoint):
             new = self._incoming[key] = ComponentCopies(
                 self.name, component, self.work_dir / f"{key}.update-{number}",
                 self._build_copy, self._metric_sink, self._seed, self._check_artifact,
-                clock=self._clock, copy_suffix=f"-green{number}")
+                clock=self._clock, copy_suffix=f"-green{number}",
+                copy_dimensions=self.copy_dimensions)
         steps = [(new, new_target), (old, old_target)]
         if target.copies < len(new.ready):  # a rollback batch: the old side grows first
             steps.reverse()
@@ -229,22 +245,53 @@ class ComponentEndpoint(SplitEndpoint):
     def component_groups(self) -> list[ComponentGroup]:
         """Each component with copies here, what the control plane says of it, and its copies
         (a rolling update's new ones second)."""
-        found = []
-        for key, copies in list(self._components.items()):
-            incoming = self._incoming.get(key)
-            state = self._lookup(self.name, copies.name)
-            variant = (state.variant if state else copies.target.variant.name
-                       if copies.target is not None else "")
-            found.append(ComponentGroup(
-                copies.name, variant, state.status if state else None,
-                state.desired_copies if state else 0, state.copies if state else 0,
-                state.placement if state else (), state.reservation if state else None,
-                (copies, incoming) if incoming is not None else (copies,)))
+        return [self._group(key, copies) for key, copies in list(self._components.items())]
+
+    def _group(self, key: str, copies: ComponentCopies) -> ComponentGroup:
+        incoming = self._incoming.get(key)
+        state = self._lookup(self.name, copies.name)
+        variant = (state.variant if state else copies.target.variant.name
+                   if copies.target is not None else "")
+        return ComponentGroup(
+            copies.name, variant, state.status if state else None,
+            state.desired_copies if state else 0, state.copies if state else 0,
+            state.placement if state else (), state.reservation if state else None,
+            (copies, incoming) if incoming is not None else (copies,))
+
+    def copy_dimensions(self, component: str, copy_id: str) -> dict[str, str] | None:
+        """The dimensions of a copy's own series (``component_tally.container_dimensions``),
+        None unless the endpoint's config has EnableEnhancedMetrics (or the component is gone)."""
+        if not self.metrics_options.enhanced:
+            return None
+        key = component.lower()
+        copies = self._components.get(key)
+        if copies is None:
+            return None
+        group = self._group(key, copies)
+        return container_dimensions(self.name, group.variant, group.name,
+                                    self._instance_of(group, copy_id), label_of(copy_id))
+
+    def _instance_of(self, group: ComponentGroup, copy_id: str) -> str:
+        """The instance a copy is on in its series: where it was placed when first seen, so
+        that a copy's series stays one as others come and go [U: on AWS a container never
+        moves]; a copy seen before any slot was placed for it is on the component's last
+        placed instance (``i-1`` with none) [U]."""
+        found = self._copy_instances.get(copy_id)
+        if found is None:
+            placed = copy_instances(group)
+            found = placed.get(copy_id) or next(reversed(placed.values()), "i-1")
+            self._copy_instances[copy_id] = found
         return found
+
+    def _forget_copies(self, key: str) -> None:
+        self._copy_instances = {copy_id: instance for copy_id, instance
+                                in self._copy_instances.items()
+                                if copy_id.split("/", 1)[0].lower() != key}
 
     def sample_utilization(self, now: float) -> None:
         """One utilization sample of every ready copy (the registry's periodic tick)."""
-        self._utilization.sample(self.component_groups(), now, self.tally)
+        self._utilization.sample(self.component_groups(), now, self.tally, self.metrics_options,
+                                 self.copy_dimensions)
 
     def describe(self) -> dict[str, object]:
         return {"Variants": {}, "InferenceComponents": {

@@ -23,9 +23,17 @@ period since the previous sample (the first sample of a copy only sets the base:
 figure), memory as the copy's memory probe counts it (``triton.memory``), else their resident
 bytes. [U] A copy can use more than it reserves (nothing here caps it): the figures are held
 at 100 %, the top of AWS's documented range. A copy without a process id (a SageMaker container
-under the docker launcher) is not sampled. Enhanced metrics' extra dimensions (EndpointName,
-InstanceId, ContainerId, GpuId with ``EnableEnhancedMetrics``) are not published. The same
-tick publishes each instance's reservation and use (``hosting.component_instances``).
+under the docker launcher) is not sampled. The tick is the endpoint config's
+``MetricPublishFrequencyInSeconds`` on the emulated clock (``hosting.endpoint_registry``).
+
+With ``EnableEnhancedMetrics`` ("Container-level utilization metrics" in AWS's enhanced-metrics
+page: "the InstanceId, ContainerId, and AcceleratorId (GPU metrics only) dimensions become
+available alongside the existing namespace dimensions") each copy's figures are also published
+under the copy's own series, ``component_tally.container_dimensions`` (the component's endpoint,
+variant and name, the copy's InstanceId and its ContainerId: ``copy-2``, as the page and
+``/metrics`` name the copy). [U] No GPU is attributed to one copy here, so no AcceleratorId
+series. The same tick publishes each instance's reservation and use
+(``hosting.component_instances``).
 
 Which instance a copy is on is the placement's bookkeeping (``hosting.placement``): the ready
 copies, oldest first, fill the placed slots instance by instance (``i-1``, ``i-2``, ... as the
@@ -41,9 +49,10 @@ from typing import Any
 
 from emulator import instance_types
 from emulator.hosting import component_instances
-from emulator.hosting.component_copies import ComponentCopies, Copy
+from emulator.hosting.component_copies import ComponentCopies, Copy, CopyDimensions
 from emulator.hosting.component_tally import DIMENSION
 from emulator.hosting.placement import Reservation
+from emulator.hosting.spec import MetricsOptions
 from emulator.hosting.utilization import UtilizationSampler, gpu_utilization
 from emulator.metrics import PERCENT, MetricSink, Statistic
 
@@ -124,10 +133,13 @@ class CopyUtilization:
     def __init__(self) -> None:
         self._samplers: dict[int, UtilizationSampler] = {}
 
-    def sample(self, components: Sequence[ComponentGroup], now: float,
-               sink: MetricSink) -> None:
-        """Each ready copy's figures under its component's name, then each instance's
-        (``hosting.component_instances``: what its copies reserve and use)."""
+    def sample(self, components: Sequence[ComponentGroup], now: float, sink: MetricSink,
+               options: MetricsOptions,
+               copy_dimensions: CopyDimensions | None = None) -> None:
+        """Each ready copy's figures under its component's name (and under the copy's own
+        series where ``copy_dimensions`` gives one), then each instance's
+        (``hosting.component_instances``: what its copies reserve and use; per InstanceId
+        too as ``options`` asks)."""
         seen: dict[int, UtilizationSampler] = {}
         gpu = gpu_utilization()  # the machine's, once per tick
         variants: dict[str, component_instances.VariantLoad] = {}
@@ -150,11 +162,16 @@ class CopyUtilization:
                 if position < len(slots):
                     variant.instances[slots[position]].measured(cpu_percent, memory_bytes)
                 copy.metrics.latest.update(figures)
-                sink.record_many({DIMENSION: component.name}, [
-                    (NAMESPACE, PERCENT, name, value) for name, value in figures.items()])
+                samples = [(NAMESPACE, PERCENT, name, value) for name, value in figures.items()]
+                sink.record_many({DIMENSION: component.name}, samples)
+                series = (copy_dimensions(component.name, copy.id)
+                          if copy_dimensions is not None else None)
+                if series is not None:
+                    sink.record_many(series, samples)
         self._samplers = seen
         if components and components[0].groups:
-            component_instances.publish(components[0].groups[0].endpoint, variants, sink)
+            component_instances.publish(components[0].groups[0].endpoint, variants, sink,
+                                        options)
 
 
 def _slots(component: ComponentGroup) -> list[int]:
@@ -189,7 +206,22 @@ def _measure(copy: Copy, sampler: UtilizationSampler, now: float, limits: CopyLi
 def copy_label(copy: Copy) -> str:
     """``copy-2``; a rolling update's new copies carry its generation, ``copy-2-green1``
     (their numbers start again), and keep that name once they are the component's copies."""
-    return copy.id.rsplit("/", 1)[-1]
+    return label_of(copy.id)
+
+
+def label_of(copy_id: str) -> str:
+    """A copy's name within its component (``copy-2``) from its id (``<component>/copy-2``):
+    its ContainerId in CloudWatch, its CopyId on the page."""
+    return copy_id.rsplit("/", 1)[-1]
+
+
+def copy_instances(component: ComponentGroup) -> dict[str, str]:
+    """The instance each ready copy is on (copy id -> ``i-1``, ...): the ready copies, oldest
+    first (a rolling update's new ones after), fill the placed slots instance by instance; a
+    copy past them (none placed for it) is on none."""
+    slots = [f"i-{index + 1}" for index in _slots(component)]
+    ready = [copy for group in component.groups for copy in list(group.ready)]
+    return {copy.id: slot for copy, slot in zip(ready, slots, strict=False)}
 
 
 def copy_rows(component: ComponentGroup) -> list[dict[str, Any]]:
@@ -197,12 +229,13 @@ def copy_rows(component: ComponentGroup) -> list[dict[str, Any]]:
     ``draining``, ``starting`` (placed, its process not ready yet), ``failed`` (its start
     failed) or ``pending`` (placed nowhere: no instance has room); only a process has an id."""
     slots = [f"i-{index + 1}" for index in _slots(component)]
+    placed = copy_instances(component)
     copies: list[dict[str, Any]] = []
     for group in component.groups:
         for copy in list(group.ready):
             copies.append({
                 "CopyId": copy_label(copy),
-                "Instance": slots[len(copies)] if len(copies) < len(slots) else None,
+                "Instance": placed.get(copy.id),
                 "State": "draining" if copy.draining else "ready",
                 "InFlight": copy.in_flight,
                 "Utilization": {k: v for k, v in copy.metrics.latest.items() if k in METRICS}})

@@ -19,7 +19,12 @@ from emulator.hosting.components import ComponentEndpoint, ComponentLookup
 from emulator.hosting.deployment import SplitEndpoint
 from emulator.hosting.endpoint import Endpoint, InstanceBuilder
 from emulator.hosting.routing import Router
-from emulator.hosting.spec import DEFAULT_PUBLISH_PERIOD_S, ContainerSpec, EndpointSpec
+from emulator.hosting.spec import (
+    DEFAULT_PUBLISH_PERIOD_S,
+    ContainerSpec,
+    EndpointSpec,
+    MetricsOptions,
+)
 from emulator.hosting.utilization import UtilizationSampler
 from emulator.manager.sources import source_for
 from emulator.metrics import MetricSink
@@ -29,8 +34,8 @@ log = logging.getLogger(__name__)
 
 
 def publish_period_s(endpoint: SplitEndpoint) -> int:
-    """The endpoint's MetricPublishFrequencyInSeconds (an endpoint for inference components
-    publishes at SageMaker's default)."""
+    """The endpoint's MetricPublishFrequencyInSeconds (its config's, for models or for
+    inference components alike)."""
     period = getattr(endpoint, "publish_period_s", DEFAULT_PUBLISH_PERIOD_S)
     return period if isinstance(period, int) and period > 0 else DEFAULT_PUBLISH_PERIOD_S
 
@@ -104,9 +109,11 @@ class EndpointRegistry:
         self._endpoints[spec.name] = endpoint
         return endpoint
 
-    async def create_for_components(self, name: str, lookup: ComponentLookup) -> SplitEndpoint:
+    async def create_for_components(self, name: str, lookup: ComponentLookup,
+                                    metrics: MetricsOptions) -> SplitEndpoint:
         """An endpoint for inference components: no process of its own; its calls are
-        answered by its components' rules (``emulator.hosting.components``)."""
+        answered by its components' rules (``emulator.hosting.components``); its metrics are
+        published as its config's MetricsConfig says (``metrics``)."""
         if name in self._endpoints:
             raise ValueError(f"endpoint {name} already exists")
         s = self.settings
@@ -118,9 +125,17 @@ class EndpointRegistry:
                                      self._sink, s.routing_seed, self._check_artifact,
                                      clock=Clock(s.clock_scale))
         endpoint.faults = self.faults
+        endpoint.metrics_options = metrics
         self._endpoints[name] = endpoint
         self._ensure_sampler()  # its copies' utilization, on the instances' tick
         return endpoint
+
+    def configure_metrics(self, name: str, metrics: MetricsOptions) -> None:
+        """An endpoint for components publishes as its new config's MetricsConfig says (an
+        UpdateEndpoint); nothing to do for any other endpoint, or one that is gone."""
+        endpoint = self._endpoints.get(name)
+        if isinstance(endpoint, ComponentEndpoint):
+            endpoint.metrics_options = metrics
 
     def _check_artifact(self, container: ContainerSpec) -> None:
         """A copy's model data exists (raises ObjectNotFound saying where it looked)."""

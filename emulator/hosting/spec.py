@@ -69,6 +69,18 @@ DEFAULT_PUBLISH_PERIOD_S = 60
 
 
 @dataclass(frozen=True)
+class MetricsOptions:
+    """An endpoint config's MetricsConfig as an endpoint for inference components runs it:
+    ``enhanced`` (EnableEnhancedMetrics: the InstanceId and ContainerId series),
+    ``detailed_observability`` (the per-instance host metrics) and ``publish_period_s`` (the
+    utilization metrics' period, emulated seconds)."""
+
+    enhanced: bool = False
+    detailed_observability: bool = False
+    publish_period_s: int = DEFAULT_PUBLISH_PERIOD_S
+
+
+@dataclass(frozen=True)
 class EndpointSpec:
     """An endpoint as one endpoint config makes it: its variants, the config's name (a
     deployment's fleets publish Invocations per EndpointConfigName) and its MetricsConfig

@@ -83,9 +83,12 @@ def test_copies_that_cannot_start_on_the_new_instances_put_the_endpoint_back(
         new = Deployment(config_name="new", variants=_variants("ml.c5.2xlarge"), spec={})
         record.pending = updates.prepare(record, new, {}, fixture.components)
         fixture.transition("ep", None, "Updating", pending=record.pending)
+        configured: list[str] = []
         await updates.run("ep", fixture.store.get_endpoint, fixture.transition,
-                          fixture.components)
+                          fixture.components, lambda _name, d: configured.append(d.config_name))
         done = fixture.endpoint()
+        # The new config's MetricsConfig while it was tried, the old one's again after.
+        assert configured == ["new", "old"]
         assert (done.status, done.current.config_name, done.pending) == ("InService", "old", None)
         assert done.failure_reason is not None
         assert "ic: the copy's container exited" in done.failure_reason
@@ -158,7 +161,8 @@ def test_an_update_whose_placement_raises_is_not_left_updating(tmp_path: Path) -
         broken = _Broken()
         new = Deployment(config_name="new", variants=_variants("ml.c5.2xlarge"), spec={})
         fixture.transition("ep", None, "Updating", pending=new)
-        await updates.run("ep", fixture.store.get_endpoint, fixture.transition, broken)
+        await updates.run("ep", fixture.store.get_endpoint, fixture.transition, broken,
+                          lambda _name, _deployment: None)
         done = fixture.endpoint()
         assert (done.status, done.current.config_name) == ("InService", "old")
         assert done.failure_reason is not None and "placement broke" in done.failure_reason
