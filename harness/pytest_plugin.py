@@ -17,6 +17,9 @@ Loaded through the ``pytest11`` entry point ``mme``. Fixtures:
   ``{output name: numpy array}``.
 - ``assert_matches_golden``: ``assert_matches_golden(name, outputs, rtol=..., atol=...)`` against
   ``goldens/<test module>/<name>.npz`` beside the test; ``--mme-update-goldens`` rewrites them.
+- ``mme_faults``: ``harness.faults.FaultRules`` on the session's emulator: ``add(fault,
+  match=..., count=...)`` makes chosen calls fail or slow down (docs/faults.md); every rule it
+  added is removed after the test, pass or fail.
 
 For a suite checked with mypy, the fixtures' types are ``Invoke`` and ``AssertMatchesGolden``
 (this module) and ``MmeEndpoint`` (``harness.live_endpoint``); the example suite uses them.
@@ -311,6 +314,21 @@ def mme_endpoint(
 def sagemaker_runtime(mme_endpoint: MmeEndpoint) -> Any:
     """boto3 ``sagemaker-runtime`` client for the endpoint under test (local or AWS)."""
     return mme_endpoint.client
+
+
+@pytest.fixture
+def mme_faults(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Fault rules on the session's emulator for one test; removed after it, pass or fail."""
+    from harness.faults import FaultRules
+
+    if _target(pytestconfig) == "aws":
+        pytest.skip("mme_faults: faults are injected by the emulator; --mme-target=aws is real")
+    server: MmeServer = request.getfixturevalue("mme_server")
+    faults = FaultRules(server.url)
+    try:
+        yield faults
+    finally:
+        faults.remove_added()
 
 
 @pytest.fixture
