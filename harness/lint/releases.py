@@ -1,106 +1,22 @@
-"""SageMaker's Triton releases as ``mme lint`` compares a tarball with them, and the embedded one.
-
-Each row: the container release (SageMaker's ``sagemaker-tritonserver:<release>-py3`` and NVIDIA's
-``nvcr.io/nvidia/tritonserver:<release>-py3`` are built from the same release), the Triton version,
-the Python the Python backend's stub runs, Ubuntu with its glibc and libstdc++ (the newest
-``GLIBCXX_`` version it defines), CUDA and TensorRT. Sources:
-
-- which releases SageMaker publishes: AWS's deep-learning-containers ``available_images.md``
-  ("NVIDIA Triton Inference Containers (SM support only)") and the SageMaker Python SDK's
-  ``image_uri_config/sagemaker-tritonserver.json`` (23.12, 24.01, 24.03, 24.05, 24.09; 25.09 added
-  by sagemaker-python-sdk#5314);
-- a release's contents: NVIDIA's Triton release notes (``rel-YY-MM``) and its Frameworks Support
-  Matrix, and the Release Compatibility Matrix of Triton's user guide
-  (``introduction/compatibility.html``: Python 3.10.12 up to 24.11, Python 3.12.3 from 24.12);
-- glibc and ``GLIBCXX_`` of the Ubuntu release: Ubuntu's ``libc6`` and ``libstdc++6`` packages
-  (22.04: glibc 2.35, libstdc++ of GCC 12, GLIBCXX_3.4.30; 24.04: glibc 2.39, libstdc++ of GCC
-  14, GLIBCXX_3.4.33);
-- numpy 2 in the Python backend: Triton 2.51's and 2.52's release notes list it as a known issue;
-  the backend's pybind11 update for numpy 2 is triton-inference-server/python_backend#384
-  (merged 2024-10-18). [U] taken as working from 2.53 (24.12), the first release that no longer
-  lists it; measured on a GPU: Triton 2.51 answers "output tensor shape does not match size of
-  output" for every output when the stub runs numpy 2.
-"""
+"""What the embedded Triton does differently from the SageMaker Triton release targeted, as
+``mme lint`` and ``mme serve`` say it. The release table itself is ``emulator.triton.releases``
+(the emulator holds a served tarball against it too)."""
 
 from __future__ import annotations
 
-import re
 import sys
-from dataclasses import dataclass
 
+from emulator.triton.releases import (
+    DEFAULT_RELEASE,
+    EMBEDDED,
+    RELEASES,
+    Release,
+    UnknownImage,
+    release_of,
+)
 
-@dataclass(frozen=True)
-class Release:
-    release: str  # the container release, e.g. "24.09"
-    triton: str
-    python: str  # major.minor of the Python backend's stub
-    ubuntu: str
-    glibc: int  # minor of GLIBC_2.N
-    glibcxx: int  # patch of GLIBCXX_3.4.N, the newest the image's libstdc++ defines
-    cuda: str
-    tensorrt: str
-    on_sagemaker: bool  # published as sagemaker-tritonserver:<release>-py3
-
-    @property
-    def numpy2(self) -> bool:
-        """The Python backend's stub works with numpy 2 [U: from 2.53]."""
-        return _version(self.triton) >= (2, 53)
-
-    @property
-    def image(self) -> str:
-        kind = "sagemaker-tritonserver" if self.on_sagemaker else "nvcr.io/nvidia/tritonserver"
-        return f"{kind}:{self.release}-py3"
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text))
-
-
-def _row(release: str, triton: str, cuda: str, tensorrt: str, on_sagemaker: bool,
-         noble: bool = False) -> Release:
-    if noble:  # Ubuntu 24.04
-        return Release(release, triton, "3.12", "24.04", 39, 33, cuda, tensorrt, on_sagemaker)
-    return Release(release, triton, "3.10", "22.04", 35, 30, cuda, tensorrt, on_sagemaker)
-
-
-RELEASES: dict[str, Release] = {r.release: r for r in (
-    _row("23.12", "2.41.0", "12.3.2", "8.6.1.6", on_sagemaker=True),
-    _row("24.01", "2.42.0", "12.3.2", "8.6.1.6", on_sagemaker=True),
-    _row("24.03", "2.44.0", "12.4.0", "8.6.3", on_sagemaker=True),
-    _row("24.05", "2.46.0", "12.4.1", "10.0.1.6", on_sagemaker=True),
-    _row("24.08", "2.49.0", "12.6.0", "10.3.0.26", on_sagemaker=False),
-    _row("24.09", "2.50.0", "12.6.1", "10.4.0.26", on_sagemaker=True),
-    _row("24.10", "2.51.0", "12.6.2", "10.5.0.18", on_sagemaker=False),
-    _row("25.09", "2.61.0", "13.0.1", "10.13.3.9", on_sagemaker=True, noble=True),
-)}
-# `mme deploy`'s default SageMaker Triton release (harness.deployment.DEFAULT_TRITON_VERSION).
-DEFAULT_RELEASE = "24.09"
-# The Triton the nvidia-pytriton wheel embeds (`mme serve`'s default launcher): Triton 2.51,
-# whose container release is 24.10. It runs the Python backend's stub with this machine's Python
-# and has the Python backend only (no TensorRT, ONNX Runtime or PyTorch backend).
-EMBEDDED = RELEASES["24.10"]
-
-
-class UnknownImage(ValueError):
-    """An --image whose release the table does not hold."""
-
-
-_TAG = re.compile(r"(?:^|[:/])(\d{2}\.\d{2})(?:-[\w.-]+)?$")
-
-
-def release_of(image: str | None) -> Release:
-    """The row of ``--image``: ``sagemaker-tritonserver:24.09-py3`` (any registry in front),
-    ``nvcr.io/nvidia/tritonserver:24.09-py3`` or just ``24.09``; None: `mme deploy`'s default."""
-    if not image:
-        return RELEASES[DEFAULT_RELEASE]
-    match = _TAG.search(image.strip())
-    if match is None or match[1] not in RELEASES:
-        raise UnknownImage(
-            f"--image {image}: not a Triton release this table knows; one of "
-            f"{', '.join(r.image for r in RELEASES.values())} (or just the release, e.g. "
-            f"{DEFAULT_RELEASE})")
-    return RELEASES[match[1]]
-
+__all__ = ["DEFAULT_RELEASE", "EMBEDDED", "RELEASES", "Release", "UnknownImage", "embedded_notice",
+           "release_of", "skew"]
 
 def skew(target: Release) -> list[str]:
     """What the embedded Triton does differently from ``target``, as documented (one line each);
