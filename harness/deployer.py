@@ -256,8 +256,8 @@ class Deployer:
         checked first with `mme lint`'s rules (``harness.lint``; the instance type and Triton
         release of ``config``), so a deployment that cannot load stops before anything is
         uploaded or created; warnings are said."""
+        from emulator.triton.releases import UnknownImage, release_of
         from harness.lint import Unreadable, lint_source
-        from harness.lint.releases import UnknownImage, release_of
         from harness.lint.source import read
 
         try:

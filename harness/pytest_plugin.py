@@ -397,8 +397,8 @@ def _lint_store(store: Path, config: pytest.Config) -> str:
     mode = config.getoption("mme_lint", default="warn")
     if mode == "off":
         return ""
+    from emulator.triton.releases import UnknownImage, release_of
     from harness.lint import lint
-    from harness.lint.releases import UnknownImage, release_of
 
     image = config.getoption("mme_image") or os.environ.get("MME_IMAGE")
     try:

@@ -44,6 +44,7 @@ from emulator.triton.embedded import EmbeddedLauncher
 from emulator.triton.external import ExternalLauncher
 from emulator.triton.launcher import TritonLauncher, TritonOptions, count_gpus
 from emulator.triton.memory import probe_for
+from emulator.triton.releases import served_release
 from emulator.triton.sagemaker_env import SageMakerEnvironmentError, triton_args_from_environment
 
 # [U] How long a SageMaker container may take to answer GET /ping with 200 before the endpoint
@@ -259,6 +260,7 @@ class InstanceFactory:
             gpus_available=count_gpus() > 0,
             memory_probe=probe_for(launcher) if settings.model_memory == "measured" else None,
             instance_gpus=self.instance_gpus(variant),
+            release=served_release(container.image),
             stream_downloads=settings.stream_downloads,
             overlap_count_evictions=settings.overlap_count_evictions,
             overlap_byte_evictions=settings.overlap_byte_evictions,

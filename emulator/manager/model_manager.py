@@ -92,6 +92,7 @@ from emulator.manager.usage import Usage, describe, usage_of
 from emulator.metrics import InstanceMetrics
 from emulator.triton.client import TritonClient, TritonResponse
 from emulator.triton.memory import MemoryProbe
+from emulator.triton.releases import Release
 
 
 class Holding:
@@ -139,6 +140,7 @@ class ModelManager:
         gpus_available: bool = True,
         memory_probe: MemoryProbe | None = None,
         instance_gpus: int | None = None,
+        release: Release | None = None,
         stream_downloads: bool = True,
         overlap_count_evictions: bool = True,
         overlap_byte_evictions: bool = True,
@@ -179,7 +181,7 @@ class ModelManager:
             triton=triton, triton_repository=triton_repository, events=self._events,
             load_timeout_s=load_timeout_s, memory_probe=memory_probe, single_model=single_model,
             default_model=default_model, gpus_available=gpus_available,
-            instance_gpus=instance_gpus)
+            instance_gpus=instance_gpus, release=release)
         # The two budgets' indexes, read by the instance, the page and the metrics.
         self.memory = self._memory.index
         self.disk = self._artifacts.index

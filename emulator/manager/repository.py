@@ -13,7 +13,9 @@ Python model that calls one of them by name (BLS) gets Triton's error for a mode
 loaded, as on SageMaker. Several top-level ensembles are a clear error.
 
 Model folder names Triton cannot take (a control character such as a newline) fail the load at
-once, naming the folder.
+once, naming the folder. Version folders are the ones Triton loads (``versions_loaded``): a name
+starting with 0 is ignored; a negative one (``-1``) is a version, and a Python model's stub exits
+importing it (measured on Triton 2.51), so such a load is refused at once (``negative_version``).
 
 Namespacing: SageMaker's Triton registers each artifact as its own repository, so two artifacts may
 both hold ``preprocess/``. Over Triton's HTTP API we get the same effect by installing every model
@@ -28,14 +30,21 @@ such a step does not resolve and the load fails, so we refuse it the same way (`
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import shutil
+import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
+
+from emulator.triton import environments
+from emulator.triton.releases import Release
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +81,55 @@ def _model_dirs(folder: Path) -> dict[str, Path]:
     return models
 
 
+def bad_name_characters(name: str) -> list[str]:
+    """The characters of a model folder's name that Triton cannot take as a model name (control
+    characters: a newline, a tab ...); empty when it can."""
+    return sorted({c for c in name if ord(c) < 0x20 or ord(c) == 0x7F})
+
+
 def check_model_name(name: str) -> None:
     """A model folder's name Triton can take: no control characters (a newline, a tab ...)."""
-    bad = sorted({c for c in name if ord(c) < 0x20 or ord(c) == 0x7F})
+    bad = bad_name_characters(name)
     if bad:
         raise InvalidModelRepository(
             f"model folder {name!r} has a control character in its name "
             f"({', '.join(repr(c) for c in bad)}), which Triton cannot take as a model name; "
             "rename the folder (and the name in its config.pbtxt) with letters, digits, '_' "
             "or '-'")
+
+
+_VERSION = re.compile(r"-?[1-9][0-9]*")
+
+
+def versions_loaded(subfolders: Iterable[str],
+                    config: model_config_pb2.ModelConfig) -> list[str]:
+    """The sub-folders Triton loads as versions of a model, under its version policy.
+
+    Triton's model repository (Model Versions): a sub-folder is a version when its name is a
+    number; one whose name starts with 0 (``0``, ``01``) is ignored. A negative name is a number
+    to Triton (measured on 2.51: ``-1`` alone, or under ``version_policy: all``, is loaded as
+    version -1). The default policy is ``latest { num_versions: 1 }``.
+    """
+    versions = sorted((int(name), name) for name in subfolders if _VERSION.fullmatch(name))
+    policy = config.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return [name for _, name in versions]
+    if choice == "specific":
+        wanted = set(policy.specific.versions)
+        return [name for number, name in versions if number in wanted]
+    count = policy.latest.num_versions if choice == "latest" else 1
+    return [name for _, name in versions[-max(count, 1):]] if versions else []
+
+
+def negative_version(folder: Path, config: model_config_pb2.ModelConfig) -> str | None:
+    """The negative version folder a Python model's load would load (Triton's stub exits
+    importing a model from it: the load never completes), or None."""
+    if config.backend != "python":
+        return None
+    names = [p.name for p in folder.iterdir() if p.is_dir()]
+    return next((name for name in versions_loaded(names, config) if name.startswith("-")),
+                None)
 
 
 def listing_order(folder: Path) -> list[str]:
@@ -268,7 +317,7 @@ def gpu_refusal(layout: ArtifactLayout, instance_gpus: int | None,
         for index, group in enumerate(layout.configs[model].instance_group):
             if group.kind != model_config_pb2.ModelInstanceGroup.KIND_GPU:
                 continue
-            shown = entry_name if entry_name and model == layout.entry else model
+            shown = _shown(layout, model, entry_name)
             name = group.name or f"{shown}_{index}"
             if instance_gpus == 0:
                 reason = (f"instance group {name} of model {shown} has kind KIND_GPU but no "
@@ -281,9 +330,84 @@ def gpu_refusal(layout: ArtifactLayout, instance_gpus: int | None,
                           f"unsupported gpu id {bad[0]}. GPUs with at least the minimum "
                           "required CUDA compute compatibility of 6.000000 are: "
                           + ", ".join(str(gpu) for gpu in range(instance_gpus)))
-            version = _latest_version(layout.models[model])
-            return (f"load failed for model '{shown}': version {version} is at UNAVAILABLE "
-                    f"state: Invalid argument: {reason};\n")
+            return _load_failed(shown, _latest_version(layout.models[model]),
+                                f"Invalid argument: {reason}")
+    return None
+
+
+def _shown(layout: ArtifactLayout, model: str, entry_name: str | None) -> str:
+    """A model as Triton's answers name it: SageMaker's Triton registers the entry under the
+    TargetModel's name (``entry_name``); every other model is named by its folder."""
+    return entry_name if entry_name and model == layout.entry else model
+
+
+def _load_failed(shown: str, version: int | str, reason: str) -> str:
+    """Triton's answer to a load that failed: the reason wrapped as its load answer wraps it."""
+    return (f"load failed for model '{shown}': version {version} is at UNAVAILABLE state: "
+            f"{reason};\n")
+
+
+def version_refusal(layout: ArtifactLayout, entry_name: str | None = None) -> str | None:
+    """The answer to a load that would load a Python model's negative version folder, or None.
+
+    Triton takes ``-1`` for a version (``versions_loaded``) and the Python backend's stub exits
+    importing a model from that folder: on SageMaker the load never completes; here it fails at
+    once, naming the folder."""
+    for model in loaded_models(layout):
+        name = negative_version(layout.models[model], layout.configs[model])
+        if name is not None:
+            return _load_failed(
+                _shown(layout, model, entry_name), name,
+                f"Internal: the Python backend's stub exits importing the model from its version "
+                f"folder '{name}' (a negative version), and Triton's load never completes. Name "
+                "version folders 1, 2, 3 ... (positive numbers, no leading zeros or signs)")
+    return None
+
+
+def environment_problems(layout: ArtifactLayout,
+                         release: Release) -> list[tuple[str, environments.Problem]]:
+    """What ``release``'s Triton makes of the EXECUTION_ENV_PATH environment of each model the
+    load loads (``environments.judge``, the check ``mme lint`` makes): (model, problem) pairs.
+    An environment that is missing or unreadable is left to Triton's own answer."""
+    found = []
+    for model in loaded_models(layout):
+        path = environments.env_path(layout.configs[model])
+        relative = environments.in_model_folder(path) if path else None
+        if relative is None:
+            continue
+        env = layout.models[model] / relative
+        try:
+            with open(env, "rb") as stream:
+                facts = environments.scan(stream)
+        except (tarfile.TarError, OSError, EOFError):
+            continue
+        found += [(model, problem)
+                  for problem in environments.judge(f"{model}/{relative}", facts, release)]
+    return found
+
+
+def environment_refusal(layout: ArtifactLayout, problems: list[tuple[str, environments.Problem]],
+                        entry_name: str | None = None) -> str | None:
+    """Triton's answer to a load whose environment fails it (``environment_problems``), with
+    the cause and the fix; None when none does."""
+    for model, problem in problems:
+        if problem.fails_load:
+            return _load_failed(
+                _shown(layout, model, entry_name), _latest_version(layout.models[model]),
+                f"Internal: {problem.triton_says} ({problem.detail}; {problem.fix})")
+    return None
+
+
+def outputs_refusal(layout: ArtifactLayout,
+                    problems: list[tuple[str, environments.Problem]]) -> bytes | None:
+    """What every inference of the load's entry is answered when an environment makes its
+    outputs fail (numpy 2 before Triton 2.53), with the cause and the fix; else None."""
+    for model, problem in problems:
+        if not problem.fails_load:
+            outputs = layout.configs[layout.entry].output or layout.configs[model].output
+            said = environments.NUMPY2_ANSWER.format(
+                output=outputs[0].name if outputs else "OUTPUT")
+            return json.dumps({"error": f"{said} ({problem.detail}; {problem.fix})"}).encode()
     return None
 
 

@@ -31,9 +31,16 @@ from emulator.manager import failures, repository
 from emulator.manager.events import Events, log
 from emulator.manager.records import ModelLoadFailed, ModelRecord
 from emulator.public_names import public_text
-from emulator.triton import stubs
-from emulator.triton.client import TritonClient, TritonError, TritonResponse, TritonUnreachable
+from emulator.triton import environments, stubs
+from emulator.triton.client import (
+    ResponseHeaders,
+    TritonClient,
+    TritonError,
+    TritonResponse,
+    TritonUnreachable,
+)
 from emulator.triton.memory import MemoryProbe
+from emulator.triton.releases import DEFAULT_RELEASE, RELEASES, Release
 
 # Triton's SageMaker server answers 507 (not 400) to a load whose error text contains one of these
 # (SageMakerMMECheckOOMError); SageMaker then unloads unused models.
@@ -94,7 +101,7 @@ class TritonSide:
     def __init__(self, *, triton: TritonClient, triton_repository: Path, events: Events,
                  load_timeout_s: float, memory_probe: MemoryProbe | None,
                  single_model: bool, default_model: str | None, gpus_available: bool,
-                 instance_gpus: int | None = None) -> None:
+                 instance_gpus: int | None = None, release: Release | None = None) -> None:
         self.triton = triton
         self.repository = triton_repository
         self.events = events
@@ -106,6 +113,12 @@ class TritonSide:
         self.gpus_available = gpus_available
         # The GPUs of the endpoint's InstanceType (None: no InstanceType, every group loads).
         self.instance_gpus = instance_gpus
+        # The SageMaker Triton release the endpoint's image runs: a Python model's environment
+        # is held against it (its Python, glibc, libstdc++, numpy).
+        self.release = release or RELEASES[DEFAULT_RELEASE]
+        # Triton names of entries whose every inference the release's Triton answers with an
+        # error (an environment with numpy 2): that answer.
+        self._refused_outputs: dict[str, bytes] = {}
         self.stub_registry = stubs.registry_for(triton_repository)
         self.lookup_retries = 0  # inferences resent after Triton's lookup race
         self._background: set[asyncio.Task[Any]] = set()
@@ -131,19 +144,35 @@ class TritonSide:
                                              self.default_model)
         else:
             layout = await asyncio.to_thread(repository.read_layout, extracted)
-        refusal = repository.gpu_refusal(layout, self.instance_gpus,
-                                         None if self.single_model else record.target)
+        entry_name = None if self.single_model else record.target
+        refusal = repository.gpu_refusal(layout, self.instance_gpus, entry_name)
         if refusal is not None:
             log.warning("model=%s step=load outcome=refused reason=%r fix=\"serve it on an "
                         "instance type with GPUs (ml.g5.xlarge ...) or make its instance "
                         "groups KIND_CPU\"", self.events.name_of(record.target), refusal)
             raise ModelLoadFailed(400, json.dumps({"error": refusal}, separators=(",", ":")))
+        # What the release's Triton makes of the models' version folders and environments.
+        problems = await asyncio.to_thread(repository.environment_problems, layout,
+                                           self.release)
+        refusal = (repository.version_refusal(layout, entry_name)
+                   or repository.environment_refusal(layout, problems, entry_name))
+        if refusal is not None:
+            log.warning("model=%s step=load outcome=refused reason=%r",
+                        self.events.name_of(record.target), refusal)
+            raise ModelLoadFailed(400, json.dumps({"error": refusal}, separators=(",", ":")))
+        refused_outputs = repository.outputs_refusal(layout, problems)
         record.gpu_on_cpu = not self.gpus_available and repository.asks_for_gpu(layout)
         record.installed = await asyncio.to_thread(
             repository.install, layout, record.triton_key, self.repository, self.gpus_available)
         record.entry = repository.namespaced(layout.entry, record.triton_key)
+        if refused_outputs is not None:
+            log.warning("model=%s step=load outcome=outputs-refused reason=%r",
+                        self.events.name_of(record.target), refused_outputs.decode())
+            self._refused_outputs[record.entry] = refused_outputs
 
     async def uninstall(self, names: list[str]) -> None:
+        for name in names:
+            self._refused_outputs.pop(name, None)
         await asyncio.to_thread(repository.uninstall, names, self.repository)
 
     # --- loads ------------------------------------------------------------------------------
@@ -364,6 +393,10 @@ class TritonSide:
         loaded (``still_held``) is not the model's: the request is sent again, within
         ``timeout`` overall. ``name``: the model as logs name it.
         """
+        refused = self._refused_outputs.get(entry)
+        if refused is not None:  # the model runs; the release's Triton answers its outputs so
+            return TritonResponse(environments.NUMPY2_STATUS,
+                                  ResponseHeaders({"content-type": "application/json"}), refused)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         response = await self.triton.infer(entry, body, headers, timeout=timeout)

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulator.triton.releases import Release, release_of
 from harness.lint import envs, rules
 from harness.lint.findings import RULES, Finding, Rule
-from harness.lint.releases import Release, release_of
 from harness.lint.source import Source, Unreadable, read
 
 __all__ = ["RULES", "Finding", "Report", "Rule", "Unreadable", "lint", "lint_source", "targets"]

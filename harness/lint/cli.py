@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.lint.releases import DEFAULT_RELEASE, EMBEDDED, UnknownImage
+from emulator.triton.releases import DEFAULT_RELEASE, EMBEDDED, UnknownImage
 
 
 def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

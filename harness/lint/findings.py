@@ -48,7 +48,9 @@ RULES = _rules(
          "add a numbered version folder (<model>/1/ ...; an ensemble's may be empty)"),
     Rule("MME004", "odd-version-folder", "warning",
          "Triton ignores a sub-folder whose name is not a number or starts with 0 (`0`, `01`): "
-         "that version is not served; a negative name (`-1`) is refused [U]",
+         "that version is not served. A negative name (`-1`) is a version to Triton: where its "
+         "policy loads it (alone, or `version_policy: all`) a Python model's stub exits importing "
+         "it and the load never completes; else it is not served",
          "name version folders 1, 2, 3 ... without leading zeros or signs"),
     Rule("MME005", "ensemble-step-missing", "error",
          "the ensemble fails to load: a step names a model the tarball does not hold",
@@ -63,6 +65,10 @@ RULES = _rules(
          "the model folders are one level too deep: Triton finds no model at the tarball's root",
          "package the repository with its model folders at the root (`mme package REPO -o "
          "x.tar.gz`, layout flat)"),
+    Rule("MME009", "model-name-unusable", "error",
+         "Triton cannot take the model folder's name as a model name (a control character such "
+         "as a newline): the load fails", "rename the folder (and the name in its config.pbtxt) "
+         "with letters, digits, '_' or '-'"),
     Rule("MME101", "kind-gpu-without-gpu", "error",
          "on an instance type without a GPU the load fails: \"has kind KIND_GPU but no GPUs are "
          "available\"", "use KIND_CPU (or no instance_group) or a GPU instance type"),

@@ -9,8 +9,9 @@ import re
 from typing import Any
 
 from emulator.instance_types import lookup
+from emulator.manager.repository import bad_name_characters, versions_loaded
+from emulator.triton.releases import Release
 from harness.lint.findings import RULES, Finding
-from harness.lint.releases import Release
 from harness.lint.source import CONFIG, ModelFiles, Source
 
 _BLS_CALL = re.compile(r"""InferenceRequest\s*\((?:[^()]|\([^()]*\))*?model_name\s*=\s*(['"])"""
@@ -62,25 +63,38 @@ def structure(source: Source, configs: dict[str, Any]) -> list[Finding]:
     found: list[Finding] = []
     for folder, files in source.models.items():
         config_file = files.path(CONFIG)
+        bad = bad_name_characters(folder)
+        if bad:
+            found.append(finding(
+                "MME009", f"model folder {folder!r} has a control character in its name "
+                f"({', '.join(repr(c) for c in bad)}), which Triton cannot take as a model name",
+                config_file))
         try:
             configs[folder] = parse(files.config_text)
         except text_format.ParseError as exc:
             found.append(finding("MME001", f"{folder}/{CONFIG} does not parse as a Triton model "
                                  f"config: {exc}", config_file, exc.GetLine() or None))
             continue
-        if not files.versions:
+        loaded = versions_loaded(files.subfolders, configs[folder])
+        if not loaded:
             found.append(finding(
                 "MME003", f"model '{folder}' has no version folder: Triton loads the numbered "
                 f"sub-folders ({folder}/1/ ...; an ensemble's may be empty) and fails without "
                 "one", config_file))
         for name in sorted(files.subfolders):
             number = name.removeprefix("-").removeprefix("+")
-            if number.isdigit() and name not in files.versions:
+            if not number.isdigit() or name in files.versions:
+                continue
+            if name in loaded:
+                found.append(finding(
+                    "MME004", f"model '{folder}' has a folder '{name}' that Triton loads as "
+                    f"version {name}; a Python model's stub exits importing it and the load "
+                    "never completes", files.path(name), severity="error"))
+            else:
                 found.append(finding(
                     "MME004", f"model '{folder}' has a folder '{name}' that Triton does not "
                     "load as a version (a version folder is named by a number that does not "
-                    "start with 0)", files.path(name),
-                    severity="error" if name.startswith("-") else ""))
+                    "start with 0)", files.path(name)))
     ensembles = {n for n, c in configs.items() if c.platform == "ensemble"}
     for name in sorted(ensembles):
         for step in configs[name].ensemble_scheduling.step:

@@ -181,7 +181,10 @@ def test_a_decoupled_model_loads_and_every_request_is_refused(
 
 def test_a_folder_name_triton_cannot_take_fails_at_once(
         served: tuple[EmulatorServer, Path]) -> None:
-    server, _ = served
+    server, store = served
+    from harness.lint import lint
+
+    assert [f.rule.id for f in lint([store / "newline.tar.gz"]).findings] == ["MME009"]
     error = _error(runtime_client(server.url), "newline.tar.gz")
     assert error["OriginalStatusCode"] == 400
     assert "has a control character in its name" in error["OriginalMessage"]

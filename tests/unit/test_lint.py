@@ -8,32 +8,30 @@ import io
 import json
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 from xml.etree import ElementTree
 
 import boto3
 import pytest
 
+from emulator.triton.releases import DEFAULT_RELEASE, UnknownImage, release_of
 from ensembles.packaging import package
 from harness.deployer import Deployer, make_clients
 from harness.deployment import DEFAULT_TRITON_VERSION, DeployConfig, DeployError
 from harness.lint import lint
-from harness.lint.releases import DEFAULT_RELEASE, UnknownImage, release_of
 from harness.testmodels import write_scale_model, write_two_step_ensemble
 from mme.cli import main
+from tests.lint_support import (
+    BLS,
+    ENV_PARAMETER,
+    PYTHON_CONFIG,
+    env_tarball,
+    tar,
+    with_env,
+)
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "sarif-schema-2.1.0.json"
 GPU_GROUP = "instance_group [ { kind: KIND_GPU count: 1 } ]"
-
-
-def _tar(path: Path, files: dict[str, bytes]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
 
 
 def _model(repo: Path, name: str = "m", config_extra: str = "", cpu: bool = True) -> Path:
@@ -85,36 +83,41 @@ def test_kind_gpu_fails_on_a_cpu_instance_and_passes_on_a_gpu_one(tmp_path: Path
     ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\n', "m/1/model.py": b"",
       "m/01/model.py": b""}, "MME004", "warning"),
     ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\n', "m/1/model.py": b"",
-      "m/-1/model.py": b""}, "MME004", "error"),
+      "m/-1/model.py": b""}, "MME004", "warning"),
+    ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\n', "m/-1/model.py": b""}, "MME004",
+     "error"),
+    ({"bad\nname/config.pbtxt": b'name: "m"\nbackend: "python"\n',
+      "bad\nname/1/model.py": b""}, "MME009", "error"),
     ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\nmodel_transaction_policy '
                         b'{ decoupled: true }\n', "m/1/model.py": b""}, "MME202", "error"),
     ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\nversion_policy: { all { } }\n',
       "m/1/model.py": b"", "m/2/model.py": b""}, "MME203", "warning"),
     ({"m/config.pbtxt": b'name: "m"\nplatform: "tensorrt_plan"\n', "m/1/model.plan": b"x"},
      "MME401", "warning"),
-    ({"m/config.pbtxt": b'name: "m"\nbackend: "python"\nparameters { key: "EXECUTION_ENV_PATH" '
-                        b'value { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }\n',
-      "m/1/model.py": b""}, "MME301", "error"),
+    ({"m/config.pbtxt": PYTHON_CONFIG + ENV_PARAMETER.encode(), "m/1/model.py": b""}, "MME301",
+     "error"),
 ])
 def test_each_class_is_named_by_its_rule(tmp_path: Path, files: dict[str, bytes], rule: str,
                                          severity: str) -> None:
-    report = lint([_tar(tmp_path / "t.tar.gz", files)])
+    report = lint([tar(tmp_path / "t.tar.gz", files)])
     assert [(f.rule.id, f.level) for f in report.findings] == [(rule, severity)]
     assert report.exit_code == 1
 
 
-BLS = b'''import triton_python_backend_utils as pb_utils
-class TritonPythonModel:
-    def execute(self, requests):
-        request = pb_utils.InferenceRequest(
-            model_name="callee", requested_output_names=["Y"], inputs=[])
-'''
 
 
 def test_a_model_whose_only_version_folder_starts_with_0_has_no_version(tmp_path: Path) -> None:
-    tarball = _tar(tmp_path / "t.tar.gz", {"m/config.pbtxt": b'name: "m"\nbackend: "python"\n',
+    tarball = tar(tmp_path / "t.tar.gz", {"m/config.pbtxt": b'name: "m"\nbackend: "python"\n',
                                            "m/01/model.py": b""})
     assert _rules(tarball) == ["MME003", "MME004"]
+    every = _tar_all(tmp_path, b'version_policy: { all { } }\n')  # -1 is loaded: an error
+    assert [(f.rule.id, f.level) for f in lint([every]).findings] == [
+        ("MME004", "error"), ("MME203", "warning")]
+
+
+def _tar_all(tmp_path: Path, extra: bytes) -> Path:
+    return tar(tmp_path / "all.tar.gz", {"m/config.pbtxt": PYTHON_CONFIG + extra,
+                                         "m/1/model.py": b"", "m/-1/model.py": b""})
 
 
 def test_the_embedded_release_is_said_against_the_image_targeted() -> None:
@@ -129,24 +132,17 @@ def test_the_embedded_release_is_said_against_the_image_targeted() -> None:
 def test_a_bls_callee_must_be_in_the_tarball(tmp_path: Path) -> None:
     caller = {"caller/config.pbtxt": b'name: "caller"\nbackend: "python"\n',
               "caller/1/model.py": BLS}
-    report = lint([_tar(tmp_path / "alone.tar.gz", caller)])
+    report = lint([tar(tmp_path / "alone.tar.gz", caller)])
     [finding] = report.findings
     assert (finding.rule.id, finding.file, finding.line) == ("MME201", "caller/1/model.py", 5)
     both = {**caller, "callee/config.pbtxt": b'name: "callee"\nbackend: "python"\n',
             "callee/1/model.py": b""}
-    assert _rules(_tar(tmp_path / "both.tar.gz", both)) == []  # the caller is the entry model
+    assert _rules(tar(tmp_path / "both.tar.gz", both)) == []  # the caller is the entry model
 
 
-def _env(tmp_path: Path, python: str = "3.10", numpy: str = "1.26.4",
-         so: bytes = b"GLIBC_2.17\0GLIBCXX_3.4.21\0", extra: dict[str, bytes] | None = None
-         ) -> Path:
-    env = _tar(tmp_path / "env.tar.gz", {
-        f"lib/python{python}/site-packages/numpy-{numpy}.dist-info/METADATA": b"",
-        f"lib/python{python}/site-packages/ext.cpython.so": so, **(extra or {})})
-    config = (b'name: "m"\nbackend: "python"\nparameters { key: "EXECUTION_ENV_PATH" value { '
-              b'string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }\n')
-    return _tar(tmp_path / "m.tar.gz", {"m/config.pbtxt": config, "m/1/model.py": b"",
-                                        "m/env.tar.gz": env.read_bytes()})
+def _env(tmp_path: Path, **env: object) -> Path:
+    built = env_tarball(tmp_path / "env.tar.gz", **env)  # type: ignore[arg-type]
+    return with_env(tmp_path / "m.tar.gz", built)
 
 
 @pytest.mark.parametrize(("env", "image", "rules"), [
@@ -170,7 +166,7 @@ def test_the_environment_against_the_image(tmp_path: Path, env: dict[str, object
 
 
 def test_a_plan_names_the_images_tensorrt_or_where_to_read_it(tmp_path: Path) -> None:
-    tarball = _tar(tmp_path / "t.tar.gz", {
+    tarball = tar(tmp_path / "t.tar.gz", {
         "m/config.pbtxt": b'name: "m"\nplatform: "tensorrt_plan"\n', "m/1/model.plan": b"x"})
     [known] = lint([tarball], image="24.09").findings
     assert "built with TensorRT 10.4.0.26 (sagemaker-tritonserver:24.09-py3)" in known.message
@@ -179,14 +175,9 @@ def test_a_plan_names_the_images_tensorrt_or_where_to_read_it(tmp_path: Path) ->
 
 
 def test_a_libstdcxx_in_the_environment_older_than_the_stubs_needs(tmp_path: Path) -> None:
-    env = _tar(tmp_path / "env.tar.gz", {
-        "lib/python3.10/os.py": b"", "lib/libstdc++.so.6.0.29": b"GLIBCXX_3.4.29\0",
-        "lib/libfoo.so": b"GLIBCXX_3.4.29\0"})
-    config = (b'name: "m"\nbackend: "python"\nparameters { key: "EXECUTION_ENV_PATH" value { '
-              b'string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }\n')
-    tarball = _tar(tmp_path / "m.tar.gz", {"m/config.pbtxt": config, "m/1/model.py": b"",
-                                           "m/env.tar.gz": env.read_bytes()})
-    report = lint([tarball])
+    env = env_tarball(tmp_path / "env.tar.gz", so=b"GLIBCXX_3.4.29\0",
+                      extra={"lib/libstdc++.so.6.0.29": b"GLIBCXX_3.4.29\0"})
+    report = lint([with_env(tmp_path / "m.tar.gz", env)])
     assert [f.rule.id for f in report.findings] == ["MME303"]
     assert "GLIBCXX_3.4.30" in report.findings[0].message
 
