@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from emulator.processes import stop_process
 from mme.bench_overhead import (
@@ -32,6 +33,7 @@ from mme.bench_overhead import (
     _invoke_once,
     _median,
     _triton_pid,
+    put_fault_rules,
     run_python,
     run_wrk,
     start_serve,
@@ -169,8 +171,10 @@ def _load_average() -> str:
 
 
 def compare_with(rev: str, make_workload: Callable[[Path], Workload], driver: str,
-                 concurrencies: list[int], seconds: float, rounds: int) -> int:
-    """The whole ``--baseline`` run; its exit status (2: the baseline cannot be set up)."""
+                 concurrencies: list[int], seconds: float, rounds: int,
+                 fault_rules: list[dict[str, Any]] | None = None) -> int:
+    """The whole ``--baseline`` run; its exit status (2: the baseline cannot be set up).
+    ``fault_rules`` are put in force on this tree's server only (``--fault-rule``)."""
     try:
         commit = resolve_revision(rev)
     except BaselineError as exc:
@@ -189,6 +193,8 @@ def compare_with(rev: str, make_workload: Callable[[Path], Workload], driver: st
                                     ("current", current_label, REPO)):
             server, url = serve_from(source, work, name)
             stack.callback(stop_process, server)
+            if name == "current":
+                put_fault_rules(url, fault_rules or [])
             _invoke_once(url, workload)  # load the model: cold start is not what is measured
             sides.append(Side(name, label, f"{url}/endpoints/{ENDPOINT}/invocations",
                               (server.pid, _triton_pid(server.pid))))

@@ -40,6 +40,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -493,7 +494,8 @@ def _per_call(m: Measure) -> str:
 
 # ``--baseline``: the whole run against another revision (``mme.bench_baseline.compare_with``,
 # handed in by ``mme/bench.py``: that module builds on this one).
-CompareWith = Callable[[str, Callable[[Path], Workload], str, list[int], float, int], int]
+CompareWith = Callable[[str, Callable[[Path], Workload], str, list[int], float, int,
+                        list[dict[str, Any]]], int]
 
 
 def run_overhead(args: argparse.Namespace, compare_with: CompareWith | None = None) -> int:
@@ -514,7 +516,7 @@ def run_overhead(args: argparse.Namespace, compare_with: CompareWith | None = No
             return 2
         return compare_with(args.baseline, _workload_of(args), driver,
                             [int(c) for c in (args.concurrency or "1,8").split(",")],
-                            args.seconds, args.rounds)
+                            args.seconds, args.rounds, args.fault_rule or [])
     concurrencies = [int(c) for c in (args.concurrency or "1,8,32").split(",")]
     with tempfile.TemporaryDirectory(prefix="mme-bench-overhead-") as tmp:
         work = Path(tmp)
@@ -522,6 +524,7 @@ def run_overhead(args: argparse.Namespace, compare_with: CompareWith | None = No
         workload = _workload_of(args)(work / "store")
         server, url = _serve(work, args.serve_flag or [])
         try:
+            put_fault_rules(url, args.fault_rule or [])
             _invoke_once(url, workload)  # load the model: cold start is not what is measured
             rows = measure(workload, url, driver, concurrencies, args.seconds, args.rounds, work,
                            server.pid)
@@ -533,6 +536,27 @@ def run_overhead(args: argparse.Namespace, compare_with: CompareWith | None = No
           + ("" if shared else " (all over HTTP)"))
     errors = sum(m.errors for r in rows for m in (r.direct, *(p.measure for p in r.paths)))
     return 0 if errors == 0 else 1
+
+
+def put_fault_rules(url: str, rules: list[dict[str, Any]]) -> None:
+    """``--fault-rule``: each rule in force on the server measured (``/_emulator/faults``)."""
+    from harness.faults import FaultRules
+
+    faults = FaultRules(url)
+    for rule in rules:
+        faults.add(rule["fault"], match=rule.get("match"))
+
+
+def _fault_rule(text: str) -> dict[str, Any]:
+    try:
+        rule = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--fault-rule is a JSON rule: {exc}") from None
+    if not isinstance(rule, dict) or "fault" not in rule:
+        raise argparse.ArgumentTypeError('--fault-rule is a rule with a "fault" (docs/faults.md),'
+                                         ' e.g. \'{"match": {"target_model": "none"}, "fault": '
+                                         '{"error": "ThrottlingException"}}\'')
+    return rule
 
 
 def _workload_of(args: argparse.Namespace) -> Callable[[Path], Workload]:
@@ -569,4 +593,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                         "worktree), alternating rounds (mme/bench_baseline.py)")
     p.add_argument("--serve-flag", action="append", metavar="FLAG",
                    help="passed on to mme serve (repeat; e.g. --serve-flag=--workers=2)")
+    p.add_argument("--fault-rule", action="append", type=_fault_rule, metavar="JSON",
+                   help="a fault rule (docs/faults.md) put in force on this tree's server before "
+                        "it is measured (repeat); with --baseline on this tree's side only, so "
+                        "a rule that matches nothing measures what a rule in force costs")
     p.set_defaults(func=functools.partial(run_overhead, compare_with=compare_with))
