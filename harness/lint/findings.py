@@ -57,7 +57,8 @@ RULES = _rules(
          "add that model's folder to the tarball"),
     Rule("MME006", "several-entry-models", "error",
          "several models could serve the TargetModel; SageMaker's Triton picks one",
-         "package one model, or one ensemble (or BLS model) with the models it calls, per tarball"),
+         "package one model, or one ensemble with its steps, per tarball (a BLS model's callees "
+         "are not loaded with it)"),
     Rule("MME007", "name-mismatch", "error",
          "Triton refuses a model whose folder name differs from the name in its config",
          "make the folder's name and the config's name the same"),

@@ -105,17 +105,24 @@ def structure(source: Source, configs: dict[str, Any]) -> list[Finding]:
                     "model's folder", source.models[name].path(CONFIG),
                     _line(source.models[name].config_text,
                           rf"model_name\s*:\s*\"{re.escape(step.model_name)}\"")))
+    # An ensemble's steps load with it; a BLS model's callees do not (SageMaker's Triton loads
+    # the entry model only, and Python's BLS loads nothing): a callee beside its caller is one
+    # more model that could be picked, and is not loaded when the caller is.
     used = {s.model_name for n in ensembles for s in configs[n].ensemble_scheduling.step}
-    for folder, files in source.models.items():
-        used.update(callee for callee in bls_callees(files) if callee != folder)
     if source.layout == "flat":
         top = sorted(ensembles - used)
         entries = top or sorted(set(source.models) - used)
         if len(entries) > 1:
+            calls = sorted(f"'{folder}' calls '{callee}' (BLS)"
+                           for folder, files in source.models.items()
+                           for callee in bls_callees(files) if callee in entries)
+            why = (f"; {', '.join(calls)}, which SageMaker's Triton does not load with it: "
+                   "make the callee a step of an ensemble in the tarball, or serve the model "
+                   "from a single-model endpoint" if calls else "")
             found.append(finding(
                 "MME006", f"{len(entries)} models could serve the TargetModel "
-                f"({', '.join(entries)}); SageMaker's Triton would pick one arbitrarily. Package "
-                "one model, or one ensemble with its steps, per tarball"))
+                f"({', '.join(entries)}); SageMaker's Triton would pick one arbitrarily{why}. "
+                "Package one model, or one ensemble with its steps, per tarball"))
         entry = entries[0] if entries else next(iter(source.models))
         for folder, config in configs.items():
             if config.name and config.name != folder and folder != entry:

@@ -192,7 +192,7 @@ def test_a_folder_name_triton_cannot_take_fails_at_once(
 
 def test_bls_shape_loads_the_folder_listed_last_and_not_its_callee(
         served: tuple[EmulatorServer, Path]) -> None:
-    server, _ = served
+    server, store = served
     rt = runtime_client(server.url)
     try:
         answer = rt.invoke_endpoint(EndpointName="local", TargetModel="bls.tar.gz",
@@ -211,3 +211,6 @@ def test_bls_shape_loads_the_folder_listed_last_and_not_its_callee(
         assert b"model instance 'bls.tar.gz_0_0'" in body
     loaded = _rows(server, "local")["bls.tar.gz"]
     assert loaded["Loaded"] and loaded["TritonModel"].startswith(served_model + "--")
+    from harness.lint import lint  # which says so before a deploy
+    [several] = lint([store / "bls.tar.gz"]).findings
+    assert several.rule.id == "MME006" and "'bls' calls 'scale' (BLS)" in several.message
