@@ -26,12 +26,13 @@ from emulator.cloudwatch.series import MetricStore
 from emulator.cloudwatch.service import CloudWatchService
 from emulator.contract.apis import API_SCOPE_KEY, ApiRequest, Service, read_request
 from emulator.control import ControlPlaneService, ControlStore
-from emulator.faults.table import FaultTable
+from emulator.faults.table import FaultTable, UnitFaults
 from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.hosting.factory import InstanceFactory
 from emulator.hosting.spec import EndpointSpec, VariantSpec, single_variant
 from emulator.http_protocol import Answered, DirectAnswer
+from emulator.manager.model_manager import ModelManager
 from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
 from emulator.page.activities import fault_listener, scaling_listener
@@ -124,6 +125,8 @@ def build_app(settings: Settings) -> EmulatorApp:
                              work_dir: Path, metrics: EndpointMetrics) -> HostedInstance:
         instance = await factory.build(endpoint, variant, instance_id, work_dir, metrics)
         feed.watch(endpoint.name, variant.name, instance_id, instance.manager)  # before it starts
+        if isinstance(instance.manager, ModelManager):  # its loads and downloads ask the rules
+            instance.manager.faults = UnitFaults(faults, endpoint.name, variant.name, instance_id)
         return instance
 
     registry = EndpointRegistry(settings, build_instance, sink=metric_store,

@@ -15,7 +15,14 @@ Faults (docs/faults.md):
 - ``{"latency_ms": 300}`` or ``{"latency_ms": {"p50": 100, "p99": 900}}`` (a log-normal with
   those percentiles): the whole call takes that much longer (OverheadLatency moves);
 - ``{"model_latency_ms": ...}``: the model's part of InvokeEndpoint takes that much longer
-  (ModelLatency moves).
+  (ModelLatency moves);
+- ``{"load": {"fail": "..."}}``, ``{"load": {"delay_s": 30}}``, ``{"load": "out_of_memory"}``,
+  ``{"load": "disk_full"}``: the model's load that the call needs fails as Triton's refusal,
+  takes longer, fails out of memory or finds the disk full (drawn when a load starts);
+- ``{"download": {"break_after_bytes": N}}`` / ``{"stall_after_bytes": N}``: the model's
+  download breaks there (a connection reset), or stalls there while the rule is in force;
+- ``{"instance": "kill"}`` / ``{"instance": {"hang_s": 10}}``: the instance that would answer
+  the call has its Triton killed, or stopped for that long, before the call reaches it.
 """
 
 from __future__ import annotations
@@ -38,9 +45,12 @@ SERVICES = (RUNTIME, "sagemaker", "application-autoscaling", "cloudwatch")
 INVOKE_ONLY = ("variant", "instance", "target_model", "inference_component")
 MATCH_FIELDS = ("endpoint", *INVOKE_ONLY, "service", "operation")
 RULE_FIELDS = ("match", "fault", "probability", "count", "expires_in_s", "seed")
-FAULT_KINDS = ("error", "model_error", "latency_ms", "model_latency_ms")
+FAULT_KINDS = ("error", "model_error", "latency_ms", "model_latency_ms", "load", "download",
+               "instance")
+# Kinds that act on the model or the instance behind an InvokeEndpoint, not on its answer alone.
+INVOKE_ONLY_KINDS = ("model_error", "model_latency_ms", "load", "download", "instance")
 # Kinds a later version may inject; named so that a rule asking for one is told so.
-NOT_YET = ("load", "download", "instance", "capacity")
+NOT_YET = ("capacity",)
 _Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
 # Errors any call of a service may answer besides its operation's own (AWS's common errors),
@@ -133,7 +143,41 @@ class Latency:
         return rng.lognormvariate(math.log(self.p50_s), sigma)
 
 
-Fault = ErrorAnswer | ModelErrorAnswer | Latency
+@dataclass(frozen=True, slots=True)
+class LoadFault:
+    """The model's load: fails with ``fail`` (Triton's refusal), fails out of memory (507),
+    finds the disk full (507), or takes ``delay_s`` longer."""
+
+    fail: str | None = None
+    out_of_memory: bool = False
+    disk_full: bool = False
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadFault:
+    """The model's download from its store breaks (a connection reset) after ``after_bytes``,
+    or stalls there for as long as the rule is in force."""
+
+    after_bytes: int
+    stall: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceFault:
+    """The instance that would answer the call: its Triton killed, or stopped for ``hang_s``."""
+
+    kill: bool
+    hang_s: float = 0.0
+
+
+Fault = ErrorAnswer | ModelErrorAnswer | Latency | LoadFault | DownloadFault | InstanceFault
+# Where a fault acts: on the call ("call"), on the load it needs, on the download it needs.
+STAGES = {LoadFault: "load", DownloadFault: "download"}
+
+
+def stage_of(fault: Fault) -> str:
+    return STAGES.get(type(fault), "call")
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +290,7 @@ def _parse_fault(data: Any, match: Match) -> Fault:
                         f"it injects {', '.join(FAULT_KINDS)}.")
     if kind == "error":
         return _error(value, match)
-    if kind in ("model_error", "model_latency_ms") and (
+    if kind in INVOKE_ONLY_KINDS and (
             match.service not in (None, RUNTIME) or match.operation not in (None, INVOKE)):
         raise RuleError(f"fault {kind} applies to InvokeEndpoint only; match the runtime's "
                         "InvokeEndpoint (or leave service and operation out).")
@@ -254,7 +298,51 @@ def _parse_fault(data: Any, match: Match) -> Fault:
         return _model_error(value)
     if kind in ("latency_ms", "model_latency_ms"):
         return _latency(value, kind)
+    if kind == "load":
+        return _load(value)
+    if kind == "download":
+        return _download(value)
+    if kind == "instance":
+        return _instance(value)
     raise RuleError(f"fault has no kind {kind!r}; use one of {', '.join(FAULT_KINDS)}.")
+
+
+def _load(value: Any) -> LoadFault:
+    if value == "out_of_memory":
+        return LoadFault(out_of_memory=True)
+    if value == "disk_full":
+        return LoadFault(disk_full=True)
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("fail"), str):
+        return LoadFault(fail=value["fail"])
+    if isinstance(value, dict) and len(value) == 1 and "delay_s" in value:
+        delay = _number(value["delay_s"], "fault.load.delay_s")
+        if delay <= 0:
+            raise RuleError(f"fault.load.delay_s must be above 0 (got {delay}).")
+        return LoadFault(delay_s=delay)
+    raise RuleError('fault.load is {"fail": "message"}, {"delay_s": 30}, "out_of_memory" or '
+                    '"disk_full".')
+
+
+def _download(value: Any) -> DownloadFault:
+    if isinstance(value, dict) and len(value) == 1:
+        ((name, after),) = value.items()
+        if name in ("break_after_bytes", "stall_after_bytes"):
+            if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+                raise RuleError(f"fault.download.{name} is a number of bytes, at least 0 "
+                                f"(got {after!r}).")
+            return DownloadFault(after, stall=name == "stall_after_bytes")
+    raise RuleError('fault.download is {"break_after_bytes": N} or {"stall_after_bytes": N}.')
+
+
+def _instance(value: Any) -> InstanceFault:
+    if value == "kill":
+        return InstanceFault(kill=True)
+    if isinstance(value, dict) and set(value) == {"hang_s"}:
+        hang = _number(value["hang_s"], "fault.instance.hang_s")
+        if hang <= 0:
+            raise RuleError(f"fault.instance.hang_s must be above 0 (got {hang}).")
+        return InstanceFault(kill=False, hang_s=hang)
+    raise RuleError('fault.instance is "kill" or {"hang_s": 10}.')
 
 
 def _error(value: Any, match: Match) -> ErrorAnswer:

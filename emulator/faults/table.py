@@ -23,7 +23,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulator.faults.rules import CallFacts, ErrorAnswer, FaultRule, Latency, ModelErrorAnswer
+from emulator.faults.rules import (
+    INVOKE,
+    RUNTIME,
+    CallFacts,
+    DownloadFault,
+    ErrorAnswer,
+    Fault,
+    FaultRule,
+    Latency,
+    LoadFault,
+    ModelErrorAnswer,
+    stage_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +63,7 @@ class Fired:
     """One injected fault: the rule's id, what it does, and (for a latency) how long."""
 
     rule_id: str
-    fault: ErrorAnswer | ModelErrorAnswer | Latency
+    fault: Fault
     delay_s: float = 0.0
     call: CallFacts | None = field(default=None, compare=False)
 
@@ -61,8 +73,20 @@ class Fired:
             return f"{fault.code} ({fault.status})"
         if isinstance(fault, ModelErrorAnswer):
             return f"ModelError (the container answered {fault.status})"
-        part = "the model's part" if fault.on_model else "the call"
-        return f"{self.delay_s * 1e3:.0f} ms more on {part}"
+        if isinstance(fault, Latency):
+            part = "the model's part" if fault.on_model else "the call"
+            return f"{self.delay_s * 1e3:.0f} ms more on {part}"
+        if isinstance(fault, LoadFault):
+            if fault.fail is not None:
+                return f"a failed load ({fault.fail})"
+            if fault.delay_s:
+                return f"a load {fault.delay_s:g} s longer"
+            return "a load out of memory" if fault.out_of_memory else "a full disk at the load"
+        if isinstance(fault, DownloadFault):
+            return (f"a download {'stalled' if fault.stall else 'broken'} after "
+                    f"{fault.after_bytes} bytes")
+        return "the instance's Triton killed" if fault.kill else \
+            f"the instance's Triton stopped for {fault.hang_s:g} s"
 
 
 # Told of every injected fault (the live page's history, through the composition root).
@@ -118,10 +142,18 @@ class FaultTable:
         # Spent and expired rules stay listed; once none is in force the fast path skips them.
         self.armed = any(a.state(now) == "active" for a in self._rules.values())
 
-    def draw(self, call: CallFacts) -> Fired | None:
-        """The fault that fires for this call, if any (counted, logged, told)."""
+    def in_force(self, rule_id: str) -> bool:
+        """Whether the rule is still active (a stalled download waits on this)."""
         with self._lock:
-            fired = self._draw(call, self._monotonic())
+            active = self._rules.get(rule_id)
+            return active is not None and active.state(self._monotonic()) == "active"
+
+    def draw(self, call: CallFacts, stage: str = "call") -> Fired | None:
+        """The fault that fires for this call at ``stage`` (``call``: its answer and its
+        instance; ``load`` and ``download``: the model's load and download it needs), if any
+        (counted, logged, told)."""
+        with self._lock:
+            fired = self._draw(call, stage, self._monotonic())
         if fired is not None:
             log.info("fault=%s injected %s service=%s operation=%s endpoint=%s target=%s",
                      fired.rule_id, fired.describe(), call.service, call.operation,
@@ -130,11 +162,12 @@ class FaultTable:
                 listener(fired)
         return fired
 
-    def _draw(self, call: CallFacts, now: float) -> Fired | None:
+    def _draw(self, call: CallFacts, stage: str, now: float) -> Fired | None:
         fired: Fired | None = None
         for active in self._rules.values():
             rule = active.rule
-            if active.state(now) != "active" or not rule.match.covers(call):
+            if active.state(now) != "active" or stage_of(rule.fault) != stage \
+                    or not rule.match.covers(call):
                 continue
             active.matched += 1
             if rule.probability < 1 and active.rng.random() >= rule.probability:
@@ -145,6 +178,22 @@ class FaultTable:
             break
         self._rearm(now)
         return fired
+
+
+class UnitFaults:
+    """The rules as one serving unit's model manager asks them, for the loads and downloads a
+    call of ``target`` needs on that unit (an instance of a variant, or a copy)."""
+
+    def __init__(self, table: FaultTable, endpoint: str, variant: str, unit: str) -> None:
+        self.table = table
+        self._names = (endpoint, variant, unit)
+
+    def draw(self, target: str | None, stage: str) -> Fired | None:
+        if not self.table.armed:
+            return None
+        endpoint, variant, unit = self._names
+        return self.table.draw(CallFacts(RUNTIME, INVOKE, endpoint, variant, unit, target or None),
+                               stage)
 
 
 async def error_unless_clear(faults: FaultTable | None, call: CallFacts) -> ErrorAnswer | None:

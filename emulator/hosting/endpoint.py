@@ -25,8 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.contract import runtime, runtime_errors
-from emulator.faults.rules import INVOKE, RUNTIME, CallFacts, ErrorAnswer, ModelErrorAnswer
+from emulator.faults.rules import (
+    INVOKE,
+    RUNTIME,
+    CallFacts,
+    ErrorAnswer,
+    InstanceFault,
+    Latency,
+    ModelErrorAnswer,
+)
 from emulator.faults.table import FaultTable
+from emulator.hosting import instance_faults
 from emulator.hosting.call_record import CallRecord
 from emulator.hosting.instance import ContainerAnswer
 from emulator.hosting.multi_container import check_container_hostname
@@ -300,6 +309,11 @@ class Endpoint:
             raise runtime_errors.model_error(
                 fault.status, fault.message, self.name, self._region, self._account,
                 runtime_errors.log_stream_arn(self._region, self._account, self.name))
+        if isinstance(fault, InstanceFault):  # its Triton crashes or hangs under the call
+            instance_faults.apply(fault, unit, unit.id)
+            return await unit.invoke(request, target, started, self._timeout_s)
+        if not isinstance(fault, Latency):  # a load or a download: drawn where they happen
+            return await unit.invoke(request, target, started, self._timeout_s)
         await asyncio.sleep(fired.delay_s)
         answer = await unit.invoke(request, target, started, self._timeout_s)
         if fault.on_model:  # the model's part took longer: ModelLatency moves, not overhead

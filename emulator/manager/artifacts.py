@@ -19,8 +19,11 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any, cast
 
+from emulator.faults.rules import DownloadFault
 from emulator.manager import failures
 from emulator.manager.events import Events, log
 from emulator.manager.extract import ArchiveTooLarge, extract_archive, extract_stream, tree_size
@@ -29,6 +32,51 @@ from emulator.manager.lru import DoesNotFit, LruIndex
 from emulator.manager.records import ModelLoadFailed, ModelRecord, ModelState, Records
 from emulator.manager.sources import ModelSource
 from emulator.metrics import InstanceMetrics
+
+# How often a stalled download looks whether its fault rule is still in force.
+STALL_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class InjectedDownload:
+    """A fault rule's download: broken (a connection reset) or stalled after so many bytes;
+    a stall lasts while ``in_force()`` (the rule removed or expired: the download goes on)."""
+
+    fault: DownloadFault
+    in_force: Callable[[], bool]
+
+    def reached(self) -> None:
+        """At ``fault.after_bytes``: raise the reset, or wait out the stall (in a thread)."""
+        if not self.fault.stall:
+            raise StoreUnavailable(f"connection reset by peer after {self.fault.after_bytes} "
+                                   "bytes")
+        while self.in_force():
+            time.sleep(STALL_POLL_S)
+
+
+class _FaultyStream:
+    """A store's object stream that meets its injected download fault at its byte."""
+
+    def __init__(self, stream: IO[bytes], injected: InjectedDownload) -> None:
+        self._stream = stream
+        self._injected = injected
+        self._read = 0
+        self._met = False
+
+    def read(self, size: int = -1) -> bytes:
+        if self._met:
+            return self._stream.read(size)
+        left = self._injected.fault.after_bytes - self._read
+        if left <= 0:
+            self._injected.reached()  # raises, or returns once the stall is over
+            self._met = True
+            return self._stream.read(size)
+        chunk = self._stream.read(left if size < 0 else min(size, left))
+        self._read += len(chunk)
+        return chunk
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 class ArtifactCache:
@@ -64,11 +112,13 @@ class ArtifactCache:
 
     # --- bringing an artifact in ------------------------------------------------------------
 
-    async def download(self, record: ModelRecord, stream: bool) -> None:
+    async def download(self, record: ModelRecord, stream: bool,
+                       fault: InjectedDownload | None = None) -> None:
         """Download and extract ``record``'s object; then make room on disk for it.
 
         ``stream``: extract as it arrives (``open`` + ``extract_stream``); else copy the archive
-        to disk, then extract it (``mme bench coldstart`` measures both).
+        to disk, then extract it (``mme bench coldstart`` measures both). ``fault``: a fault
+        rule's broken or stalled download.
         """
         record.state = ModelState.DOWNLOADING
         self.events.emit("downloading", record.target)
@@ -85,10 +135,12 @@ class ArtifactCache:
                 await asyncio.to_thread(shutil.rmtree, destination)
             if stream:
                 record.version = await asyncio.to_thread(
-                    self._stream_in, record.target or None, destination / "model", limit)
+                    self._stream_in, record.target or None, destination / "model", limit, fault)
             else:
                 record.version = await asyncio.to_thread(self._store_version, record.target)
                 await asyncio.to_thread(self.source.fetch, record.target or None, archive)
+                if fault is not None:  # the archive copied whole: the fault meets it at its end
+                    await asyncio.to_thread(fault.reached)
                 step = "extracting"
                 await asyncio.to_thread(extract_archive, archive, destination / "model", limit)
         except BaseException as exc:
@@ -111,8 +163,8 @@ class ArtifactCache:
         self.events.emit("downloaded", record.target, seconds=elapsed, size=record.size)
         await self._make_room(record)
 
-    def _stream_in(self, target: str | None, destination: Path,
-                   limit: int | None) -> str | None:
+    def _stream_in(self, target: str | None, destination: Path, limit: int | None,
+                   fault: InjectedDownload | None = None) -> str | None:
         """Extract the object while it downloads: no ``.tar.gz`` on disk, no wait between steps.
 
         The temporary folder sits in the artifacts folder as ``.download-<key>-*`` until the
@@ -120,7 +172,9 @@ class ArtifactCache:
         Returns the version of the object read (``sources``), when the store says it.
         """
         with self.source.open(target) as stream:
-            extract_stream(stream, destination, limit, staging_parent=self.dir,
+            faulty = stream if fault is None else cast(IO[bytes], _FaultyStream(stream, fault))
+            extract_stream(faulty,
+                           destination, limit, staging_parent=self.dir,
                            staging_prefix=f".download-{destination.parent.name}-")
             version = getattr(stream, "version", None)
         return version if isinstance(version, str) else None

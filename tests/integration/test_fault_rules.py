@@ -29,6 +29,8 @@ pytest_plugins = ["pytester"]
 
 ENDPOINT = "local"
 X = [1.0, 2.0, 3.0, 4.0]
+# The module's server: a short invocation timeout, so a stalled download's call gives up soon.
+INVOCATION_TIMEOUT_S = 4.0
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +38,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]
     root = tmp_path_factory.mktemp("fault-rules")
     store = root / "store"
     store.mkdir()
-    for name, scale in (("a", 2.0), ("b", 3.0)):
+    # a and b are loaded by the fixture; the others are loaded first by a test of a load fault.
+    for name, scale in (("a", 2.0), ("b", 3.0), ("c", 4.0), ("d", 5.0), ("e", 6.0), ("f", 7.0),
+                        ("g", 8.0)):
         package(write_scale_model(root / "work" / name, "scale", scale), store / f"{name}.tar.gz",
                 "folder")
     with EmulatorServer(Settings.from_env(env={}, cache_dir=root / "cache", port=0,
-                                          model_data=str(store))) as served:
+                                          model_data=str(store),
+                                          invocation_timeout_s=INVOCATION_TIMEOUT_S)) as served:
         for target in ("a.tar.gz", "b.tar.gz"):  # both loaded: every test's calls are hits
             _invoke(runtime_client(served.url), target)
         yield served
@@ -220,7 +225,10 @@ def test_the_control_plane_and_autoscaling_answer_injected_errors_as_aws_shapes_
     ({"match": {"operation": "DescribeEndpoint"}, "fault": {"model_error": {"status": 500}}},
      "applies to InvokeEndpoint only"),
     ({"match": {"target_model": "a[.tar.gz"}, "fault": {"latency_ms": 5}}, "is not a glob"),
-    ({"fault": {"instance": "kill"}}, "cannot be injected by this version"),
+    ({"fault": {"capacity": "insufficient"}}, "cannot be injected by this version"),
+    ({"fault": {"load": {"delay_s": -1}}}, "delay_s must be above 0"),
+    ({"fault": {"download": {"break_after_bytes": "x"}}}, "is a number of bytes"),
+    ({"fault": {"instance": "reboot"}}, 'fault.instance is "kill"'),
     ({"fault": {"latency_ms": 5}, "probability": 0}, "probability must be above 0"),
     ({"fault": {"latency_ms": {"p50": 50, "p99": 10}}}, "p99 at least p50"),
     ({"fault": {"error": "ThrottlingException"}, "when": "now"}, "the rule has no field 'when'"),
@@ -271,10 +279,145 @@ def test_the_plugins_fixture_removes_its_rules_after_a_failing_test(
 
 
 def test_a_rule_stops_at_its_expiry(server: EmulatorServer, faults: FaultRules) -> None:
+    # Long enough for one warm call on a busy machine; the test then waits it out.
     faults.add({"error": "ThrottlingException"}, match={"target_model": "a.tar.gz"},
-               expires_in_s=0.5)
+               expires_in_s=5)
     client = runtime_client(server.url)
     with pytest.raises(ClientError):
         _invoke(client, "a.tar.gz")
     wait_for(lambda: faults.rules()[0]["state"] == "expired", 30, "the rule to expire")
     assert _invoke(client, "a.tar.gz")["Values"] == [2.0, 4.0, 6.0, 8.0]
+
+
+def _model_error(client: Any, target: str) -> dict[str, Any]:
+    with pytest.raises(ClientError) as raised:
+        _invoke(client, target)
+    response: dict[str, Any] = raised.value.response
+    assert response["Error"]["Code"] == "ModelError", response
+    return response
+
+
+def test_a_load_that_fails_answers_as_tritons_refusal_and_loads_once_removed(
+        server: EmulatorServer, faults: FaultRules) -> None:
+    client = runtime_client(server.url)
+    rule = faults.add({"load": {"fail": "CUDA driver version is insufficient"}},
+                      match={"target_model": "c.tar.gz"})
+    error = _model_error(client, "c.tar.gz")
+    assert error["OriginalStatusCode"] == 400
+    assert "CUDA driver version is insufficient" in error["OriginalMessage"]
+    assert faults.fired(rule) == 1
+    events = get_json(f"{server.url}/_emulator/page/state")["Events"]
+    assert any(e["model"] == "c.tar.gz" and e["step"] == "failed" for e in events)
+    faults.remove(rule)
+    assert _invoke(client, "c.tar.gz")["Values"] == [4.0, 8.0, 12.0, 16.0]
+
+
+@pytest.mark.parametrize(("fault", "target", "said"), [
+    ("out_of_memory", "d.tar.gz", "out of memory"),
+    ("disk_full", "e.tar.gz", "no space left on the disk"),
+])
+def test_a_load_out_of_memory_or_on_a_full_disk_is_the_containers_507(
+        server: EmulatorServer, faults: FaultRules, fault: str, target: str, said: str) -> None:
+    client = runtime_client(server.url)
+    faults.add({"load": fault}, match={"target_model": target}, count=1)
+    error = _model_error(client, target)
+    assert error["OriginalStatusCode"] == 507 and said in error["OriginalMessage"], error
+    assert _invoke(client, target)["ResponseMetadata"]["HTTPStatusCode"] == 200  # spent
+
+
+def test_a_download_broken_midway_is_the_stores_503_and_the_next_call_downloads_it(
+        server: EmulatorServer, faults: FaultRules) -> None:
+    client = runtime_client(server.url)
+    faults.add({"download": {"break_after_bytes": 64}}, match={"target_model": "f.tar.gz"},
+               count=1)
+    error = _model_error(client, "f.tar.gz")
+    assert error["OriginalStatusCode"] == 503
+    assert "connection reset by peer after 64 bytes" in error["OriginalMessage"]
+    assert _invoke(client, "f.tar.gz")["Values"] == [7.0, 14.0, 21.0, 28.0]
+
+
+def test_a_stalled_download_is_not_ready_until_the_rule_goes(
+        server: EmulatorServer, faults: FaultRules) -> None:
+    client = runtime_client(server.url)
+    rule = faults.add({"download": {"stall_after_bytes": 64}}, match={"target_model": "g.tar.gz"})
+    with pytest.raises(ClientError) as raised:  # waits out the invocation timeout
+        _invoke(client, "g.tar.gz")
+    assert raised.value.response["Error"]["Code"] == "ModelNotReadyException"
+    assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 429
+    state = get_json(f"{server.url}/_emulator/models")["Endpoints"][ENDPOINT]["Models"]
+    assert {m["TargetModel"]: m["State"] for m in state}.get("g.tar.gz") == "downloading"
+    faults.remove(rule)  # the download goes on from where it stalled
+    assert wait_for(lambda: _ready(client, "g.tar.gz"), 60, "g.tar.gz to load") == [
+        8.0, 16.0, 24.0, 32.0]
+
+
+def _ready(client: Any, target: str) -> list[float] | None:
+    try:
+        values: list[float] = _invoke(client, target)["Values"]
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ModelNotReadyException":
+            raise
+        return None
+    return values
+
+
+def test_a_slower_load_answers_later(server: EmulatorServer, faults: FaultRules) -> None:
+    client = runtime_client(server.url)
+    faults.add({"load": {"delay_s": 1.5}}, match={"target_model": "b.tar.gz"})
+    faults.add({"error": "InternalFailure"}, match={"operation": "DeleteEndpoint"})  # unused
+    get_json(f"{server.url}/_emulator/models")
+    urllib.request.urlopen(urllib.request.Request(
+        f"{server.url}/_emulator/endpoints/{ENDPOINT}/models/b.tar.gz/unload", method="POST"))
+    started = time.monotonic()
+    answer = _invoke(client, "b.tar.gz")  # a cold load again, 1.5 s longer
+    assert time.monotonic() - started >= 1.5
+    assert answer["ResponseMetadata"]["HTTPHeaders"]["x-mme-model-cache-hit"] == "0"
+
+
+def test_an_instance_killed_under_a_call_fails_it_and_its_triton_comes_back(
+        start_emulator: Any, store: Any, tmp_path: Any) -> None:
+    package(write_scale_model(tmp_path / "work", "scale", 2.0), store / "a.tar.gz", "folder")
+    own = start_emulator(model_data=str(store))
+    client = runtime_client(own.url)
+    _invoke(client, "a.tar.gz")
+    triton = _triton_pid(own)
+    faults = FaultRules(own.url)
+    faults.add({"instance": "kill"}, match={"instance": "i-1"}, count=1)
+    with pytest.raises(ClientError) as raised:
+        _invoke(client, "a.tar.gz")
+    assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] >= 400
+    # The watchdog starts a new Triton; the model loads again on the next call.
+    assert wait_for(lambda: _ready_or_failed(client, "a.tar.gz"), 120,
+                    "a.tar.gz served again") == [2.0, 4.0, 6.0, 8.0]
+    assert _triton_pid(own) != triton
+
+
+def test_an_instance_hung_holds_its_calls_until_it_resumes(
+        start_emulator: Any, store: Any, tmp_path: Any) -> None:
+    package(write_scale_model(tmp_path / "work", "scale", 2.0), store / "a.tar.gz", "folder")
+    own = start_emulator(model_data=str(store))
+    client = runtime_client(own.url)
+    _invoke(client, "a.tar.gz")
+    triton = _triton_pid(own)
+    FaultRules(own.url).add({"instance": {"hang_s": 2}}, count=1)
+    started = time.monotonic()
+    assert _invoke(client, "a.tar.gz")["Values"] == [2.0, 4.0, 6.0, 8.0]
+    assert time.monotonic() - started >= 2  # held while its Triton was stopped
+    assert _triton_pid(own) == triton  # resumed, not replaced
+
+
+def _triton_pid(server: EmulatorServer) -> int:
+    from emulator.hosting.instance_faults import triton_pid
+
+    (instance,) = server.app.state.registry.get(ENDPOINT).instances
+    pid = triton_pid(instance)
+    assert pid is not None
+    return pid
+
+
+def _ready_or_failed(client: Any, target: str) -> list[float] | None:
+    try:
+        values: list[float] = _invoke(client, target)["Values"]
+    except ClientError:
+        return None
+    return values

@@ -1,0 +1,61 @@
+"""A fault rule's instance fault (``{"instance": "kill"}``, ``{"instance": {"hang_s": N}}``): the
+Triton of the unit that would answer the call is killed (SIGKILL: the watchdog restarts it, as
+SageMaker replaces a container that crashed) or stopped for a while (SIGSTOP, then SIGCONT: a
+container that hangs; the calls it holds wait, up to the invocation timeout).
+
+The process is the embedded Triton, or the docker launcher's container's first process. A unit
+with no process of its own here (an external Triton) is left alone, and the log says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from pathlib import Path
+
+from emulator.faults.rules import InstanceFault
+
+log = logging.getLogger(__name__)
+
+
+def triton_pid(unit: object) -> int | None:
+    """The process of ``unit``'s Triton on this machine, if it has one."""
+    launcher = getattr(unit, "launcher", None)
+    for name in ("pid", "container_pid"):  # embedded, docker
+        pid = getattr(launcher, name, None)
+        if isinstance(pid, int) and pid > 0:
+            return pid
+    return None
+
+
+def _started(pid: int) -> str | None:
+    """The process's start time in clock ticks: a pid reused since is another process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def apply(fault: InstanceFault, unit: object, unit_id: str) -> None:
+    pid = triton_pid(unit)
+    if pid is None:
+        log.warning("instance=%s fault=instance outcome=skipped reason=\"no Triton process of "
+                    "its own on this machine (an external Triton)\"", unit_id)
+        return
+    if fault.kill:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return
+    started = _started(pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGSTOP)
+
+    def resume() -> None:
+        if started is not None and _started(pid) == started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    asyncio.get_running_loop().call_later(fault.hang_s, resume)
