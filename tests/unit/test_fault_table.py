@@ -126,3 +126,23 @@ def test_listeners_are_told_of_each_injection() -> None:
     table.add(parse_rule({"fault": {"latency_ms": 250}}))
     table.draw(INVOKE)
     assert told == ["250 ms more on the call"]
+
+
+def test_faults_on_the_model_and_the_instance_are_drawn_where_they_act() -> None:
+    from emulator.faults.rules import DownloadFault, InstanceFault, LoadFault, stage_of
+
+    load = parse_rule({"fault": {"load": {"fail": "no"}}})
+    download = parse_rule({"fault": {"download": {"stall_after_bytes": 10}}})
+    kill = parse_rule({"fault": {"instance": "kill"}})
+    assert (load.fault, download.fault, kill.fault) == (
+        LoadFault(fail="no"), DownloadFault(10, stall=True), InstanceFault(kill=True))
+    assert [stage_of(r.fault) for r in (load, download, kill)] == ["load", "download", "call"]
+    assert load.match.operation == "InvokeEndpoint"  # the call that needs the load
+    table = FaultTable()
+    for rule in (load, download, kill):
+        table.add(rule)
+    assert table.draw(INVOKE).fault == kill.fault  # an answer's draw skips the load's rules
+    assert table.draw(INVOKE, "load").fault == load.fault
+    assert table.draw(INVOKE, "download").fault == download.fault
+    with pytest.raises(RuleError, match="applies to InvokeEndpoint only"):
+        parse_rule({"match": {"operation": "DescribeEndpoint"}, "fault": {"load": "disk_full"}})
