@@ -27,6 +27,7 @@ Faults (docs/faults.md):
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
 import random
@@ -198,6 +199,8 @@ def parse_rule(data: Any) -> FaultRule:
     _no_unknown(data, RULE_FIELDS, "the rule")
     match = _parse_match(data.get("match", {}))
     fault = _parse_fault(data.get("fault"), match)
+    if _invoke_only(fault):
+        match = dataclasses.replace(match, service=RUNTIME, operation=INVOKE)  # its only call
     probability = _number(data.get("probability", 1.0), "probability")
     if not 0 < probability <= 1:
         raise RuleError(f"probability must be above 0 and at most 1 (got {probability}).")
@@ -214,6 +217,14 @@ def parse_rule(data: Any) -> FaultRule:
         raise RuleError(f"seed must be a whole number (got {seed!r}).")
     return FaultRule(match, fault, probability, count,
                      None if expires is None else float(expires), seed, data)
+
+
+def _invoke_only(fault: Fault) -> bool:
+    """A fault only InvokeEndpoint meets: a container's error, the model's latency, its load,
+    its download, its instance."""
+    if isinstance(fault, Latency):
+        return fault.on_model
+    return not isinstance(fault, ErrorAnswer)
 
 
 def _no_unknown(data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
