@@ -22,7 +22,10 @@ Faults (docs/faults.md):
 - ``{"download": {"break_after_bytes": N}}`` / ``{"stall_after_bytes": N}``: the model's
   download breaks there (a connection reset), or stalls there while the rule is in force;
 - ``{"instance": "kill"}`` / ``{"instance": {"hang_s": 10}}``: the instance that would answer
-  the call has its Triton killed, or stopped for that long, before the call reaches it.
+  the call has its Triton killed, or stopped for that long, before the call reaches it;
+- ``{"capacity": "insufficient"}`` / ``{"capacity": {"slow_start_s": 60}}``: instances added to
+  a variant (CreateEndpoint, a deployment's new fleet, a scale-out) cannot be provisioned, or
+  start that much later; matched by endpoint and variant only.
 """
 
 from __future__ import annotations
@@ -47,11 +50,14 @@ INVOKE_ONLY = ("variant", "instance", "target_model", "inference_component")
 MATCH_FIELDS = ("endpoint", *INVOKE_ONLY, "service", "operation")
 RULE_FIELDS = ("match", "fault", "probability", "count", "expires_in_s", "seed")
 FAULT_KINDS = ("error", "model_error", "latency_ms", "model_latency_ms", "load", "download",
-               "instance")
+               "instance", "capacity")
 # Kinds that act on the model or the instance behind an InvokeEndpoint, not on its answer alone.
 INVOKE_ONLY_KINDS = ("model_error", "model_latency_ms", "load", "download", "instance")
+# A capacity fault meets instances being added, whatever call or engine adds them: it matches
+# by the variant they are added to only.
+CAPACITY_MATCH = ("endpoint", "variant")
 # Kinds a later version may inject; named so that a rule asking for one is told so.
-NOT_YET = ("capacity",)
+NOT_YET: tuple[str, ...] = ()
 _Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
 # Errors any call of a service may answer besides its operation's own (AWS's common errors),
@@ -172,9 +178,20 @@ class InstanceFault:
     hang_s: float = 0.0
 
 
-Fault = ErrorAnswer | ModelErrorAnswer | Latency | LoadFault | DownloadFault | InstanceFault
-# Where a fault acts: on the call ("call"), on the load it needs, on the download it needs.
-STAGES = {LoadFault: "load", DownloadFault: "download"}
+@dataclass(frozen=True, slots=True)
+class CapacityFault:
+    """Instances added to a variant (CreateEndpoint, a deployment's new fleet, a scale-out):
+    none can be provisioned (``insufficient``), or they start ``slow_start_s`` later."""
+
+    insufficient: bool
+    slow_start_s: float = 0.0
+
+
+Fault = (ErrorAnswer | ModelErrorAnswer | Latency | LoadFault | DownloadFault | InstanceFault
+         | CapacityFault)
+# Where a fault acts: on the call ("call"), on the load it needs, on the download it needs, on
+# instances being added.
+STAGES = {LoadFault: "load", DownloadFault: "download", CapacityFault: "capacity"}
 
 
 def stage_of(fault: Fault) -> str:
@@ -197,10 +214,19 @@ def parse_rule(data: Any) -> FaultRule:
     if not isinstance(data, dict):
         raise RuleError('A fault rule is a JSON object: {"match": {...}, "fault": {...}}.')
     _no_unknown(data, RULE_FIELDS, "the rule")
+    fault_data = data.get("fault")
+    if isinstance(fault_data, dict) and list(fault_data) == ["capacity"]:
+        return _finish(data, _capacity_match(data.get("match", {})),
+                       _capacity(fault_data["capacity"]))
     match = _parse_match(data.get("match", {}))
-    fault = _parse_fault(data.get("fault"), match)
+    fault = _parse_fault(fault_data, match)
     if _invoke_only(fault):
         match = dataclasses.replace(match, service=RUNTIME, operation=INVOKE)  # its only call
+    return _finish(data, match, fault)
+
+
+def _finish(data: dict[str, Any], match: Match, fault: Fault) -> FaultRule:
+    """The rule with when it fires: probability, count, expiry, seed."""
     probability = _number(data.get("probability", 1.0), "probability")
     if not 0 < probability <= 1:
         raise RuleError(f"probability must be above 0 and at most 1 (got {probability}).")
@@ -219,12 +245,35 @@ def parse_rule(data: Any) -> FaultRule:
                      None if expires is None else float(expires), seed, data)
 
 
+def _capacity_match(data: Any) -> Match:
+    if not isinstance(data, dict):
+        raise RuleError(f"match is a JSON object; a capacity fault matches by "
+                        f"{' and '.join(CAPACITY_MATCH)}.")
+    _no_unknown(data, CAPACITY_MATCH, "match of a capacity fault (it meets instances being "
+                                      "added, whatever adds them)")
+    for name, value in data.items():
+        if not isinstance(value, str) or not value:
+            raise RuleError(f"match.{name} must be a non-empty string (got {value!r}).")
+    return Match(endpoint=data.get("endpoint"), variant=data.get("variant"))
+
+
+def _capacity(value: Any) -> CapacityFault:
+    if value == "insufficient":
+        return CapacityFault(insufficient=True)
+    if isinstance(value, dict) and set(value) == {"slow_start_s"}:
+        slow = _number(value["slow_start_s"], "fault.capacity.slow_start_s")
+        if slow <= 0:
+            raise RuleError(f"fault.capacity.slow_start_s must be above 0 (got {slow}).")
+        return CapacityFault(insufficient=False, slow_start_s=slow)
+    raise RuleError('fault.capacity is "insufficient" or {"slow_start_s": 60}.')
+
+
 def _invoke_only(fault: Fault) -> bool:
     """A fault only InvokeEndpoint meets: a container's error, the model's latency, its load,
     its download, its instance."""
     if isinstance(fault, Latency):
         return fault.on_model
-    return not isinstance(fault, ErrorAnswer)
+    return not isinstance(fault, (ErrorAnswer, CapacityFault))
 
 
 def _no_unknown(data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:

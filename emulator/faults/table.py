@@ -27,6 +27,7 @@ from emulator.faults.rules import (
     INVOKE,
     RUNTIME,
     CallFacts,
+    CapacityFault,
     DownloadFault,
     ErrorAnswer,
     Fault,
@@ -85,6 +86,9 @@ class Fired:
         if isinstance(fault, DownloadFault):
             return (f"a download {'stalled' if fault.stall else 'broken'} after "
                     f"{fault.after_bytes} bytes")
+        if isinstance(fault, CapacityFault):
+            return "no capacity for the instances added" if fault.insufficient else \
+                f"instances added {fault.slow_start_s:g} s later"
         return "the instance's Triton killed" if fault.kill else \
             f"the instance's Triton stopped for {fault.hang_s:g} s"
 

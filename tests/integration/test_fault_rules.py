@@ -15,12 +15,13 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, WaiterError
 
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from harness.faults import FaultRuleRefused, FaultRules
 from tests.client_support import DUMMY_CREDENTIALS, cloudwatch_call, runtime_client
+from tests.integration.test_deployments import ROLE
 from tests.prometheus_support import get_json
 from tests.support import output_of, package, scale_request, wait_for, write_scale_model
 
@@ -225,7 +226,9 @@ def test_the_control_plane_and_autoscaling_answer_injected_errors_as_aws_shapes_
     ({"match": {"operation": "DescribeEndpoint"}, "fault": {"model_error": {"status": 500}}},
      "applies to InvokeEndpoint only"),
     ({"match": {"target_model": "a[.tar.gz"}, "fault": {"latency_ms": 5}}, "is not a glob"),
-    ({"fault": {"capacity": "insufficient"}}, "cannot be injected by this version"),
+    ({"match": {"target_model": "a.tar.gz"}, "fault": {"capacity": "insufficient"}},
+     "match of a capacity fault (it meets instances being added, whatever adds them) has no "
+     "field 'target_model'"),
     ({"fault": {"load": {"delay_s": -1}}}, "delay_s must be above 0"),
     ({"fault": {"download": {"break_after_bytes": "x"}}}, "is a number of bytes"),
     ({"fault": {"instance": "reboot"}}, 'fault.instance is "kill"'),
@@ -421,3 +424,50 @@ def _ready_or_failed(client: Any, target: str) -> list[float] | None:
     except ClientError:
         return None
     return values
+
+
+def _endpoint_of_store(server: EmulatorServer, name: str, store: Any) -> Any:
+    sagemaker = boto3.client("sagemaker", endpoint_url=server.url,
+                             config=Config(retries={"max_attempts": 1}), **DUMMY_CREDENTIALS)
+    sagemaker.create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer={
+        "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": store.as_uri() + "/"})
+    sagemaker.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": name, "InstanceType": "ml.m5.large",
+        "InitialInstanceCount": 1}])
+    return sagemaker
+
+
+def test_no_capacity_fails_a_create_and_keeps_a_scale_out_from_happening(
+        server: EmulatorServer, faults: FaultRules, tmp_path: Any) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    package(write_scale_model(tmp_path / "work", "scale", 2.0), store / "a.tar.gz", "folder")
+    sagemaker = _endpoint_of_store(server, "capacity", store)
+    faults.add({"capacity": "insufficient"}, match={"endpoint": "capacity"}, count=1)
+    sagemaker.create_endpoint(EndpointName="capacity", EndpointConfigName="capacity")
+    with pytest.raises(WaiterError):
+        sagemaker.get_waiter("endpoint_in_service").wait(
+            EndpointName="capacity", WaiterConfig={"Delay": 0.2, "MaxAttempts": 300})
+    described = sagemaker.describe_endpoint(EndpointName="capacity")
+    assert described["EndpointStatus"] == "Failed"
+    assert described["FailureReason"] == ("Unable to provision requested ML compute capacity. "
+                                          "Please retry using a different ML instance type.")
+    sagemaker.delete_endpoint(EndpointName="capacity")
+    wait_for(lambda: not sagemaker.list_endpoints(NameContains="capacity")["Endpoints"], 60,
+             "the failed endpoint deleted")
+
+    # Created once the rule is spent; then a scale-out meets no capacity and changes nothing.
+    sagemaker.create_endpoint(EndpointName="capacity", EndpointConfigName="capacity")
+    sagemaker.get_waiter("endpoint_in_service").wait(
+        EndpointName="capacity", WaiterConfig={"Delay": 0.2, "MaxAttempts": 600})
+    faults.add({"capacity": "insufficient"}, match={"endpoint": "capacity",
+                                                    "variant": "AllTraffic"})
+    sagemaker.update_endpoint_weights_and_capacities(
+        EndpointName="capacity", DesiredWeightsAndCapacities=[
+            {"VariantName": "AllTraffic", "DesiredInstanceCount": 2}])
+    described = wait_for(lambda: (lambda d: d if d["EndpointStatus"] == "InService" else None)(
+        sagemaker.describe_endpoint(EndpointName="capacity")), 120, "the scale-out's end")
+    assert described["FailureReason"].startswith("Unable to provision requested ML compute")
+    (variant,) = described["ProductionVariants"]
+    assert variant["CurrentInstanceCount"] == 1
+    sagemaker.delete_endpoint(EndpointName="capacity")
