@@ -18,7 +18,7 @@ import asyncio
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
@@ -111,6 +111,19 @@ class ArtifactCache:
         return max(capacity - self.index.unevictable_bytes(wanted | {record.target}), 0)
 
     # --- bringing an artifact in ------------------------------------------------------------
+
+    async def bring_to_disk(self, record: ModelRecord, stream: bool,
+                            leaving: Iterable[asyncio.Task[None]],
+                            fault: InjectedDownload | None = None) -> None:
+        """Download ``record`` unless its files are here. ``leaving``: the unloads under way."""
+        if record.artifact_dir is not None and record.artifact_dir.is_dir():
+            return
+        leaving = list(leaving)
+        if self.index.capacity_bytes is not None and leaving:
+            # A victim still leaving Triton (a load overlapped its teardown) holds its files
+            # until it is gone; under a disk budget they may be the room this download needs.
+            await asyncio.gather(*map(asyncio.shield, leaving), return_exceptions=True)
+        await self.download(record, stream, fault)
 
     async def download(self, record: ModelRecord, stream: bool,
                        fault: InjectedDownload | None = None) -> None:

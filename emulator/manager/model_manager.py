@@ -67,10 +67,9 @@ from pathlib import Path
 from typing import Any
 
 from emulator.contract.body import Body
-from emulator.faults.rules import DownloadFault, LoadFault
-from emulator.faults.table import Fired, UnitFaults
-from emulator.manager import failures
-from emulator.manager.artifacts import ArtifactCache, InjectedDownload
+from emulator.faults.table import UnitFaults
+from emulator.manager import failures, injected
+from emulator.manager.artifacts import ArtifactCache
 from emulator.manager.events import Events, ModelObserver, log
 from emulator.manager.memory import ModelMemory
 from emulator.manager.records import (
@@ -92,7 +91,7 @@ from emulator.manager.triton_side import (
 )
 from emulator.manager.usage import Usage, describe, usage_of
 from emulator.metrics import InstanceMetrics
-from emulator.triton.client import TritonClient, TritonError, TritonResponse
+from emulator.triton.client import TritonClient, TritonResponse
 from emulator.triton.memory import MemoryProbe
 from emulator.triton.releases import Release
 
@@ -167,9 +166,7 @@ class ModelManager:
         # The memory past which a model process is killed (the instance type's whole memory,
         # set by an instance that watches it); None: nothing is killed, the budget is books.
         self.hard_memory_limit: int | None = None
-        # The fault rules a test put in force, as this instance's loads and downloads ask them
-        # (set by the composition root; None: never any).
-        self.faults: UnitFaults | None = None
+        self.faults: UnitFaults | None = None  # the rules its loads ask (the composition root's)
         self.records: Records = {}
         self._loads: dict[str, asyncio.Task[ModelRecord]] = {}
         self._unloads: dict[str, asyncio.Task[None]] = {}
@@ -333,20 +330,9 @@ class ModelManager:
         pending_unload = self._unloads.get(record.target)
         if pending_unload is not None:
             await asyncio.shield(pending_unload)
-        load_fault = self._fault(record, "load")
-        if load_fault is not None and load_fault.disk_full:
-            raise ModelLoadFailed(failures.INSUFFICIENT_STORAGE, failures.body(failures.disk_full(
-                record.target or "(the endpoint's model)", str(self.artifacts_dir),
-                "loading", "[Errno 28] No space left on device")))
-        if record.artifact_dir is None or not record.artifact_dir.is_dir():
-            if self.disk.capacity_bytes is not None and self._unloads:
-                # A victim still leaving Triton (a load overlapped its teardown) holds its files
-                # until it is gone; under a disk budget they may be the room this download needs.
-                await asyncio.gather(*map(asyncio.shield, list(self._unloads.values())),
-                                     return_exceptions=True)
-            fired = self.faults.draw(record.target, "download") if self.faults else None
-            await self._artifacts.download(record, stream=self.stream_downloads,
-                                           fault=self._download_fault(fired))
+        load_fault = injected.load_fault(self.faults, record, self.artifacts_dir)
+        await self._artifacts.bring_to_disk(record, self.stream_downloads, self._unloads.values(),
+                                            injected.download_fault(self.faults, record))
         await self._triton.install(record)
         try:
             tearing_down = await self._make_room(record)
@@ -359,8 +345,7 @@ class ModelManager:
         before = await self._triton.triton_bytes()
         gpu_before = await self._triton.triton_gpu_bytes() if self.gpus_available else None
         try:
-            if load_fault is not None:
-                await _loaded_as_the_fault_says(load_fault)
+            await injected.loaded_as_the_fault_says(load_fault)
             await self._triton.load(record)
         except LOAD_ERRORS as exc:
             self._memory.release(record.target)
@@ -406,16 +391,6 @@ class ModelManager:
         await self._evict_over_measured(record)
         self._memory.changed.notify()
         return record
-
-    def _fault(self, record: ModelRecord, stage: str) -> LoadFault | None:
-        fired = self.faults.draw(record.target, stage) if self.faults is not None else None
-        return fired.fault if fired is not None and isinstance(fired.fault, LoadFault) else None
-
-    def _download_fault(self, fired: Fired | None) -> InjectedDownload | None:
-        if fired is None or not isinstance(fired.fault, DownloadFault) or self.faults is None:
-            return None
-        table, rule_id = self.faults.table, fired.rule_id
-        return InjectedDownload(fired.fault, lambda: table.in_force(rule_id))
 
     async def _refuse_if_too_large(self, record: ModelRecord) -> None:
         """A model that holds more than the whole budget once loaded cannot stay: it is
@@ -587,15 +562,3 @@ class ModelManager:
     def describe(self) -> list[dict[str, Any]]:
         """Every model this manager knows, LRU order first (the page's and the API's rows)."""
         return describe(self.records, self.memory)
-
-
-async def _loaded_as_the_fault_says(fault: LoadFault) -> None:
-    """A fault rule's load: Triton's refusal (its words, or out of memory: 507), or a load that
-    takes longer. Raised as Triton's own answer, so it fails as a real refusal does."""
-    if fault.delay_s:
-        await asyncio.sleep(fault.delay_s)
-    elif fault.out_of_memory:
-        raise TritonError(400, failures.body("failed to load the model: CUDA out of memory. "
-                                             "Tried to allocate 2.00 GiB"))
-    elif fault.fail is not None:
-        raise TritonError(400, failures.body(fault.fail))
