@@ -88,7 +88,7 @@ def read_init_file(path: Path) -> InitFile:
         document = {}
     if not isinstance(document, dict):
         raise StartRefused(f"{where}: expected a mapping of sections ({', '.join(SECTIONS)}), "
-                           f"found a {type(document).__name__}")
+                           f"found a {_kind(document)}")
     unknown = sorted(str(k) for k in document if k not in SECTIONS)
     if unknown:
         raise StartRefused(f"{where}: unknown section {', '.join(unknown)}; the sections are "
@@ -98,11 +98,11 @@ def read_init_file(path: Path) -> InitFile:
         entries = document.get(section) or []
         if not isinstance(entries, list):
             raise StartRefused(f"{where}: {section} must be a list of entries, not a "
-                               f"{type(entries).__name__}")
+                               f"{_kind(entries)}")
         for index, entry in enumerate(entries):
             if not isinstance(entry, dict):
                 raise StartRefused(f"{where}: {section}[{index}] must be a mapping of the call's "
-                                   f"parameters, not a {type(entry).__name__}")
+                                   f"parameters, not a {_kind(entry)}")
             if section == "scaling":
                 _check_scaling(where, index, entry)
         sections[section] = entries
@@ -119,6 +119,13 @@ def _check_scaling(where: str, index: int, entry: Entry) -> None:
     if not isinstance(policies, list) or not all(isinstance(p, dict) for p in policies):
         raise StartRefused(f"{where}: scaling[{index}].policies must be a list of "
                            "PutScalingPolicy parameters")
+
+
+def _kind(value: object) -> str:
+    """How a YAML or JSON reader names what it found."""
+    kinds = {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "number",
+             float: "number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def _canonical(entry: Entry) -> str:
