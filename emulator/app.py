@@ -35,7 +35,9 @@ from emulator.hosting.spec import EndpointSpec, VariantSpec, single_variant
 from emulator.hosting.store_watch import StoreWatch
 from emulator.http_protocol import Answered, DirectAnswer
 from emulator.init_file import InitApplier, read_init_file
+from emulator.manager.extract import UnsafeArchive
 from emulator.manager.records import ModelLoadFailed
+from emulator.manager.repository import InvalidModelRepository
 from emulator.manager.sources import FolderSource, ObjectNotFound, source_for
 from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
@@ -126,6 +128,8 @@ async def preload(registry: EndpointRegistry, settings: Settings) -> None:
         except ObjectNotFound:
             raise StartRefused(f"--preload {target}: no such object in "
                                f"{settings.model_data}") from None
+        except (InvalidModelRepository, UnsafeArchive) as exc:  # what its calls would say
+            raise StartRefused(f"--preload {target}: {' '.join(str(exc).split())}") from None
         for instance, seconds in timings:
             log.info("preload: %s loaded on %s in %.3f s", target, instance, seconds)
 
