@@ -11,6 +11,7 @@ model (endpoint -> variants -> instances) is in ``emulator/hosting``.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -31,8 +32,14 @@ from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.hosting.factory import InstanceFactory
 from emulator.hosting.spec import EndpointSpec, VariantSpec, single_variant
+from emulator.hosting.store_watch import StoreWatch
 from emulator.http_protocol import Answered, DirectAnswer
+from emulator.init_file import InitApplier, read_init_file
+from emulator.manager.extract import UnsafeArchive
 from emulator.manager.model_manager import ModelManager
+from emulator.manager.records import ModelLoadFailed
+from emulator.manager.repository import InvalidModelRepository
+from emulator.manager.sources import FolderSource, ObjectNotFound, source_for
 from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
 from emulator.page.activities import fault_listener, scaling_listener
@@ -50,7 +57,9 @@ from emulator.routes.runtime import (
     runtime_handlers,
 )
 from emulator.routes.table import lookup
-from emulator.settings import Settings
+from emulator.settings import Settings, StartRefused
+
+log = logging.getLogger(__name__)
 
 
 class EmulatorApp(FastAPI):
@@ -109,6 +118,34 @@ class EmulatorApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
+async def preload(registry: EndpointRegistry, settings: Settings) -> None:
+    """``--preload``: each TargetModel loaded on every instance of the default endpoint."""
+    for target in settings.preload:
+        try:
+            timings = await registry.preload(settings.endpoint_name, target)
+        except ModelLoadFailed as exc:
+            raise StartRefused(f"--preload {target}: its load failed: "
+                               f"{' '.join(exc.body.split())}") from None
+        except ObjectNotFound:
+            raise StartRefused(f"--preload {target}: no such object in "
+                               f"{settings.model_data}") from None
+        except (InvalidModelRepository, UnsafeArchive) as exc:  # what its calls would say
+            raise StartRefused(f"--preload {target}: {' '.join(str(exc).split())}") from None
+        for instance, seconds in timings:
+            log.info("preload: %s loaded on %s in %.3f s", target, instance, seconds)
+
+
+def store_watch(registry: EndpointRegistry,
+                settings: Settings) -> contextlib.AbstractAsyncContextManager[None]:
+    """``--watch``: the default endpoint's folder store looked at while the app runs."""
+    source = source_for(settings.model_data) if settings.model_data else None
+    if not settings.watch or not isinstance(source, FolderSource):
+        return contextlib.nullcontext()
+    name = settings.endpoint_name
+    return StoreWatch(source, settings.watch_interval_s,
+                      lambda target: registry.store_changed(name, target)).running()
+
+
 def build_app(settings: Settings) -> EmulatorApp:
     clock = Clock(settings.clock_scale)
     metric_store = MetricStore(clock)  # every sample of the fleet, for CloudWatch
@@ -141,17 +178,28 @@ def build_app(settings: Settings) -> EmulatorApp:
                                              settings.cache_dir / "autoscaling.json")
     scaling_engine = autoscaling.ScalingEngine(scaling, metric_store, clock)
 
+    init = InitApplier(control, scaling, metrics_api, settings.cache_dir)
+
     @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if settings.model_data:
-            await registry.create(single_variant(
-                settings.endpoint_name, settings.model_data, variant_name=settings.variant_name,
-                instance_count=settings.instances))
-        await control.restore()  # endpoints created through the control plane come back
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
-            # The alarms are evaluated and the scaling engine runs while the app runs.
-            async with alarms.running(), scaling_engine.running():
+            if settings.model_data:
+                await registry.create(single_variant(
+                    settings.endpoint_name, settings.model_data,
+                    variant_name=settings.variant_name, instance_count=settings.instances))
+                await preload(registry, settings)  # --preload, before the server listens
+            await control.restore()  # endpoints created through the control plane come back
+            # --init FILE: through the APIs' own paths
+            if settings.init is not None and not await init.apply(read_init_file(settings.init)):
+                log.info("init: %s applied already; nothing changed", settings.init)
+            # The alarms are evaluated, the scaling engine runs and --watch looks at the store
+            # while the app runs.
+            async with alarms.running(), scaling_engine.running(), \
+                    store_watch(registry, settings):
                 yield
+        except StartRefused as exc:
+            app.state.start_refused = exc  # mme serve says it in one line (exit status 2)
+            raise
         finally:
             await control.aclose()
             await registry.close()

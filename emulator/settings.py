@@ -106,6 +106,15 @@ def _image_list(value: Any) -> Any:
     return value
 
 
+def _name_list(value: Any) -> Any:
+    """``MME_PRELOAD=a.tar.gz,b.tar.gz`` or repeated flags, each of which may hold commas."""
+    value = _blank_is_none(value)
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else list(value)
+    return [name.strip() for item in items for name in str(item).split(",") if name.strip()]
+
+
 def _checked_images(value: list[str]) -> list[str]:
     parse_image_mappings(value)
     return value
@@ -159,6 +168,7 @@ class Flag:
     env_only: bool = False  # no flag (rarely changed); still an ``MME_*`` variable
     repeatable: bool = False  # given once per value; the variable separates values with ``:``
     separator: str = ":"  # what separates a repeatable variable's values (image URIs hold ``:``)
+    switch: bool = False  # a flag without a value (``--watch``); its variable is ``true``/``false``
 
 
 def _default_cache_dir() -> Path:
@@ -209,6 +219,16 @@ class Settings(BaseSettings):
 
     model_data: Annotated[str | None, Flag(default_text="none")] = None
     """model store: a folder or `s3://bucket/prefix/` (TargetModel is an object path under it); without it, create endpoints through the control plane"""  # noqa: E501
+    watch: Annotated[bool, Flag(switch=True, default_text="off")] = False
+    """the `--model-data` folder is watched: a changed tarball or model folder (config.pbtxt, model.py, a new version folder) is served from its TargetModel's next call, the old version until then; other models stay loaded (docs/inner-loop.md)"""  # noqa: E501
+    watch_interval_s: Annotated[float, Field(gt=0), Flag(name="--watch-interval")] = 0.5
+    """seconds between two looks at the watched store (each reads the files' modification times and sizes)"""  # noqa: E501
+    preload: Annotated[list[str], NoDecode, BeforeValidator(_name_list),
+                       Flag(default_text="none", repeatable=True, separator=",")] = Field(
+        default_factory=list)
+    """TargetModels (`a.tar.gz,b.tar.gz`) of the `--model-data` store downloaded and loaded on every instance of the default endpoint before the server listens, each load's time logged; an unknown one stops the start"""  # noqa: E501
+    init: Annotated[OptionalUserPath, Flag(default_text="none")] = None
+    """a YAML or JSON file of models, endpoint configs, endpoints, inference components, alarms and scaling, in boto3's terms, applied at start before the server listens; applying it again changes nothing (docs/inner-loop.md)"""  # noqa: E501
     s3_endpoint_url: Annotated[str | None, Flag(default_text="AWS")] = None
     """any S3-compatible server (MinIO, moto, ...)"""
     sns_endpoint_url: Annotated[str | None, Flag(default_text="none")] = None
@@ -388,6 +408,11 @@ class InvalidSettings(ValueError):
         super().__init__("; ".join(problems))
 
 
+class StartRefused(Exception):
+    """A setting whose content the start cannot honour (an ``--init`` entry an API refuses, a
+    ``--preload`` model that does not load): ``mme serve`` says it in one line, exit status 2."""
+
+
 # -- the command line and docs/configuration.md, both from the fields above ----------------------
 
 def _flag_of(info: FieldInfo) -> Flag:
@@ -449,6 +474,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     for name, flag, info in flag_fields():
         help_text = (info.description or "").replace("`", "").replace("%", "%%")
         choices = _choices(info)  # shown, but checked by Settings (``--log-level debug`` is fine)
+        if _flag_of(info).switch:
+            parser.add_argument(flag, dest=name, default=None, action="store_const",
+                                const="true", help=help_text)
+            continue
         metavar = "{" + ",".join(choices) + "}" if choices else flag[2:].upper().replace("-", "_")
         parser.add_argument(flag, dest=name, default=None, metavar=metavar,
                             action="append" if _flag_of(info).repeatable else "store",

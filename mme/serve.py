@@ -81,6 +81,48 @@ def check_model_data(settings: Settings) -> None:
         raise StartupMistake(f"{flag}: {_s3_problem(exc.__cause__, settings)}") from None
 
 
+def check_inner_loop(settings: Settings) -> None:
+    """``--watch``, ``--preload`` and ``--init`` can be honoured, or StartupMistake saying what
+    to fix: a preload target the store does not hold is named beside the ones it does."""
+    from emulator.init_file import read_init_file
+    from emulator.manager.sources import FolderSource, source_for
+    from emulator.settings import StartRefused
+
+    for flag, given in (("--watch", settings.watch), ("--preload", settings.preload)):
+        if given and not settings.model_data:
+            raise StartupMistake(f"{flag} works on the default endpoint's store: give "
+                                 "--model-data DIR too")
+    if settings.init is not None:
+        try:
+            read_init_file(settings.init)
+        except StartRefused as exc:
+            raise StartupMistake(str(exc)) from None
+    if not settings.model_data:
+        return
+    source = source_for(settings.model_data, settings.s3_endpoint_url, settings.region)
+    if settings.watch and not isinstance(source, FolderSource):
+        raise StartupMistake(f"--watch looks at a local folder; --model-data "
+                             f"{settings.model_data} is not one (copy the models to a folder, "
+                             "or leave --watch out)")
+    if not settings.preload:
+        return
+    known = source.listing() if isinstance(source, FolderSource) else _s3_listing(settings)
+    unknown = [t for t in settings.preload if t not in known]
+    if unknown:
+        held = ", ".join(known[:50]) + (" ..." if len(known) > 50 else "") if known else "nothing"
+        raise StartupMistake(f"--preload {', '.join(unknown)}: not in the store "
+                             f"{settings.model_data}; it holds: {held}")
+
+
+def _s3_listing(settings: Settings) -> list[str]:
+    """The keys under an S3 store's prefix, as TargetModels (at most 1000)."""
+    from emulator.manager.sources import S3Source
+
+    assert settings.model_data is not None
+    source = S3Source(settings.model_data, settings.s3_endpoint_url, settings.region)
+    return source.listing()
+
+
 def _s3_problem(cause: BaseException | None, settings: Settings) -> str:
     from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
@@ -157,6 +199,7 @@ def serve(settings: Settings, stderr: Any,
     try:
         lock.acquire(url)  # before anything under the cache folder is read or written
         check_model_data(settings)
+        check_inner_loop(settings)
     except (CacheDirInUse, StartupMistake) as exc:
         lock.release()
         listening.close()
@@ -206,6 +249,10 @@ def _run(settings: Settings, listening: socket.socket, url: str, stderr: Any,
         pass
     finally:
         uvicorn_log.removeFilter(errors)
+    refused = getattr(app.state, "start_refused", None)
+    if not server.started and refused is not None:  # --init or --preload: what to fix
+        print(f"mme serve: {refused}", file=stderr)
+        return 2
     if not server.started:
         print(f"mme serve: could not start: {errors.failure or 'see the log above'} "
               "(--log-level DEBUG shows the traceback)", file=stderr)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from emulator.settings import Settings
+from mme.store_twin import StoreTwin
 
 
 class StoreMistake(ValueError):
@@ -42,10 +43,25 @@ def model_folders(folder: Path) -> list[Path]:
 @contextmanager
 def served_store(settings: Settings, stderr: TextIO) -> Iterator[Settings]:
     """``settings`` as given, or with ``model_data`` the packaged twin of a store that holds
-    model folders (removed when the server stops)."""
+    model folders (removed when the server stops); with ``--watch``, the twin of any folder
+    store, kept in step with it while the server runs (``StoreTwin``)."""
     from harness.model_store import StoreError, is_tarball, prepare_store
 
     folder = _local_folder(settings.model_data)
+    if folder is not None and settings.watch:
+        with tempfile.TemporaryDirectory(prefix="mme-store-") as tmp:
+            twin = StoreTwin(folder, Path(tmp) / "store")
+            try:
+                packaged = twin.build()
+            except StoreError as exc:
+                raise StoreMistake(f"--model-data {settings.model_data}: {exc}") from None
+            if packaged:
+                print(f"mme serve: --model-data {settings.model_data}: model folders served "
+                      f"packaged, each NAME/ as the TargetModel NAME.tar.gz: "
+                      f"{', '.join(packaged)}", file=stderr, flush=True)
+            with twin.following(settings.watch_interval_s):
+                yield settings.model_copy(update={"model_data": str(twin.twin)})
+        return
     if folder is None or not model_folders(folder):
         yield settings
         return

@@ -26,6 +26,7 @@ from emulator.hosting.spec import (
     MetricsOptions,
 )
 from emulator.hosting.utilization import UtilizationSampler
+from emulator.manager.model_manager import ModelManager
 from emulator.manager.sources import source_for
 from emulator.metrics import MetricSink
 from emulator.settings import Settings
@@ -179,6 +180,32 @@ class EndpointRegistry:
             # The stops are tasks from this step on: a cancel of the caller cannot lose them.
             stops = [self._stop_task(e) for e in (endpoint, green) if e is not None]
             await asyncio.shield(asyncio.gather(*stops))
+
+    # --- the default endpoint's store: --watch and --preload --------------------------------
+
+    def _managers(self, name: str) -> list[tuple[str, ModelManager]]:
+        """(instance id, model manager) of every instance of the endpoint, both generations."""
+        endpoint = self._endpoints.get(name)
+        generations = [endpoint, endpoint.green] if endpoint is not None else []
+        return [(instance.id, manager) for generation in generations if generation is not None
+                for instance in generation.instances
+                if isinstance(manager := getattr(instance, "manager", None), ModelManager)]
+
+    def store_changed(self, name: str, target: str) -> None:
+        """The store's object for ``target`` changed: each instance of endpoint ``name`` loads
+        the new version at its next call (``ModelManager.store_changed``)."""
+        for _instance, manager in self._managers(name):
+            manager.store_changed(target)
+
+    async def preload(self, name: str, target: str) -> list[tuple[str, float]]:
+        """Load ``target`` on every instance of endpoint ``name`` now, side by side; (instance
+        id, seconds) of each."""
+        async def one(instance: str, manager: ModelManager) -> tuple[str, float]:
+            started = time.monotonic()
+            await manager.preload(target)
+            return instance, time.monotonic() - started
+
+        return list(await asyncio.gather(*(one(i, m) for i, m in self._managers(name))))
 
     # --- deployments: a second generation beside the first ----------------------------------
 

@@ -150,7 +150,7 @@ class ArtifactCache:
                 record.version = await asyncio.to_thread(
                     self._stream_in, record.target or None, destination / "model", limit, fault)
             else:
-                record.version = await asyncio.to_thread(self._store_version, record.target)
+                record.version = await asyncio.to_thread(self.store_version, record.target)
                 await asyncio.to_thread(self.source.fetch, record.target or None, archive)
                 if fault is not None:  # the archive copied whole: the fault meets it at its end
                     await asyncio.to_thread(fault.reached)
@@ -192,7 +192,8 @@ class ArtifactCache:
             version = getattr(stream, "version", None)
         return version if isinstance(version, str) else None
 
-    def _store_version(self, target: str) -> str | None:
+    def store_version(self, target: str) -> str | None:
+        """The store's object's version now (None: gone, or a store that cannot say)."""
         version_of = getattr(self.source, "version", None)
         return version_of(target or None) if version_of is not None else None
 
@@ -277,7 +278,7 @@ class ArtifactCache:
 
     async def _check_store(self, record: ModelRecord) -> None:
         try:
-            found = await asyncio.to_thread(self._store_version, record.target)
+            found = await asyncio.to_thread(self.store_version, record.target)
         except Exception:  # noqa: BLE001 - a failed check changes nothing; the next one retries
             return
         if found is None or found == record.store_version:

@@ -172,6 +172,10 @@ class ModelManager:
         self._unloads: dict[str, asyncio.Task[None]] = {}
         # Set once Triton has accepted the unload of that target (it serves it no more).
         self._unload_accepted: dict[str, asyncio.Future[None]] = {}
+        # --watch: models whose store object changed (their next call loads the new version),
+        # and the old versions being taken out for such a call.
+        self._stale: set[str] = set()
+        self._refreshes: dict[str, asyncio.Task[None]] = {}
         self._events = Events(source)
         self._memory = ModelMemory(self.records, memory_budget, max_loaded_models,
                                    gpu_memory_budget)
@@ -249,15 +253,14 @@ class ModelManager:
     async def _pin(self, target: str, wait_timeout_s: float) -> Lease:
         started = time.monotonic()
         record = record_for(self.records, target)
-        hit = self._memory.is_loaded(record)
         record.demand += 1
         try:
+            if (self._stale or self._refreshes) and (target in self._stale
+                                                      or target in self._refreshes):
+                await self._refreshed(record, started, wait_timeout_s)
+            hit = self._memory.is_loaded(record)
             while not self._memory.is_loaded(record):
-                task = self._loads.get(target)
-                if task is None:
-                    task = asyncio.create_task(self._bring_in(record), name=f"load:{target}")
-                    self._loads[target] = task
-                    task.add_done_callback(self._load_finished)
+                task = self._loads.get(target) or self._start_load(record)
                 remaining = wait_timeout_s - (time.monotonic() - started)
                 try:
                     await asyncio.wait_for(asyncio.shield(task), max(remaining, 0.001))
@@ -305,6 +308,77 @@ class ModelManager:
         # call's path (mme bench overhead).
         return self._triton.infer(lease.entry, body, headers, timeout,
                                   self.name_of(record.target), still_held)
+
+    def _start_load(self, record: ModelRecord) -> asyncio.Task[ModelRecord]:
+        """The one load of ``record`` (single-flight: every caller waits on this task)."""
+        task = asyncio.create_task(self._bring_in(record), name=f"load:{record.target}")
+        self._loads[record.target] = task
+        task.add_done_callback(self._load_finished)
+        return task
+
+    async def preload(self, target: str) -> None:
+        """Download and load ``target`` now, as its first call would, without a call (``mme
+        serve --preload``); raises what that call would have met (ModelLoadFailed, ...)."""
+        record = record_for(self.records, target)
+        record.demand += 1
+        try:
+            while not self._memory.is_loaded(record):
+                await asyncio.shield(self._loads.get(target) or self._start_load(record))
+        finally:
+            record.demand -= 1
+            self._forget_if_unused(record)
+
+    # --- the store changed under a served model (``mme serve --watch``) -----------------------
+
+    def store_changed(self, target: str) -> None:
+        """The store's object for ``target`` has changed: its next call loads the new version.
+        Until then the copy there is keeps serving; a call under way or a load under way is
+        left to finish (the change applies to the load after it)."""
+        if target in self.records:
+            self._stale.add(target)
+
+    async def _refreshed(self, record: ModelRecord, started: float,
+                         wait_timeout_s: float) -> None:
+        """Wait, within the call's timeout, for ``record``'s old version to be taken out."""
+        target = record.target
+        task = self._refreshes.get(target)
+        if task is None:
+            self._stale.discard(target)
+            task = asyncio.create_task(self._take_out_old_version(record),
+                                       name=f"refresh:{target}")
+            self._refreshes[target] = task
+            task.add_done_callback(lambda _t: self._refreshes.pop(target, None))
+        remaining = wait_timeout_s - (time.monotonic() - started)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), max(remaining, 0.001))
+        except asyncio.TimeoutError:
+            raise ModelNotReady(target) from None
+
+    async def _take_out_old_version(self, record: ModelRecord) -> None:
+        """Unload ``record`` once no call holds it and delete its files, so that the next load
+        downloads the store's object afresh; nothing when the copy there is is the object's
+        current version (a load under way read the new bytes)."""
+        target = record.target
+        load = self._loads.get(target)
+        if load is not None:  # a load under way finishes first: the change applies to the next
+            await asyncio.wait([load])
+        current = await asyncio.to_thread(self._artifacts.store_version, target)
+        if record.version is not None and current == record.version:
+            return
+        while True:
+            changed = self._memory.changed.next()
+            async with self._memory.lock:
+                if not self._memory.holds(target):
+                    unload = self._unloads.get(target)
+                    break
+                if not self._memory.is_pinned(target):  # the calls under way have ended
+                    unload = self._start_unload(record, "store changed")
+                    break
+            await changed
+        if unload is not None:
+            await asyncio.shield(unload)
+        if record.state is ModelState.ON_DISK and record.artifact_dir is not None:
+            await self._artifacts.delete(record)
 
     def _load_finished(self, task: asyncio.Task[ModelRecord]) -> None:
         target = task.get_name().removeprefix("load:")

@@ -143,6 +143,22 @@ class FolderSource:
         except (OSError, ObjectNotFound):
             return None
 
+    def versions(self) -> dict[str, str]:
+        """Every object's ``version`` by its key (TargetModel); hidden files and folders (a
+        name that starts with ``.``: partial writes, editors' swap files) are left out."""
+        found: dict[str, str] = {}
+        for folder, subfolders, files in os.walk(self.root, followlinks=True):
+            subfolders[:] = [d for d in subfolders if not d.startswith(".")]
+            under = Path(folder).relative_to(self.root)
+            for name in files:
+                if name.startswith("."):
+                    continue
+                try:
+                    found[(under / name).as_posix()] = _file_version(os.stat(Path(folder, name)))
+                except OSError:  # gone since it was listed
+                    continue
+        return found
+
 
 ProgressCallback = Callable[[int], None]
 
@@ -216,6 +232,19 @@ class S3Source:
 
     def _key(self, target: str | None) -> str:
         return self.prefix if target is None else object_key(self.prefix, target)
+
+    def listing(self, limit: int = 1000) -> list[str]:
+        """The keys under the prefix as TargetModels (relative to it), sorted; at most
+        ``limit``; empty when the store cannot be listed."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        prefix = self.prefix if not self.prefix or self.prefix.endswith("/") else self.prefix + "/"
+        try:
+            page = self._client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=limit)
+        except (ClientError, BotoCoreError):
+            return []
+        return sorted(str(item["Key"])[len(prefix):] for item in page.get("Contents", [])
+                      if not str(item["Key"]).endswith("/"))
 
     def fetch(self, target: str | None, destination: Path) -> int:
         key = self._key(target)
