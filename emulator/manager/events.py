@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emulator.manager.sources import ModelSource
+
+if TYPE_CHECKING:
+    from emulator.manager.records import ModelRecord
 
 # One logger for the whole lifecycle, under the name it had when the manager was one module:
 # log configurations and tests filter on it (e.g. "model=... step=download", "step=load").
@@ -47,3 +50,15 @@ class Events:
                 observer(step, target, details)
             except Exception:  # an observer's bug must never break a load or an unload
                 log.exception("model observer failed on step=%s", step)
+
+    def loaded(self, record: ModelRecord, seconds: float) -> None:
+        """A load's line and its ``loaded`` step, with what it measured."""
+        log.info("model=%s step=load seconds=%.3f size=%d measured=%s gpu=%s entry=%s%s",
+                 self.name_of(record.target), seconds, record.size, record.measured,
+                 record.measured_gpu, record.entry,
+                 " device=cpu reason=\"KIND_GPU instance groups on CPU: no GPU on this "
+                 "machine\"" if record.gpu_on_cpu else "")
+        self.emit("loaded", record.target, seconds=seconds, size=record.size,
+                  measured=record.measured, growth=record.measured_growth,
+                  **({"gpu": record.measured_gpu} if record.measured_gpu is not None else {}),
+                  **({"gpu_on_cpu": True} if record.gpu_on_cpu else {}))

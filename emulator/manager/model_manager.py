@@ -82,6 +82,7 @@ from emulator.manager.records import (
     record_for,
 )
 from emulator.manager.recovery import Recovery
+from emulator.manager.refresh import StoreRefresh
 from emulator.manager.sources import ModelSource
 from emulator.manager.triton_side import (
     LOAD_ERRORS,
@@ -172,10 +173,6 @@ class ModelManager:
         self._unloads: dict[str, asyncio.Task[None]] = {}
         # Set once Triton has accepted the unload of that target (it serves it no more).
         self._unload_accepted: dict[str, asyncio.Future[None]] = {}
-        # --watch: models whose store object changed (their next call loads the new version),
-        # and the old versions being taken out for such a call.
-        self._stale: set[str] = set()
-        self._refreshes: dict[str, asyncio.Task[None]] = {}
         self._events = Events(source)
         self._memory = ModelMemory(self.records, memory_budget, max_loaded_models,
                                    gpu_memory_budget)
@@ -194,6 +191,8 @@ class ModelManager:
         self.artifacts_dir = self._artifacts.dir
         self._recovery = Recovery(self.records, self._memory, self._artifacts, self._triton,
                                   self._events, metrics)
+        self._refresh = StoreRefresh(self._memory, self._artifacts, self._loads, self._unloads,
+                                     self._start_unload)
         self.loads = 0
         self.unloads = 0
         # Every non-200 inference answer of our Triton passes by here (a stub that died).
@@ -255,9 +254,8 @@ class ModelManager:
         record = record_for(self.records, target)
         record.demand += 1
         try:
-            if (self._stale or self._refreshes) and (target in self._stale
-                                                      or target in self._refreshes):
-                await self._refreshed(record, started, wait_timeout_s)
+            if self._refresh.pending(target):
+                await self._refresh.refreshed(record, started, wait_timeout_s)
             hit = self._memory.is_loaded(record)
             while not self._memory.is_loaded(record):
                 task = self._loads.get(target) or self._start_load(record)
@@ -328,57 +326,11 @@ class ModelManager:
             record.demand -= 1
             self._forget_if_unused(record)
 
-    # --- the store changed under a served model (``mme serve --watch``) -----------------------
-
     def store_changed(self, target: str) -> None:
-        """The store's object for ``target`` has changed: its next call loads the new version.
-        Until then the copy there is keeps serving; a call under way or a load under way is
-        left to finish (the change applies to the load after it)."""
+        """The store's object for ``target`` has changed (``mme serve --watch``): its next call
+        loads the new version (``refresh.py``)."""
         if target in self.records:
-            self._stale.add(target)
-
-    async def _refreshed(self, record: ModelRecord, started: float,
-                         wait_timeout_s: float) -> None:
-        """Wait, within the call's timeout, for ``record``'s old version to be taken out."""
-        target = record.target
-        task = self._refreshes.get(target)
-        if task is None:
-            self._stale.discard(target)
-            task = asyncio.create_task(self._take_out_old_version(record),
-                                       name=f"refresh:{target}")
-            self._refreshes[target] = task
-            task.add_done_callback(lambda _t: self._refreshes.pop(target, None))
-        remaining = wait_timeout_s - (time.monotonic() - started)
-        try:
-            await asyncio.wait_for(asyncio.shield(task), max(remaining, 0.001))
-        except asyncio.TimeoutError:
-            raise ModelNotReady(target) from None
-
-    async def _take_out_old_version(self, record: ModelRecord) -> None:
-        """Unload ``record`` once no call holds it and delete its files, so that the next load
-        downloads the store's object afresh; nothing when the copy there is is the object's
-        current version (a load under way read the new bytes)."""
-        target = record.target
-        load = self._loads.get(target)
-        if load is not None:  # a load under way finishes first: the change applies to the next
-            await asyncio.wait([load])
-        current = await asyncio.to_thread(self._artifacts.store_version, target)
-        if record.version is not None and current == record.version:
-            return
-        while True:
-            changed = self._memory.changed.next()
-            async with self._memory.lock:
-                if not self._memory.holds(target):
-                    unload = self._unloads.get(target)
-                    break
-                if not self._memory.is_pinned(target):  # the calls under way have ended
-                    unload = self._start_unload(record, "store changed")
-                    break
-            await changed
-        if unload is not None:
-            await asyncio.shield(unload)
-        if record.state is ModelState.ON_DISK and record.artifact_dir is not None:
-            await self._artifacts.delete(record)
+            self._refresh.store_changed(target)
 
     def _load_finished(self, task: asyncio.Task[ModelRecord]) -> None:
         target = task.get_name().removeprefix("load:")
@@ -434,34 +386,13 @@ class ModelManager:
             raise failure from (None if isinstance(exc, (asyncio.TimeoutError, StubDied))
                                 else exc)
         elapsed = time.monotonic() - started
-        if before is not None:
-            if tearing_down:
-                # Read once the victims are gone, as when the load waited for them: a victim's
-                # stub still running shares its pages with this model's, halving them in its
-                # figure. Their teardown began before this load, so this wait is short.
-                await asyncio.wait(tearing_down)
-            held = await self._triton.held_after_load(record)
-            if held is not None:
-                self._memory.measured(record, before, *held)
-        if gpu_before is not None:
-            gpu_held = await self._triton.held_after_load(record, gpu=True)
-            if gpu_held is not None:
-                self._memory.measured_gpu(record, gpu_before, *gpu_held)
+        await _measure(self._triton, self._memory, record, before, gpu_before, tearing_down)
         await self._refuse_if_too_large(record)
         self.metrics.record("ModelLoadingTime", elapsed * 1e6)
         record.state = ModelState.LOADED
         self.loads += 1
         self.metrics.set_loaded_model_count(self.loaded_count())
-        log.info("model=%s step=load seconds=%.3f size=%d measured=%s gpu=%s entry=%s%s",
-                 self.name_of(record.target), elapsed, record.size, record.measured,
-                 record.measured_gpu, record.entry,
-                 " device=cpu reason=\"KIND_GPU instance groups on CPU: no GPU on this "
-                 "machine\"" if record.gpu_on_cpu else "")
-        self._events.emit("loaded", record.target, seconds=elapsed, size=record.size,
-                          measured=record.measured, growth=record.measured_growth,
-                          **({"gpu": record.measured_gpu}
-                             if record.measured_gpu is not None else {}),
-                          **({"gpu_on_cpu": True} if record.gpu_on_cpu else {}))
+        self._events.loaded(record, elapsed)
         await self._evict_over_measured(record)
         self._memory.changed.notify()
         return record
@@ -636,3 +567,22 @@ class ModelManager:
     def describe(self) -> list[dict[str, Any]]:
         """Every model this manager knows, LRU order first (the page's and the API's rows)."""
         return describe(self.records, self.memory)
+
+
+async def _measure(triton: TritonSide, memory: ModelMemory, record: ModelRecord,
+                   before: int | None, gpu_before: int | None,
+                   tearing_down: list[asyncio.Task[None]]) -> None:
+    """What ``record`` holds once loaded: Triton's bytes (and GPU bytes) against before."""
+    if before is not None:
+        if tearing_down:
+            # Read once the victims are gone, as when the load waited for them: a victim's
+            # stub still running shares its pages with this model's, halving them in its
+            # figure. Their teardown began before this load, so this wait is short.
+            await asyncio.wait(tearing_down)
+        held = await triton.held_after_load(record)
+        if held is not None:
+            memory.measured(record, before, *held)
+    if gpu_before is not None:
+        gpu_held = await triton.held_after_load(record, gpu=True)
+        if gpu_held is not None:
+            memory.measured_gpu(record, gpu_before, *gpu_held)
