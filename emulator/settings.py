@@ -249,6 +249,10 @@ class Settings(BaseSettings):
     cache_dir: Annotated[UserPath, Flag(default_text="`~/.cache/sagemaker-mme-emulator`")] = Field(
         default_factory=_default_cache_dir)
     """disk cache and control-plane state, owned by one running server: a second one on the same folder is refused (give it its own)"""  # noqa: E501
+    ephemeral: bool = False
+    """keep no state on disk: the control plane, alarms and Application Auto Scaling live in memory and are gone at exit (the cache folder still holds the endpoints' models while they run)"""  # noqa: E501
+    restore: Annotated[OptionalUserPath, Flag(default_text="none")] = None
+    """start from the snapshot in this folder (`mme snapshot save`) in place of the state the cache folder holds; a snapshot saved `--with-models` loads its models again before the server answers (docs/testing.md)"""  # noqa: E501
     launcher: Literal["embedded", "docker", "external"] = "embedded"
     """how Triton runs: `embedded`, `docker` or `external`"""
     tritonserver: Annotated[str | None, Flag(default_text="the wheel's")] = None
@@ -449,6 +453,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     for name, flag, info in flag_fields():
         help_text = (info.description or "").replace("`", "").replace("%", "%%")
         choices = _choices(info)  # shown, but checked by Settings (``--log-level debug`` is fine)
+        if info.annotation is bool:  # a switch: the flag alone turns it on
+            parser.add_argument(flag, dest=name, default=None, action="store_const",
+                                const="true", help=f"{help_text} (off)")
+            continue
         metavar = "{" + ",".join(choices) + "}" if choices else flag[2:].upper().replace("-", "_")
         parser.add_argument(flag, dest=name, default=None, metavar=metavar,
                             action="append" if _flag_of(info).repeatable else "store",
