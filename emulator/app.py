@@ -157,7 +157,8 @@ def build_app(settings: Settings) -> EmulatorApp:
     # The whole state at once: reset, snapshot, restore (/_emulator/reset, /_emulator/snapshot).
     state = ServerState(control, registry, alarms, scaling, metric_store, faults,
                         settings.endpoint_name if settings.model_data else None,
-                        start_default_endpoint, settings.model_load_timeout_s)
+                        start_default_endpoint, settings.model_load_timeout_s,
+                        settings.cache_dir / "endpoints")
     state.reset_listeners.append(feed.clear)
 
     @contextlib.asynccontextmanager

@@ -36,6 +36,8 @@ SUBCOMMANDS = {
     "plan": "mme.plan",
     "gpu-check": "mme.gpu_check",
     "lint": "harness.lint.cli",
+    "reset": "mme.snapshot_cli",
+    "snapshot": "mme.snapshot_cli",
 }
 BENCHMARKS = {
     "overhead": "mme.bench",

@@ -10,14 +10,18 @@ with the rest and starts it again empty (``start_default``), as at start.
 A reset stops every endpoint the way a shutdown does (lifecycle tasks cancelled, guarded
 deployments with both generations, every stop awaited), so when it answers no Triton or
 container of the server runs and the cache folder holds what it held at start (the stores'
-files, the lock); ``keep_cache`` leaves the stopped instances' folders (their models) on disk.
+files, the lock); ``keep_cache`` leaves the stopped instances' folders (their downloaded and
+extracted models) on disk, until a reset without it. A new endpoint never reads them: each
+starts from an empty folder, so they are there to look at, not to warm anything.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from emulator.autoscaling.service import AutoScalingService
@@ -42,7 +46,7 @@ class ServerState:
                  alarms: AlarmStore, scaling: AutoScalingService, metrics: MetricStore,
                  faults: FaultTable, default_endpoint: str | None,
                  start_default: Callable[[], Awaitable[None]],
-                 model_load_timeout_s: float) -> None:
+                 model_load_timeout_s: float, endpoints_dir: Path) -> None:
         self.control = control
         self.registry = registry
         self.alarms = alarms
@@ -53,6 +57,9 @@ class ServerState:
         self.default_endpoint = default_endpoint
         self._start_default = start_default
         self._load_timeout_s = model_load_timeout_s
+        # Where endpoints keep their instances' folders: emptied by a reset (unless it keeps
+        # the cache), so folders an earlier reset kept go too.
+        self._endpoints_dir = endpoints_dir
         # Told after every reset (the live page forgets what it was told).
         self.reset_listeners: list[Callable[[], None]] = []
         self._lock = asyncio.Lock()  # one reset or restore at a time
@@ -81,6 +88,8 @@ class ServerState:
     async def _reset(self, keep_cache: bool = False) -> dict[str, Any]:
         removed: dict[str, int] = dict(await self.control.clear())
         stopped = await self.registry.clear(keep_files=keep_cache)
+        if not keep_cache and self._endpoints_dir.is_dir():
+            await asyncio.to_thread(_remove_children, self._endpoints_dir)
         removed["alarms"] = self.alarms.clear()
         scaling = self.scaling.clear()
         removed["scalable_targets"] = scaling["targets"]
@@ -193,3 +202,11 @@ class ServerState:
                 per_instance.setdefault(id(instance), (instance, []))[1].append(item)
         loads = await asyncio.gather(*(load_all(i, items) for i, items in per_instance.values()))
         return sum(loads), failed
+
+
+def _remove_children(folder: Path) -> None:
+    for child in folder.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
