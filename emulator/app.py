@@ -56,8 +56,11 @@ from emulator.routes.runtime import (
     misdirected,
     runtime_handlers,
 )
+from emulator.routes.state import build_state_router
 from emulator.routes.table import lookup
 from emulator.settings import Settings, StartRefused
+from emulator.state import snapshot_format
+from emulator.state.server_state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +153,10 @@ def build_app(settings: Settings) -> EmulatorApp:
     clock = Clock(settings.clock_scale)
     metric_store = MetricStore(clock)  # every sample of the fleet, for CloudWatch
     # every alarm, evaluated over metric_store; deployments (emulator/control) watch them too
+    # Where the state is kept: files in the cache folder, or memory (--ephemeral).
+    state_dir = None if settings.ephemeral else settings.cache_dir
     alarms = AlarmStore(metric_store, clock, settings.region, settings.account_id,
-                        settings.cache_dir / "alarms.db",
+                        state_dir / "alarms.db" if state_dir else None,
                         sns_endpoint_url=settings.sns_endpoint_url)
     factory = InstanceFactory(settings)
     feed = Feed()  # what the live page at /_emulator/ shows beyond the fleet's state
@@ -169,26 +174,44 @@ def build_app(settings: Settings) -> EmulatorApp:
     registry = EndpointRegistry(settings, build_instance, sink=metric_store,
                                 sample_period_s=clock.real_duration(60), faults=faults)
     control = ControlPlaneService(
-        store=ControlStore(settings.cache_dir / "control-plane.sqlite3"),
+        store=ControlStore(state_dir / "control-plane.sqlite3" if state_dir else ":memory:"),
         registry=registry, region=settings.region, account=settings.account_id,
         image_problem=factory.image_problem, emulated_clock=clock, alarms=alarms)
     metrics_api = CloudWatchService(metric_store, clock, alarms)
     scaling = autoscaling.AutoScalingService(autoscaling.SageMakerVariants(control), clock,
                                              settings.region, settings.account_id, alarms,
-                                             settings.cache_dir / "autoscaling.json")
+                                             state_dir / "autoscaling.json" if state_dir
+                                             else None)
     scaling_engine = autoscaling.ScalingEngine(scaling, metric_store, clock)
+    # --restore: read (and checked) now, so a folder that is not a snapshot stops the start.
+    restored = (snapshot_format.read_folder(settings.restore) if settings.restore is not None
+                else None)
 
-    init = InitApplier(control, scaling, metrics_api, settings.cache_dir)
+    init = InitApplier(control, scaling, metrics_api, state_dir)
+
+    async def start_default_endpoint() -> None:
+        """The --model-data endpoint, as at start (a reset starts it again)."""
+        if settings.model_data:
+            await registry.create(single_variant(
+                settings.endpoint_name, settings.model_data, variant_name=settings.variant_name,
+                instance_count=settings.instances))
+
+    # The whole state at once: reset, snapshot, restore (/_emulator/reset, /_emulator/snapshot).
+    state = ServerState(control, registry, alarms, scaling, metric_store, faults,
+                        settings.endpoint_name if settings.model_data else None,
+                        start_default_endpoint, settings.model_load_timeout_s,
+                        settings.cache_dir / "endpoints")
+    state.reset_listeners.append(feed.clear)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
-            if settings.model_data:
-                await registry.create(single_variant(
-                    settings.endpoint_name, settings.model_data,
-                    variant_name=settings.variant_name, instance_count=settings.instances))
-                await preload(registry, settings)  # --preload, before the server listens
-            await control.restore()  # endpoints created through the control plane come back
+            await start_default_endpoint()
+            await preload(registry, settings)  # --preload, before the server listens
+            if restored is not None:  # the snapshot in place of the stored state
+                await state.replace_stored(restored)
+            else:
+                await control.restore()  # endpoints created through the control plane come back
             # --init FILE: through the APIs' own paths
             if settings.init is not None and not await init.apply(read_init_file(settings.init)):
                 log.info("init: %s applied already; nothing changed", settings.init)
@@ -220,6 +243,7 @@ def build_app(settings: Settings) -> EmulatorApp:
     app.include_router(build_control_router(control))
     app.include_router(build_introspection_router(registry, alarms))
     app.include_router(build_faults_router(faults))
+    app.include_router(build_state_router(state))
     install_page(app, registry, feed)  # the live page at /_emulator/
     # Its history: each deployment's start, rollback and end, each scaling activity.
     control.on_activity = feed.activity

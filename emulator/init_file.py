@@ -143,11 +143,13 @@ class InitApplier:
     """Applies an ``InitFile`` through the services' own request paths."""
 
     def __init__(self, control: ControlPlaneService, scaling: AutoScalingService,
-                 cloudwatch: CloudWatchService, state_dir: Path) -> None:
+                 cloudwatch: CloudWatchService, state_dir: Path | None) -> None:
         self.control = control
         self.scaling = scaling
         self.cloudwatch = cloudwatch
-        self.record_path = state_dir / RECORD_FILE
+        # What was applied, beside the state it made (None, --ephemeral: no state kept, so
+        # every start applies the file afresh).
+        self.record_path = state_dir / RECORD_FILE if state_dir is not None else None
         self.applied: dict[str, str] = {}
         self.changes: list[str] = []  # what this start did, one phrase per entry changed
 
@@ -203,6 +205,8 @@ class InitApplier:
         return self.changes
 
     def _read_record(self) -> dict[str, str]:
+        if self.record_path is None:
+            return {}
         try:
             record = json.loads(self.record_path.read_text())
         except (OSError, ValueError):
@@ -210,6 +214,8 @@ class InitApplier:
         return {str(k): str(v) for k, v in record.items()} if isinstance(record, dict) else {}
 
     def _write_record(self) -> None:
+        if self.record_path is None:
+            return
         self.record_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.record_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.applied, indent=1, sort_keys=True))

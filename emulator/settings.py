@@ -269,6 +269,10 @@ class Settings(BaseSettings):
     cache_dir: Annotated[UserPath, Flag(default_text="`~/.cache/sagemaker-mme-emulator`")] = Field(
         default_factory=_default_cache_dir)
     """disk cache and control-plane state, owned by one running server: a second one on the same folder is refused (give it its own)"""  # noqa: E501
+    ephemeral: Annotated[bool, Flag(switch=True, default_text="off")] = False
+    """keep no state on disk: the control plane, alarms and Application Auto Scaling live in memory and are gone at exit (the cache folder still holds the endpoints' models while they run)"""  # noqa: E501
+    restore: Annotated[OptionalUserPath, Flag(default_text="none")] = None
+    """start from the snapshot in this folder (`mme snapshot save`) in place of the state the cache folder holds; a snapshot saved `--with-models` loads its models again before the server answers (docs/testing.md)"""  # noqa: E501
     launcher: Literal["embedded", "docker", "external"] = "embedded"
     """how Triton runs: `embedded`, `docker` or `external`"""
     tritonserver: Annotated[str | None, Flag(default_text="the wheel's")] = None

@@ -20,6 +20,11 @@ Loaded through the ``pytest11`` entry point ``mme``. Fixtures:
 - ``mme_faults``: ``harness.faults.FaultRules`` on the session's emulator: ``add(fault,
   match=..., count=...)`` makes chosen calls fail or slow down (docs/faults.md); every rule it
   added is removed after the test, pass or fail.
+- ``mme_clean_server``: the session's emulator (``MmeServer``), reset to empty before the test
+  (``POST /_emulator/reset``: every endpoint, config, model, alarm, scaling target and policy,
+  metric and fault rule created before is gone; the model store's endpoint is started again,
+  none of its models loaded): each test starts from a fresh server at the cost of one server
+  start per session. ``harness.server_state.ServerState`` saves and restores snapshots.
 
 For a suite checked with mypy, the fixtures' types are ``Invoke`` and ``AssertMatchesGolden``
 (this module) and ``MmeEndpoint`` (``harness.live_endpoint``); the example suite uses them.
@@ -329,6 +334,18 @@ def mme_faults(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> I
         yield faults
     finally:
         faults.remove_added()
+
+
+@pytest.fixture
+def mme_clean_server(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> MmeServer:
+    """The session's emulator, reset to empty before the test (docs/testing.md)."""
+    from harness.server_state import ServerState
+
+    if _target(pytestconfig) == "aws":
+        pytest.skip("mme_clean_server: a reset empties the emulator; --mme-target=aws is real")
+    server: MmeServer = request.getfixturevalue("mme_server")
+    ServerState(server.url).reset()
+    return server
 
 
 @pytest.fixture

@@ -36,6 +36,8 @@ SUBCOMMANDS = {
     "plan": "mme.plan",
     "gpu-check": "mme.gpu_check",
     "lint": "harness.lint.cli",
+    "reset": "mme.snapshot_cli",
+    "snapshot": "mme.snapshot_cli",
 }
 BENCHMARKS = {
     "overhead": "mme.bench",
@@ -43,6 +45,7 @@ BENCHMARKS = {
     "scale": "mme.bench_scale",
     "coldstart": "mme.bench_coldstart",
     "miss": "mme.bench_miss",
+    "reset": "mme.bench_reset",
     "ensemble": "mme.ensembles_cli",
     "loadgen": "harness.loadtest.bench",  # mme bench loadgen
     "lint": "harness.lint.cli",  # mme bench lint

@@ -217,11 +217,13 @@ def _run(settings: Settings, listening: socket.socket, url: str, stderr: Any,
     from emulator.app import build_app
     from emulator.auth import AuthConfigError
     from emulator.server import uvicorn_config
+    from emulator.state.snapshot_format import SnapshotError
 
     try:
         app = build_app(settings)
-    except AuthConfigError as exc:  # a credentials or policy file that cannot be used
-        print(f"mme serve: {exc}", file=stderr)  # the one line: nothing was said before it
+    except (AuthConfigError, SnapshotError) as exc:  # a file that cannot be used
+        prefix = f"--restore {settings.restore}: " if isinstance(exc, SnapshotError) else ""
+        print(f"mme serve: {prefix}{exc}", file=stderr)  # the one line: nothing said before it
         return 2
     log.info("serving endpoint %r from %s on %s (launcher %s)", settings.endpoint_name,
              settings.model_data or "(no model data: use the control plane)", url,

@@ -100,6 +100,43 @@ class AutoScalingService:
         temporary.write_text(text)
         os.replace(temporary, self.state_file)
 
+    # -----------------------------------------------------------------------------------------
+    # The whole state at once (reset, snapshots: ``emulator.state``)
+
+    def export(self) -> dict[str, list[dict[str, Any]]]:
+        """Scalable targets and policies as stored (activities are history: not included)."""
+        return {"targets": [asdict(t) for t in self.targets.values()],
+                "policies": [asdict(p) for p in self.policies.values()]}
+
+    def clear(self) -> dict[str, int]:
+        """Every target, policy and activity forgotten, and the state file removed (a new
+        server has none); how many targets and policies there were. The alarms of target
+        tracking policies are the alarm store's to clear."""
+        removed = {"targets": len(self.targets), "policies": len(self.policies)}
+        self.targets, self.policies, self.activities = {}, {}, {}
+        if self.state_file is not None:
+            self.state_file.unlink(missing_ok=True)
+        return removed
+
+    def load(self, saved: dict[str, list[dict[str, Any]]]) -> None:
+        """``export``'s targets and policies added, then saved; ValueError naming what is not a
+        target or a policy, or exists already (nothing is added then)."""
+        try:
+            targets = [ScalableTarget(**t) for t in saved.get("targets", [])]
+            policies = [policy_from(dict(p)) for p in saved.get("policies", [])]
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(f"a scalable target or policy is not in its stored form ({exc})") \
+                from None
+        for target in targets:
+            if target.resource_id in self.targets:
+                raise ValueError(f"the scalable target {target.resource_id} exists already")
+        for policy in policies:
+            if (policy.resource_id, policy.name) in self.policies:
+                raise ValueError(f"the scaling policy {policy.name} exists already")
+        self.targets.update({t.resource_id: t for t in targets})
+        self.policies.update({(p.resource_id, p.name): p for p in policies})
+        self.save()
+
     def policy_by_arn(self, arn: str) -> ScalingPolicy | None:
         return next((p for p in self.policies.values() if p.arn == arn), None)
 

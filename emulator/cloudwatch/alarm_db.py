@@ -119,6 +119,14 @@ class AlarmDb:
                 self._conn.execute("ROLLBACK")
                 raise
 
+    def clear(self) -> None:
+        """Every alarm and history item removed, in one transaction."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute("DELETE FROM alarms")
+            self._conn.execute("DELETE FROM history")
+            self._conn.execute("COMMIT")
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()

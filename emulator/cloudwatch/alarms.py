@@ -188,6 +188,19 @@ class AlarmStore:
         if self.db is None:
             return
         docs, history = self.db.load()
+        self._adopt(docs)
+        for item_id, doc in history:
+            try:
+                self.history.append(HistoryItem(**{**doc, "id": item_id}))
+            except TypeError:
+                log.warning("alarm history item %s not restored", item_id)
+        self._next_history_id = self.db.next_history_id()
+
+    def _adopt(self, docs: list[dict[str, Any]]) -> list[str]:
+        """Stored alarms (``asdict`` of each) taken in as they were, state included, their
+        first evaluations spread over their first interval; the names taken in (under the
+        lock, or before the store is shared)."""
+        adopted = []
         for doc in docs:
             try:
                 alarm = Alarm(**doc)
@@ -196,6 +209,7 @@ class AlarmStore:
                             doc.get("name"), exc)
                 continue
             self.alarms[alarm.name] = alarm
+            adopted.append(alarm.name)
             try:
                 self._set_compiled(alarm.name, compile_alarm(alarm.alarm_type, alarm.config))
             except (CompileError, KeyError, TypeError) as exc:
@@ -206,16 +220,59 @@ class AlarmStore:
         # Their first evaluations spread over the first interval, not all in the first round
         # (10,000 at once would hold up the server's start by a second or more) [U].
         now = self.clock.now()
-        for index, alarm in enumerate(sorted(self.alarms.values(), key=lambda a: a.name)):
+        for index, name in enumerate(sorted(adopted)):
+            alarm = self.alarms[name]
             spread = self.clock.real_duration(evaluation_interval(alarm.config)) \
                 if alarm.alarm_type == METRIC_ALARM else 0.0
-            self._schedule(alarm, now + spread * index / max(1, len(self.alarms)))
-        for item_id, doc in history:
-            try:
-                self.history.append(HistoryItem(**{**doc, "id": item_id}))
-            except TypeError:
-                log.warning("alarm history item %s not restored", item_id)
-        self._next_history_id = self.db.next_history_id()
+            self._schedule(alarm, now + spread * index / max(1, len(adopted)))
+        return adopted
+
+    # -----------------------------------------------------------------------------------------
+    # The whole state at once (reset, snapshots: ``emulator.state``)
+
+    def export(self) -> list[dict[str, Any]]:
+        """Every alarm as stored (configuration, state, reason, tags), by name."""
+        with self.lock:
+            return [asdict(self.alarms[name]) for name in sorted(self.alarms)]
+
+    def clear(self) -> int:
+        """Every alarm and the whole history forgotten, on disk too; how many alarms there
+        were. Actions already queued still run (their alarm gone, they are not recorded)."""
+        with self.lock:
+            count = len(self.alarms)
+            for name in list(self.alarms):
+                self._due.forget(name)
+                self._set_compiled(name, None)
+            self.alarms.clear()
+            self.history.clear()
+            self._composites.clear()
+            self._dirty.clear()
+            self._deleted.clear()
+            self._new_history.clear()
+        if self.db is not None:
+            with self._save_lock:
+                self.db.clear()
+        return count
+
+    def load(self, docs: list[dict[str, Any]]) -> int:
+        """``export``'s alarms added as they were (state included) to a store that has none of
+        them; ValueError naming one that is not an alarm or exists already."""
+        with self.lock:
+            for doc in docs:
+                name = doc.get("name") if isinstance(doc, dict) else None
+                if not isinstance(name, str):
+                    raise ValueError(f"an alarm without a name: {str(doc)[:200]}")
+                if name in self.alarms:
+                    raise ValueError(f"the alarm {name} exists already")
+                try:
+                    Alarm(**doc)
+                except TypeError as exc:
+                    raise ValueError(f"the alarm {name} is not an alarm's stored form ({exc})") \
+                        from None
+            self._dirty.update(self._adopt(docs))
+            self._wake()
+        self.save()
+        return len(docs)
 
     def save(self) -> None:
         """Write what changed since the last save (alarms, states, history) in one

@@ -100,6 +100,14 @@ class MetricStore:
         self._lock = threading.Lock()
         self._refused = 0
 
+    def clear(self) -> int:
+        """Every sample of every series forgotten; how many series there were."""
+        with self._lock:
+            count = len(self._series)
+            self._series.clear()
+            self._refused = 0
+        return count
+
     def record(self, namespace: str, metric_name: str, dimensions: Mapping[str, str],
                value: float, unit: str) -> None:
         """One sample, stamped now."""

@@ -199,9 +199,18 @@ _FAULT_ACTIONS = {"GET": "ListFaultRules", "HEAD": "ListFaultRules", "POST": "Pu
                   "DELETE": "DeleteFaultRules"}
 
 
+# The server's whole state (emulator/routes/state.py), by (method, path).
+_STATE_ACTIONS = {("POST", "/_emulator/reset"): "Reset",
+                  ("GET", "/_emulator/snapshot"): "GetSnapshot",
+                  ("HEAD", "/_emulator/snapshot"): "GetSnapshot",
+                  ("POST", "/_emulator/snapshot"): "RestoreSnapshot"}
+
+
 def _emulator_route(method: str, path: str) -> ApiRequest | None:
     if method in ("GET", "HEAD") and path in _EMULATOR_READS:
         return ApiRequest(Service.EMULATOR, _EMULATOR_READS[path], Protocol.REST_JSON)
+    if (method, path) in _STATE_ACTIONS:
+        return ApiRequest(Service.EMULATOR, _STATE_ACTIONS[method, path], Protocol.REST_JSON)
     if (path == _FAULTS or (method == "DELETE" and path.startswith(_FAULTS + "/"))) \
             and method in _FAULT_ACTIONS:
         return ApiRequest(Service.EMULATOR, _FAULT_ACTIONS[method], Protocol.REST_JSON)

@@ -407,6 +407,24 @@ class ControlPlaneService:
         self.store.save_endpoint(record)
         return Resumed(self._run_restore(name, target))
 
+    # -- the whole state at once (reset, snapshots: ``emulator.state``) ------------------------
+
+    async def clear(self) -> dict[str, int]:
+        """Every lifecycle task cancelled (as at shutdown) and every resource forgotten; how
+        many of each there were. The runtimes are the registry's to stop (``clear`` there)."""
+        await self.aclose()
+        self._volatile.clear()
+        return self.store.clear()
+
+    def export(self) -> dict[str, list[dict[str, Any]]]:
+        """Every stored resource, by table (``ControlStore.dump``)."""
+        return self.store.dump()
+
+    async def load(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        """``export``'s rows stored, then brought back as after a restart (``restore``)."""
+        self.store.load(rows)
+        await self.restore()
+
     async def wait_idle(self) -> None:
         """Wait until no lifecycle task is running (tests, shutdown)."""
         await self.lifecycle.wait_idle()

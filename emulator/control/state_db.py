@@ -45,6 +45,15 @@ CREATE TABLE IF NOT EXISTS endpoints (
 """
 
 
+MODELS = "models"
+CONFIGS = "endpoint_configs"
+INFERENCE_COMPONENTS = "inference_components"
+ENDPOINTS = "endpoints"
+# Every table, in the order a whole state is loaded (an endpoint names its config, a component
+# its endpoint).
+TABLES = (MODELS, CONFIGS, ENDPOINTS, INFERENCE_COMPONENTS)
+
+
 class AlreadyExists(Exception):
     pass
 
@@ -225,13 +234,49 @@ class ControlStore:
             cur.execute("DELETE FROM endpoints WHERE key = ?", (name.lower(),))
             return cur.rowcount > 0
 
+    # -- the whole state at once (reset, snapshots) ------------------------------------------
 
-MODELS = "models"
-CONFIGS = "endpoint_configs"
-INFERENCE_COMPONENTS = "inference_components"
+    def counts(self) -> dict[str, int]:
+        """Rows per table."""
+        with self._lock:
+            return {table: int(self._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+                    for table in TABLES}
+
+    def clear(self) -> dict[str, int]:
+        """Every row of every table removed in one transaction; how many there were, by table."""
+        with self._tx() as cur:
+            removed = {}
+            for table in TABLES:
+                cur.execute(f"DELETE FROM {table}")
+                removed[table] = cur.rowcount
+        return removed
+
+    def dump(self) -> dict[str, list[dict[str, Any]]]:
+        """Every row, by table, as ``{"name", "created", "doc"}`` (an endpoint's ``doc`` is its
+        record's), oldest first."""
+        with self._lock:
+            return {table: [{"name": r[0], "created": r[1], "doc": json.loads(r[2])}
+                            for r in self._conn.execute(
+                                f"SELECT name, created, doc FROM {table} ORDER BY created, key")]
+                    for table in TABLES}
+
+    def load(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        """``dump``'s rows added in one transaction (AlreadyExists if one is there already:
+        nothing is added then)."""
+        try:
+            with self._tx() as cur:
+                for table in TABLES:
+                    cur.executemany(
+                        f"INSERT INTO {table} (key, name, created, doc) VALUES (?, ?, ?, ?)",
+                        [(str(r["name"]).lower(), str(r["name"]), float(r["created"]),
+                          json.dumps(r["doc"])) for r in rows.get(table, [])])
+        except sqlite3.IntegrityError as exc:
+            raise AlreadyExists(str(exc)) from exc
+
+
 
 
 def _check_table(table: str) -> None:
     # Table names are interpolated into SQL, so only the known ones are allowed.
-    if table not in (MODELS, CONFIGS, INFERENCE_COMPONENTS):
+    if table not in (MODELS, CONFIGS, INFERENCE_COMPONENTS):  # endpoints: their own methods
         raise ValueError(f"unknown table {table!r}")

@@ -137,6 +137,9 @@ class Variant:
 class Endpoint:
     # The fault rules a test put in force (set by the registry; None: never any).
     faults: FaultTable | None = None
+    # Stopped instances leave their folders (downloaded and extracted models) on disk: set by
+    # the registry for a reset that keeps the model cache.
+    keep_files: bool = False
 
     def __init__(self, spec: EndpointSpec, work_dir: Path, build_instance: InstanceBuilder,
                  router: Router, error_context_account: tuple[str, str],
@@ -237,7 +240,8 @@ class Endpoint:
             await instance.stop()
         finally:
             variant.metrics.forget_instance(instance.id)
-            await asyncio.to_thread(shutil.rmtree, instance.work_dir, True)
+            if not self.keep_files:
+                await asyncio.to_thread(shutil.rmtree, instance.work_dir, True)
         log.info("endpoint=%s variant=%s instance=%s step=stop", self.name, variant.name,
                  instance.id)
 

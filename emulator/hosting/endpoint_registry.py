@@ -170,13 +170,18 @@ class EndpointRegistry:
         await endpoint.resize(spec)
         return endpoint
 
-    async def delete(self, name: str) -> None:
+    async def delete(self, name: str, keep_files: bool = False) -> None:
+        """Stop the endpoint (and a deployment's new generation beside it) and remove its
+        folder; ``keep_files`` leaves its instances' folders (their models) on disk."""
         endpoint = self._endpoints.pop(name, None)
         self.deployments.pop(name, None)
         self._green_numbers.pop(name, None)
         if endpoint is not None:
             green = endpoint.green
             endpoint.green, endpoint.green_share = None, 0.0
+            for stopped in (endpoint, green):
+                if stopped is not None:
+                    stopped.keep_files = keep_files
             # The stops are tasks from this step on: a cancel of the caller cannot lose them.
             stops = [self._stop_task(e) for e in (endpoint, green) if e is not None]
             await asyncio.shield(asyncio.gather(*stops))
@@ -290,7 +295,19 @@ class EndpointRegistry:
     @staticmethod
     async def _stop(endpoint: Endpoint) -> None:
         await endpoint.stop()
-        await asyncio.to_thread(shutil.rmtree, endpoint.work_dir, True)
+        if not endpoint.keep_files:
+            await asyncio.to_thread(shutil.rmtree, endpoint.work_dir, True)
+
+    async def clear(self, keep_files: bool = False) -> int:
+        """Every endpoint stopped and forgotten, with every stop under way awaited (a reset:
+        no Triton is left running); ``keep_files`` as for ``delete``. How many there were."""
+        names = self.names()
+        await asyncio.gather(*(self.delete(name, keep_files) for name in names))
+        while self._stopping:
+            await asyncio.gather(*self._stopping, return_exceptions=True)
+        self.deployments.clear()
+        self._green_numbers.clear()
+        return len(names)
 
     async def close(self) -> None:
         if self._sampler_task is not None:

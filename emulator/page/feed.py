@@ -134,6 +134,15 @@ class Feed:
         self.activities.append(Activity(time.time(), endpoint, kind, text, dict(details or {})))
         self._touch()
 
+    def clear(self) -> None:
+        """Everything told so far forgotten (a reset of the server): the page starts over."""
+        self.events.clear()
+        self.errors.clear()
+        self.error_counts.clear()
+        self.activities.clear()
+        self._buckets.clear()
+        self._touch()
+
     def _bucket(self, now: float) -> Bucket:
         start = now - now % BUCKET_S
         if not self._buckets or self._buckets[-1].start < start:
