@@ -1,6 +1,6 @@
-"""The pytest plugin's example, run exactly as its docstring says: the setup command
-and the ``[pytest]`` block are read from ``harness/examples/test_example_endpoint.py`` itself,
-so the instructions cannot drift from what works."""
+"""The pytest plugin's examples, run exactly as their docstrings say: the setup command and the
+``[pytest]`` block are read from ``harness/examples/test_example_endpoint.py`` itself, so the
+instructions cannot drift from what works; ``test_example_faults.py`` runs on the same setup."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 pytest_plugins = ["pytester"]
 
 EXAMPLE = Path(__file__).parents[2] / "harness" / "examples" / "test_example_endpoint.py"
+FAULTS_EXAMPLE = EXAMPLE.with_name("test_example_faults.py")
 
 
 def documented_setup() -> tuple[list[str], str]:
@@ -43,6 +44,9 @@ def test_the_example_runs_as_its_docstring_says(pytester: pytest.Pytester) -> No
     first = pytester.runpytest_subprocess("--mme-update-goldens")
     first.assert_outcomes(passed=5)
     pytester.runpytest_subprocess().assert_outcomes(passed=5)
+    # The faults example, beside it on the same setup, in the order it is written.
+    shutil.copy(FAULTS_EXAMPLE, pytester.path / "test_example_faults.py")
+    pytester.runpytest_subprocess("test_example_faults.py").assert_outcomes(passed=3)
 
 
 def test_the_docker_launcher_without_an_image_says_to_give_one(pytester: pytest.Pytester,
