@@ -14,16 +14,15 @@ emulator whose rules are removed after each test, pass or fail.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
+
+from harness.emulator_routes import RouteRefused, call
 
 PATH = "/_emulator/faults"
 
 
-class FaultRuleRefused(ValueError):
+class FaultRuleRefused(RouteRefused):
     """The emulator refused a rule; the message is its word on what to fix."""
 
 
@@ -74,16 +73,4 @@ class FaultRules:
         return int(self._call("DELETE", PATH)["deleted"])
 
     def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                answer: dict[str, Any] = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                said = json.loads(exc.read()).get("error", exc.reason)
-            except ValueError:
-                said = exc.reason
-            raise FaultRuleRefused(f"{method} {path}: {exc.code} {said}") from None
-        return answer
+        return call(self.url, method, path, body, self.timeout_s, FaultRuleRefused)

@@ -14,24 +14,18 @@ before each test that asks for it.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from emulator.state import snapshot_format
+from harness.emulator_routes import RouteRefused, call
 
 RESET = "/_emulator/reset"
 SNAPSHOT = "/_emulator/snapshot"
 
 
-class StateRequestRefused(RuntimeError):
+class StateRequestRefused(RouteRefused):
     """The emulator refused a reset or a restore; the message is its word on what to fix."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class ServerState:
@@ -60,16 +54,4 @@ class ServerState:
         return self.restore(snapshot_format.read_folder(Path(folder)))
 
     def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                answer: dict[str, Any] = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                said = json.loads(exc.read()).get("error", exc.reason)
-            except ValueError:
-                said = exc.reason
-            raise StateRequestRefused(f"{method} {path}: {exc.code} {said}", exc.code) from None
-        return answer
+        return call(self.url, method, path, body, self.timeout_s, StateRequestRefused)

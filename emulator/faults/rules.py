@@ -245,6 +245,13 @@ def _finish(data: dict[str, Any], match: Match, fault: Fault) -> FaultRule:
                      None if expires is None else float(expires), seed, data)
 
 
+def _seconds(value: Any, where: str) -> float:
+    seconds = _number(value, where)
+    if seconds <= 0:
+        raise RuleError(f"{where} must be above 0 (got {seconds}).")
+    return seconds
+
+
 def _capacity_match(data: Any) -> Match:
     if not isinstance(data, dict):
         raise RuleError(f"match is a JSON object; a capacity fault matches by "
@@ -261,10 +268,7 @@ def _capacity(value: Any) -> CapacityFault:
     if value == "insufficient":
         return CapacityFault(insufficient=True)
     if isinstance(value, dict) and set(value) == {"slow_start_s"}:
-        slow = _number(value["slow_start_s"], "fault.capacity.slow_start_s")
-        if slow <= 0:
-            raise RuleError(f"fault.capacity.slow_start_s must be above 0 (got {slow}).")
-        return CapacityFault(insufficient=False, slow_start_s=slow)
+        return CapacityFault(False, _seconds(value["slow_start_s"], "fault.capacity.slow_start_s"))
     raise RuleError('fault.capacity is "insufficient" or {"slow_start_s": 60}.')
 
 
@@ -375,10 +379,7 @@ def _load(value: Any) -> LoadFault:
     if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("fail"), str):
         return LoadFault(fail=value["fail"])
     if isinstance(value, dict) and len(value) == 1 and "delay_s" in value:
-        delay = _number(value["delay_s"], "fault.load.delay_s")
-        if delay <= 0:
-            raise RuleError(f"fault.load.delay_s must be above 0 (got {delay}).")
-        return LoadFault(delay_s=delay)
+        return LoadFault(delay_s=_seconds(value["delay_s"], "fault.load.delay_s"))
     raise RuleError('fault.load is {"fail": "message"}, {"delay_s": 30}, "out_of_memory" or '
                     '"disk_full".')
 
@@ -398,10 +399,7 @@ def _instance(value: Any) -> InstanceFault:
     if value == "kill":
         return InstanceFault(kill=True)
     if isinstance(value, dict) and set(value) == {"hang_s"}:
-        hang = _number(value["hang_s"], "fault.instance.hang_s")
-        if hang <= 0:
-            raise RuleError(f"fault.instance.hang_s must be above 0 (got {hang}).")
-        return InstanceFault(kill=False, hang_s=hang)
+        return InstanceFault(kill=False, hang_s=_seconds(value["hang_s"], "fault.instance.hang_s"))
     raise RuleError('fault.instance is "kill" or {"hang_s": 10}.')
 
 

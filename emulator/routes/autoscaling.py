@@ -12,10 +12,9 @@ from fastapi import Request, Response
 
 from emulator.autoscaling import wire
 from emulator.autoscaling.service import AutoScalingService
-from emulator.contract.apis import Service, read_request
-from emulator.faults.rules import CallFacts
-from emulator.faults.table import FaultTable, error_unless_clear
-from emulator.routes.table import Handler, Rows, as_asgi, rows
+from emulator.contract.apis import Service
+from emulator.faults.table import FaultTable
+from emulator.routes.table import Handler, Rows, as_asgi, injected_error, rows
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +22,9 @@ log = logging.getLogger(__name__)
 def autoscaling_handler(service: AutoScalingService, faults: FaultTable | None = None) -> Handler:
     async def handle(request: Request) -> Response:
         try:
-            api = read_request(request.scope)
-            if api is not None:
-                call = CallFacts(api.service.value, api.operation)
-                fault = await error_unless_clear(faults, call)
-                if fault is not None:
-                    raise wire.ScalingError(fault.message, fault.code, fault.status)
+            fault = await injected_error(faults, request.scope)
+            if fault is not None:
+                raise wire.ScalingError(fault.message, fault.code, fault.status)
             operation, params = wire.parse_request(request.headers.get("x-amz-target", ""),
                                                    await request.body())
             status, body = 200, wire.encode_output(operation,

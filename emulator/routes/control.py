@@ -17,11 +17,10 @@ from fastapi import APIRouter, Request, Response
 
 from emulator.contract import control_plane as wire
 from emulator.contract import inference_components as component_rules
-from emulator.contract.apis import Service, read_request
+from emulator.contract.apis import Service
 from emulator.control.service import ControlPlaneService
-from emulator.faults.rules import CallFacts
-from emulator.faults.table import FaultTable, error_unless_clear
-from emulator.routes.table import Handler, Rows, as_asgi, rows
+from emulator.faults.table import FaultTable
+from emulator.routes.table import Handler, Rows, as_asgi, injected_error, rows
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +33,9 @@ def control_plane_handler(service: ControlPlaneService,
     async def handle(request: Request) -> Response:
         request_id = str(uuid.uuid4())
         try:
-            api = read_request(request.scope)
-            if api is not None:
-                call = CallFacts(api.service.value, api.operation)
-                fault = await error_unless_clear(faults, call)
-                if fault is not None:
-                    raise wire.ControlPlaneError(fault.message, fault.code, fault.status)
+            fault = await injected_error(faults, request.scope)
+            if fault is not None:
+                raise wire.ControlPlaneError(fault.message, fault.code, fault.status)
             # The headers are the front door's (each name once): the target identify() read.
             target, raw = request.headers.get("x-amz-target"), await request.body()
             # Inference components' operations and endpoint configs have rules of their own.

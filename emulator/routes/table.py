@@ -16,7 +16,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from emulator.contract.apis import ApiRequest, Service
+from emulator.contract.apis import ApiRequest, Service, read_request
+from emulator.faults.rules import CallFacts, ErrorAnswer
+from emulator.faults.table import FaultTable, error_unless_clear
 
 # The row of a service's operations that have none of their own.
 OTHER_OPERATIONS = "*"
@@ -47,3 +49,12 @@ def lookup(table: Mapping[tuple[Service, str], ASGIApp], api: ApiRequest) -> ASG
     if handler is None:
         handler = table.get((api.service, OTHER_OPERATIONS))
     return handler
+
+
+async def injected_error(faults: FaultTable | None, scope: Scope) -> ErrorAnswer | None:
+    """The error a fault rule in force answers this request with (a latency is waited out
+    here), for the service's handler to raise in its own shape; None: answer as usual."""
+    api = read_request(scope)
+    if api is None or faults is None or not faults.armed:
+        return None
+    return await error_unless_clear(faults, CallFacts(api.service.value, api.operation))
