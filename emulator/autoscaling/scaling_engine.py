@@ -15,16 +15,15 @@ datapoints, cooldowns, the [U] choices) are in ``rules.py`` and ``step.py``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from emulator.autoscaling import rules, step
 from emulator.autoscaling.capacity import CapacityError, VariantCapacity
 from emulator.autoscaling.service import AutoScalingService
 from emulator.autoscaling.state import ScalableTarget, ScalingActivity, ScalingPolicy
+from emulator.background import beside
 from emulator.clock import Clock
 from emulator.cloudwatch.actions import ActionCall
 from emulator.cloudwatch.alarm_model import ALARM
@@ -56,15 +55,8 @@ class ScalingEngine:
         if service.alarms is not None:
             service.alarms.add_action_handler(POLICY_ARN_PREFIX, self.run_actions)
 
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        task = asyncio.create_task(self._loop(), name="autoscaling")
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def running(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return beside(self._loop(), "autoscaling")
 
     async def _loop(self) -> None:
         while True:

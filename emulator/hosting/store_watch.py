@@ -14,6 +14,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 
+from emulator.background import beside
 from emulator.manager.sources import FolderSource
 
 log = logging.getLogger(__name__)
@@ -69,10 +70,5 @@ class StoreWatch:
         self._seen = await asyncio.to_thread(self.source.versions)
         log.info("store: watching %s every %gs (%d objects)", self.source.location,
                  self.interval_s, len(self._seen))
-        task = asyncio.create_task(self._run(), name="store-watch")
-        try:
+        async with beside(self._run(), "store-watch"):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
