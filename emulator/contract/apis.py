@@ -199,9 +199,20 @@ _FAULT_ACTIONS = {"GET": "ListFaultRules", "HEAD": "ListFaultRules", "POST": "Pu
                   "DELETE": "DeleteFaultRules"}
 
 
+# The clock and the transition rules (emulator/routes/clock.py), by method.
+_ADVANCE = "/_emulator/clock/advance"
+_TRANSITIONS = "/_emulator/transitions"
+_TRANSITION_ACTIONS = {"GET": "ListTransitions", "HEAD": "ListTransitions",
+                       "PUT": "PutTransition", "DELETE": "DeleteTransitions"}
+
+
 def _emulator_route(method: str, path: str) -> ApiRequest | None:
     if method in ("GET", "HEAD") and path in _EMULATOR_READS:
         return ApiRequest(Service.EMULATOR, _EMULATOR_READS[path], Protocol.REST_JSON)
+    if path == _ADVANCE and method == "POST":
+        return ApiRequest(Service.EMULATOR, "AdvanceClock", Protocol.REST_JSON)
+    if path == _TRANSITIONS and method in _TRANSITION_ACTIONS:
+        return ApiRequest(Service.EMULATOR, _TRANSITION_ACTIONS[method], Protocol.REST_JSON)
     if (path == _FAULTS or (method == "DELETE" and path.startswith(_FAULTS + "/"))) \
             and method in _FAULT_ACTIONS:
         return ApiRequest(Service.EMULATOR, _FAULT_ACTIONS[method], Protocol.REST_JSON)
