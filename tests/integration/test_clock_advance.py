@@ -115,7 +115,7 @@ def call_fails(rt: Any) -> bool:
         rt.invoke_endpoint(EndpointName="ep", TargetModel="scale.tar.gz",
                            ContentType="application/json", Body=scale_request([1.0] * 4))
     except ClientError as exc:
-        return exc.response["Error"]["Code"] == "ModelError"
+        return bool(exc.response["Error"]["Code"] == "ModelError")
     return False
 
 
