@@ -208,6 +208,54 @@ def test_an_alarm_goes_from_ok_to_alarm_across_an_advance_and_its_datapoint_ages
     cw.delete_alarms(AlarmNames=["queue-depth"])
 
 
+# -- a scaling cooldown passed by an advance ----------------------------------------------------
+
+
+def test_a_step_policys_cooldown_is_passed_by_an_advance(emulator: Module) -> None:
+    """An alarm that stays in ALARM runs its +1 step policy at every evaluation: the first
+    scales out, the next ones fall within the 300 s cooldown, and the first after it scales out
+    again. The endpoint is one for components (its instances start no Triton)."""
+    sm, cw = emulator.client("sagemaker"), emulator.client("cloudwatch")
+    asg = emulator.client("application-autoscaling")
+    create_component_endpoint(sm, "scaled")
+    key = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/scaled/variant/AllTraffic",
+           "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
+    asg.register_scalable_target(**key, MinCapacity=1, MaxCapacity=3)
+    policy = asg.put_scaling_policy(
+        **key, PolicyName="out", PolicyType="StepScaling", StepScalingPolicyConfiguration={
+            "AdjustmentType": "ChangeInCapacity", "Cooldown": 300,
+            "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]})
+    # One datapoint in a 10-minute period keeps the alarm in ALARM for 10 emulated minutes.
+    cw.put_metric_alarm(AlarmName="backlog", Namespace="Test/Clock", MetricName="Backlog",
+                        Statistic="Maximum", Period=600, EvaluationPeriods=1, Threshold=10,
+                        ComparisonOperator="GreaterThanThreshold",
+                        AlarmActions=[policy["PolicyARN"]])
+    cw.put_metric_data(Namespace="Test/Clock", MetricData=[{"MetricName": "Backlog",
+                                                            "Value": 50.0}])
+
+    def desired() -> int:
+        variant = sm.describe_endpoint(EndpointName="scaled")["ProductionVariants"][0]
+        return int(variant["DesiredInstanceCount"])
+
+    def done_activities() -> int:
+        activities = asg.describe_scaling_activities(ServiceNamespace="sagemaker")
+        return sum(a["ResourceId"] == key["ResourceId"] and a["StatusCode"] == "Successful"
+                   for a in activities["ScalingActivities"])
+
+    advance(emulator.url, 60)
+    wait_for(lambda: desired() == 2, 30, "the first scale-out")
+    advance(emulator.url, 60)  # let the scale-out settle (its activity ends)
+    wait_for(lambda: done_activities() == 1, 30, "the first activity done")
+    advance(emulator.url, 120)  # two more evaluations in ALARM, within the cooldown
+    assert desired() == 2
+    advance(emulator.url, 180)  # past the cooldown: the next evaluation scales out again
+    wait_for(lambda: desired() == 3, 30, "the scale-out after the cooldown")
+    cw.delete_alarms(AlarmNames=["backlog"])
+    asg.deregister_scalable_target(**key)
+    wait_for(lambda: endpoint_status(sm, "scaled") == "InService", 30, "scaled InService")
+    delete_endpoint(sm, "scaled")
+
+
 # -- transitions ---------------------------------------------------------------------------
 
 
