@@ -27,6 +27,7 @@ from emulator.cloudwatch.series import MetricStore
 from emulator.cloudwatch.service import CloudWatchService
 from emulator.contract.apis import API_SCOPE_KEY, ApiRequest, Service, read_request
 from emulator.control import ControlPlaneService, ControlStore
+from emulator.control.transitions import TransitionTable
 from emulator.faults.table import FaultTable, UnitFaults
 from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.endpoint_registry import EndpointRegistry
@@ -45,6 +46,7 @@ from emulator.page import Feed, install_page
 from emulator.page.activities import fault_listener, scaling_listener
 from emulator.page.failed_invocations import InvocationErrors
 from emulator.routes.autoscaling import autoscaling_rows
+from emulator.routes.clock import build_clock_router
 from emulator.routes.cloudwatch import cloudwatch_rows
 from emulator.routes.control import build_control_router, control_rows
 from emulator.routes.faults import build_faults_router
@@ -172,11 +174,13 @@ def build_app(settings: Settings) -> EmulatorApp:
         return instance
 
     registry = EndpointRegistry(settings, build_instance, sink=metric_store,
-                                sample_period_s=clock.real_duration(60), faults=faults)
+                                sample_period_s=clock.real_duration(60), faults=faults,
+                                clock=clock)
     control = ControlPlaneService(
         store=ControlStore(state_dir / "control-plane.sqlite3" if state_dir else ":memory:"),
         registry=registry, region=settings.region, account=settings.account_id,
-        image_problem=factory.image_problem, emulated_clock=clock, alarms=alarms)
+        image_problem=factory.image_problem, emulated_clock=clock, alarms=alarms,
+        transitions=TransitionTable(clock))
     metrics_api = CloudWatchService(metric_store, clock, alarms)
     scaling = autoscaling.AutoScalingService(autoscaling.SageMakerVariants(control), clock,
                                              settings.region, settings.account_id, alarms,
@@ -244,6 +248,7 @@ def build_app(settings: Settings) -> EmulatorApp:
     app.include_router(build_introspection_router(registry, alarms))
     app.include_router(build_faults_router(faults))
     app.include_router(build_state_router(state))
+    app.include_router(build_clock_router(clock, control.transitions))
     install_page(app, registry, feed)  # the live page at /_emulator/
     # Its history: each deployment's start, rollback and end, each scaling activity.
     control.on_activity = feed.activity

@@ -542,9 +542,10 @@ class AlarmStore:
             except Exception:  # one bad round must not stop the alarms
                 log.exception("alarm evaluation failed")
             self._changed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                # A SetAlarmState or a new alarm is acted on at once, not at the next tick.
-                await asyncio.wait_for(self._changed.wait(), self.clock.real_duration(TICK_S))
+            with contextlib.suppress(TimeoutError):
+                # A SetAlarmState or a new alarm is acted on at once, not at the next tick; an
+                # advance of the clock brings the tick forward.
+                await self.clock.wait_for(self._changed.wait(), TICK_S)
 
     async def evaluate_all(self) -> None:
         """A round in which every metric alarm is due, and its background actions finished

@@ -204,6 +204,11 @@ _STATE_ACTIONS = {("POST", "/_emulator/reset"): "Reset",
                   ("GET", "/_emulator/snapshot"): "GetSnapshot",
                   ("HEAD", "/_emulator/snapshot"): "GetSnapshot",
                   ("POST", "/_emulator/snapshot"): "RestoreSnapshot"}
+# The clock and the transition rules (emulator/routes/clock.py), by method.
+_ADVANCE = "/_emulator/clock/advance"
+_TRANSITIONS = "/_emulator/transitions"
+_TRANSITION_ACTIONS = {"GET": "ListTransitions", "HEAD": "ListTransitions",
+                       "PUT": "PutTransition", "DELETE": "DeleteTransitions"}
 
 
 def _emulator_route(method: str, path: str) -> ApiRequest | None:
@@ -211,6 +216,10 @@ def _emulator_route(method: str, path: str) -> ApiRequest | None:
         return ApiRequest(Service.EMULATOR, _EMULATOR_READS[path], Protocol.REST_JSON)
     if (method, path) in _STATE_ACTIONS:
         return ApiRequest(Service.EMULATOR, _STATE_ACTIONS[method, path], Protocol.REST_JSON)
+    if path == _ADVANCE and method == "POST":
+        return ApiRequest(Service.EMULATOR, "AdvanceClock", Protocol.REST_JSON)
+    if path == _TRANSITIONS and method in _TRANSITION_ACTIONS:
+        return ApiRequest(Service.EMULATOR, _TRANSITION_ACTIONS[method], Protocol.REST_JSON)
     if (path == _FAULTS or (method == "DELETE" and path.startswith(_FAULTS + "/"))) \
             and method in _FAULT_ACTIONS:
         return ApiRequest(Service.EMULATOR, _FAULT_ACTIONS[method], Protocol.REST_JSON)

@@ -42,7 +42,6 @@ import asyncio
 import dataclasses
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -121,7 +120,7 @@ class Rollout:
     """Where a rolling update is; JSON-safe, kept in the component's record."""
 
     plan: dict[str, Any]
-    started: float  # real epoch seconds of UpdateInferenceComponent
+    started: float  # the emulated clock's timeline (``Clock.now``) at UpdateInferenceComponent
     total: int  # copies rolled (the placed ones when the update started)
     desired_before: int  # DesiredCopyCount to go back to on a rollback
     new: int = 0  # copies of the new specification now (the others are old ones)
@@ -201,14 +200,15 @@ class RollingUpdate:
 
     async def _bake(self, fired: asyncio.Queue[str]) -> None:
         self._raise_if_alarming()
-        bake = self._clock.real_duration(self.plan.wait_s)
+        bake_ends = self._clock.now() + self._clock.real_duration(self.plan.wait_s)
         deadline = self._deadline()
-        left = bake if deadline is None else min(bake, deadline - time.time())
+        cut = deadline is not None and deadline < bake_ends
         try:
-            alarm = await asyncio.wait_for(fired.get(), max(0.0, left))
-        except asyncio.TimeoutError:
+            alarm = await self._clock.wait_until(
+                fired.get(), bake_ends if deadline is None else min(bake_ends, deadline))
+        except TimeoutError:
             self._raise_if_alarming()
-            if left < bake:
+            if cut:
                 raise RolledBack(self._timeout_reason()) from None
             return
         self._rolled_back_by(alarm)
@@ -226,7 +226,7 @@ class RollingUpdate:
 
     def _raise_if_late(self) -> None:
         deadline = self._deadline()
-        if deadline is not None and time.time() >= deadline:
+        if deadline is not None and self._clock.now() >= deadline:
             raise RolledBack(self._timeout_reason())
 
     def _timeout_reason(self) -> str:  # [U] wording

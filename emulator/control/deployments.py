@@ -105,10 +105,10 @@ class Progress:
     """Where a deployment is; JSON-safe, kept in the endpoint's record."""
 
     plan: dict[str, Any]
-    started: float  # real epoch seconds of UpdateEndpoint
+    started: float  # the emulated clock's timeline (``Clock.now``) at UpdateEndpoint
     phase: str = STARTING
     step: int = 0  # index into plan.shares of the step running (or next to run)
-    step_started: float = 0.0
+    step_started: float = 0.0  # real epoch seconds, as DescribeEndpoint shows it
     resumed: int = 0  # restarts of the emulator this deployment went through
     alarm: str | None = None  # the alarm that rolled it back
 
@@ -164,9 +164,9 @@ class DeploymentRun:
             else:  # resumed during the termination wait: blue is gone already
                 old = None
             if self.plan.termination_wait_s:
-                self._bake_ends = time.time() + self._clock.real_duration(
+                self._bake_ends = self._clock.now() + self._clock.real_duration(
                     self.plan.termination_wait_s)
-                await self._clock.sleep(self.plan.termination_wait_s)
+                await self._clock.sleep_until(self._bake_ends)
             if old is not None:
                 await self._registry.retire(old)
         finally:
@@ -188,7 +188,7 @@ class DeploymentRun:
 
     async def _bake(self, step: int, fired: asyncio.Queue[str]) -> None:
         share = self.plan.shares[step]
-        self._record(phase=BAKING, step=step, step_started=time.time())
+        self._record(phase=BAKING, step=step, step_started=time.time())  # shown as is
         self._registry.shift(self.name, share)
         if self.plan.rolling and share < 1:  # as many old instances go as new ones came
             await self._registry.resize_generation(
@@ -197,15 +197,15 @@ class DeploymentRun:
                  "baking %.0f s", self.name, step + 1, self.plan.steps, share * 100,
                  self.plan.bake_s)
         self._raise_if_alarming()
-        bake_real = self._clock.real_duration(self.plan.bake_s)
         deadline = self._deadline()
-        self._bake_ends = time.time() + bake_real
+        self._bake_ends = bake_ends = self._clock.now() + self._clock.real_duration(
+            self.plan.bake_s)
         # The bake, or what is left before MaximumExecutionTimeoutInSeconds if that is less.
-        cut = deadline is not None and deadline - time.time() < bake_real
-        timeout = bake_real if deadline is None else min(bake_real, deadline - time.time())
+        cut = deadline is not None and deadline < bake_ends
         try:
-            alarm = await asyncio.wait_for(fired.get(), max(0.0, timeout))
-        except asyncio.TimeoutError:
+            alarm = await self._clock.wait_until(
+                fired.get(), bake_ends if deadline is None else min(bake_ends, deadline))
+        except TimeoutError:
             self._raise_if_alarming()
             if cut:
                 raise RolledBack(self._timeout_reason()) from None
@@ -249,7 +249,7 @@ class DeploymentRun:
     # -- what the live page shows ------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
-        now = time.time()
+        now = self._clock.now()
         left = None
         if self._bake_ends is not None and self.progress.phase in (BAKING, TERMINATING):
             left = self._clock.emulated_duration(max(0.0, self._bake_ends - now))

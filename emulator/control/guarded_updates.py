@@ -101,7 +101,7 @@ class GuardedUpdates:
             plan = dataclasses.replace(plan, kind=guardrails.BLUE_GREEN,
                                        routing=guardrails.ALL_AT_ONCE, shares=(1.0,),
                                        bake_s=0.0, termination_wait_s=0.0)
-        return Progress(plan=plan.to_doc(), started=self._clock())
+        return Progress(plan=plan.to_doc(), started=self._emulated_clock.now())
 
     async def run(self, name: str, deployment: Deployment, progress: Progress,
                   spec: EndpointSpec | None = None, running: EndpointSpec | None = None) -> None:

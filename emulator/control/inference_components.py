@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,6 +45,7 @@ from emulator.control.state_db import (
     ControlStore,
     EndpointRecord,
 )
+from emulator.control.transitions import TransitionTable
 from emulator.hosting.components import ComponentState, RollingTarget
 
 log = logging.getLogger(__name__)
@@ -59,12 +59,13 @@ class InferenceComponents:
     """The operations; ``handlers()`` plugs them into the control plane's dispatch."""
 
     def __init__(self, store: ControlStore, arn: Callable[[str, str], str],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], transitions: TransitionTable | None = None) -> None:
         self.store = store
         self._arn = arn
         self._clock = clock
         self._table = ComponentTable(store)
-        self.lifecycle = Lifecycle(self._table.get, self._table.save, clock)
+        self.lifecycle = Lifecycle(self._table.get, self._table.save, clock,
+                                   "inference-component", transitions)
         self.placement = CopyPlacement(self._table)
         self.checks = ComponentChecks(self._table, arn)
         # Rolling updates wait on the emulated clock and watch these alarms (the service's).
@@ -169,7 +170,8 @@ class InferenceComponents:
             raise wire.validation_error(
                 f"AutoRollbackConfiguration names CloudWatch alarm(s) that do not exist: "
                 f"{', '.join(missing)}. Create them with PutMetricAlarm first.")
-        return updates.Rollout(plan.to_doc(), started=time.time(), total=record.current_copies,
+        return updates.Rollout(plan.to_doc(), started=self.emulated_clock.now(),
+                               total=record.current_copies,
                                desired_before=record.desired_copies).to_doc()
 
     async def update_runtime_config(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,9 @@ A control-plane operation answers at once and leaves the work to a background ta
 InService or Failed, Updating -> InService, Deleting -> gone). ``Lifecycle`` keeps one task per
 resource name (case-insensitive, as SageMaker's names are), moves a record from state to state
 unless something else overtook the task (a delete), brings resources back after a restart, and
-cancels every task at shutdown.
+cancels every task at shutdown. A transition rule (``transitions.py``, ``PUT
+/_emulator/transitions``) that matches a task's resource and status holds the task first: it
+takes that long, never ends, or ends Failed.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+
+from emulator.control.transitions import FAILED, STATUSES, TransitionTable, held
 
 DELETING = "Deleting"
 _FAILURE_REASON_MAX = 1024
@@ -23,6 +27,7 @@ class LifecycleRecord(Protocol):
     name: str
     status: str
     modified: float
+    failure_reason: str | None
 
 
 R = TypeVar("R", bound=LifecycleRecord)
@@ -45,16 +50,22 @@ def failure_reason(exc: BaseException) -> str:
 class Lifecycle(Generic[R]):
     """The background tasks of one kind of resource, and its state transitions.
 
-    ``get`` and ``save`` read and write one record by name; ``clock`` stamps LastModifiedTime.
+    ``get`` and ``save`` read and write one record by name; ``clock`` stamps LastModifiedTime;
+    ``transitions`` holds the tasks of ``resource`` (a kind of ``transitions.RESOURCES``) that
+    its rules match.
     """
 
     def __init__(self, get: Callable[[str], R | None], save: Callable[[R], None],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], resource: str = "",
+                 transitions: TransitionTable | None = None) -> None:
         self._get = get
         self._save = save
         self._clock = clock
+        self._resource = resource
+        self.transitions = transitions
         # One background task per resource at most (keyed by lowercased name).
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self._holding: set[str] = set()  # names whose task a transition rule holds now
 
     def get(self, name: str) -> R | None:
         return self._get(name)
@@ -62,7 +73,7 @@ class Lifecycle(Generic[R]):
     def spawn(self, name: str, work: Awaitable[None]) -> asyncio.Task[None]:
         """Run ``work`` as the resource's task (a later spawn takes its place)."""
         key = name.lower()
-        task = asyncio.ensure_future(work)
+        task = asyncio.ensure_future(self._governed(name, work))
         self.tasks[key] = task
 
         def forget(done: asyncio.Task[None]) -> None:
@@ -75,6 +86,32 @@ class Lifecycle(Generic[R]):
     def running(self, name: str) -> asyncio.Task[None] | None:
         """The resource's task, while it has one."""
         return self.tasks.get(name.lower())
+
+    def held(self, name: str) -> bool:
+        """Whether a transition rule holds the resource's task now (nothing of its work has
+        run yet: a delete may cancel it)."""
+        return name.lower() in self._holding
+
+    def _governed(self, name: str, work: Awaitable[None]) -> Awaitable[None]:
+        """``work`` behind the transition rule that matches the record's status, if any."""
+        record = self._get(name) if self.transitions is not None else None
+        if self.transitions is None or record is None or record.status not in STATUSES:
+            return work
+        rule = self.transitions.match(self._resource, record.name, record.status)
+        if rule is None:
+            return work
+        status = record.status
+
+        def fail(reason: str) -> None:
+            current = self._get(name)
+            if current is None or current.status != status:
+                return  # something else moved it (a delete)
+            current.status = FAILED
+            current.modified = self._clock()
+            current.failure_reason = reason
+            self._save(current)
+
+        return held(self.transitions, rule, work, fail, self._holding, name.lower())
 
     def transition(self, name: str, expected: tuple[str, ...] | None, status: str,
                    **changes: Any) -> None:

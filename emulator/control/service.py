@@ -42,6 +42,7 @@ from emulator.control.lifecycle import Lifecycle, Resumed, failure_reason
 from emulator.control.runtimes import EndpointRuntimes
 from emulator.control.state_db import AlreadyExists, ControlStore, Deployment, EndpointRecord
 from emulator.control.stored_resources import StoredResources, with_token
+from emulator.control.transitions import TransitionTable
 from emulator.hosting.spec import EndpointSpec
 from emulator.instance_types import MAX_INSTANCES_PER_ENDPOINT
 
@@ -60,9 +61,12 @@ class ControlPlaneService:
         image_problem: Callable[[dict[str, Any]], str | None] | None = None,
         emulated_clock: Clock | None = None,
         alarms: AlarmStates | None = None,
+        transitions: TransitionTable | None = None,
     ):
         # Bakes and waits of guarded deployments run on the emulated clock (--clock-scale).
         self.emulated_clock = emulated_clock or Clock()
+        # How long Creating, Updating and Deleting take, as a test sets (/_emulator/transitions).
+        self.transitions = transitions or TransitionTable(self.emulated_clock)
         # CloudWatch alarms, for AutoRollbackConfiguration (None: no alarm exists).
         self.alarms = alarms
         self.store = store
@@ -73,7 +77,7 @@ class ControlPlaneService:
         self._started = clock()
         # Records of endpoints the control plane did not create (--model-data), never stored.
         self._volatile: dict[str, EndpointRecord] = {}
-        self.lifecycle = Lifecycle(self._get, self._save, clock)
+        self.lifecycle = Lifecycle(self._get, self._save, clock, "endpoint", self.transitions)
         self.resources = StoredResources(store, self.arn, clock, image_problem)
         self.guarded = GuardedUpdates(self.lifecycle, self._save, registry, self.emulated_clock,
                                       alarms, region, clock)
@@ -83,7 +87,8 @@ class ControlPlaneService:
             **{op: getattr(self, xform_name(op)) for op in wire.OPERATIONS - stored.keys()},
         }
         # Inference components: their operations and state live in their module.
-        self.components = components.InferenceComponents(store, self.arn, clock)
+        self.components = components.InferenceComponents(store, self.arn, clock,
+                                                         self.transitions)
         # Their copies are started and stopped by the runtime (a test double may have none).
         self.components.apply_copies = getattr(registry, "apply_copies", None)
         self.components.emulated_clock, self.components.alarms = self.emulated_clock, alarms
@@ -284,8 +289,8 @@ class ControlPlaneService:
         # A create or update still running finishes first, so its runtime is stopped too; a
         # guarded deployment (it may bake for hours) is cancelled: both generations stop.
         previous = self.lifecycle.running(name)
-        if previous is not None and record.deployment is not None:
-            previous.cancel()
+        if previous is not None and (record.deployment is not None or self.lifecycle.held(name)):
+            previous.cancel()  # a deployment, or a transition held before its work began
         self.lifecycle.spawn(name, self._run_delete(record.name, previous))
         return {}
 

@@ -50,8 +50,9 @@ class DeploymentView(Protocol):
 class EndpointRegistry:
     def __init__(self, settings: Settings, build_instance: InstanceBuilder,
                  sink: MetricSink | None = None, sample_period_s: float = 60.0,
-                 faults: FaultTable | None = None) -> None:
+                 faults: FaultTable | None = None, clock: Clock | None = None) -> None:
         self.settings = settings
+        self._clock = clock  # the utilization sampler waits on it (an advance wakes it)
         self.faults = faults  # the fault rules every endpoint's calls are checked against
         self._build_instance = build_instance
         self._router = Router(settings.routing_seed)
@@ -333,7 +334,10 @@ class EndpointRegistry:
         while True:
             periods = {e.name: publish_period_s(e) for e in self.all()}
             tick = math.gcd(*periods.values()) if periods else DEFAULT_PUBLISH_PERIOD_S
-            await asyncio.sleep(tick * real_per_emulated_s)
+            if self._clock is not None:
+                await self._clock.sleep(self._clock.emulated_duration(tick * real_per_emulated_s))
+            else:
+                await asyncio.sleep(tick * real_per_emulated_s)
             due = []
             for name, period in periods.items():
                 waited[name] = waited.get(name, 0) + tick

@@ -96,6 +96,7 @@ class ServerState:
         removed["scaling_policies"] = scaling["policies"]
         removed["metric_series"] = self.metrics.clear()
         removed["fault_rules"] = self.faults.clear()
+        removed["transition_rules"] = self.control.transitions.clear()
         for listener in self.reset_listeners:
             listener()
         if self.default_endpoint is not None:

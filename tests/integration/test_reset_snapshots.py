@@ -19,6 +19,7 @@ from botocore.config import Config
 
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
+from harness.emulator_routes import call
 from harness.faults import FaultRules
 from harness.server_state import ServerState, StateRequestRefused
 from mme.cli import main as mme
@@ -125,6 +126,8 @@ def build_fleet(emulator: Module) -> None:
                                    "PredefinedMetricType":
                                        "SageMakerVariantInvocationsPerInstance"}})
     FaultRules(emulator.url).add({"error": "ThrottlingException"}, match={"endpoint": "nope"})
+    call(emulator.url, "PUT", "/_emulator/transitions",
+         {"resource": "endpoint", "name": "nope*", "status": "Creating", "duration_s": 30})
 
 
 def create_endpoint(emulator: Module, name: str, store: str) -> None:
@@ -164,7 +167,8 @@ def test_a_reset_stops_every_triton_and_leaves_the_server_as_it_started(
     assert answer["removed"] == {
         "models": 2, "endpoint_configs": 2, "endpoints": 1, "inference_components": 0,
         "alarms": 3, "scalable_targets": 1, "scaling_policies": 1,
-        "metric_series": answer["removed"]["metric_series"], "fault_rules": 1}
+        "metric_series": answer["removed"]["metric_series"], "fault_rules": 1,
+        "transition_rules": 1}
     assert answer["removed"]["metric_series"] > 0
     assert (answer["stopped_endpoints"], answer["restarted"]) == (2, ["local"])
     assert [pid for pid in pids if pid_alive(pid)] == []  # stopped before the answer

@@ -220,6 +220,13 @@ def test_emulator_data_routes_are_actions_of_their_own() -> None:
     for path in ("/_emulator/models", "/_emulator/page/state", "/_emulator/page/stream"):
         assert call("GET", path).action == "emulator:DescribeModels", path
     assert call("GET", "/_emulator/metrics").action == "emulator:GetMetrics"
+    for method, path, action in (
+            ("POST", "/_emulator/clock/advance", "AdvanceClock"),
+            ("PUT", "/_emulator/transitions", "PutTransition"),
+            ("GET", "/_emulator/transitions", "ListTransitions"),
+            ("DELETE", "/_emulator/transitions", "DeleteTransitions")):
+        found = call(method, path)
+        assert (found.action, found.resource) == (f"emulator:{action}", "*"), path
 
 
 def test_a_repeated_form_parameter_is_refused_not_read_one_way() -> None:
