@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import fcntl
 import logging
 import os
@@ -18,6 +19,11 @@ from collections.abc import Awaitable, Callable
 log = logging.getLogger(__name__)
 
 RestartCallback = Callable[[], Awaitable[None]]
+
+# Set while a reset stops every endpoint (``EndpointRegistry.clear``): what is stopped then is
+# thrown away, so its processes are killed at once rather than asked to unload and exit.
+STOPPING_AT_ONCE: contextvars.ContextVar[bool] = contextvars.ContextVar("stopping_at_once",
+                                                                         default=False)
 
 
 # Lines of a serving process's output kept for the messages that say why it died.

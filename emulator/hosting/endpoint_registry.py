@@ -30,6 +30,7 @@ from emulator.manager.model_manager import ModelManager
 from emulator.manager.sources import source_for
 from emulator.metrics import MetricSink
 from emulator.settings import Settings
+from emulator.supervision import STOPPING_AT_ONCE
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +304,11 @@ class EndpointRegistry:
         """Every endpoint stopped and forgotten, with every stop under way awaited (a reset:
         no Triton is left running); ``keep_files`` as for ``delete``. How many there were."""
         names = self.names()
-        await asyncio.gather(*(self.delete(name, keep_files) for name in names))
+        at_once = STOPPING_AT_ONCE.set(True)  # their processes are killed, not asked to exit
+        try:
+            await asyncio.gather(*(self.delete(name, keep_files) for name in names))
+        finally:
+            STOPPING_AT_ONCE.reset(at_once)
         while self._stopping:
             await asyncio.gather(*self._stopping, return_exceptions=True)
         self.deployments.clear()

@@ -34,7 +34,13 @@ import sysconfig
 from pathlib import Path
 
 from emulator.processes import dies_with_parent, free_port
-from emulator.supervision import LauncherError, SupervisedLauncher, output_pipe, pump_output
+from emulator.supervision import (
+    STOPPING_AT_ONCE,
+    LauncherError,
+    SupervisedLauncher,
+    output_pipe,
+    pump_output,
+)
 from emulator.triton import stubs
 from emulator.triton.launcher import TritonOptions, control_args, stage_shims, wait_until_ready
 
@@ -348,8 +354,9 @@ class EmbeddedLauncher(SupervisedLauncher):
         if process is None:
             return
         if process.returncode is None:
+            at_once = STOPPING_AT_ONCE.get()  # a reset: nothing of it is kept
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
+                os.killpg(process.pid, signal.SIGKILL if at_once else signal.SIGTERM)
             try:
                 await asyncio.wait_for(process.wait(), KILL_AFTER_S)
             except asyncio.TimeoutError:
