@@ -41,7 +41,7 @@ from emulator.containers.docker_engine import (
     remove_leftover_containers,
 )
 from emulator.containers.images import SHIMS_DIR_LABEL, ensure_image
-from emulator.supervision import LauncherError, SupervisedLauncher
+from emulator.supervision import STOPPING_AT_ONCE, LauncherError, SupervisedLauncher
 from emulator.triton.launcher import (
     SHIMS_DIR,
     TritonOptions,
@@ -196,7 +196,8 @@ class DockerLauncher(SupervisedLauncher):
 
     async def stop(self) -> None:
         await self._stop_watchdog()
-        await asyncio.to_thread(self._remove_container)
+        # A reset keeps nothing of it: no grace (the context is read here, not in the thread).
+        await asyncio.to_thread(self._remove_container, 0 if STOPPING_AT_ONCE.get() else 10)
         if self._owns_client and self._client is not None:
             client, self._client = self._client, None
             await asyncio.to_thread(client.close)
@@ -362,8 +363,8 @@ class DockerLauncher(SupervisedLauncher):
             with contextlib.suppress(Exception):  # already gone: the watchdog sees it anyway
                 await asyncio.to_thread(container.kill)
 
-    def _remove_container(self) -> None:
+    def _remove_container(self, grace_s: float = 10) -> None:
         container, self._container = self._container, None
         self._alive = False
         if container is not None:
-            remove_container(container, grace_s=10)
+            remove_container(container, grace_s=grace_s)
