@@ -24,8 +24,9 @@ Faults (docs/faults.md):
 - ``{"instance": "kill"}`` / ``{"instance": {"hang_s": 10}}``: the instance that would answer
   the call has its Triton killed, or stopped for that long, before the call reaches it;
 - ``{"capacity": "insufficient"}`` / ``{"capacity": {"slow_start_s": 60}}``: instances added to
-  a variant (CreateEndpoint, a deployment's new fleet, a scale-out) cannot be provisioned, or
-  start that much later; matched by endpoint and variant only.
+  a variant (CreateEndpoint, a deployment's new fleet, a scale-out) or copies added to an
+  inference component cannot be provisioned, or start that much later; matched by endpoint,
+  variant and inference component only.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ FAULT_KINDS = ("error", "model_error", "latency_ms", "model_latency_ms", "load",
 INVOKE_ONLY_KINDS = ("model_error", "model_latency_ms", "load", "download", "instance")
 # A capacity fault meets instances being added, whatever call or engine adds them: it matches
 # by the variant they are added to only.
-CAPACITY_MATCH = ("endpoint", "variant")
+CAPACITY_MATCH = ("endpoint", "variant", "inference_component")
 # Kinds a later version may inject; named so that a rule asking for one is told so.
 NOT_YET: tuple[str, ...] = ()
 _Z99 = 2.3263478740408408  # the standard normal's 99th percentile
@@ -261,7 +262,8 @@ def _capacity_match(data: Any) -> Match:
     for name, value in data.items():
         if not isinstance(value, str) or not value:
             raise RuleError(f"match.{name} must be a non-empty string (got {value!r}).")
-    return Match(endpoint=data.get("endpoint"), variant=data.get("variant"))
+    return Match(endpoint=data.get("endpoint"), variant=data.get("variant"),
+                 inference_component=data.get("inference_component"))
 
 
 def _capacity(value: Any) -> CapacityFault:

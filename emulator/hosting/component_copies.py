@@ -39,6 +39,8 @@ from pathlib import Path
 
 from emulator.clock import Clock
 from emulator.contract import runtime
+from emulator.faults.table import FaultTable
+from emulator.hosting import instance_faults
 from emulator.hosting.call_record import CallRecord
 from emulator.hosting.component_tally import DIMENSION
 from emulator.hosting.routing import LeastOutstandingRequests, RandomChoice
@@ -222,6 +224,7 @@ class ComponentCopies:
         self._random = RandomChoice(seed)
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
+        self.faults: FaultTable | None = None  # the endpoint's fault rules (capacity)
         self.target: CopyTarget | None = None
         self._specs: dict[str, VariantSpec] = {}  # copy id -> the model it serves
         self.ready: list[Copy] = []  # in routing, oldest first
@@ -267,6 +270,7 @@ class ComponentCopies:
 
     async def _start(self, variant: VariantSpec, count: int,
                      download_timeout_s: float | None = None) -> None:
+        await instance_faults.provisioned(self.faults, self.endpoint, variant.name, self.name)
         built: list[Copy] = []
 
         async def one() -> None:

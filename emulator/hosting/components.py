@@ -165,6 +165,7 @@ class ComponentEndpoint(SplitEndpoint):
             copies = self._components[key] = ComponentCopies(
                 self.name, component, self.work_dir / key, self._build_copy, self._metric_sink,
                 self._seed, clock=self._clock, copy_dimensions=self.copy_dimensions)
+            copies.faults = self.faults
         return copies
 
     async def apply_copies(self, component: str, target: CopyTarget | None) -> None:
@@ -215,6 +216,7 @@ class ComponentEndpoint(SplitEndpoint):
                 self._build_copy, self._metric_sink, self._seed, self._check_artifact,
                 clock=self._clock, copy_suffix=f"-green{number}",
                 copy_dimensions=self.copy_dimensions)
+            new.faults = self.faults
         steps = [(new, new_target), (old, old_target)]
         if target.copies < len(new.ready):  # a rollback batch: the old side grows first
             steps.reverse()

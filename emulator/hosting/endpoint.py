@@ -29,7 +29,6 @@ from emulator.faults.rules import (
     INVOKE,
     RUNTIME,
     CallFacts,
-    CapacityFault,
     ErrorAnswer,
     InstanceFault,
     Latency,
@@ -53,11 +52,6 @@ HostedInstance = ServingUnit
 # Builds and starts nothing: returns a ready-to-start instance (see ``hosting.factory``).
 InstanceBuilder = Callable[[EndpointSpec, VariantSpec, str, Path, EndpointMetrics],
                            Awaitable[HostedInstance]]
-
-
-class InsufficientCapacity(Exception):
-    """No instance of the type can be provisioned (a capacity fault): the create fails, an
-    update or a scale-out keeps the running fleet, with this as the FailureReason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +190,7 @@ class Endpoint:
             raise
 
     async def _add_instances(self, variant: Variant, count: int) -> None:
-        await self._provisioned(variant)
+        await instance_faults.provisioned(self.faults, self.name, variant.name)
         built: list[HostedInstance] = []
 
         async def one() -> None:
@@ -216,20 +210,6 @@ class Endpoint:
         for instance in built:
             log.info("endpoint=%s variant=%s instance=%s step=start triton=%s", self.name,
                      variant.name, instance.id, instance.launcher.http_url)
-
-    async def _provisioned(self, variant: Variant) -> None:
-        """Instances to add to ``variant``: a capacity fault in force makes them impossible
-        (SageMaker's words for a type it has no capacity of) or later."""
-        faults = self.faults
-        fired = faults.draw(CallFacts("", "", self.name, variant.name), "capacity") \
-            if faults is not None and faults.armed else None
-        if fired is None or not isinstance(fired.fault, CapacityFault):
-            return
-        if fired.fault.insufficient:
-            raise InsufficientCapacity(  # [O] AWS's FailureReason, word for word
-                "Unable to provision requested ML compute capacity. Please retry using a "
-                "different ML instance type.")
-        await asyncio.sleep(fired.fault.slow_start_s)
 
     async def _remove(self, variant: Variant, instance: HostedInstance, drain: bool = True) -> None:
         if drain:

@@ -1,7 +1,9 @@
 """A fault rule's instance fault (``{"instance": "kill"}``, ``{"instance": {"hang_s": N}}``): the
 Triton of the unit that would answer the call is killed (SIGKILL: the watchdog restarts it, as
 SageMaker replaces a container that crashed) or stopped for a while (SIGSTOP, then SIGCONT: a
-container that hangs; the calls it holds wait, up to the invocation timeout).
+container that hangs; the calls it holds wait, up to the invocation timeout). And its capacity
+fault (``{"capacity": ...}``): units being added (a variant's instances, a component's copies)
+cannot be provisioned, or start later.
 
 The process is the embedded Triton, or the docker launcher's container's first process. A unit
 with no process of its own here (an external Triton) is left alone, and the log says so.
@@ -16,9 +18,31 @@ import os
 import signal
 from pathlib import Path
 
-from emulator.faults.rules import InstanceFault
+from emulator.faults.rules import CallFacts, CapacityFault, InstanceFault
+from emulator.faults.table import FaultTable
 
 log = logging.getLogger(__name__)
+
+
+class InsufficientCapacity(Exception):
+    """No instance of the type can be provisioned (a capacity fault): a create fails, an
+    update or a scale-out keeps what runs, with this as the FailureReason."""
+
+
+async def provisioned(faults: FaultTable | None, endpoint: str, variant: str,
+                      component: str | None = None) -> None:
+    """Units to add to ``variant`` (or to ``component``'s copies on it): a capacity fault in
+    force makes them impossible (SageMaker's words for a type it has no capacity of) or
+    later."""
+    fired = faults.draw(CallFacts("", "", endpoint, variant, inference_component=component),
+                        "capacity") if faults is not None and faults.armed else None
+    if fired is None or not isinstance(fired.fault, CapacityFault):
+        return
+    if fired.fault.insufficient:
+        raise InsufficientCapacity(  # [O] AWS's FailureReason, word for word
+            "Unable to provision requested ML compute capacity. Please retry using a "
+            "different ML instance type.")
+    await asyncio.sleep(fired.fault.slow_start_s)
 
 
 def triton_pid(unit: object) -> int | None:

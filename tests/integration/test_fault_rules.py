@@ -471,3 +471,30 @@ def test_no_capacity_fails_a_create_and_keeps_a_scale_out_from_happening(
     (variant,) = described["ProductionVariants"]
     assert variant["CurrentInstanceCount"] == 1
     sagemaker.delete_endpoint(EndpointName="capacity")
+
+
+def test_no_capacity_fails_a_components_copies(server: EmulatorServer, faults: FaultRules,
+                                               tmp_path: Any) -> None:
+    from tests.component_support import create_component_endpoint
+
+    package(write_scale_model(tmp_path / "work", "scale", 2.0), tmp_path / "m.tar.gz", "folder")
+    sagemaker = boto3.client("sagemaker", endpoint_url=server.url,
+                             config=Config(retries={"max_attempts": 1}), **DUMMY_CREDENTIALS)
+    sagemaker.create_model(ModelName="ic-model", ExecutionRoleArn=ROLE, PrimaryContainer={
+        "Image": "triton", "ModelDataUrl": (tmp_path / "m.tar.gz").as_uri()})
+    create_component_endpoint(sagemaker, "ic-capacity")
+    rule = faults.add({"capacity": "insufficient"}, match={"inference_component": "ic-none"})
+    sagemaker.create_inference_component(
+        InferenceComponentName="ic-none", EndpointName="ic-capacity", VariantName="AllTraffic",
+        Specification={"ModelName": "ic-model", "ComputeResourceRequirements": {
+            "NumberOfCpuCoresRequired": 1, "MinMemoryRequiredInMb": 512}},
+        RuntimeConfig={"CopyCount": 1})
+    described = wait_for(lambda: (lambda d: d if d["InferenceComponentStatus"] == "Failed"
+                                  else None)(sagemaker.describe_inference_component(
+                                      InferenceComponentName="ic-none")), 60, "ic-none Failed")
+    assert "Unable to provision requested ML compute capacity" in described["FailureReason"]
+    assert faults.fired(rule) == 1
+    sagemaker.delete_inference_component(InferenceComponentName="ic-none")
+    wait_for(lambda: not sagemaker.list_inference_components(
+        EndpointNameEquals="ic-capacity")["InferenceComponents"], 60, "ic-none deleted")
+    sagemaker.delete_endpoint(EndpointName="ic-capacity")
