@@ -27,7 +27,6 @@ from emulator.cloudwatch.series import MetricStore
 from emulator.cloudwatch.service import CloudWatchService
 from emulator.contract.apis import API_SCOPE_KEY, ApiRequest, Service, read_request
 from emulator.control import ControlPlaneService, ControlStore
-from emulator.control.transitions import TransitionTable
 from emulator.faults.table import FaultTable, UnitFaults
 from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.endpoint_registry import EndpointRegistry
@@ -63,6 +62,7 @@ from emulator.routes.table import lookup
 from emulator.settings import Settings, StartRefused
 from emulator.state import snapshot_format
 from emulator.state.server_state import ServerState
+from emulator.transitions import TransitionTable
 
 log = logging.getLogger(__name__)
 
@@ -173,14 +173,16 @@ def build_app(settings: Settings) -> EmulatorApp:
             instance.manager.faults = UnitFaults(faults, endpoint.name, variant.name, instance_id)
         return instance
 
+    # How a resource's Creating, Updating or Deleting goes, as a test set it (a copy's start too).
+    transitions = TransitionTable(clock)
     registry = EndpointRegistry(settings, build_instance, sink=metric_store,
                                 sample_period_s=clock.real_duration(60), faults=faults,
-                                clock=clock)
+                                clock=clock, transitions=transitions)
     control = ControlPlaneService(
         store=ControlStore(state_dir / "control-plane.sqlite3" if state_dir else ":memory:"),
         registry=registry, region=settings.region, account=settings.account_id,
         image_problem=factory.image_problem, emulated_clock=clock, alarms=alarms,
-        transitions=TransitionTable(clock))
+        transitions=transitions)
     metrics_api = CloudWatchService(metric_store, clock, alarms)
     scaling = autoscaling.AutoScalingService(autoscaling.SageMakerVariants(control), clock,
                                              settings.region, settings.account_id, alarms,

@@ -45,8 +45,8 @@ from emulator.control.state_db import (
     ControlStore,
     EndpointRecord,
 )
-from emulator.control.transitions import TransitionTable
 from emulator.hosting.components import ComponentState, RollingTarget
+from emulator.transitions import TransitionTable
 
 log = logging.getLogger(__name__)
 

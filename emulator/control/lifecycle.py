@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from emulator.control.transitions import FAILED, STATUSES, TransitionTable, held
+from emulator.transitions import FAILED, STATUSES, TransitionTable, held
 
 DELETING = "Deleting"
 _FAILURE_REASON_MAX = 1024

@@ -42,9 +42,9 @@ from emulator.control.lifecycle import Lifecycle, Resumed, failure_reason
 from emulator.control.runtimes import EndpointRuntimes
 from emulator.control.state_db import AlreadyExists, ControlStore, Deployment, EndpointRecord
 from emulator.control.stored_resources import StoredResources, with_token
-from emulator.control.transitions import TransitionTable
 from emulator.hosting.spec import EndpointSpec
 from emulator.instance_types import MAX_INSTANCES_PER_ENDPOINT
+from emulator.transitions import TransitionTable
 
 log = logging.getLogger(__name__)
 

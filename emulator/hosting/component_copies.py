@@ -53,6 +53,7 @@ from emulator.metrics import (
     EndpointMetrics,
     MetricSink,
 )
+from emulator.transitions import TransitionTable
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,7 @@ class ComponentCopies:
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
         self.faults: FaultTable | None = None  # the endpoint's fault rules (capacity)
+        self.transitions: TransitionTable | None = None  # how a copy's start goes
         self.target: CopyTarget | None = None
         self._specs: dict[str, VariantSpec] = {}  # copy id -> the model it serves
         self.ready: list[Copy] = []  # in routing, oldest first
@@ -274,6 +276,8 @@ class ComponentCopies:
         built: list[Copy] = []
 
         async def one() -> None:
+            if self.transitions is not None:  # a test's rule: later, never, or Failed
+                await self.transitions.copy_started(self.name)
             copy_id = f"copy-{next(self._ids)}{self.copy_suffix}"
             metrics = self._instance_metrics[copy_id] = EndpointMetrics(
                 self.endpoint, variant.name)

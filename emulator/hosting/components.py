@@ -46,6 +46,7 @@ from emulator.hosting.routing import Router
 from emulator.hosting.serving_group import ServingGroup
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, MetricsOptions, VariantSpec
 from emulator.metrics import EndpointMetrics, MetricSink
+from emulator.transitions import TransitionTable
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ async def _no_instances(endpoint: EndpointSpec, variant: VariantSpec, instance_i
 class ComponentEndpoint(SplitEndpoint):
     """No variant of models; every call is for one of its components."""
 
+    transitions: TransitionTable | None = None  # how its copies' starts go (the registry's)
+
     def __init__(self, name: str, work_dir: Path, router: Router,
                  region_account: tuple[str, str], invocation_timeout_s: float,
                  lookup: ComponentLookup, build_copy: CopyBuilder | None = None,
@@ -165,7 +168,7 @@ class ComponentEndpoint(SplitEndpoint):
             copies = self._components[key] = ComponentCopies(
                 self.name, component, self.work_dir / key, self._build_copy, self._metric_sink,
                 self._seed, clock=self._clock, copy_dimensions=self.copy_dimensions)
-            copies.faults = self.faults
+            copies.faults, copies.transitions = self.faults, self.transitions
         return copies
 
     async def apply_copies(self, component: str, target: CopyTarget | None) -> None:
@@ -216,7 +219,7 @@ class ComponentEndpoint(SplitEndpoint):
                 self._build_copy, self._metric_sink, self._seed, self._check_artifact,
                 clock=self._clock, copy_suffix=f"-green{number}",
                 copy_dimensions=self.copy_dimensions)
-            new.faults = self.faults
+            new.faults, new.transitions = self.faults, self.transitions
         steps = [(new, new_target), (old, old_target)]
         if target.copies < len(new.ready):  # a rollback batch: the old side grows first
             steps.reverse()

@@ -31,6 +31,7 @@ from emulator.manager.sources import source_for
 from emulator.metrics import MetricSink
 from emulator.settings import Settings
 from emulator.supervision import STOPPING_AT_ONCE
+from emulator.transitions import TransitionTable
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,10 @@ class DeploymentView(Protocol):
 class EndpointRegistry:
     def __init__(self, settings: Settings, build_instance: InstanceBuilder,
                  sink: MetricSink | None = None, sample_period_s: float = 60.0,
-                 faults: FaultTable | None = None, clock: Clock | None = None) -> None:
+                 faults: FaultTable | None = None, clock: Clock | None = None,
+                 transitions: TransitionTable | None = None) -> None:
         self.settings = settings
+        self.transitions = transitions  # a copy's start is held as its rule says
         self._clock = clock  # the utilization sampler waits on it (an advance wakes it)
         self.faults = faults  # the fault rules every endpoint's calls are checked against
         self._build_instance = build_instance
@@ -126,8 +129,9 @@ class EndpointRegistry:
         endpoint = ComponentEndpoint(name, work_dir, self._router, (s.region, s.account_id),
                                      s.invocation_timeout_s, lookup, self._build_instance,
                                      self._sink, s.routing_seed, self._check_artifact,
-                                     clock=Clock(s.clock_scale))
+                                     clock=self._clock or Clock(s.clock_scale))
         endpoint.faults = self.faults
+        endpoint.transitions = self.transitions
         endpoint.metrics_options = metrics
         self._endpoints[name] = endpoint
         self._ensure_sampler()  # its copies' utilization, on the instances' tick

@@ -23,7 +23,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from emulator.clock import Clock, ClockError
-from emulator.control.transitions import TransitionError, TransitionTable, parse_transition
+from emulator.transitions import TransitionError, TransitionTable, parse_transition
 
 
 async def _json(request: Request, example: str) -> object | JSONResponse:

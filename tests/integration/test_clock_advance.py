@@ -363,6 +363,38 @@ def test_a_components_creating_takes_its_emulated_seconds(
     delete_endpoint(sm, "ic-ep")
 
 
+def test_a_copys_start_waits_its_emulated_seconds_or_fails_with_its_reason(
+        emulator: Module, transitions: str) -> None:
+    sm = emulator.client("sagemaker")
+    create_component_endpoint(sm, "copy-ep")
+    put_rule(transitions, {"resource": "copy", "name": "slow-*", "status": "Creating",
+                           "duration_s": 45})
+    put_rule(transitions, {"resource": "copy", "name": "bad-*", "status": "Creating",
+                           "outcome": "Failed", "reason": "CUDA error: no kernel image"})
+    for name in ("slow-double", "bad-double"):
+        sm.create_inference_component(
+            InferenceComponentName=name, EndpointName="copy-ep", VariantName="AllTraffic",
+            Specification={"ModelName": "double", "ComputeResourceRequirements": RESOURCES},
+            RuntimeConfig={"CopyCount": 1})
+
+    def described(name: str) -> dict[str, Any]:
+        answer: dict[str, Any] = sm.describe_inference_component(InferenceComponentName=name)
+        return answer
+
+    failed = wait_for(lambda: (lambda d: d if d["InferenceComponentStatus"] == "Failed"
+                               else None)(described("bad-double")), 60, "bad-double Failed")
+    assert "CUDA error: no kernel image" in failed["FailureReason"]
+    assert described("slow-double")["InferenceComponentStatus"] == "Creating"  # its copy waits
+    advance(transitions, 45)
+    wait_for(lambda: described("slow-double")["InferenceComponentStatus"] == "InService", 60,
+             "slow-double InService")
+    for name in ("slow-double", "bad-double"):
+        sm.delete_inference_component(InferenceComponentName=name)
+    wait_for(lambda: not sm.list_inference_components(
+        EndpointNameEquals="copy-ep")["InferenceComponents"], 60, "the components deleted")
+    delete_endpoint(sm, "copy-ep")
+
+
 @pytest.mark.parametrize(("path", "method", "body", "says"), [
     ("/_emulator/clock/advance", "POST", {"seconds": -5}, ">= 0"),
     ("/_emulator/clock/advance", "POST", {"seconds": "600"}, "number"),
@@ -375,6 +407,8 @@ def test_a_components_creating_takes_its_emulated_seconds(
                                        "duration_s": -1}, ">= 0"),
     ("/_emulator/transitions", "PUT", {"resource": "endpoint", "status": "Creating",
                                        "outcome": "Failed", "never": True}, "one or the other"),
+    ("/_emulator/transitions", "PUT", {"resource": "copy", "status": "Deleting",
+                                       "duration_s": 1}, '"status" must be one of Creating;'),
 ])
 def test_what_could_never_apply_is_refused_with_what_to_fix(
         emulator: Module, path: str, method: str, body: dict[str, Any], says: str) -> None:

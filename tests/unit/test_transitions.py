@@ -10,7 +10,7 @@ import pytest
 
 from emulator.clock import Clock
 from emulator.control.lifecycle import Lifecycle
-from emulator.control.transitions import (
+from emulator.transitions import (
     TransitionError,
     TransitionTable,
     parse_transition,

@@ -1,8 +1,9 @@
 """Transition rules: how long a resource's Creating, Updating or Deleting takes, and how it ends.
 
 A test puts a rule (``PUT /_emulator/transitions``, docs/faults.md) for a kind of resource
-(``endpoint``, ``inference-component``), a name (a glob, case-insensitive) and a transitional
-status; from then on each such transition that starts is held by the rule before its work runs:
+(``endpoint``, ``inference-component``, or ``copy``: the start of each copy of the components a
+name matches, its ``Creating``), a name (a glob, case-insensitive) and a transitional status;
+from then on each such transition that starts is held by the rule before its work runs:
 
 - ``duration_s``: it waits that many emulated seconds first (``emulator/clock.py``: an advance of
   the clock passes them), then the work runs as always (a Create starts its instances);
@@ -25,11 +26,17 @@ from typing import Any
 
 from emulator.clock import Clock
 
-RESOURCES = ("endpoint", "inference-component")
+# "copy": the start of each copy of the inference components the name matches (its Creating).
+RESOURCES = ("endpoint", "inference-component", "copy")
+COPY = "copy"
 STATUSES = ("Creating", "Updating", "Deleting")
 FAILED = "Failed"
 DEFAULT_REASON = "The transition was set to fail (PUT /_emulator/transitions)."
 _KEYS = {"resource", "name", "status", "duration_s", "outcome", "reason", "never"}
+
+
+class CopyStartFailed(Exception):
+    """A copy's start ended Failed by a transition rule (the message is its reason)."""
 
 
 class TransitionError(ValueError):
@@ -72,7 +79,7 @@ def parse_transition(data: object) -> TransitionRule:
         raise TransitionError(f"Unknown field(s) {', '.join(unknown)}; a rule has "
                               f"{', '.join(sorted(_KEYS))}.")
     resource = _choice(data, "resource", RESOURCES)
-    status = _choice(data, "status", STATUSES)
+    status = _choice(data, "status", ("Creating",) if resource == COPY else STATUSES)
     name = data.get("name", "*")
     if not isinstance(name, str) or not name:
         raise TransitionError('"name" is the resource\'s name or a glob ("*" for every one).')
@@ -139,6 +146,16 @@ class TransitionTable:
             if rule.matches(resource, name, status):
                 return rule
         return None
+
+    async def copy_started(self, component: str) -> None:
+        """A copy of ``component`` starts: held as a ``copy`` rule says; its outcome Failed
+        is raised (``CopyStartFailed``) for the start to fail with."""
+        rule = self.match(COPY, component, "Creating")
+        if rule is None:
+            return
+        await self.hold(rule)
+        if rule.outcome == FAILED:
+            raise CopyStartFailed(rule.reason or DEFAULT_REASON)
 
     async def hold(self, rule: TransitionRule) -> None:
         """Wait as the rule says: its duration on the emulated clock, or for ever."""
