@@ -62,7 +62,7 @@ from emulator.routes.table import lookup
 from emulator.settings import Settings, StartRefused
 from emulator.state import snapshot_format
 from emulator.state.server_state import ServerState
-from emulator.transitions import TransitionTable
+from emulator.transitions import TransitionError, TransitionTable, read_rules_file
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,12 @@ def build_app(settings: Settings) -> EmulatorApp:
 
     # How a resource's Creating, Updating or Deleting goes, as a test set it (a copy's start too).
     transitions = TransitionTable(clock)
+    if settings.transitions is not None:  # --transitions FILE: in force from the start
+        try:
+            for rule in read_rules_file(settings.transitions):
+                transitions.put(rule)
+        except TransitionError as exc:
+            raise StartRefused(str(exc)) from None
     registry = EndpointRegistry(settings, build_instance, sink=metric_store,
                                 sample_period_s=clock.real_duration(60), faults=faults,
                                 clock=clock, transitions=transitions)

@@ -273,6 +273,8 @@ class Settings(BaseSettings):
     """keep no state on disk: the control plane, alarms and Application Auto Scaling live in memory and are gone at exit (the cache folder still holds the endpoints' models while they run)"""  # noqa: E501
     restore: Annotated[OptionalUserPath, Flag(default_text="none")] = None
     """start from the snapshot in this folder (`mme snapshot save`) in place of the state the cache folder holds; a snapshot saved `--with-models` loads its models again before the server answers (docs/testing.md)"""  # noqa: E501
+    transitions: Annotated[OptionalUserPath, Flag(default_text="none")] = None
+    """a JSON file: a list of transition rules (each a `PUT /_emulator/transitions` body) in force from the start: how long an endpoint's, a component's or a copy's Creating, Updating or Deleting takes, or how it ends (docs/faults.md)"""  # noqa: E501
     launcher: Literal["embedded", "docker", "external"] = "embedded"
     """how Triton runs: `embedded`, `docker` or `external`"""
     tritonserver: Annotated[str | None, Flag(default_text="the wheel's")] = None

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import json
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from emulator.clock import Clock
@@ -193,3 +195,23 @@ def _close(work: Awaitable[None]) -> None:
     close = getattr(work, "close", None)
     if callable(close):
         close()
+
+
+def read_rules_file(path: Path) -> list[TransitionRule]:
+    """``--transitions FILE``: a JSON list of rules, each as ``PUT /_emulator/transitions``
+    takes it; ``TransitionError`` names the entry that could never apply."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise TransitionError(f"--transitions {path}: not a JSON file ({exc})") from None
+    if not isinstance(data, list):
+        raise TransitionError(f"--transitions {path}: a JSON list of rules, e.g. "
+                              '[{"resource": "endpoint", "name": "*", "status": "Creating", '
+                              '"duration_s": 30}]')
+    rules = []
+    for index, entry in enumerate(data):
+        try:
+            rules.append(parse_transition(entry))
+        except TransitionError as exc:
+            raise TransitionError(f"--transitions {path}: rule [{index}]: {exc}") from None
+    return rules

@@ -82,8 +82,9 @@ def check_model_data(settings: Settings) -> None:
 
 
 def check_inner_loop(settings: Settings) -> None:
-    """``--watch``, ``--preload`` and ``--init`` can be honoured, or StartupMistake saying what
-    to fix: a preload target the store does not hold is named beside the ones it does."""
+    """``--watch``, ``--preload``, ``--init`` and ``--transitions`` can be honoured, or
+    StartupMistake saying what to fix: a preload target the store does not hold is named beside
+    the ones it does."""
     from emulator.init_file import read_init_file
     from emulator.manager.sources import FolderSource, source_for
     from emulator.settings import StartRefused
@@ -96,6 +97,13 @@ def check_inner_loop(settings: Settings) -> None:
         try:
             read_init_file(settings.init)
         except StartRefused as exc:
+            raise StartupMistake(str(exc)) from None
+    if settings.transitions is not None:
+        from emulator.transitions import TransitionError, read_rules_file
+
+        try:
+            read_rules_file(settings.transitions)
+        except TransitionError as exc:
             raise StartupMistake(str(exc)) from None
     if not settings.model_data:
         return

@@ -12,6 +12,8 @@ canary took is printed (``-s``) beside the emulated time it covered.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -415,3 +417,23 @@ def test_what_could_never_apply_is_refused_with_what_to_fix(
     status, answer = emulator_call(emulator.url, method, path, body)
     assert status == 400
     assert says in answer["error"]
+
+
+def test_transition_rules_from_a_file_are_in_force_from_the_start(tmp_path: Any) -> None:
+    from emulator.server import EmulatorServer
+    from emulator.settings import Settings
+
+    rules = tmp_path / "transitions.json"
+    rules.write_text(json.dumps([{"resource": "endpoint", "name": "held-*",
+                                  "status": "Creating", "never": True}]))
+    with EmulatorServer(Settings.from_env(env={}, cache_dir=tmp_path / "cache", port=0,
+                                          transitions=rules)) as served:
+        _, listed = emulator_call(served.url, "GET", "/_emulator/transitions")
+        assert listed == {"transitions": [{"resource": "endpoint", "name": "held-*",
+                                           "status": "Creating", "never": True}]}
+    rules.write_text(json.dumps([{"resource": "model", "status": "Creating", "duration_s": 1}]))
+    done = subprocess.run([sys.executable, "-m", "mme", "serve", "--transitions", str(rules),
+                           "--port", "0", "--cache-dir", str(tmp_path / "c2")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "rule [0]" in done.stderr and '"resource" must be one of' in done.stderr
