@@ -305,7 +305,12 @@ def test_a_load_that_fails_answers_as_tritons_refusal_and_loads_once_removed(
     client = runtime_client(server.url)
     rule = faults.add({"load": {"fail": "CUDA driver version is insufficient"}},
                       match={"target_model": "c.tar.gz"})
+    before = _counts(server)
     error = _model_error(client, "c.tar.gz")
+    # The container's 400 at the load: a 4XX and a model error, as AWS counts a ModelError.
+    assert _moved(before, _counts(server)) == {"Invocations": 1, "Invocation4XXErrors": 1,
+                                               "Invocation5XXErrors": 0,
+                                               "InvocationModelErrors": 1}
     assert error["OriginalStatusCode"] == 400
     assert "CUDA driver version is insufficient" in error["OriginalMessage"]
     assert faults.fired(rule) == 1
@@ -323,8 +328,10 @@ def test_a_load_out_of_memory_or_on_a_full_disk_is_the_containers_507(
         server: EmulatorServer, faults: FaultRules, fault: str, target: str, said: str) -> None:
     client = runtime_client(server.url)
     faults.add({"load": fault}, match={"target_model": target}, count=1)
+    before = _counts(server)
     error = _model_error(client, target)
     assert error["OriginalStatusCode"] == 507 and said in error["OriginalMessage"], error
+    assert _moved(before, _counts(server))["Invocation5XXErrors"] == 1
     assert _invoke(client, target)["ResponseMetadata"]["HTTPStatusCode"] == 200  # spent
 
 
@@ -333,7 +340,11 @@ def test_a_download_broken_midway_is_the_stores_503_and_the_next_call_downloads_
     client = runtime_client(server.url)
     faults.add({"download": {"break_after_bytes": 64}}, match={"target_model": "f.tar.gz"},
                count=1)
+    before = _counts(server)
     error = _model_error(client, "f.tar.gz")
+    assert _moved(before, _counts(server)) == {"Invocations": 1, "Invocation4XXErrors": 0,
+                                               "Invocation5XXErrors": 1,
+                                               "InvocationModelErrors": 1}
     assert error["OriginalStatusCode"] == 503
     assert "connection reset by peer after 64 bytes" in error["OriginalMessage"]
     assert _invoke(client, "f.tar.gz")["Values"] == [7.0, 14.0, 21.0, 28.0]
