@@ -19,7 +19,7 @@ from types import MappingProxyType
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from emulator import autoscaling, page_key
+from emulator import autoscaling, page_key, startup
 from emulator.auth import install_auth
 from emulator.clock import Clock
 from emulator.cloudwatch.alarms import AlarmStore
@@ -32,14 +32,9 @@ from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.hosting.factory import InstanceFactory
 from emulator.hosting.spec import EndpointSpec, VariantSpec, single_variant
-from emulator.hosting.store_watch import StoreWatch
 from emulator.http_protocol import Answered, DirectAnswer
 from emulator.init_file import InitApplier, read_init_file
-from emulator.manager.extract import UnsafeArchive
 from emulator.manager.model_manager import ModelManager
-from emulator.manager.records import ModelLoadFailed
-from emulator.manager.repository import InvalidModelRepository
-from emulator.manager.sources import FolderSource, ObjectNotFound, source_for
 from emulator.metrics import EndpointMetrics
 from emulator.page import Feed, install_page
 from emulator.page.activities import fault_listener, scaling_listener
@@ -62,7 +57,6 @@ from emulator.routes.table import lookup
 from emulator.settings import Settings, StartRefused
 from emulator.state import snapshot_format
 from emulator.state.server_state import ServerState
-from emulator.transitions import TransitionError, TransitionTable, read_rules_file
 
 log = logging.getLogger(__name__)
 
@@ -123,34 +117,6 @@ class EmulatorApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-async def preload(registry: EndpointRegistry, settings: Settings) -> None:
-    """``--preload``: each TargetModel loaded on every instance of the default endpoint."""
-    for target in settings.preload:
-        try:
-            timings = await registry.preload(settings.endpoint_name, target)
-        except ModelLoadFailed as exc:
-            raise StartRefused(f"--preload {target}: its load failed: "
-                               f"{' '.join(exc.body.split())}") from None
-        except ObjectNotFound:
-            raise StartRefused(f"--preload {target}: no such object in "
-                               f"{settings.model_data}") from None
-        except (InvalidModelRepository, UnsafeArchive) as exc:  # what its calls would say
-            raise StartRefused(f"--preload {target}: {' '.join(str(exc).split())}") from None
-        for instance, seconds in timings:
-            log.info("preload: %s loaded on %s in %.3f s", target, instance, seconds)
-
-
-def store_watch(registry: EndpointRegistry,
-                settings: Settings) -> contextlib.AbstractAsyncContextManager[None]:
-    """``--watch``: the default endpoint's folder store looked at while the app runs."""
-    source = source_for(settings.model_data) if settings.model_data else None
-    if not settings.watch or not isinstance(source, FolderSource):
-        return contextlib.nullcontext()
-    name = settings.endpoint_name
-    return StoreWatch(source, settings.watch_interval_s,
-                      lambda target: registry.store_changed(name, target)).running()
-
-
 def build_app(settings: Settings) -> EmulatorApp:
     clock = Clock(settings.clock_scale)
     metric_store = MetricStore(clock)  # every sample of the fleet, for CloudWatch
@@ -174,13 +140,7 @@ def build_app(settings: Settings) -> EmulatorApp:
         return instance
 
     # How a resource's Creating, Updating or Deleting goes, as a test set it (a copy's start too).
-    transitions = TransitionTable(clock)
-    if settings.transitions is not None:  # --transitions FILE: in force from the start
-        try:
-            for rule in read_rules_file(settings.transitions):
-                transitions.put(rule)
-        except TransitionError as exc:
-            raise StartRefused(str(exc)) from None
+    transitions = startup.transition_table(settings, clock)  # --transitions FILE, if given
     registry = EndpointRegistry(settings, build_instance, sink=metric_store,
                                 sample_period_s=clock.real_duration(60), faults=faults,
                                 clock=clock, transitions=transitions)
@@ -219,7 +179,7 @@ def build_app(settings: Settings) -> EmulatorApp:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             await start_default_endpoint()
-            await preload(registry, settings)  # --preload, before the server listens
+            await startup.preload(registry, settings)  # --preload, before the server listens
             if restored is not None:  # the snapshot in place of the stored state
                 await state.replace_stored(restored)
             else:
@@ -230,7 +190,7 @@ def build_app(settings: Settings) -> EmulatorApp:
             # The alarms are evaluated, the scaling engine runs and --watch looks at the store
             # while the app runs.
             async with alarms.running(), scaling_engine.running(), \
-                    store_watch(registry, settings):
+                    startup.store_watch(registry, settings):
                 yield
         except StartRefused as exc:
             app.state.start_refused = exc  # mme serve says it in one line (exit status 2)
