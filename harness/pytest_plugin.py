@@ -20,6 +20,9 @@ Loaded through the ``pytest11`` entry point ``mme``. Fixtures:
 - ``mme_faults``: ``harness.faults.FaultRules`` on the session's emulator: ``add(fault,
   match=..., count=...)`` makes chosen calls fail or slow down (docs/faults.md); every rule it
   added is removed after the test, pass or fail.
+- ``mme_time``: ``harness.emulated_time.EmulatedTime`` on the session's emulator: ``advance(s)``
+  moves its emulated clock on, ``transition(...)`` says how a Creating, Updating or Deleting
+  goes (docs/faults.md); its transition rules are removed after the test, pass or fail.
 - ``mme_clean_server``: the session's emulator (``MmeServer``), reset to empty before the test
   (``POST /_emulator/reset``: every endpoint, config, model, alarm, scaling target and policy,
   metric and fault rule created before is gone; the model store's endpoint is started again,
@@ -346,6 +349,22 @@ def mme_clean_server(pytestconfig: pytest.Config, request: pytest.FixtureRequest
     server: MmeServer = request.getfixturevalue("mme_server")
     ServerState(server.url).reset()
     return server
+
+
+@pytest.fixture
+def mme_time(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The emulated clock and transition rules of the session's emulator for one test; its
+    transition rules removed after it, pass or fail."""
+    from harness.emulated_time import EmulatedTime
+
+    if _target(pytestconfig) == "aws":
+        pytest.skip("mme_time: the emulated clock is the emulator's; --mme-target=aws is real")
+    server: MmeServer = request.getfixturevalue("mme_server")
+    time = EmulatedTime(server.url)
+    try:
+        yield time
+    finally:
+        time.clear_transitions()
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ from tests.multi_container_support import triton_tarball
 from tests.support import scale_request, wait_for
 
 pytestmark = pytest.mark.slow
+pytest_plugins = ["pytester"]
 
 ALARM = "ep-model-errors"
 
@@ -437,3 +438,22 @@ def test_transition_rules_from_a_file_are_in_force_from_the_start(tmp_path: Any)
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "rule [0]" in done.stderr and '"resource" must be one of' in done.stderr
+
+
+def test_the_plugins_mme_time_advances_and_removes_its_rules_after_a_failing_test(
+        emulator: Module, transitions: str, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_inner="""
+        import boto3
+
+        def test_a_slow_create_passes_with_an_advance(mme_time):
+            mme_time.transition("endpoint", "inner-*", "Creating", duration_s=120)
+            assert mme_time.advance(120)["advanced_s"] == 120
+            raise AssertionError("the test fails with its rule in force")
+
+        def test_the_next_test_finds_none(mme_time):
+            assert mme_time.transitions() == []
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--mme-url={emulator.url}")
+    result.assert_outcomes(passed=1, failed=1)
+    _, listed = emulator_call(emulator.url, "GET", "/_emulator/transitions")
+    assert listed == {"transitions": []}
