@@ -20,6 +20,9 @@ class RouteRefused(RuntimeError):
 def call(url: str, method: str, path: str, body: Any = None, timeout_s: float = 30.0,
          refused: type[RouteRefused] = RouteRefused) -> dict[str, Any]:
     """``method path`` on the emulator at ``url`` with ``body`` as JSON; its JSON answer."""
+    if not url.startswith(("http://", "https://")):
+        raise refused(f"{url!r} is not the emulator's URL: give http://HOST:PORT (--url, or "
+                      "MME_EMULATOR_URL)", 0)
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(f"{url}{path}", data=data, method=method,
                                      headers={"Content-Type": "application/json"})
@@ -32,4 +35,8 @@ def call(url: str, method: str, path: str, body: Any = None, timeout_s: float = 
         except ValueError:
             said = exc.reason
         raise refused(f"{method} {path}: {exc.code} {said}", exc.code) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise refused(f"no emulator answers at {url} ({reason}): start one (mme serve), or "
+                      "give its URL (--url, or MME_EMULATOR_URL)", 0) from None
     return answer

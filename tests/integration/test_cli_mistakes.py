@@ -80,6 +80,11 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
              (["{models}", "-o", UNWRITABLE], "--output")],
     "bench lint": [(["--count", "-1"], "--count"), (["--size-mb", "-1"], "--size-mb")],
     "gpu-check": [],  # needs a GPU: walked where one is (docker/gpu-check.sh)
+    "reset": [([], "no emulator answers at http://127.0.0.1:9"),
+              (["--url", "notaurl"], "give http://HOST:PORT")],
+    "snapshot save": [(["{tmp}/s"], "no emulator answers at http://127.0.0.1:9")],
+    "snapshot load": [([MISSING], "no such folder")],
+    "bench reset": [(["--endpoints", "-1"], "--endpoints")],
 }
 
 

@@ -99,15 +99,22 @@ def quickstart(walk: Walk) -> Iterator[Walk]:
     for line in setup:
         walk.run(line)
     assert (walk.folder / "models" / "text_embedding.tar.gz").is_file()
-    log = (walk.folder / "serve.log").open("w")
-    server = subprocess.Popen(["bash", "-c", "exec " + walk.text(serve)], cwd=walk.folder,
-                              env=walk.env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        def ready() -> bool:
-            assert server.poll() is None, (walk.folder / "serve.log").read_text()
-            return "ready on" in (walk.folder / "serve.log").read_text()
+    for _ in range(3):  # a port picked while the build ran may be taken by then: pick again
+        walk.port = free_port()
+        log = (walk.folder / "serve.log").open("w")
+        server = subprocess.Popen(["bash", "-c", "exec " + walk.text(serve)], cwd=walk.folder,
+                                  env=walk.env, stdout=log, stderr=subprocess.STDOUT)
+
+        def ready(server: subprocess.Popen[bytes] = server) -> bool:
+            return "ready on" in (walk.folder / "serve.log").read_text() \
+                or server.poll() is not None
 
         wait_until(ready, 180, "mme serve to say it is ready")
+        if server.poll() is None or "is in use" not in (walk.folder / "serve.log").read_text():
+            break
+        log.close()
+    try:
+        assert server.poll() is None, (walk.folder / "serve.log").read_text()
         yield walk
     finally:
         stop_process(server)
