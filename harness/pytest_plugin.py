@@ -324,14 +324,22 @@ def sagemaker_runtime(mme_endpoint: MmeEndpoint) -> Any:
     return mme_endpoint.client
 
 
+def _local_server(pytestconfig: pytest.Config, request: pytest.FixtureRequest,
+                  why: str) -> MmeServer:
+    """The session's emulator for a fixture that acts on it; skipped (``why``) against AWS."""
+    if _target(pytestconfig) == "aws":
+        pytest.skip(f"{why}; --mme-target=aws is real")
+    server: MmeServer = request.getfixturevalue("mme_server")
+    return server
+
+
 @pytest.fixture
 def mme_faults(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> Iterator[Any]:
     """Fault rules on the session's emulator for one test; removed after it, pass or fail."""
     from harness.faults import FaultRules
 
-    if _target(pytestconfig) == "aws":
-        pytest.skip("mme_faults: faults are injected by the emulator; --mme-target=aws is real")
-    server: MmeServer = request.getfixturevalue("mme_server")
+    server = _local_server(pytestconfig, request, "mme_faults: faults are injected by the "
+                           "emulator")
     faults = FaultRules(server.url)
     try:
         yield faults
@@ -344,9 +352,8 @@ def mme_clean_server(pytestconfig: pytest.Config, request: pytest.FixtureRequest
     """The session's emulator, reset to empty before the test (docs/testing.md)."""
     from harness.server_state import ServerState
 
-    if _target(pytestconfig) == "aws":
-        pytest.skip("mme_clean_server: a reset empties the emulator; --mme-target=aws is real")
-    server: MmeServer = request.getfixturevalue("mme_server")
+    server = _local_server(pytestconfig, request, "mme_clean_server: a reset empties the "
+                           "emulator")
     ServerState(server.url).reset()
     return server
 
@@ -357,9 +364,8 @@ def mme_time(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> Ite
     transition rules removed after it, pass or fail."""
     from harness.emulated_time import EmulatedTime
 
-    if _target(pytestconfig) == "aws":
-        pytest.skip("mme_time: the emulated clock is the emulator's; --mme-target=aws is real")
-    server: MmeServer = request.getfixturevalue("mme_server")
+    server = _local_server(pytestconfig, request, "mme_time: the emulated clock is the "
+                           "emulator's")
     time = EmulatedTime(server.url)
     try:
         yield time
