@@ -12,11 +12,23 @@ fails no call. A copy whose variant does not change (only the count, weights, ro
 scaling changed) keeps running [U: AWS restarts everything on a new fleet; the emulator does
 not restart what would come back the same].
 
+With a DeploymentConfig (or RetainDeploymentConfig) the update is guarded as for an endpoint of
+models (``control.guarded_updates``, AWS's deployment guardrails, which exclude no endpoint for
+components): the new fleet (every component's copies placed on the new config's instances) starts
+whole beside the running one, takes the plan's traffic shares step by step (canary, linear or all
+at once; a call to a component goes to the new fleet's copies of it with the step's share), bakes,
+and rolls back when an AutoRollbackConfiguration alarm goes into ALARM, the new copies fail to
+start, or MaximumExecutionTimeoutInSeconds passes. [U] A RollingUpdatePolicy is refused: the
+emulator does not move an endpoint for components in instance batches (use a
+BlueGreenUpdatePolicy, or UpdateInferenceComponent's rolling update for one component).
+[U] A restart of the emulator during such an update brings the endpoint back on its previous
+config, InService, with the interruption as FailureReason (the new fleet's copies are gone).
+
 Refused before anything changes (ValidationException, [U] wording unless said): a config of the
-other kind (models onto an endpoint for components, or the reverse); a DeploymentConfig (the
-emulator does not support guarded deployments of an endpoint for components); a component in
-progress (Creating, Updating, Deleting); a variant that hosts components missing from the new
-config; a component whose copy would not fit on one instance of its variant's new type.
+other kind (models onto an endpoint for components, or the reverse); a component in progress
+(Creating, Updating, Deleting); a variant that hosts components missing from the new config; a
+component whose copy would not fit on one instance of its variant's new type; a guarded plan
+SageMaker refuses (``control.guarded_updates``).
 
 [U] If a component's copies cannot start on the new instances, the endpoint goes back to its
 previous config (its old copies kept serving all along) and is ``InService`` with the reason as
@@ -37,7 +49,12 @@ from typing import Any, Protocol
 
 from emulator.contract import control_plane as wire
 from emulator.contract import inference_components as rules
+from emulator.control.deployments import Progress
+from emulator.control.guarded_updates import Fleet, GuardedUpdates
+from emulator.control.runtimes import EndpointRuntimes
 from emulator.control.state_db import Deployment, EndpointRecord
+from emulator.hosting.component_copies import CopyTarget
+from emulator.hosting.spec import EndpointSpec, MetricsOptions
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +68,11 @@ class Components(Protocol):
                             variants: list[dict[str, Any]]) -> None: ...
 
     async def move_copies(self, endpoint_name: str) -> list[str]: ...
+
+    def targets_on(self, endpoint_name: str, variants: list[dict[str, Any]]
+                   ) -> dict[str, CopyTarget]: ...
+
+    def replace_endpoint(self, endpoint_name: str) -> None: ...
 
 
 def is_for_components(deployment: Deployment) -> bool:
@@ -78,13 +100,6 @@ def check_same_kind(running: Deployment, new: Deployment, endpoint_arn: str) -> 
 def prepare(record: EndpointRecord, new: Deployment, params: dict[str, Any],
             components: Components) -> Deployment:
     """The deployment the endpoint moves to, or SageMaker's error for what is refused."""
-    if params.get("DeploymentConfig") is not None or params.get("RetainDeploymentConfig"):
-        member = ("DeploymentConfig" if params.get("DeploymentConfig") is not None
-                  else "RetainDeploymentConfig")
-        raise wire.validation_error(
-            f"{member} is not supported by the emulator for an endpoint for inference "
-            "components (docs/inference-components.md); remove it: the update then moves the "
-            "components' copies onto the new instances without failing a call.")
     variants = _retained(record.current.variants, new.variants, params)
     components.check_endpoint_move(record, variants)
     return dataclasses.replace(new, variants=variants)
@@ -149,6 +164,68 @@ async def run(name: str, get: Callable[[str], EndpointRecord | None], transition
               f"the inference components' copies failed to start on its instances: "
               f"{'; '.join(failures)}")  # [U] wording
     transition(name, (UPDATING,), IN_SERVICE, failure_reason=reason[:1024])
+
+
+def plan(guarded: GuardedUpdates, record: EndpointRecord, new: Deployment,
+         config: dict[str, Any]) -> Progress:
+    """A guarded update's plan for an endpoint for components, or SageMaker's error."""
+    if config.get("RollingUpdatePolicy") is not None:  # [U] the emulator's own limit
+        raise wire.validation_error(
+            "RollingUpdatePolicy is not supported by the emulator for an endpoint for "
+            "inference components (docs/inference-components.md); use a "
+            "BlueGreenUpdatePolicy (all at once, canary or linear), or update each component "
+            "with UpdateInferenceComponent's RollingUpdatePolicy.")
+    return guarded.plan_fleets(
+        [v["VariantName"] for v in record.current.variants],
+        [Fleet(v["VariantName"], int(v.get("InitialInstanceCount") or 0), v.get("InstanceType"))
+         for v in new.variants], new.config_name, config)
+
+
+class NewFleet:
+    """The generations a guarded update of an endpoint for components moves between
+    (``control.deployments.Generations``): the registry's, except that the new fleet is every
+    component's copies placed on the new config's instances."""
+
+    def __init__(self, registry: EndpointRuntimes, components: Components, new: Deployment,
+                 metrics: MetricsOptions) -> None:
+        self._registry = registry
+        self._components = components
+        self._new = new
+        self._metrics = metrics
+        self.deployments = registry.deployments
+
+    async def start_green(self, spec: EndpointSpec) -> Any:
+        copies = self._components.targets_on(spec.name, self._new.variants)
+        return await self._registry.start_component_green(spec.name, copies, self._metrics)
+
+    async def resize_generation(self, name: str, green: bool, count: int) -> None:
+        raise RuntimeError("an endpoint for components is never updated in instance batches")
+
+    def shift(self, name: str, share: float) -> None:
+        self._registry.shift(name, share)
+
+    def traffic_share(self, name: str) -> float:
+        return self._registry.traffic_share(name)
+
+    def promote(self, name: str) -> Any:
+        return self._registry.promote(name)
+
+    async def retire(self, endpoint: Any) -> None:
+        await self._registry.retire(endpoint)
+
+    def green(self, name: str) -> Any:
+        return self._registry.green(name)
+
+
+async def run_guarded(guarded: GuardedUpdates, registry: EndpointRuntimes,
+                      components: Components, name: str, new: Deployment,
+                      progress: Progress, metrics: MetricsOptions) -> None:
+    """The guarded update to its end; once promoted, the components' records are placed on
+    the new config's instances (the copies already run there: nothing restarts)."""
+    await guarded.run(name, new, progress, spec=EndpointSpec(name, ()),
+                      running=EndpointSpec(name, ()),
+                      generations=NewFleet(registry, components, new, metrics),
+                      on_promoted=lambda: components.replace_endpoint(name))
 
 
 def pending_summary(pending: Deployment) -> dict[str, Any]:

@@ -78,14 +78,8 @@ class CopyPlacement:
                         if v["VariantName"] == variant_name), None)
         if variant is None:
             return {}
-        records = sorted(self.table.all(), key=lambda r: (r.created, r.name.lower()))
-        # A component in a rolling update keeps its room; its copies are the update's.
-        records = [r for r in records if (r.status == IN_SERVICE or r.name == creating
-                                          or r.rollout is not None)
-                   and r.endpoint_name.lower() == endpoint.name.lower()
-                   and r.variant_name == variant_name]
-        demands = [placement.Demand(r.name, r.desired_copies, reservation(r.specification),
-                                    strategy(r.specification)) for r in records]
+        records = self._hosted(endpoint.name, variant_name, creating)
+        demands = _demands(records)
         count = self._managed_instances(endpoint, variant, demands)
         placed = placement.place(variant.get("InstanceType"), count, demands)
         records = [r for r in records if r.rollout is None]
@@ -95,6 +89,35 @@ class CopyPlacement:
                 record.placement, record.current_copies = counts, sum(counts)
                 self.table.save(record)
         return {r.name: self._change_copies(r, variant) for r in records}
+
+    def _hosted(self, endpoint_name: str, variant_name: str,
+                creating: str | None = None) -> list[ComponentRecord]:
+        """The components a variant hosts, oldest first: the InService ones, ``creating``, and
+        one in a rolling update (it keeps its room; its copies are the update's)."""
+        records = sorted(self.table.all(), key=lambda r: (r.created, r.name.lower()))
+        return [r for r in records if (r.status == IN_SERVICE or r.name == creating
+                                       or r.rollout is not None)
+                and r.endpoint_name.lower() == endpoint_name.lower()
+                and r.variant_name == variant_name]
+
+    def targets_on(self, endpoint_name: str, variants: list[dict[str, Any]]
+                   ) -> dict[str, CopyTarget]:
+        """Each hosted component's copies as they would be placed on ``variants`` (a guarded
+        UpdateEndpoint's new fleet, started whole beside the running one): nothing saved,
+        nothing started."""
+        targets: dict[str, CopyTarget] = {}
+        for variant in variants:
+            records = self._hosted(endpoint_name, variant["VariantName"])
+            demands = _demands(records)
+            count = managed_instances.instance_count(
+                variant, demands, instance_types.MAX_INSTANCES_PER_ENDPOINT)
+            placed = placement.place(variant.get("InstanceType"),
+                                     int(variant.get("InitialInstanceCount") or 0)
+                                     if count is None else count, demands)
+            for record in records:
+                targets[record.name] = dataclasses.replace(
+                    self.copy_target(record, variant), copies=sum(placed.get(record.name, [])))
+        return targets
 
     def _change_copies(self, record: ComponentRecord,
                        variant: dict[str, Any]) -> asyncio.Task[None] | None:
@@ -188,3 +211,8 @@ class CopyPlacement:
         """Every copy of a component drains and stops (it is being deleted)."""
         if self.apply_copies is not None:
             await self.apply_copies(record.endpoint_name, record.name, None)
+
+
+def _demands(records: list[ComponentRecord]) -> list[placement.Demand]:
+    return [placement.Demand(r.name, r.desired_copies, reservation(r.specification),
+                             strategy(r.specification)) for r in records]

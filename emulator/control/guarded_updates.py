@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from emulator.clock import Clock
 from emulator.contract import control_plane as wire
@@ -22,6 +22,7 @@ from emulator.control.deployments import (
     TERMINATING,
     AlarmStates,
     DeploymentRun,
+    Generations,
     Progress,
     RolledBack,
 )
@@ -32,6 +33,14 @@ from emulator.hosting import deployment as guardrails
 from emulator.hosting.spec import EndpointSpec
 
 log = logging.getLogger(__name__)
+
+class Fleet(NamedTuple):
+    """What a guarded update's plan reads of one of the new config's variants."""
+
+    variant: str
+    instance_count: int
+    instance_type: str | None
+
 
 # Told of each step of a guarded deployment that the live page keeps in its history:
 # (endpoint, kind, text, details), kind one of deployment, rollback, rolled-back, deployed.
@@ -79,15 +88,21 @@ class GuardedUpdates:
              config: dict[str, Any]) -> Progress:
         """The plan of a guarded update from ``running`` to ``new`` (endpoint config
         ``config_name``), or SageMaker's error for what it refuses."""
-        old_names = sorted(v.name for v in running.variants)
-        new_names = sorted(v.name for v in new.variants)
+        return self.plan_fleets([v.name for v in running.variants],
+                                [Fleet(v.name, v.instance_count, v.instance_type)
+                                 for v in new.variants], config_name, config)
+
+    def plan_fleets(self, running: list[str], new: list[Fleet], config_name: str,
+                    config: dict[str, Any]) -> Progress:
+        """``plan`` from the running variants' names and the new config's fleets."""
+        old_names, new_names = sorted(running), sorted(f.variant for f in new)
         if old_names != new_names:  # documented exclusion; [U] wording
             raise wire.validation_error(
                 f"A deployment with DeploymentConfig needs the new endpoint configuration to "
                 f"have the same variant names as the running one ({', '.join(old_names)}); "
                 f"{config_name} has {', '.join(new_names)}.")
         try:
-            plan = guardrails.plan(config, [v.instance_count for v in new.variants])
+            plan = guardrails.plan(config, [f.instance_count for f in new])
         except guardrails.PlanError as exc:
             raise wire.validation_error(str(exc)) from None
         missing = [a for a in plan.alarms if self._alarms is None or not self._alarms.exists(a)]
@@ -95,7 +110,7 @@ class GuardedUpdates:
             raise wire.validation_error(
                 f"AutoRollbackConfiguration names CloudWatch alarm(s) that do not exist in "
                 f"{self._region}: {', '.join(missing)}. Create them with PutMetricAlarm first.")
-        if any((v.instance_type or "").startswith("ml.inf1.") for v in new.variants):
+        if any((f.instance_type or "").startswith("ml.inf1.") for f in new):
             # Documented exclusion: Inf1 endpoints fall back to blue/green all at once with no
             # final baking period.
             plan = dataclasses.replace(plan, kind=guardrails.BLUE_GREEN,
@@ -104,10 +119,15 @@ class GuardedUpdates:
         return Progress(plan=plan.to_doc(), started=self._emulated_clock.now())
 
     async def run(self, name: str, deployment: Deployment, progress: Progress,
-                  spec: EndpointSpec | None = None, running: EndpointSpec | None = None) -> None:
+                  spec: EndpointSpec | None = None, running: EndpointSpec | None = None,
+                  generations: Generations | None = None,
+                  on_promoted: Callable[[], None] | None = None) -> None:
         """The deployment to its end: InService on the new config, or rolled back. ``spec``
         is the deployment's, ``running`` the blue fleet's, when the caller has them already
-        (read from their stored form otherwise: a deployment resumed after a restart)."""
+        (read from their stored form otherwise: a deployment resumed after a restart).
+        ``generations`` starts the new fleet (the registry's own endpoints by default; an
+        endpoint for components brings its components' copies); ``on_promoted`` is told once
+        the new config is the endpoint's."""
         def save(now: Progress) -> None:
             record = self._get(name)
             if record is not None and record.status == "Updating":
@@ -120,16 +140,18 @@ class GuardedUpdates:
                 record.current = dataclasses.replace(deployment, started=self._clock())
                 record.pending = None
                 self._save(record)
+                if on_promoted is not None:
+                    on_promoted()
 
         if running is None:
             record = self._get(name)
             running = (EndpointSpec.from_doc(record.current.spec)
                        if record is not None and record.current.spec else None)
-        blue_count = running.variants[0].instance_count if running is not None else 1
+        blue_count = running.variants[0].instance_count if running and running.variants else 1
         spec = spec or EndpointSpec.from_doc(deployment.spec)
-        run = DeploymentRun(name, spec, progress,
-                            self._generations, self._emulated_clock, self._alarms, save,
-                            promoted, config_name=deployment.config_name, blue_count=blue_count)
+        run = DeploymentRun(name, spec, progress, generations or self._generations,
+                            self._emulated_clock, self._alarms, save, promoted,
+                            config_name=deployment.config_name, blue_count=blue_count)
         rolling = run.plan.rolling
         new = deployment.config_name
         plan = {"NewConfig": new, "Kind": run.plan.kind, "Routing": run.plan.routing,

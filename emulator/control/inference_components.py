@@ -45,6 +45,7 @@ from emulator.control.state_db import (
     ControlStore,
     EndpointRecord,
 )
+from emulator.hosting.component_copies import CopyTarget
 from emulator.hosting.components import ComponentState, RollingTarget
 from emulator.transitions import TransitionTable
 
@@ -366,6 +367,11 @@ class InferenceComponents:
         await self.lifecycle.aclose(*self.placement.changes)
 
     # -- what the endpoint operations ask of components' placement ----------------------------
+
+    def targets_on(self, endpoint_name: str, variants: list[dict[str, Any]]
+                   ) -> dict[str, CopyTarget]:
+        """The components' copies on another config's variants (``CopyPlacement.targets_on``)."""
+        return self.placement.targets_on(endpoint_name, variants)
 
     def replace_endpoint(self, endpoint_name: str) -> None:
         """Place the copies of every variant of an endpoint again (its instances changed)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from emulator.control.deployments import Generations
+from emulator.hosting.component_copies import CopyTarget
 from emulator.hosting.components import ComponentLookup
 from emulator.hosting.spec import EndpointSpec, MetricsOptions
 
@@ -30,3 +31,6 @@ class EndpointRuntimes(Generations, Protocol):
                                     metrics: MetricsOptions) -> Any: ...
 
     def configure_metrics(self, name: str, metrics: MetricsOptions) -> None: ...
+
+    async def start_component_green(self, name: str, copies: dict[str, CopyTarget],
+                                    metrics: MetricsOptions) -> Any: ...

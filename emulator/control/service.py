@@ -171,13 +171,19 @@ class ControlPlaneService:
         endpoint_updates.check_same_kind(record.current, new, endpoint_arn)
         if endpoint_updates.is_for_components(record.current):
             # Components' copies move onto the new config's instances (their own module).
-            record.pending = endpoint_updates.prepare(record, new, params, self.components)
-            record.status, record.failure_reason = "Updating", None
-            record.modified = self._clock()
-            self.store.save_endpoint(record)
-            self.lifecycle.spawn(name, endpoint_updates.run(
-                record.name, self._get, self.lifecycle.transition, self.components,
-                self._configure_component_metrics))
+            pending = endpoint_updates.prepare(record, new, params, self.components)
+            config = deployment_config(record, params)
+            progress = (None if config is None
+                        else endpoint_updates.plan(self.guarded, record, pending, config))
+            self._start_update(record, pending, config, progress)
+            if progress is None:
+                self.lifecycle.spawn(name, endpoint_updates.run(
+                    record.name, self._get, self.lifecycle.transition, self.components,
+                    self._configure_component_metrics))
+            else:
+                self.lifecycle.spawn(name, endpoint_updates.run_guarded(
+                    self.guarded, self.registry, self.components, record.name, pending,
+                    progress, specs.metrics_options(pending.metrics_config)))
             return {"EndpointArn": endpoint_arn}
         # An endpoint of models: its running spec read once, the new one built once.
         assert new_spec is not None
@@ -187,7 +193,18 @@ class ControlPlaneService:
         config = deployment_config(record, params)
         progress = (None if config is None
                     else self.guarded.plan(running, spec, deployment.config_name, config))
-        record.pending = deployment
+        self._start_update(record, deployment, config, progress)
+        if progress is None:
+            self.lifecycle.spawn(name, self._run_update(name, deployment, spec))
+        else:
+            self.lifecycle.spawn(name, self.guarded.run(record.name, deployment, progress,
+                                                        spec, running))
+        return {"EndpointArn": endpoint_arn}
+
+    def _start_update(self, record: EndpointRecord, pending: Deployment,
+                      config: dict[str, Any] | None, progress: Progress | None) -> None:
+        """The endpoint Updating towards ``pending`` (guarded by ``config``), saved."""
+        record.pending = pending
         record.status = "Updating"
         record.failure_reason = None
         record.modified = self._clock()
@@ -195,12 +212,6 @@ class ControlPlaneService:
         if config is not None:
             record.last_deployment_config = config
         self.store.save_endpoint(record)
-        if progress is None:
-            self.lifecycle.spawn(name, self._run_update(name, deployment, spec))
-        else:
-            self.lifecycle.spawn(name, self.guarded.run(record.name, deployment, progress,
-                                                        spec, running))
-        return {"EndpointArn": endpoint_arn}
 
     async def update_endpoint_weights_and_capacities(
             self, params: dict[str, Any]) -> dict[str, Any]:
@@ -395,6 +406,9 @@ class ControlPlaneService:
         if record.status != "Updating":
             return None
         progress = Progress.from_doc(record.deployment) if record.deployment is not None else None
+        if (progress is not None and progress.phase != TERMINATING and record.pending is not None
+                and endpoint_updates.is_for_components(record.current)):
+            return Resumed(self._interrupted_component_update(record))
         if progress is not None and progress.phase != TERMINATING and record.pending is not None:
             progress.resumed += 1
             record.deployment = progress.to_doc()
@@ -411,6 +425,18 @@ class ControlPlaneService:
         record.current, record.pending, record.desired = target, None, None
         self.store.save_endpoint(record)
         return Resumed(self._run_restore(name, target))
+
+    async def _interrupted_component_update(self, record: EndpointRecord) -> None:
+        """[U] A guarded update of an endpoint for components cut by a restart: the endpoint
+        comes back on its previous config, the reason as FailureReason."""
+        new = record.pending.config_name if record.pending is not None else ""
+        record.pending, record.deployment = None, None
+        self.store.save_endpoint(record)
+        await self._run_restore(record.name, record.current)
+        self.lifecycle.transition(
+            record.name, ("InService",), "InService", failure_reason=(
+                f"The deployment to endpoint config {new} was interrupted by a restart of the "
+                "emulator; the endpoint serves its previous config. Update it again."))
 
     # -- the whole state at once (reset, snapshots: ``emulator.state``) ------------------------
 

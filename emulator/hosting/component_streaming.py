@@ -124,6 +124,9 @@ async def open_stream(endpoint: ComponentEndpoint, request: runtime.InvokeReques
     """Route the call to a ready copy and start its answer; raises a SageMakerError for what
     fails before the first byte."""
     started = time.monotonic()
+    generation = endpoint.generation()  # a guarded UpdateEndpoint's share: its new fleet
+    if isinstance(generation, ComponentEndpoint):
+        endpoint = generation
     copies, state = endpoint.serving_copies(request)
     copy = copies.choose()
     tally = _Tally(copies, started, copy.id)

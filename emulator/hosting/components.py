@@ -119,10 +119,13 @@ class ComponentEndpoint(SplitEndpoint):
                  lookup: ComponentLookup, build_copy: CopyBuilder | None = None,
                  sink: MetricSink | None = None, seed: int | None = None,
                  check_artifact: Callable[[ContainerSpec], None] | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, copy_suffix: str = "") -> None:
         super().__init__(EndpointSpec(name, ()), work_dir, _no_instances, router,
                          region_account, invocation_timeout_s)
         self._lookup = lookup
+        # A guarded UpdateEndpoint's new fleet names its copies apart (copy-1-bg1): never read
+        # as the running fleet's copies (copy-1).
+        self.copy_suffix = copy_suffix
         self._build_copy = build_copy
         # Every component metric goes through the tally (running statistics for /metrics and
         # the page) on to the CloudWatch store.
@@ -148,6 +151,11 @@ class ComponentEndpoint(SplitEndpoint):
         return False
 
     @property
+    def lookup(self) -> ComponentLookup:
+        """How a call learns of a component (the control plane's records)."""
+        return self._lookup
+
+    @property
     def publish_period_s(self) -> int:
         """MetricPublishFrequencyInSeconds: the copies' utilization period (emulated s)."""
         return self.metrics_options.publish_period_s
@@ -167,7 +175,8 @@ class ComponentEndpoint(SplitEndpoint):
                 raise RuntimeError("this endpoint was built without a copy builder")
             copies = self._components[key] = ComponentCopies(
                 self.name, component, self.work_dir / key, self._build_copy, self._metric_sink,
-                self._seed, clock=self._clock, copy_dimensions=self.copy_dimensions)
+                self._seed, clock=self._clock, copy_suffix=self.copy_suffix,
+                copy_dimensions=self.copy_dimensions)
             copies.faults, copies.transitions = self.faults, self.transitions
         return copies
 
@@ -217,7 +226,7 @@ class ComponentEndpoint(SplitEndpoint):
             new = self._incoming[key] = ComponentCopies(
                 self.name, component, self.work_dir / f"{key}.update-{number}",
                 self._build_copy, self._metric_sink, self._seed, self._check_artifact,
-                clock=self._clock, copy_suffix=f"-green{number}",
+                clock=self._clock, copy_suffix=f"{self.copy_suffix}-green{number}",
                 copy_dimensions=self.copy_dimensions)
             new.faults, new.transitions = self.faults, self.transitions
         steps = [(new, new_target), (old, old_target)]

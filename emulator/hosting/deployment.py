@@ -189,6 +189,15 @@ class SplitEndpoint(Endpoint):
     green_share: float = 0.0
     draw: random.Random = random.Random()
 
+    def generation(self) -> SplitEndpoint:
+        """The generation one call goes to, drawn as ``invoke`` draws it (a call served
+        outside ``invoke``: a response stream)."""
+        green, share = self.green, self.green_share
+        if (green is not None and share > 0 and isinstance(green, SplitEndpoint)
+                and (share >= 1 or self.draw.random() < share)):
+            return green
+        return self
+
     def invoke(self, request: runtime.InvokeRequest) -> Coroutine[Any, Any, InvokeResult]:
         # The chosen generation's coroutine itself, not awaited in one more frame: every call to
         # every endpoint passes here (mme bench overhead).

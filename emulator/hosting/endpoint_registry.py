@@ -122,20 +122,52 @@ class EndpointRegistry:
         published as its config's MetricsConfig says (``metrics``)."""
         if name in self._endpoints:
             raise ValueError(f"endpoint {name} already exists")
-        s = self.settings
-        work_dir = s.cache_dir / "endpoints" / name
+        work_dir = self.settings.cache_dir / "endpoints" / name
         if work_dir.exists():  # a previous run's copies: they start again from the artifact
             await asyncio.to_thread(shutil.rmtree, work_dir)
-        endpoint = ComponentEndpoint(name, work_dir, self._router, (s.region, s.account_id),
-                                     s.invocation_timeout_s, lookup, self._build_instance,
-                                     self._sink, s.routing_seed, self._check_artifact,
-                                     clock=self._clock or Clock(s.clock_scale))
-        endpoint.faults = self.faults
-        endpoint.transitions = self.transitions
-        endpoint.metrics_options = metrics
+        endpoint = self._component_endpoint(name, work_dir, lookup, metrics)
         self._endpoints[name] = endpoint
         self._ensure_sampler()  # its copies' utilization, on the instances' tick
         return endpoint
+
+    def _component_endpoint(self, name: str, work_dir: Path, lookup: ComponentLookup,
+                            metrics: MetricsOptions, copy_suffix: str = "") -> ComponentEndpoint:
+        s = self.settings
+        endpoint = ComponentEndpoint(name, work_dir, self._router, (s.region, s.account_id),
+                                     s.invocation_timeout_s, lookup, self._build_instance,
+                                     self._sink, s.routing_seed, self._check_artifact,
+                                     clock=self._clock or Clock(s.clock_scale),
+                                     copy_suffix=copy_suffix)
+        endpoint.faults = self.faults
+        endpoint.transitions = self.transitions
+        endpoint.metrics_options = metrics
+        endpoint.draw = self._generation_draw
+        return endpoint
+
+    async def start_component_green(self, name: str, copies: dict[str, CopyTarget],
+                                    metrics: MetricsOptions) -> ComponentEndpoint:
+        """A guarded UpdateEndpoint of an endpoint for components: the new fleet, each
+        component's copies (``copies``) started whole beside the running ones; it takes no
+        traffic until ``shift``. Raises (nothing left running) if a copy cannot start."""
+        blue = self._endpoints.get(name)
+        if not isinstance(blue, ComponentEndpoint):
+            raise LookupError(f"endpoint {name} is not running for inference components")
+        await self.drop_green(name)
+        number = self._green_numbers[name] = self._green_numbers.get(name, 0) + 1
+        work_dir = self.settings.cache_dir / "endpoints" / f"{name}.green.{time.monotonic_ns()}"
+        green = self._component_endpoint(name, work_dir, blue.lookup, metrics,
+                                         copy_suffix=f"-bg{number}")
+        try:
+            await asyncio.gather(*(green.apply_copies(component, target)
+                                   for component, target in copies.items()))
+        except BaseException:
+            await self._stop_surviving(green)
+            raise
+        if self._endpoints.get(name) is not blue:  # deleted while the copies started
+            await self._stop_surviving(green)
+            raise LookupError(f"endpoint {name} was deleted during the deployment")
+        blue.green, blue.green_share = green, 0.0
+        return green
 
     def configure_metrics(self, name: str, metrics: MetricsOptions) -> None:
         """An endpoint for components publishes as its new config's MetricsConfig says (an

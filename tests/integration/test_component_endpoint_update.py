@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from harness.emulated_time import EmulatedTime
 from tests.client_support import runtime_client
 from tests.component_support import ROLE, CallStream, ComponentServer, deploy_component, serving
 from tests.support import output_of, scale_request, wait_until
@@ -147,8 +148,9 @@ def _refusal(module: ComponentServer, endpoint: str, config: str, **params: Any)
 
 
 def test_what_an_update_of_an_endpoint_for_components_refuses(module: ComponentServer) -> None:
-    """A config for models onto it, a variant of its components missing, a DeploymentConfig;
-    and a config for components onto an endpoint for models. Nothing changes."""
+    """A config for models onto it, a variant of its components missing, a rolling
+    DeploymentConfig; and a config for components onto an endpoint for models. Nothing
+    changes."""
     name = "refusing"
     _endpoint_with_component(module, name)
     sm = module.client("sagemaker")
@@ -161,9 +163,11 @@ def test_what_an_update_of_an_endpoint_for_components_refuses(module: ComponentS
     message = _refusal(module, name, f"{name}-other")
     assert "no production variant AllTraffic" in message and name in message
     _config(module, f"{name}-c5", InstanceType="ml.c5.2xlarge")
-    message = _refusal(module, name, f"{name}-c5", DeploymentConfig={"BlueGreenUpdatePolicy": {
-        "TrafficRoutingConfiguration": {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 0}}})
-    assert "DeploymentConfig is not supported by the emulator" in message
+    message = _refusal(module, name, f"{name}-c5", DeploymentConfig={"RollingUpdatePolicy": {
+        "MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1},
+        "WaitIntervalInSeconds": 0}})
+    assert "RollingUpdatePolicy is not supported by the emulator" in message
+    assert "BlueGreenUpdatePolicy" in message
     assert sm.describe_endpoint(EndpointName=name)["EndpointConfigName"] == name
     # An endpoint for models does not become one for components.
     sm.create_endpoint(EndpointName=f"{name}-models", EndpointConfigName=f"{name}-models")
@@ -175,3 +179,147 @@ def test_what_an_update_of_an_endpoint_for_components_refuses(module: ComponentS
     finally:
         sm.delete_endpoint(EndpointName=f"{name}-models")
         wait_until(lambda: not module.tritons(f"{name}-models"), 60, "its Triton stopped")
+
+
+def _canary(bake_s: int, alarm: str | None = None) -> dict[str, Any]:
+    """Blue/green, one instance of the new fleet's two first, then the rest."""
+    config: dict[str, Any] = {"BlueGreenUpdatePolicy": {
+        "TrafficRoutingConfiguration": {
+            "Type": "CANARY", "WaitIntervalInSeconds": bake_s,
+            "CanarySize": {"Type": "INSTANCE_COUNT", "Value": 1}},
+        "TerminationWaitInSeconds": 0}}
+    if alarm is not None:
+        config["AutoRollbackConfiguration"] = {"Alarms": [{"AlarmName": alarm}]}
+    return config
+
+
+def _endpoint_tritons(module: ComponentServer, name: str) -> set[int]:
+    """Both fleets' Tritons of endpoint ``name`` (the new fleet's folder is name.green.N)."""
+    return {p.pid for p in module.tritons() if any(
+        f"/endpoints/{name}/" in part or f"/endpoints/{name}.green." in part
+        for part in p.info["cmdline"] or ())}
+
+
+def test_a_canary_update_shifts_the_calls_to_the_new_fleet_and_ends_on_it(
+        module: ComponentServer) -> None:
+    """UpdateEndpoint with a canary DeploymentConfig: the new fleet's copy starts beside the
+    running one, takes part of the calls through the canary's bake (both answer), then all of
+    them; InService on the new config with LastDeploymentConfig, the old copy stopped, no call
+    failed."""
+    name = "canary"
+    _endpoint_with_component(module, name)
+    sm = module.client("sagemaker")
+    old_copy = _call(runtime_client(module.server.url), name)[1]
+    old_tritons = _endpoint_tritons(module, name)
+    _config(module, f"{name}-c5", InstanceType="ml.c5.2xlarge", InitialInstanceCount=2)
+    stream = CallStream(module.server.url, name, expected=DOUBLED)
+    clock = EmulatedTime(module.server.url)
+    try:
+        sm.update_endpoint(EndpointName=name, EndpointConfigName=f"{name}-c5",
+                           DeploymentConfig=_canary(600))
+        assert _status(module, name) == "Updating"
+        wait_until(lambda: any(c != old_copy for c in stream.copies), 60,
+                   "the new fleet's copy answering during the canary")
+        seen = len(stream.copies)
+        wait_until(lambda: old_copy in stream.copies[seen:], 30,
+                   "the old copy still answering during the canary")
+        during = sm.describe_endpoint(EndpointName=name)
+        assert during["EndpointStatus"] == "Updating"
+        assert during["PendingDeploymentSummary"]["EndpointConfigName"] == f"{name}-c5"
+        clock.advance(600)  # the canary's bake: then all of the calls on the new fleet
+        shifted = len(stream.copies)
+        wait_until(lambda: len(stream.copies) >= shifted + 5
+                   and old_copy not in stream.copies[-3:], 30, "every call on the new fleet")
+        assert _status(module, name) == "Updating"  # the final bake
+        clock.advance(600)
+        wait_until(lambda: _status(module, name) == "InService", 60, "the update done")
+        answered = len(stream.copies)
+        wait_until(lambda: len(stream.copies) >= answered + 3, 30, "calls after the update")
+    finally:
+        stream.stop()
+    assert stream.failures == []
+    new_copy = stream.copies[-1]
+    assert new_copy != old_copy and "bg" in new_copy
+    assert set(stream.copies[answered:]) == {new_copy}
+    done = sm.describe_endpoint(EndpointName=name)
+    assert done["EndpointConfigName"] == f"{name}-c5"
+    assert "FailureReason" not in done and "PendingDeploymentSummary" not in done
+    assert done["LastDeploymentConfig"]["BlueGreenUpdatePolicy"][
+        "TrafficRoutingConfiguration"]["Type"] == "CANARY"
+    assert _component(module, name)["RuntimeConfig"]["PlacementStatus"] == [
+        {"InstanceType": "ml.c5.2xlarge", "CurrentCopyCount": 1}]
+    wait_until(lambda: not _endpoint_tritons(module, name) & old_tritons, 30,
+               "the old fleet's Triton stopped")
+    assert len(_endpoint_tritons(module, name)) == 1
+
+
+def test_an_alarm_during_the_canary_rolls_the_update_back(module: ComponentServer) -> None:
+    """An AutoRollbackConfiguration alarm in ALARM during the bake: RollingBack, then
+    InService on the previous config with the alarm named in FailureReason; the new fleet's
+    copy stopped; the running copy answered throughout."""
+    name = "rollback"
+    _endpoint_with_component(module, name)
+    sm = module.client("sagemaker")
+    cw = module.client("cloudwatch")
+    alarm = f"{name}-errors"
+    cw.put_metric_alarm(AlarmName=alarm, Namespace="AWS/SageMaker",
+                        MetricName="Invocation5XXErrors", Statistic="Sum", Period=60,
+                        EvaluationPeriods=1, Threshold=1,
+                        ComparisonOperator="GreaterThanOrEqualToThreshold",
+                        Dimensions=[{"Name": "InferenceComponentName", "Value": name}])
+    old_copy = _call(runtime_client(module.server.url), name)[1]
+    old_tritons = _endpoint_tritons(module, name)
+    _config(module, f"{name}-c5", InstanceType="ml.c5.2xlarge", InitialInstanceCount=2)
+    stream = CallStream(module.server.url, name, expected=DOUBLED)
+    try:
+        sm.update_endpoint(EndpointName=name, EndpointConfigName=f"{name}-c5",
+                           DeploymentConfig=_canary(3600, alarm))
+        wait_until(lambda: any(c != old_copy for c in stream.copies), 60,
+                   "the new fleet's copy answering during the canary")
+        cw.set_alarm_state(AlarmName=alarm, StateValue="ALARM", StateReason="a test says so")
+        wait_until(lambda: _status(module, name) == "InService", 60, "the rollback done")
+        answered = len(stream.copies)
+        wait_until(lambda: len(stream.copies) >= answered + 3, 30, "calls after the rollback")
+    finally:
+        stream.stop()
+    assert stream.failures == []
+    assert set(stream.copies[answered:]) == {old_copy}
+    done = sm.describe_endpoint(EndpointName=name)
+    assert done["EndpointConfigName"] == name
+    assert alarm in done["FailureReason"]
+    assert _component(module, name)["RuntimeConfig"]["PlacementStatus"] == [
+        {"InstanceType": "ml.m5.xlarge", "CurrentCopyCount": 1}]
+    wait_until(lambda: _endpoint_tritons(module, name) == old_tritons, 30,
+               "the new fleet's Triton stopped")
+
+
+def test_a_guarded_update_cut_by_a_restart_comes_back_on_the_previous_config(
+        module: ComponentServer) -> None:
+    """A restart during the canary's bake: the endpoint is InService on its previous config,
+    the interruption as FailureReason, its component answering; no new-fleet copy is left."""
+    name = "cut"
+    _endpoint_with_component(module, name)
+    sm = module.client("sagemaker")
+    _config(module, f"{name}-c5", InstanceType="ml.c5.2xlarge", InitialInstanceCount=2)
+    sm.update_endpoint(EndpointName=name, EndpointConfigName=f"{name}-c5",
+                       DeploymentConfig=_canary(3600))
+    wait_until(lambda: len(_endpoint_tritons(module, name)) == 2, 60,
+               "the new fleet's copy started")
+    module.restart()
+    wait_until(lambda: _status(module, name) == "InService", 60, "the endpoint back")
+    described = module.client("sagemaker").describe_endpoint(EndpointName=name)
+    assert described["EndpointConfigName"] == name
+    assert "interrupted by a restart" in described["FailureReason"]
+    assert "PendingDeploymentSummary" not in described
+    client = runtime_client(module.server.url)
+
+    def answers() -> bool:
+        try:
+            return _call(client, name)[0] == DOUBLED
+        except ClientError:
+            return False
+
+    wait_until(answers, 60, "the component answering after the restart")
+    assert _component(module, name)["RuntimeConfig"]["PlacementStatus"] == [
+        {"InstanceType": "ml.m5.xlarge", "CurrentCopyCount": 1}]
+    assert len(_endpoint_tritons(module, name)) == 1

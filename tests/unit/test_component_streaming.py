@@ -65,6 +65,9 @@ class _Endpoint:
     def serving_copies(self, request: runtime.InvokeRequest) -> tuple[_Copies, Any]:
         return self.copies, SimpleNamespace(variant="AllTraffic")
 
+    def generation(self) -> _Endpoint:  # no deployment under way: itself
+        return self
+
 
 def _copy_of(url: str) -> MultiContainerInstance:
     """A copy running one SageMaker container at ``url`` (no process: the server is the test's)."""
