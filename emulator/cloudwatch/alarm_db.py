@@ -17,6 +17,7 @@ import logging
 import os
 import sqlite3
 import threading
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,40 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS history (id INTEGER PRIMARY KEY, doc TEXT NOT NULL)",
 )
 JSON_NAME = "alarms.json"
+
+
+@dataclass
+class PendingWrites:
+    """What the next write carries (kept under the alarm store's lock): the alarms changed,
+    those deleted, the history items added."""
+
+    changed: set[str] = field(default_factory=set)
+    deleted: set[str] = field(default_factory=set)
+    history: list[Any] = field(default_factory=list)
+
+    def touched(self, name: str) -> None:
+        self.changed.add(name)
+        self.deleted.discard(name)
+
+    def removed(self, name: str) -> None:
+        self.changed.discard(name)
+        self.deleted.add(name)
+
+    def clear(self) -> None:
+        self.changed.clear()
+        self.deleted.clear()
+        self.history.clear()
+
+    def take(self, alarms: dict[str, Any]) -> tuple[dict[str, str], list[str],
+                                                   list[tuple[int, str]]]:
+        """The rows to write (alarms as their JSON documents, from ``alarms``), then none."""
+        changed = {name: json.dumps(asdict(alarms[name])) for name in self.changed
+                   if name in alarms}
+        history = [(h.id, json.dumps({k: v for k, v in asdict(h).items() if k != "id"}))
+                   for h in self.history]
+        deleted = sorted(self.deleted)
+        self.clear()
+        return changed, deleted, history
 
 
 class AlarmDb:

@@ -26,9 +26,8 @@ Persistence: ``emulator/cloudwatch/alarm_db.py`` (SQLite); every change writes o
 it touched and the history items it added.
 
 Thread safety: API calls run in worker threads, the evaluation on the event loop; one lock
-guards the alarms. Subscribers are called on the event loop thread (``call_soon_threadsafe``
-when the change came from a worker thread), after the change is stored, in subscription order;
-they must not block. A subscriber that raises is logged and stays subscribed.
+guards the alarms. Subscribers are told after the change is stored (``alarm_listeners``: on
+the event loop's thread, in order; one that raises is logged and stays subscribed).
 """
 
 from __future__ import annotations
@@ -47,7 +46,8 @@ from emulator.clock import Clock
 from emulator.cloudwatch import alarm_rule
 from emulator.cloudwatch.actions import ActionCall, ActionHandler
 from emulator.cloudwatch.alarm_actions import AlarmActions
-from emulator.cloudwatch.alarm_db import AlarmDb
+from emulator.cloudwatch.alarm_db import AlarmDb, PendingWrites
+from emulator.cloudwatch.alarm_listeners import StateListener, StateListeners
 from emulator.cloudwatch.alarm_model import (
     COMPOSITE_ALARM,
     INSUFFICIENT_DATA,
@@ -71,9 +71,6 @@ TICK_S = 10.0
 MAX_HISTORY = 10_000  # items kept, all alarms together  [U] (AWS keeps 30 days)
 
 
-StateListener = Callable[[str, str, str], None]  # (alarm name, old state, new state)
-
-
 class AlarmStore:
     def __init__(self, metrics: MetricStore, clock: Clock, region: str, account: str,
                  state_file: Path | None = None, sns_endpoint_url: str | None = None) -> None:
@@ -90,12 +87,10 @@ class AlarmStore:
         self._compiled: dict[str, Compiled] = {}
         self._parents: dict[str, set[str]] = {}  # alarm -> the composites whose rule names it
         # What the next save writes (under the lock): alarms changed, deleted, history added.
-        self._dirty: set[str] = set()
-        self._deleted: set[str] = set()
-        self._new_history: list[HistoryItem] = []
+        self._writes = PendingWrites()
         self._next_history_id = 1
         self.db = AlarmDb(state_file, MAX_HISTORY) if state_file is not None else None
-        self._listeners: list[StateListener] = []
+        self.listeners = StateListeners()
         self.actions = AlarmActions(self.lock, self._action_done, self.save)
         self._rounds = AlarmRounds(self)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -123,15 +118,8 @@ class AlarmStore:
 
     def subscribe(self, callback: StateListener) -> Callable[[], None]:
         """``callback(name, old, new)`` on every state change of any alarm; returns the
-        function that unsubscribes it."""
-        with self.lock:
-            self._listeners.append(callback)
-
-        def unsubscribe() -> None:
-            with self.lock, contextlib.suppress(ValueError):
-                self._listeners.remove(callback)
-
-        return unsubscribe
+        function that unsubscribes it (``alarm_listeners``)."""
+        return self.listeners.subscribe(callback)
 
     # -----------------------------------------------------------------------------------------
     # Actions
@@ -156,30 +144,6 @@ class AlarmStore:
     def all(self) -> list[Alarm]:
         with self.lock:
             return sorted(self.alarms.values(), key=lambda a: a.name)
-
-    def _notify(self, name: str, old: str, new: str) -> None:
-        with self.lock:
-            listeners = list(self._listeners)
-        loop = self._loop
-
-        def call() -> None:
-            for listener in listeners:
-                try:
-                    listener(name, old, new)
-                except Exception:  # one bad listener must not stop the others
-                    log.exception("alarm listener failed on %s %s -> %s", name, old, new)
-
-        if loop is not None and not loop.is_closed():
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is loop:
-                call()
-            else:
-                loop.call_soon_threadsafe(call)
-        else:
-            call()
 
     # -----------------------------------------------------------------------------------------
     # Persistence: only what changed is written (alarm_db)
@@ -246,9 +210,7 @@ class AlarmStore:
             self.alarms.clear()
             self.history.clear()
             self._composites.clear()
-            self._dirty.clear()
-            self._deleted.clear()
-            self._new_history.clear()
+            self._writes.clear()
         if self.db is not None:
             with self._save_lock:
                 self.db.clear()
@@ -269,7 +231,7 @@ class AlarmStore:
                 except TypeError as exc:
                     raise ValueError(f"the alarm {name} is not an alarm's stored form ({exc})") \
                         from None
-            self._dirty.update(self._adopt(docs))
+            self._writes.changed.update(self._adopt(docs))
             self._wake()
         self.save()
         return len(docs)
@@ -279,20 +241,11 @@ class AlarmStore:
         transaction; one writer at a time."""
         if self.db is None:
             with self.lock:
-                self._dirty.clear()
-                self._deleted.clear()
-                self._new_history.clear()
+                self._writes.clear()
             return
         with self._save_lock:
             with self.lock:
-                changed = {name: json.dumps(asdict(self.alarms[name])) for name in self._dirty
-                           if name in self.alarms}
-                deleted = sorted(self._deleted)
-                history = [(h.id, json.dumps({k: v for k, v in asdict(h).items() if k != "id"}))
-                           for h in self._new_history]
-                self._dirty.clear()
-                self._deleted.clear()
-                self._new_history.clear()
+                changed, deleted, history = self._writes.take(self.alarms)
             self.db.write(changed, deleted, history)
 
     def _schedule(self, alarm: Alarm, due: float) -> None:
@@ -337,7 +290,7 @@ class AlarmStore:
 
     def mark_changed(self, name: str) -> None:
         """The alarm is written by the next save (under the lock)."""
-        self._dirty.add(name)
+        self._writes.changed.add(name)
 
     def _set_compiled(self, name: str, compiled: Compiled | None) -> None:
         """Keep ``name``'s parsed form (None: forget it) and who names whom (under the lock)."""
@@ -380,8 +333,7 @@ class AlarmStore:
                 existing.last_repeat = 0.0
                 alarm, kind = existing, "Update"
             self._set_compiled(name, compiled)
-            self._dirty.add(name)
-            self._deleted.discard(name)
+            self._writes.touched(name)
             self._schedule(alarm, 0.0)
             self._wake()
             self._record(alarm, "ConfigurationUpdate", f'Alarm "{name}" '
@@ -403,8 +355,7 @@ class AlarmStore:
                 self._due.forget(name)
                 self._composites.discard(name)
                 self._set_compiled(name, None)
-                self._dirty.discard(name)
-                self._deleted.add(name)
+                self._writes.removed(name)
                 self._record(alarm, "ConfigurationUpdate", f'Alarm "{name}" deleted',
                              {"version": "1.0", "type": "Delete",
                               "deletedAlarm": {"alarmName": name, **alarm.config}}, now)
@@ -420,7 +371,7 @@ class AlarmStore:
                     continue
                 alarm.config = {**alarm.config, "ActionsEnabled": enabled}
                 alarm.config_updated = now
-                self._dirty.add(name)
+                self._writes.changed.add(name)
                 self._record(alarm, "ConfigurationUpdate", f'Alarm "{name}" updated',
                              {"version": "1.0", "type": "Update",
                               "updatedAlarm": {"alarmName": name, "actionsEnabled": enabled}},
@@ -436,14 +387,14 @@ class AlarmStore:
     def tag(self, name: str, tags: dict[str, str]) -> None:
         with self.lock:
             self.alarms[name].tags.update(tags)
-            self._dirty.add(name)
+            self._writes.changed.add(name)
         self.save()
 
     def untag(self, name: str, keys: list[str]) -> None:
         with self.lock:
             for key in keys:
                 self.alarms[name].tags.pop(key, None)
-            self._dirty.add(name)
+            self._writes.changed.add(name)
         self.save()
 
     # -----------------------------------------------------------------------------------------
@@ -455,7 +406,7 @@ class AlarmStore:
                            json.dumps(data, separators=(",", ":")), self._next_history_id)
         self._next_history_id += 1
         self.history.append(item)
-        self._new_history.append(item)
+        self._writes.history.append(item)
         del self.history[:-MAX_HISTORY]
 
     def transition(self, name: str, state: str, reason: str, reason_data: str | None,
@@ -469,10 +420,10 @@ class AlarmStore:
             old = alarm.state
             if alarm.value != value:
                 alarm.value = value
-                self._dirty.add(name)
+                self._writes.changed.add(name)
             if old == state and not manual:
                 return False  # the reason stays the transition's, as AWS shows it
-            self._dirty.add(name)
+            self._writes.changed.add(name)
             alarm.reason, alarm.reason_data, alarm.state_updated = reason, reason_data, now
             if old != state:
                 alarm.state_transitioned = now
@@ -489,7 +440,7 @@ class AlarmStore:
             alarm.last_repeat = now
         log.info("alarm %s: %s -> %s (%s)", name, old, state, reason)
         if old != state:
-            self._notify(name, old, state)
+            self.listeners.notify(name, old, state)
         self._wake()
         return True
 
@@ -520,7 +471,7 @@ class AlarmStore:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        self._loop = asyncio.get_running_loop()
+        self._loop = self.listeners.loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
         task = asyncio.create_task(self._run(), name="cloudwatch-alarms")
         try:
@@ -532,7 +483,7 @@ class AlarmStore:
                 with contextlib.suppress(asyncio.CancelledError):
                     await running_task
             self.sns.close()
-            self._loop = None
+            self._loop = self.listeners.loop = None
 
     async def _run(self) -> None:
         assert self._changed is not None
