@@ -382,6 +382,10 @@ class ComponentCopies:
                     [("ConcurrentRequestsPerCopy", self.in_flight / len(self.ready))])
 
     def describe(self) -> Mapping[str, object]:
-        self.sessions.forget_members_except({c.id for c in self.ready})
         return {"ReadyCopies": [c.id for c in self.ready], "InFlight": self.in_flight,
-                "Failure": self.failure, "Sessions": self.sessions.describe()}
+                "Failure": self.failure, "Sessions": self.describe_sessions()}
+
+    def describe_sessions(self) -> list[dict[str, object]]:
+        """The open sessions on these copies (those of copies gone closed first)."""
+        self.sessions.forget_members_except({c.id for c in self.ready})
+        return self.sessions.describe()

@@ -368,6 +368,7 @@ class Endpoint:
                     "DesiredInstanceCount": v.spec.instance_count,
                     "CurrentInstanceCount": len(v.serving()),
                     "Instances": [i.describe() for i in v.instances],
+                    "RoutingStrategy": v.spec.routing,
                     "Sessions": v.describe_sessions(),
                 }
                 for v in self.variants
