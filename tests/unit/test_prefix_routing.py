@@ -6,7 +6,6 @@ kinds of endpoint config, as botocore's model states it. No Triton."""
 from __future__ import annotations
 
 import json
-import timeit
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,7 @@ from emulator.contract.body import Body
 from emulator.contract.control_plane import ControlPlaneError
 from emulator.contract.routing_config import PrefixAwareConfig
 from emulator.hosting.prefix_routing import PREFIX, SPILLED, PrefixAware, prefix_key
-from emulator.hosting.routing import LeastOutstandingRequests
+from mme.bench_routing import measure
 
 
 @dataclass
@@ -92,21 +91,14 @@ def test_a_member_leaving_moves_only_its_own_prefixes() -> None:
 
 
 def test_the_choice_costs_microseconds_beside_least_outstanding() -> None:
-    """The figure (prefix-aware routing's choice under 10 µs per call) is printed, with the
-    plain least-outstanding choice of the same members in the same run; no absolute time is
-    asserted (a loaded runner is slower)."""
-    units = _units()
-    body = _prompt("You are a helpful assistant. " * 30, "What is the capital of France?")
-    prefix = PrefixAware(PrefixAwareConfig(1024, 4))
-    least = LeastOutstandingRequests()
-    calls = 20000
-    prefix_us = min(timeit.repeat(lambda: prefix.choose(units, body), number=calls,
-                                  repeat=3)) / calls * 1e6
-    least_us = min(timeit.repeat(lambda: least.choose(units), number=calls,
-                                 repeat=3)) / calls * 1e6
-    print(f"\nchoice per call, 3 members, 1,024-byte prefix: PREFIX_AWARE {prefix_us:.2f} µs, "
-          f"LEAST_OUTSTANDING_REQUESTS {least_us:.2f} µs")
-    assert prefix_us > 0 and least_us > 0
+    """The figure (prefix-aware routing's choice under 10 µs per call; ``mme bench routing``)
+    is printed, with the plain least-outstanding choice of the same members in the same run;
+    no absolute time is asserted (a loaded runner is slower)."""
+    cost = measure(members=3, calls=20000, prefix_length=1024)
+    print(f"\nchoice per call, 3 members, 1,024-byte prefix: PREFIX_AWARE "
+          f"{cost.prefix_aware_us:.2f} µs, LEAST_OUTSTANDING_REQUESTS "
+          f"{cost.least_outstanding_us:.2f} µs")
+    assert cost.prefix_aware_us > 0 and cost.least_outstanding_us > 0
 
 
 # --- RoutingConfig validation ----------------------------------------------------------------
