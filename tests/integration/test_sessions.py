@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from botocore.exceptions import ClientError
 
 from tests.client_support import runtime_client
 from tests.component_support import ComponentServer, serving
+from tests.page_support import CHROMIUM, chromium_cli
 from tests.support import output_of, package, scale_request, wait_until
 
 ENDPOINT = "stateful"
@@ -98,6 +100,9 @@ def test_100_calls_in_one_session_land_on_one_instance_of_three_then_close_ends_
     assert {c["Headers"]["x-mme-instance"] for c in calls} == {home}
     assert {c["Headers"]["x-mme-routed-by"] for c in calls} == {"SESSION"}
     assert all(output_of(c["Payload"]).tolist() == [2, 4, 6, 8] for c in calls)
+    if Path(CHROMIUM).exists():  # the live page lists it, with the instance that holds it
+        dom = chromium_cli("--dump-dom", f"{module.server.url}/_emulator/")
+        assert f'data-session="{session_id}"' in dom
 
     closed = _invoke(module, body=json.dumps({"requestType": "CLOSE"}).encode(),
                      SessionId=session_id)
