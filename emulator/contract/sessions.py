@@ -13,6 +13,7 @@ docs/sessions-and-routing.md lists them.
 
 from __future__ import annotations
 
+import calendar
 import json
 import re
 import time
@@ -36,6 +37,9 @@ STREAM_SESSION_ID_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
 # default of AWS's own container session managers (DJL LMI's ``sessions_expiration``, the
 # model-hosting-container-standards SessionManager), which the emulator plays for Triton.
 SESSION_TTL_S = 1200.0
+NEW_SESSION_VALUE = re.compile(
+    r"^(?P<id>[a-zA-Z0-9](-*[a-zA-Z0-9])*);\s*Expires=(?P<expires>[0-9]{4}-[0-9]{2}-[0-9]{2}T"
+    r"[0-9]{2}:[0-9]{2}:[0-9]{2}Z)$")
 # A session control body is a small JSON object; larger bodies are never parsed for one.
 _CONTROL_BODY_MAX = 4096
 
@@ -74,6 +78,26 @@ def control_request(body: bytes | Body) -> str | None:
 def expires_text(expires_at: float) -> str:
     """``YYYY-MM-DDThh:mm:ssZ`` (UTC), as NewSessionId carries it."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires_at))
+
+
+def container_new_session(headers: Mapping[str, str]) -> str | None:
+    """The session a SageMaker container says it opened: ``<id>; Expires=<time>`` in
+    X-Amzn-SageMaker-Session-Id (AWS's guide) or X-Amzn-SageMaker-New-Session-Id (what some
+    containers send, vLLM's among them) [U: both read]."""
+    for name in (H_CONTAINER_SESSION_ID, H_NEW_SESSION_ID):
+        value = headers.get(name)
+        if value is not None and NEW_SESSION_VALUE.match(value.strip()):
+            return value.strip()
+    return None
+
+
+def parse_new_session(value: str) -> tuple[str, float] | None:
+    """A container's ``<id>; Expires=<time>`` as (id, expiry in epoch seconds); None if not."""
+    match = NEW_SESSION_VALUE.match(value)
+    if match is None:
+        return None
+    expires = calendar.timegm(time.strptime(match.group("expires"), "%Y-%m-%dT%H:%M:%SZ"))
+    return match.group("id"), float(expires)
 
 
 def new_session_header(session_id: str, expires_at: float) -> str:

@@ -50,27 +50,35 @@ def choose(members: Sequence[U], request: runtime.InvokeRequest, sessions: Sessi
 class SessionCall:
     """A call that names a session (SessionId), from its routing to its answer.
 
-    ``request`` is the call as its unit gets it: its ``session_id`` the session's own id (a new
-    one for NEW_SESSION), which a Triton model gets in the ``X-Amzn-SageMaker-Session-Id``
-    request header (forwarded to the model as a request parameter, ``hosting.instance``) [U].
-    ``control`` is the documented session control body's ``requestType`` (NEW_SESSION or
-    CLOSE), answered by the emulator as the container's session manager [U: Triton's SageMaker
-    server has none]; None for a call for the model.
+    For a Triton unit the emulator is the container's session manager [U: Triton's SageMaker
+    server has none]: ``request`` is the call as the unit gets it, its ``session_id`` the
+    session's own id (a new one for NEW_SESSION), which the model gets in the
+    ``X-Amzn-SageMaker-Session-Id`` request header (forwarded to it as a request parameter,
+    ``hosting.instance``); ``control`` is the documented session control body's
+    ``requestType`` (NEW_SESSION or CLOSE), answered by the emulator (None: a call for the
+    model). A SageMaker container (``by_container``) keeps its sessions itself, as AWS's
+    container contract says: the call reaches it as sent, and its answer's session headers
+    open or close the session.
     """
 
     request: runtime.InvokeRequest
     session_id: str
     new: bool
     control: str | None
+    by_container: bool = False
 
     @classmethod
-    def of(cls, request: runtime.InvokeRequest, endpoint: str) -> SessionCall:
+    def of(cls, request: runtime.InvokeRequest, endpoint: str,
+           by_container: bool = False) -> SessionCall:
         assert request.session_id is not None
         control = session_wire.control_request(request.body)
         if request.session_id != session_wire.NEW_SESSION:
-            return cls(request, request.session_id, False, control)
+            return cls(request, request.session_id, False, None if by_container else control,
+                       by_container)
         if control == session_wire.CLOSE:
             raise session_wire.close_without_session(endpoint)
+        if by_container:
+            return cls(request, session_wire.NEW_SESSION, True, None, True)
         session_id = SessionTable.new_id()
         return cls(dataclasses.replace(request, session_id=session_id), session_id, True,
                    control)
@@ -81,9 +89,12 @@ class SessionCall:
         return ContainerAnswer(session_wire.control_answer(kind, self.session_id),
                                "application/json", self.request.custom_attributes, 0.0, True)
 
-    def settle(self, sessions: SessionTable, unit_id: str) -> tuple[str | None, str | None]:
+    def settle(self, sessions: SessionTable, unit_id: str,
+               answer: ContainerAnswer) -> tuple[str | None, str | None]:
         """After the answer: the session opened (on ``unit_id``) or closed; the NewSessionId
         and ClosedSessionId header values (None: not this call's)."""
+        if self.by_container:
+            return self._settle_container(sessions, unit_id, answer)
         if self.new:
             session = sessions.open(self.session_id, unit_id)
             return session_wire.new_session_header(session.id, session.expires_at), None
@@ -91,3 +102,20 @@ class SessionCall:
             sessions.close(self.session_id)
             return None, self.session_id
         return None, None
+
+    @staticmethod
+    def _settle_container(sessions: SessionTable, unit_id: str,
+                          answer: ContainerAnswer) -> tuple[str | None, str | None]:
+        """What the container's answer says: the session it opened (with its own id and
+        expiry), the one it closed; nothing when it said neither [U]."""
+        new = closed = None
+        opened = (session_wire.parse_new_session(answer.new_session)
+                  if answer.new_session is not None else None)
+        if opened is not None:
+            session = sessions.open(opened[0], unit_id, expires_at=opened[1])
+            new = session_wire.new_session_header(session.id, session.expires_at)
+        if answer.closed_session is not None and session_wire.SESSION_ID.match(
+                answer.closed_session):
+            sessions.close(answer.closed_session)
+            closed = answer.closed_session
+        return new, closed

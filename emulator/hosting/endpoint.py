@@ -39,7 +39,7 @@ from emulator.faults.table import FaultTable
 from emulator.hosting import affinity, instance_faults
 from emulator.hosting.call_record import CallRecord
 from emulator.hosting.instance import ContainerAnswer
-from emulator.hosting.multi_container import check_container_hostname
+from emulator.hosting.multi_container import check_container_hostname, manages_sessions
 from emulator.hosting.routing import Router
 from emulator.hosting.serving_group import DRAIN_TIMEOUT_S, ServingGroup, ServingUnit
 from emulator.hosting.sessions import SessionTable
@@ -304,7 +304,7 @@ class Endpoint:
         try:
             unit, target, routed_by = group.route(request)
             if request.session_id is not None:
-                session = affinity.SessionCall.of(request, self.name)
+                session = affinity.SessionCall.of(request, self.name, manages_sessions(unit))
                 request = session.request
             faults = self.faults
             if session is not None and session.control is not None:
@@ -325,7 +325,7 @@ class Endpoint:
         call.answered(answer, unit.id)
         new_session = closed_session = None
         if session is not None:
-            new_session, closed_session = session.settle(group.sessions, unit.id)
+            new_session, closed_session = session.settle(group.sessions, unit.id, answer)
         return InvokeResult(answer.body, answer.content_type, answer.custom_attributes, variant,
                             unit.id, answer.model_latency_s,
                             answer.cache_hit if group.reports_cache_hit else None,

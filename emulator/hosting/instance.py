@@ -92,6 +92,10 @@ class ContainerAnswer:
     # Multi-container endpoints: (container, seconds) of every container the request went
     # through, in order (CloudWatch's ContainerLatency).
     container_latencies: tuple[tuple[str, float], ...] = ()
+    # A SageMaker container's stateful-session answer: the session it opened ("<id>;
+    # Expires=<time>") and the one it closed (``contract.sessions``).
+    new_session: str | None = None
+    closed_session: str | None = None
 
 
 class Instance:

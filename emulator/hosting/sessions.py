@@ -56,9 +56,12 @@ class SessionTable:
         """A session id as botocore's pattern allows (letters, digits, single hyphens)."""
         return str(uuid.uuid4())
 
-    def open(self, session_id: str, member_id: str) -> Session:
+    def open(self, session_id: str, member_id: str,
+             expires_at: float | None = None) -> Session:
+        """Open a session on ``member_id``, until ``expires_at`` (None: the TTL from now)."""
         now = self._clock()
-        session = self._open[session_id] = Session(session_id, member_id, now, now + self.ttl_s)
+        session = self._open[session_id] = Session(
+            session_id, member_id, now, now + self.ttl_s if expires_at is None else expires_at)
         return session
 
     def close(self, session_id: str) -> Session | None:

@@ -4,16 +4,24 @@ session table (sticky member, expiry, a member gone), and a call's session bookk
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from emulator.contract import runtime, runtime_errors
 from emulator.contract import sessions as wire
 from emulator.hosting.affinity import SESSION, SessionCall, choose
+from emulator.hosting.instance import ContainerAnswer, ErrorContext
+from emulator.hosting.multi_container import ServeMember
 from emulator.hosting.sessions import SessionTable
+
+ANSWER = ContainerAnswer(b"{}", "application/json", None, 0.01, True)
 
 
 @dataclass
@@ -71,7 +79,7 @@ def test_a_new_session_opens_on_the_member_that_answered_and_close_ends_it() -> 
     call = SessionCall.of(_request("NEW_SESSION", b'{"inputs": []}'), "ep")
     assert call.new and call.control is None
     assert call.request.session_id == call.session_id != "NEW_SESSION"  # the model is told it
-    new, closed = call.settle(table, "i-2")
+    new, closed = call.settle(table, "i-2", ANSWER)
     assert closed is None and new is not None
     assert re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*;\sExpires=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ",
                         new)
@@ -81,7 +89,7 @@ def test_a_new_session_opens_on_the_member_that_answered_and_close_ends_it() -> 
     close = SessionCall.of(_request(session_id, b'{"requestType": "CLOSE"}'), "ep")
     assert json.loads(close.control_answer().body) == {
         "result": f"Session {session_id} closed"}
-    assert close.settle(table, "i-2") == (None, session_id)
+    assert close.settle(table, "i-2", ANSWER) == (None, session_id)
     with pytest.raises(runtime_errors.ValidationError):
         choose(units, request, table, None, "ep", lambda: units[0])
 
@@ -89,3 +97,65 @@ def test_a_new_session_opens_on_the_member_that_answered_and_close_ends_it() -> 
 def test_close_without_a_session_is_refused() -> None:
     with pytest.raises(runtime_errors.ValidationError, match="CLOSE request"):
         SessionCall.of(_request("NEW_SESSION", b'{"requestType": "CLOSE"}'), "ep")
+
+
+def test_a_sagemaker_container_keeps_its_sessions_as_the_container_contract_says() -> None:
+    """The call reaches the container as sent (no control body answered for it); the session
+    it reports opening (its id, its expiry) is the one routed to, and the one it closes ends."""
+    table = SessionTable()
+    call = SessionCall.of(_request("NEW_SESSION", b'{"requestType": "NEW_SESSION"}'), "ep",
+                          by_container=True)
+    assert call.control is None and call.request.session_id == "NEW_SESSION"
+    opened = ContainerAnswer(b"{}", "application/json", None, 0.01, True,
+                             new_session="abc-123; Expires=2030-01-02T03:04:05Z")
+    assert call.settle(table, "copy-2", opened) == (
+        "abc-123; Expires=2030-01-02T03:04:05Z", None)
+    assert table.describe() == [{"SessionId": "abc-123", "Instance": "copy-2",
+                                 "Expires": "2030-01-02T03:04:05Z"}]
+    nothing = SessionCall.of(_request("NEW_SESSION"), "ep", by_container=True)
+    assert nothing.settle(SessionTable(), "copy-1", ANSWER) == (None, None)  # none opened
+    close = SessionCall.of(_request("abc-123", b'{"requestType": "CLOSE"}'), "ep",
+                           by_container=True)
+    assert close.control is None
+    closed = ContainerAnswer(b"{}", "application/json", None, 0.01, True,
+                             closed_session="abc-123")
+    assert close.settle(table, "copy-2", closed) == (None, "abc-123")
+    assert "abc-123" not in table
+
+
+def test_a_containers_session_headers_are_read_either_way() -> None:
+    value = "s-1; Expires=2030-01-02T03:04:05Z"
+    assert wire.container_new_session({wire.H_CONTAINER_SESSION_ID: value}) == value
+    assert wire.container_new_session({wire.H_NEW_SESSION_ID: value}) == value
+    assert wire.container_new_session({wire.H_CONTAINER_SESSION_ID: "s-1"}) is None
+    assert wire.parse_new_session(value) == ("s-1", 1893553445.0)
+
+
+class _Container:
+    """A SageMaker container's invoke, recorded."""
+
+    image = "img"
+    http_url = "http://container"
+
+    def __init__(self) -> None:
+        self.session_ids: list[str | None] = []
+
+    async def invoke(self, body: bytes, content_type: str | None, accept: str | None,
+                     custom_attributes: str | None, timeout_s: float,
+                     session_id: str | None = None) -> Any:
+        from emulator.containers.sagemaker import ContainerResponse
+
+        self.session_ids.append(session_id)
+        return ContainerResponse(200, b"{}", "application/json", None,
+                                 "s-9; Expires=2030-01-02T03:04:05Z", None)
+
+
+def test_the_container_is_told_an_open_sessions_id_in_its_header() -> None:
+    container = _Container()
+    member = ServeMember("primary", container, Path("/nowhere"),  # type: ignore[arg-type]
+                         ErrorContext("ep", "us-east-1", "123456789012"))
+    answer = asyncio.run(member.call(_request("NEW_SESSION"), time.monotonic(), 5))
+    assert answer.new_session == "s-9; Expires=2030-01-02T03:04:05Z"
+    asyncio.run(member.call(_request("s-9"), time.monotonic(), 5))
+    asyncio.run(member.call(_request(None), time.monotonic(), 5))
+    assert container.session_ids == [None, "s-9", None]
