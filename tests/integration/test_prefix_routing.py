@@ -78,12 +78,20 @@ def _described(module: Module, endpoint: str) -> dict[str, Any]:
     return described
 
 
-def test_a_shared_prefix_lands_on_one_copy_until_the_threshold_then_spills(
-        module: Module) -> None:
+@pytest.fixture(scope="module")
+def component(module: Module) -> str:
+    """Endpoint ``prefix-ic`` (PREFIX_AWARE, threshold 2) with component ``prefix-ic-llm`` on
+    three copies of the gated model."""
     sm = module.server.client("sagemaker")
     create_component_endpoint(sm, "prefix-ic", RoutingConfig=PREFIX_AWARE)
     create_component(sm, "prefix-ic-llm", "prefix-ic", copies=3, ModelName="gated",
                      ComputeResourceRequirements=RESOURCES)
+    return "prefix-ic-llm"
+
+
+def test_a_shared_prefix_lands_on_one_copy_until_the_threshold_then_spills(
+        module: Module, component: str) -> None:
+    sm = module.server.client("sagemaker")
     assert sm.describe_endpoint(EndpointName="prefix-ic")["ProductionVariants"][0][
         "RoutingConfig"] == PREFIX_AWARE
 
@@ -139,3 +147,29 @@ def test_a_variants_instances_route_by_prefix_and_prefix_aware_id(module: Module
     assert len(by_id) > 1  # the same prefix from different applications is told apart
     assert _described(module, "prefix-variant")["Variants"]["AllTraffic"][
         "RoutingStrategy"] == "PREFIX_AWARE"
+
+
+def test_a_session_on_a_components_copies_outranks_the_prefix_and_holds_for_streams(
+        module: Module, component: str) -> None:
+    """A session opened on the component keeps its calls on its copy whatever their prefix,
+    InvokeEndpointWithResponseStream's included; the component's sessions are listed."""
+    rt = runtime_client(module.server.server.url)
+    opened = rt.invoke_endpoint(EndpointName="prefix-ic", InferenceComponentName="prefix-ic-llm",
+                                ContentType="application/json", SessionId="NEW_SESSION",
+                                Body=_body("You are a helpful assistant.", "hi"))
+    opened["Body"].read()
+    session_id = opened["NewSessionId"].split(";")[0]
+    copy = opened["ResponseMetadata"]["HTTPHeaders"]["x-mme-instance"]
+    answers = [_invoke(module, "prefix-ic", _body(f"Tenant {n} assistant.", "hello"),
+                       InferenceComponentName="prefix-ic-llm", SessionId=session_id)
+               for n in range(12)]
+    assert {(a["x-mme-instance"], a["x-mme-routed-by"]) for a in answers} == {(copy, "SESSION")}
+    streamed = rt.invoke_endpoint_with_response_stream(
+        EndpointName="prefix-ic", InferenceComponentName="prefix-ic-llm",
+        ContentType="application/json", SessionId=session_id,
+        Body=_body("Another prompt entirely.", ""))
+    b"".join(e["PayloadPart"]["Bytes"] for e in streamed["Body"] if "PayloadPart" in e)
+    assert streamed["ResponseMetadata"]["HTTPHeaders"]["x-mme-instance"] == copy
+    listed = _described(module, "prefix-ic")["InferenceComponents"]["prefix-ic-llm"]["Sessions"]
+    assert [(s["SessionId"], s["Instance"]) for s in listed] == [
+        (session_id, copy.split("/", 1)[1])]
