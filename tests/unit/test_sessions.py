@@ -152,7 +152,8 @@ class _Container:
 
 def test_the_container_is_told_an_open_sessions_id_in_its_header() -> None:
     container = _Container()
-    member = ServeMember("primary", container, Path("/nowhere"),  # type: ignore[arg-type]
+    member = ServeMember("primary", container,  # type: ignore[arg-type]  # a stand-in
+                         Path("/nowhere"),
                          ErrorContext("ep", "us-east-1", "123456789012"))
     answer = asyncio.run(member.call(_request("NEW_SESSION"), time.monotonic(), 5))
     assert answer.new_session == "s-9; Expires=2030-01-02T03:04:05Z"
