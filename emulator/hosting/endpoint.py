@@ -26,6 +26,7 @@ from pathlib import Path
 
 from emulator.contract import runtime, runtime_errors
 from emulator.contract import sessions as session_wire
+from emulator.contract.routing_config import RANDOM
 from emulator.faults.rules import (
     INVOKE,
     RUNTIME,
@@ -130,9 +131,12 @@ class Variant:
                 f"Variant {self.name} of endpoint {self.endpoint_name} has no instance in "
                 "service.")
         spec = self.spec
+        router = self._router
         instance, routed_by = affinity.choose(
             serving, request, self.sessions, None if multi_model else spec.prefix,
-            self.endpoint_name, lambda: self._router.instance(serving, target))
+            self.endpoint_name,
+            (lambda: router.random_instance(serving)) if spec.routing == RANDOM
+            and not multi_model else (lambda: router.instance(serving, target)))
         return instance, target, routed_by
 
     def leave(self) -> None:

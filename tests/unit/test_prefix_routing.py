@@ -8,17 +8,22 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from emulator.contract import control_plane as wire
 from emulator.contract import inference_components as component_rules
-from emulator.contract import routing_config
+from emulator.contract import routing_config, runtime
 from emulator.contract.body import Body
 from emulator.contract.control_plane import ControlPlaneError
 from emulator.contract.routing_config import PrefixAwareConfig
+from emulator.hosting.endpoint import Variant
 from emulator.hosting.prefix_routing import PREFIX, SPILLED, PrefixAware, prefix_key
+from emulator.hosting.routing import Router
+from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
+from emulator.metrics import EndpointMetrics
 from mme.bench_routing import measure
 
 
@@ -161,3 +166,57 @@ def test_a_valid_prefix_aware_config_is_taken_and_read() -> None:
     wire.parse_request("SageMaker.CreateEndpointConfig", body)
     assert routing_config.strategy_of(variant) == ("PREFIX_AWARE", PrefixAwareConfig(2048, 3))
     assert routing_config.strategy_of(MODEL_VARIANT) == ("LEAST_OUTSTANDING_REQUESTS", None)
+
+
+# --- a variant's instances ------------------------------------------------------------------
+
+
+@dataclass
+class FakeInstance:
+    id: str
+    in_flight: int = 0
+    draining: bool = False
+
+
+def _variant(routing: str, prefix: PrefixAwareConfig | None = None) -> Variant:
+    spec = VariantSpec("AllTraffic", ContainerSpec("file:///m.tar.gz", mode="SingleModel"),
+                       instance_count=3, routing=routing, prefix=prefix)
+    variant = Variant(spec, EndpointMetrics("ep", "AllTraffic"), Path("/nowhere"), "ep",
+                      Router(seed=7))
+    variant.instances = [FakeInstance(f"i-{n}") for n in (1, 2, 3)]  # type: ignore[list-item]  # stand-ins
+    return variant
+
+
+def _routed(variant: Variant, body: bytes, **headers: str) -> tuple[str, str | None]:
+    request = runtime.parse_invoke("ep", headers, body, 1 << 20, "r-1")
+    unit, target, routed_by = variant.route(request)
+    assert target is None
+    return unit.id, routed_by
+
+
+def test_a_variants_routing_config_picks_its_instances() -> None:
+    prefix = _variant("PREFIX_AWARE", PrefixAwareConfig(1024, 2))
+    body = _prompt("shared system prompt", "")
+    assert len({_routed(prefix, body + str(n).encode()) for n in range(10)}) == 1
+    assert _routed(prefix, body)[1] == "PREFIX_AWARE"
+    random = _variant("RANDOM")
+    drawn = Counter(_routed(random, body)[0] for _ in range(60))
+    assert set(drawn) == {"i-1", "i-2", "i-3"}
+    assert _routed(random, body)[1] is None
+    least = _variant("LEAST_OUTSTANDING_REQUESTS")
+    assert [_routed(least, body)[0] for _ in range(3)] == ["i-1", "i-2", "i-3"]  # in turn
+    least.sessions.open("s-1", "i-2")
+    assert {_routed(least, body, **{"x-amzn-sagemaker-session-id": "s-1"}) for _ in range(5)} \
+        == {("i-2", "SESSION")}
+
+
+def test_a_variants_routing_survives_its_stored_form() -> None:
+    spec = EndpointSpec("ep", (VariantSpec("AllTraffic", ContainerSpec("file:///m"),
+                                           routing="PREFIX_AWARE",
+                                           prefix=PrefixAwareConfig(2048, 3)),))
+    again = EndpointSpec.from_doc(json.loads(json.dumps(spec.to_doc())))
+    assert again == spec
+    old = spec.to_doc()
+    for variant in old["variants"]:  # a spec stored before RoutingConfig was honoured
+        del variant["routing"], variant["prefix"]
+    assert EndpointSpec.from_doc(old).variants[0].routing == "LEAST_OUTSTANDING_REQUESTS"
