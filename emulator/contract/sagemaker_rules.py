@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from emulator.contract import multi_container
+from emulator.contract import async_inference, multi_container
 from emulator.contract.botocore_validation import PatternOverrides
 
 # The real service only takes S3 (or https S3) URLs; the emulator also serves model stores from
@@ -93,6 +93,7 @@ def _create_endpoint_config(params: dict[str, Any], errors: list[str]) -> None:
         errors.append("The sum of InitialVariantWeight across production variants must be "
                       "greater than 0.")
     _metrics_config(params.get("MetricsConfig"), errors)
+    _async_config(params.get("AsyncInferenceConfig"), errors)
     for variant in variants:
         if not variant.get("ModelName"):
             errors.append(
@@ -119,6 +120,14 @@ def _metrics_config(config: Any, errors: list[str]) -> None:
             f"Value '{period}' at 'metricsConfig.metricPublishFrequencyInSeconds' failed to "
             "satisfy constraint: Member must be one of "
             f"[{', '.join(str(p) for p in PUBLISH_PERIODS_S)}]")
+
+
+def _async_config(config: Any, errors: list[str]) -> None:
+    if not isinstance(config, dict):
+        return
+    output = config.get("OutputConfig")
+    if isinstance(output, dict) and not output.get("S3OutputPath"):
+        errors.append(async_inference.missing_output_path())
 
 
 def _list(value: Any) -> list[Any]:
