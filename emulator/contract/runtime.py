@@ -53,6 +53,9 @@ class InvokeRequest:
     # Multi-container endpoints in Direct mode (emulator.hosting.multi_container).
     target_container_hostname: str | None = None
     inference_component: str | None = None  # endpoints for inference components
+    # The container's time to answer (None: the server's --invocation-timeout); an
+    # asynchronous request's InvocationTimeoutSeconds.
+    timeout_s: float | None = None
 
 
 class ContainerRejected(Exception):
