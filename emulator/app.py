@@ -183,6 +183,7 @@ def build_app(settings: Settings) -> EmulatorApp:
                         start_default_endpoint, settings.model_load_timeout_s,
                         settings.cache_dir / "endpoints")
     state.reset_listeners.append(feed.clear)
+    state.reset_listeners.append(async_inference.clear)  # queued requests are state too
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -37,7 +37,7 @@ from emulator.async_inference.store import RequestStore, StoredRequest
 from emulator.clock import Clock
 from emulator.contract import async_inference as wire
 from emulator.contract import runtime, runtime_errors
-from emulator.hosting.endpoint import Endpoint, InvokeResult
+from emulator.hosting.endpoint import InvokeResult
 from emulator.metrics import MetricSink
 
 log = logging.getLogger(__name__)
@@ -46,13 +46,34 @@ NAMESPACE = "AWS/SageMaker"
 # How often the backlog gauges are published and queued requests looked at for expiry and for
 # new capacity (real seconds at most; sooner on an emulated clock that runs faster).
 TICK_S = 1.0
+# The backlog gauges' period, emulated seconds (AWS publishes them each minute [U: how many
+# samples a minute holds]).
+GAUGE_PERIOD_S = 10.0
 S3_POOL = 32
+
+
+class AsyncEndpoint(Protocol):
+    """What the queue uses of an endpoint (``hosting.endpoint.Endpoint``)."""
+
+    name: str
+    variants: Any  # each with ``name`` and ``serving()``
+
+    @property
+    def spec(self) -> Any: ...  # ``async_config``: the config's AsyncInferenceConfig
+
+    async def invoke(self, request: runtime.InvokeRequest) -> InvokeResult: ...
 
 
 class Endpoints(Protocol):
     def get(self, name: str) -> Any: ...
 
     def names(self) -> list[str]: ...
+
+
+def async_config(endpoint: Any) -> dict[str, Any] | None:
+    """The endpoint's AsyncInferenceConfig; None for a real-time endpoint (or none at all)."""
+    config = getattr(getattr(endpoint, "spec", None), "async_config", None)
+    return config if isinstance(config, dict) else None
 
 
 @dataclass(frozen=True)
@@ -179,21 +200,22 @@ class AsyncInference:
 
     # -- accepting -----------------------------------------------------------------------------
 
-    def async_endpoint(self, name: str) -> Endpoint:
+    def async_endpoint(self, name: str) -> AsyncEndpoint:
         """The endpoint, if it takes InvokeEndpointAsync; else the error SageMaker answers."""
         endpoint = self.endpoints.get(name)
         if endpoint is None:
             raise runtime_errors.endpoint_not_found(name, self.account)
-        if not isinstance(endpoint, Endpoint) or endpoint.spec.async_config is None:
+        if async_config(endpoint) is None:
             if getattr(endpoint, "is_multi_model", False):
                 raise runtime_errors.unsupported_for_multi_model("InvokeEndpointAsync", name)
             raise wire.not_async_endpoint(name)
-        return endpoint
+        found: AsyncEndpoint = endpoint
+        return found
 
     def accept(self, request: wire.AsyncInvokeRequest, body: bytes | None) -> Accepted:
         """Keep the request (before it is answered) and queue it."""
         endpoint = self.async_endpoint(request.endpoint_name)
-        output = (endpoint.spec.async_config or {}).get("OutputConfig") or {}
+        output = (async_config(endpoint) or {}).get("OutputConfig") or {}
         stored = StoredRequest(str(uuid.uuid4()), endpoint.name, self.clock.now(),
                                self._wall(), request.to_doc(), body)
         self.store.add(stored)
@@ -242,11 +264,12 @@ class AsyncInference:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._ticker = None
 
-    async def clear(self) -> int:
-        """Every queued request forgotten (a reset of the whole state); how many."""
+    def clear(self) -> None:
+        """Every queued request forgotten (a reset of the whole state); requests in flight
+        finish."""
         for lane in self._lanes.values():
             lane.waiting.clear()
-        return self.store.clear()
+        self.store.clear()
 
     def backlog(self, name: str) -> int:
         lane = self._lanes.get(name)
@@ -261,8 +284,9 @@ class AsyncInference:
             lane.wake.clear()
             self._expire(lane)
             endpoint = self.endpoints.get(lane.name)
-            if isinstance(endpoint, Endpoint) and endpoint.spec.async_config is not None:
-                capacity = wire.max_concurrency(endpoint.spec.async_config) * _serving(endpoint)
+            config = async_config(endpoint)
+            if config is not None:
+                capacity = wire.max_concurrency(config) * _serving(endpoint)
                 while lane.waiting and len(lane.in_flight) < capacity:
                     item = lane.waiting.popleft()
                     item.started = self.clock.now()
@@ -291,13 +315,13 @@ class AsyncInference:
 
     # -- one request ---------------------------------------------------------------------------
 
-    async def _process(self, lane: _Lane, endpoint: Endpoint, item: _Item) -> None:
+    async def _process(self, lane: _Lane, endpoint: AsyncEndpoint, item: _Item) -> None:
         request = item.request
         samples: list[tuple[str, str, str, float]] = [
             (NAMESPACE, "Microseconds", "TimeInBacklog",
              self.clock.emulated_duration(max(item.started - item.stored.received, 0.0)) * 1e6)]
         variant = endpoint.variants[0].name if endpoint.variants else "AllTraffic"
-        output_config = (endpoint.spec.async_config or {}).get("OutputConfig") or {}
+        output_config = (async_config(endpoint) or {}).get("OutputConfig") or {}
         try:
             body = item.stored.body
             if body is None:
@@ -400,9 +424,7 @@ class AsyncInference:
 
     async def _fail_expired(self, lane: _Lane, item: _Item) -> None:
         endpoint = self.endpoints.get(lane.name)
-        spec = getattr(endpoint, "spec", None)
-        output_config = ((getattr(spec, "async_config", None) or {}).get("OutputConfig")
-                         or {})
+        output_config = (async_config(endpoint) or {}).get("OutputConfig") or {}
         variant = endpoint.variants[0].name if getattr(endpoint, "variants", None) \
             else "AllTraffic"
         await self._failed(lane, item, variant, output_config,
@@ -434,9 +456,11 @@ class AsyncInference:
     # -- the backlog gauges --------------------------------------------------------------------
 
     async def _tick(self) -> None:
+        """The gauges every ``GAUGE_PERIOD_S`` emulated seconds: an advance of the emulated
+        clock publishes each of the samples it passes, at its time."""
         while True:
             self.publish_backlog()
-            await asyncio.sleep(self._tick_s())
+            await self.clock.sleep(GAUGE_PERIOD_S)
 
     def publish_backlog(self) -> None:
         """The backlog gauges of every asynchronous endpoint, stamped now."""
@@ -445,7 +469,7 @@ class AsyncInference:
         now = self.clock.now()
         for name in self.endpoints.names():
             endpoint = self.endpoints.get(name)
-            if not isinstance(endpoint, Endpoint) or endpoint.spec.async_config is None:
+            if async_config(endpoint) is None:
                 continue
             lane = self._lanes.get(name)
             backlog = 0 if lane is None else lane.backlog

@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from emulator.contract import async_inference, multi_container
-from emulator.contract.botocore_validation import PatternOverrides
+from emulator.contract.botocore_validation import PatternOverrides, format_errors
 
 # The real service only takes S3 (or https S3) URLs; the emulator also serves model stores from
 # local folders, so ModelDataUrl (shape "Url") may be a ``file://`` URL or an absolute path here.
@@ -76,10 +76,12 @@ def _update_weights_and_capacities(params: dict[str, Any], errors: list[str]) ->
         if "DesiredWeight" not in change and "DesiredInstanceCount" not in change:
             errors.append(f"Specify DesiredWeight or DesiredInstanceCount for variant "
                           f"{change.get('VariantName')}.")
-        if change.get("DesiredInstanceCount") == 0:
-            # [U] scaling a variant to 0 instances is for inference-component endpoints.
-            errors.append(f"DesiredInstanceCount for variant {change.get('VariantName')} "
-                          "must be at least 1.")
+
+
+def zero_instances(variant: object) -> str:
+    """[U] A variant of a real-time endpoint scaled to 0 instances (0 is for asynchronous
+    endpoints and for endpoints for inference components)."""
+    return format_errors([f"DesiredInstanceCount for variant {variant} must be at least 1."])
 
 
 def _create_endpoint_config(params: dict[str, Any], errors: list[str]) -> None:

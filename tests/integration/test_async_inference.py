@@ -265,9 +265,7 @@ def test_a_request_past_its_ttl_fails_as_expired(world: World) -> None:
             EndpointName="async-ep", ContentType="application/json",
             Body=scale_request([1.0, 1.0, 1.0, 1.0]), InferenceId="expires",
             RequestTTLSeconds=60)
-        urllib.request.urlopen(urllib.request.Request(
-            f"{world.url}/_emulator/clock/advance", data=b'{"seconds": 120}',
-            headers={"Content-Type": "application/json"}, method="POST"), timeout=30).close()
+        _advance(world.url, 120)
         text = wait_for(lambda: _read(world.s3, waiting["FailureLocation"]), 30, "the expiry")
         assert b"RequestTTLSeconds (60 seconds)" in text
     finally:
@@ -312,6 +310,74 @@ def test_real_time_endpoint_refuses_async_calls(world: World) -> None:
     assert "not configured for asynchronous inference" in \
         caught.value.response["Error"]["Message"]
     world.sm.delete_endpoint(EndpointName="realtime-ep")
+
+
+def _advance(url: str, seconds: float) -> bool:
+    """The emulated clock moved ``seconds`` on; False (for ``wait_for``)."""
+    urllib.request.urlopen(urllib.request.Request(
+        f"{url}/_emulator/clock/advance", data=json.dumps({"seconds": seconds}).encode(),
+        headers={"Content-Type": "application/json"}, method="POST"), timeout=60).close()
+    return False
+
+
+def _instances(sm: Any, name: str) -> int:
+    variant = sm.describe_endpoint(EndpointName=name)["ProductionVariants"][0]
+    return int(variant["CurrentInstanceCount"])
+
+
+def test_scales_to_zero_and_back_on_its_backlog(world: World) -> None:
+    """AWS's "Autoscale an asynchronous endpoint": target tracking on
+    ApproximateBacklogSizePerInstance down to MinCapacity 0, and a step-scaling policy on
+    HasBacklogWithoutCapacity back to one instance; the requests queued meanwhile answered."""
+    asg = boto3.client("application-autoscaling", endpoint_url=world.url, **DUMMY_CREDENTIALS)
+    cw = boto3.client("cloudwatch", endpoint_url=world.url, **DUMMY_CREDENTIALS)
+    key = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/async-ep/variant/AllTraffic",
+           "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
+    asg.register_scalable_target(**key, MinCapacity=0, MaxCapacity=2)
+    asg.put_scaling_policy(
+        **key, PolicyName="backlog", PolicyType="TargetTrackingScaling",
+        TargetTrackingScalingPolicyConfiguration={
+            "TargetValue": 5.0, "ScaleInCooldown": 60, "ScaleOutCooldown": 60,
+            "CustomizedMetricSpecification": {
+                "MetricName": "ApproximateBacklogSizePerInstance", "Namespace": "AWS/SageMaker",
+                "Dimensions": [{"Name": "EndpointName", "Value": "async-ep"}],
+                "Statistic": "Average"}})
+    step_arn = asg.put_scaling_policy(
+        **key, PolicyName="HasBacklogWithoutCapacity-ScalingPolicy", PolicyType="StepScaling",
+        StepScalingPolicyConfiguration={
+            "AdjustmentType": "ChangeInCapacity", "MetricAggregationType": "Average",
+            "Cooldown": 60,
+            "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]},
+    )["PolicyARN"]
+    cw.put_metric_alarm(
+        AlarmName="async-ep-backlog-without-capacity", Namespace="AWS/SageMaker",
+        MetricName="HasBacklogWithoutCapacity",
+        Dimensions=[{"Name": "EndpointName", "Value": "async-ep"}],
+        Statistic="Average", Period=60, EvaluationPeriods=2, DatapointsToAlarm=2,
+        Threshold=1, ComparisonOperator="GreaterThanOrEqualToThreshold",
+        TreatMissingData="missing", AlarmActions=[step_arn])
+
+    def advanced_until(condition: Any, what: str) -> None:
+        """``condition`` met, the emulated clock moved a minute on between two looks (the
+        scaling's own steps take real seconds: starting or stopping a Triton)."""
+        wait_for(lambda: condition() or _advance(world.url, 60), 60, what, interval_s=0.3)
+
+    # An empty backlog for 15 minutes: target tracking's scale-in alarm takes the last instance.
+    advanced_until(lambda: _instances(world.sm, "async-ep") == 0, "async-ep at 0 instances")
+    answers = [world.rt.invoke_endpoint_async(
+        EndpointName="async-ep", ContentType="application/json",
+        Body=scale_request([float(i), 0.0, 0.0, 0.0])) for i in range(3)]
+    # Queued with no instance: HasBacklogWithoutCapacity goes to 1, its alarm adds one.
+    advanced_until(lambda: _instances(world.sm, "async-ep") == 1, "async-ep back at 1 instance")
+    for i, answer in enumerate(answers):
+        body = wait_for(lambda a=answer: _read(world.s3, a["OutputLocation"]), 60,
+                        f"request {i} after the scale-out")
+        assert output_of(body).tolist() == [2.0 * i, 0, 0, 0]
+    causes = [a["Cause"] for a in asg.describe_scaling_activities(
+        ServiceNamespace="sagemaker", ResourceId=key["ResourceId"])["ScalingActivities"]]
+    assert any("async-ep-backlog-without-capacity" in c for c in causes)
+    asg.deregister_scalable_target(**key)
+    _messages(world.sqs, world.success_queue, 3)
 
 
 def test_kill_9_with_requests_queued_loses_none(s3_server: S3, tmp_path: Path) -> None:
