@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError
 
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
+from harness.deployer import triton_image_uri
 from harness.live_endpoint import EmulatorProcess
 from tests.client_support import DUMMY_CREDENTIALS, S3, runtime_client
 from tests.support import output_of, package, scale_request, wait_for, write_scale_model
@@ -310,6 +311,52 @@ def test_real_time_endpoint_refuses_async_calls(world: World) -> None:
     assert "not configured for asynchronous inference" in \
         caught.value.response["Error"]["Message"]
     world.sm.delete_endpoint(EndpointName="realtime-ep")
+
+
+def test_the_sagemaker_sdks_async_predictor_runs_unmodified(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SageMaker Python SDK v2: ``Model.deploy(async_inference_config=...)`` returns an
+    ``AsyncPredictor``; its ``predict`` uploads the input, calls InvokeEndpointAsync and waits
+    for the output in S3; ``predict_async`` answers at once with an ``AsyncInferenceResponse``."""
+    monkeypatch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")  # the suite errs on warnings
+    sagemaker = pytest.importorskip("sagemaker")
+    from sagemaker.async_inference import AsyncInferenceConfig, WaiterConfig
+    from sagemaker.deserializers import JSONDeserializer
+    from sagemaker.model import Model
+    from sagemaker.predictor import Predictor
+    from sagemaker.predictor_async import AsyncPredictor
+    from sagemaker.serializers import JSONSerializer
+
+    boto_session = boto3.Session(**DUMMY_CREDENTIALS)
+    session = sagemaker.Session(
+        boto_session=boto_session,
+        sagemaker_client=boto_session.client("sagemaker", endpoint_url=world.url),
+        sagemaker_runtime_client=boto_session.client("sagemaker-runtime",
+                                                     endpoint_url=world.url))
+    session.s3_client = world.s3  # the SDK reads results with the session's S3 client
+    model = Model(image_uri=triton_image_uri("us-east-1"), model_data=world.model_data,
+                  role="arn:aws:iam::123456789012:role/sdk", name="sdk-async",
+                  sagemaker_session=session, predictor_cls=Predictor)
+    predictor = model.deploy(
+        initial_instance_count=1, instance_type="ml.m5.xlarge", endpoint_name="sdk-async",
+        wait=False, serializer=JSONSerializer(), deserializer=JSONDeserializer(),
+        async_inference_config=AsyncInferenceConfig(
+            output_path=f"s3://{BUCKET}/sdk-out", failure_path=f"s3://{BUCKET}/sdk-failed",
+            max_concurrent_invocations_per_instance=2))
+    assert isinstance(predictor, AsyncPredictor)
+    assert session.wait_for_endpoint("sdk-async", poll=0.5)["EndpointStatus"] == "InService"
+    request = json.loads(scale_request([1.0, 2.0, 3.0, 4.0]))
+    # The SDK polls the failure path too, in a thread of its own, until its attempts run out.
+    fast = WaiterConfig(max_attempts=40, delay=0.25)  # type: ignore[arg-type]
+    answer = predictor.predict(data=request, input_path=f"s3://{BUCKET}/sdk-in/1.json",
+                               waiter_config=fast)
+    assert answer["outputs"][0]["data"] == [2.0, 4.0, 6.0, 8.0]
+    response = predictor.predict_async(data=request,
+                                       input_path=f"s3://{BUCKET}/sdk-in/2.json")
+    assert response.output_path.startswith(f"s3://{BUCKET}/sdk-out/")
+    assert response.get_result(fast)["outputs"][0]["data"] == [2.0, 4.0, 6.0, 8.0]
+    predictor.delete_endpoint()
+    model.delete_model()
 
 
 def _advance(url: str, seconds: float) -> bool:
