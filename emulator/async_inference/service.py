@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 import uuid
 from collections import deque
@@ -35,6 +36,7 @@ from typing import Any, Protocol
 
 from emulator.async_inference.store import RequestStore, StoredRequest
 from emulator.clock import Clock
+from emulator.cloudwatch.notifications import sns_client
 from emulator.contract import async_inference as wire
 from emulator.contract import runtime, runtime_errors
 from emulator.hosting.endpoint import InvokeResult
@@ -120,17 +122,19 @@ class S3Objects:
         self._endpoint_url = endpoint_url
         self._region = region
         self._client: Any = None
+        self._lock = threading.Lock()
 
     def _s3(self) -> Any:
-        if self._client is None:
-            import boto3
-            from botocore.config import Config
+        with self._lock:  # made once, by the first thread that needs it
+            if self._client is None:
+                import boto3
+                from botocore.config import Config
 
-            self._client = boto3.client(
-                "s3", endpoint_url=self._endpoint_url, region_name=self._region,
-                config=Config(retries={"max_attempts": 3, "mode": "standard"},
-                              max_pool_connections=S3_POOL))
-        return self._client
+                self._client = boto3.client(
+                    "s3", endpoint_url=self._endpoint_url, region_name=self._region,
+                    config=Config(retries={"max_attempts": 3, "mode": "standard"},
+                                  max_pool_connections=S3_POOL))
+            return self._client
 
     async def get(self, url: str) -> bytes:
         bucket, key = wire.split_s3_url(url)
@@ -148,7 +152,8 @@ class S3Objects:
 
 
 class Notifier:
-    """SNS publishes through ``--sns-endpoint-url`` (none: recorded in the log only)."""
+    """SNS publishes through ``--sns-endpoint-url`` (none: recorded in the log only), in
+    threads; a client is made once per region (``_sns`` runs on the event loop's thread)."""
 
     def __init__(self, endpoint_url: str | None) -> None:
         self.endpoint_url = endpoint_url
@@ -156,18 +161,8 @@ class Notifier:
 
     def _sns(self, region: str) -> Any:
         client = self._clients.get(region)
-        if client is None:
-            import boto3
-            from botocore.config import Config
-
-            session = boto3.session.Session()
-            credentials = {} if session.get_credentials() is not None else {
-                "aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"}
-            client = self._clients[region] = session.client(
-                "sns", endpoint_url=self.endpoint_url, region_name=region,
-                config=Config(connect_timeout=2, read_timeout=10,
-                              retries={"max_attempts": 2, "mode": "standard"}),
-                **credentials)
+        if client is None:  # one per region, as CloudWatch's alarm actions make them
+            client = self._clients[region] = sns_client(self.endpoint_url, region, S3_POOL)
         return client
 
     async def publish(self, topic: str, message: dict[str, Any]) -> None:
@@ -176,7 +171,8 @@ class Notifier:
             return
         region = topic.split(":")[3]
         text = json.dumps(message)
-        await asyncio.to_thread(lambda: self._sns(region).publish(TopicArn=topic, Message=text))
+        client = self._sns(region)
+        await asyncio.to_thread(lambda: client.publish(TopicArn=topic, Message=text))
 
 
 class AsyncInference:
@@ -280,7 +276,9 @@ class AsyncInference:
                 for name, lane in self._lanes.items()}
 
     async def _dispatch(self, lane: _Lane) -> None:
-        while True:
+        # ``_running`` too: a cancellation that ``asyncio.wait_for`` swallows (it can, when the
+        # event is set as the task is cancelled) still ends the loop.
+        while self._running:
             lane.wake.clear()
             self._expire(lane)
             endpoint = self.endpoints.get(lane.name)
@@ -458,7 +456,7 @@ class AsyncInference:
     async def _tick(self) -> None:
         """The gauges every ``GAUGE_PERIOD_S`` emulated seconds: an advance of the emulated
         clock publishes each of the samples it passes, at its time."""
-        while True:
+        while self._running:
             self.publish_backlog()
             await self.clock.sleep(GAUGE_PERIOD_S)
 
