@@ -346,8 +346,8 @@ def test_the_sagemaker_sdks_async_predictor_runs_unmodified(
     assert isinstance(predictor, AsyncPredictor)
     assert session.wait_for_endpoint("sdk-async", poll=0.5)["EndpointStatus"] == "InService"
     request = json.loads(scale_request([1.0, 2.0, 3.0, 4.0]))
-    # The SDK polls the failure path too, in a thread of its own, until its attempts run out.
-    fast = WaiterConfig(max_attempts=40, delay=0.25)  # type: ignore[arg-type]
+    # The SDK polls the failure path too, in a thread it waits for, until its attempts run out.
+    fast = WaiterConfig(max_attempts=16, delay=0.25)  # type: ignore[arg-type]
     answer = predictor.predict(data=request, input_path=f"s3://{BUCKET}/sdk-in/1.json",
                                waiter_config=fast)
     assert answer["outputs"][0]["data"] == [2.0, 4.0, 6.0, 8.0]
