@@ -327,3 +327,16 @@ async def test_refusals() -> None:
     endpoint.is_multi_model = True
     with pytest.raises(runtime_errors.ValidationError, match="InvokeEndpointAsync"):
         service.async_endpoint("ep")
+
+
+@run
+async def test_a_reset_forgets_what_is_queued() -> None:
+    endpoint = _endpoint(instances=0)
+    store = RequestStore()
+    service, _, _, _ = _service(endpoint, store)
+    async with service.running():
+        for _ in range(3):
+            service.accept(_parse({}, b"x"), b"x")
+        assert (service.backlog("ep"), store.count()) == (3, 3)
+        service.clear()
+        assert (service.backlog("ep"), store.count()) == (0, 0)
