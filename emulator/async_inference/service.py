@@ -379,17 +379,8 @@ class AsyncInference:
             return
         samples.append((NAMESPACE, "Microseconds", "ResponseUploadLatency",
                         (time.monotonic() - started) * 1e6))
-        notification = output_config.get("NotificationConfig") or {}
-        topic = notification.get("SuccessTopic")
-        if topic:
-            include = wire.SUCCESS_TOPIC_TYPE in (notification.get("IncludeInferenceResponseIn")
-                                                  or ())
-            message = wire.notification(
-                region=self.region, request=request, received=item.stored.received_wall,
-                finished=self._wall(), succeeded=True, location=location,
-                response_content_type=result.content_type, failure_reason=None,
-                response_body=result.body if include else None)
-            await self._notify(topic, message, samples)
+        await self._notify(output_config, item, samples, location, None,
+                           result.content_type, result.body)
         self._done(lane, item, result.variant, samples, failed=False)
 
     async def _failed(self, lane: _Lane, item: _Item, variant: str,
@@ -407,17 +398,8 @@ class AsyncInference:
             samples.append((NAMESPACE, "Count", "ResponseUploadFailures", 1))
             log.warning("async inference %s: writing %s failed: %s", request.inference_id,
                         location, exc)
-        notification = output_config.get("NotificationConfig") or {}
-        topic = notification.get("ErrorTopic")
-        if topic:
-            include = wire.ERROR_TOPIC_TYPE in (notification.get("IncludeInferenceResponseIn")
-                                                or ())
-            message = wire.notification(
-                region=self.region, request=request, received=item.stored.received_wall,
-                finished=self._wall(), succeeded=False, location=location,
-                response_content_type=None, failure_reason=reason,
-                response_body=detail.encode() if include and detail else None)
-            await self._notify(topic, message, samples)
+        await self._notify(output_config, item, samples, location, reason, None,
+                           detail.encode() if detail else None)
         self._done(lane, item, variant, samples, failed=True)
 
     async def _fail_expired(self, lane: _Lane, item: _Item) -> None:
@@ -429,14 +411,30 @@ class AsyncInference:
                            [(NAMESPACE, "Count", "ExpiredRequests", 1)],
                            wire.expired_reason(item.request.ttl_s))
 
-    async def _notify(self, topic: str, message: dict[str, Any],
-                      samples: list[tuple[str, str, str, float]]) -> None:
+    async def _notify(self, output_config: Mapping[str, Any], item: _Item,
+                      samples: list[tuple[str, str, str, float]], location: str,
+                      failure_reason: str | None, content_type: str | None,
+                      body: bytes | None) -> None:
+        """SageMaker's message to the SuccessTopic (no ``failure_reason``) or the ErrorTopic,
+        if the config names one; the response included where IncludeInferenceResponseIn says."""
+        notification = output_config.get("NotificationConfig") or {}
+        succeeded = failure_reason is None
+        topic = notification.get("SuccessTopic" if succeeded else "ErrorTopic")
+        if not topic:
+            return
+        include = (wire.SUCCESS_TOPIC_TYPE if succeeded else wire.ERROR_TOPIC_TYPE) in (
+            notification.get("IncludeInferenceResponseIn") or ())
+        message = wire.notification(
+            region=self.region, request=item.request, received=item.stored.received_wall,
+            finished=self._wall(), succeeded=succeeded, location=location,
+            response_content_type=content_type, failure_reason=failure_reason,
+            response_body=body if include else None)
         try:
             await self.notifier.publish(topic, message)
         except Exception as exc:  # noqa: BLE001 - counted in NotificationFailures
             samples.append((NAMESPACE, "Count", "NotificationFailures", 1))
             log.warning("async inference %s: publishing to %s failed: %s",
-                        message.get("inferenceId"), topic, exc)
+                        item.request.inference_id, topic, exc)
 
     def _done(self, lane: _Lane, item: _Item, variant: str,
               samples: list[tuple[str, str, str, float]], failed: bool) -> None:

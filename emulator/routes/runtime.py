@@ -199,6 +199,22 @@ class RefusedOnMultiModel:
         await error_response(error, runtime.new_request_id())(scope, receive, send)
 
 
+def refusal(exc: Exception, request_id: str) -> ASGIApp:
+    """The answer to a call that failed before its first byte: SageMaker's error; a bug of
+    ours as InternalFailure (the details in the log); nothing for a client that left."""
+    if isinstance(exc, runtime_errors.SageMakerError):
+        return error_response(exc, request_id)
+    if isinstance(exc, ClientDisconnect):
+        log.info("request=%s outcome=client-disconnected", request_id)
+        return _nothing
+    log.error("request=%s outcome=internal-failure", request_id, exc_info=exc)
+    return error_response(runtime_errors.InternalFailure(f"internal failure: {exc}"), request_id)
+
+
+async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
+    """No answer: the client is gone."""
+
+
 class AsyncInvocations:
     """Plain ASGI: InvokeEndpointAsync. The request is validated (botocore's constraints), kept
     and queued by ``AsyncInference``, then answered 202 with the InferenceId and where its
@@ -222,16 +238,8 @@ class AsyncInvocations:
             request, inline = async_wire.parse_async_invoke(api.endpoint, headers, body,
                                                             request_id)
             accepted = self.async_inference.accept(request, inline)
-        except runtime_errors.SageMakerError as exc:
-            await error_response(exc, request_id)(scope, receive, send)
-            return
-        except ClientDisconnect:
-            log.info("request=%s outcome=client-disconnected", request_id)
-            return
-        except Exception as exc:  # a bug of ours: SageMaker's shape, the details in the log
-            log.exception("request=%s outcome=internal-failure", request_id)
-            await error_response(runtime_errors.InternalFailure(f"internal failure: {exc}"),
-                                 request_id)(scope, receive, send)
+        except Exception as exc:  # noqa: BLE001 - each kind answered by refusal()
+            await refusal(exc, request_id)(scope, receive, send)
             return
         answer_headers = {"x-amzn-RequestId": request_id,
                           async_wire.H_OUTPUT_LOCATION: accepted.output_location}
@@ -270,16 +278,8 @@ class ResponseStreams:
             body = await read_bounded(asgi_body(receive), limit, request_id)
             parsed = runtime.parse_invoke(api.endpoint, headers, body, limit, request_id)
             answer = await component_streaming.open_stream(endpoint, parsed)
-        except runtime_errors.SageMakerError as exc:  # before the first byte: a plain error
-            await error_response(exc, request_id)(scope, receive, send)
-            return
-        except ClientDisconnect:
-            log.info("request=%s outcome=client-disconnected", request_id)
-            return
-        except Exception as exc:  # a bug of ours: SageMaker's shape, the details in the log
-            log.exception("request=%s outcome=internal-failure", request_id)
-            await error_response(runtime_errors.InternalFailure(f"internal failure: {exc}"),
-                                 request_id)(scope, receive, send)
+        except Exception as exc:  # noqa: BLE001 - before the first byte: a plain error
+            await refusal(exc, request_id)(scope, receive, send)
             return
         await send({"type": "http.response.start", "status": 200, "headers": [
             (_header_name(name), value.encode("latin-1"))
