@@ -20,6 +20,8 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from emulator import autoscaling, page_key, startup
+from emulator.async_inference import AsyncInference, RequestStore
+from emulator.async_inference.service import Notifier, S3Objects
 from emulator.auth import install_auth
 from emulator.clock import Clock
 from emulator.cloudwatch.alarms import AlarmStore
@@ -149,6 +151,13 @@ def build_app(settings: Settings) -> EmulatorApp:
         registry=registry, region=settings.region, account=settings.account_id,
         image_problem=factory.image_problem, emulated_clock=clock, alarms=alarms,
         transitions=transitions)
+    # InvokeEndpointAsync's queues, kept where the control plane keeps its state.
+    async_inference = AsyncInference(
+        registry, RequestStore(state_dir / "async-inference.sqlite3" if state_dir
+                               else ":memory:"),
+        clock, region=settings.region, account=settings.account_id,
+        s3=S3Objects(settings.s3_endpoint_url, settings.region),
+        notifier=Notifier(settings.sns_endpoint_url), sink=metric_store)
     metrics_api = CloudWatchService(metric_store, clock, alarms)
     scaling = autoscaling.AutoScalingService(autoscaling.SageMakerVariants(control), clock,
                                              settings.region, settings.account_id, alarms,
@@ -174,6 +183,7 @@ def build_app(settings: Settings) -> EmulatorApp:
                         start_default_endpoint, settings.model_load_timeout_s,
                         settings.cache_dir / "endpoints")
     state.reset_listeners.append(feed.clear)
+    state.reset_listeners.append(async_inference.clear)  # queued requests are state too
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -190,7 +200,7 @@ def build_app(settings: Settings) -> EmulatorApp:
             # The alarms are evaluated, the scaling engine runs and --watch looks at the store
             # while the app runs.
             async with alarms.running(), scaling_engine.running(), \
-                    startup.store_watch(registry, settings):
+                    startup.store_watch(registry, settings), async_inference.running():
                 yield
         except StartRefused as exc:
             app.state.start_refused = exc  # mme serve says it in one line (exit status 2)
@@ -211,6 +221,7 @@ def build_app(settings: Settings) -> EmulatorApp:
     app.state.control_plane = control
     app.state.metric_store = metric_store
     app.state.alarms = alarms
+    app.state.async_inference = async_inference
     # POST / that names no API (no or an unknown X-Amz-Target): the control plane's error.
     app.include_router(build_control_router(control))
     app.include_router(build_introspection_router(registry, alarms))
@@ -222,7 +233,8 @@ def build_app(settings: Settings) -> EmulatorApp:
     control.on_activity = feed.activity
     scaling.activity_listeners.append(scaling_listener(feed))
     invocations = InvocationsApp(Invocations(settings, registry))
-    app.handlers = MappingProxyType({**runtime_handlers(settings, registry, invocations, faults),
+    app.handlers = MappingProxyType({**runtime_handlers(settings, registry, invocations, faults,
+                                                        async_inference),
                                      **control_rows(control, faults),
                                      **autoscaling_rows(scaling, faults),
                                      **cloudwatch_rows(metrics_api, faults)})

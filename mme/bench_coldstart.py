@@ -55,12 +55,12 @@ def build_model(work: Path, size_mib: int) -> Path:
 class Moto:
     """moto's S3 server as its own process (a dev dependency: ``pip install 'moto[server]'``)."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, command: str = "mme bench coldstart") -> None:
         from emulator.processes import free_port
 
         binary = Path(sys.executable).with_name("moto_server")
         if not binary.exists():
-            raise SystemExit("mme bench coldstart needs moto's S3 server: "
+            raise SystemExit(f"{command} needs moto's S3 server: "
                              "pip install 'moto[server]' (make setup installs it)")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

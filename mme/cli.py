@@ -44,6 +44,7 @@ BENCHMARKS = {
     "fleet": "mme.bench",
     "scale": "mme.bench_scale",
     "coldstart": "mme.bench_coldstart",
+    "async": "mme.bench_async",
     "miss": "mme.bench_miss",
     "reset": "mme.bench_reset",
     "routing": "mme.bench_routing",

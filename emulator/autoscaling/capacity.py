@@ -55,6 +55,19 @@ class SageMakerVariants:
                 return VariantCapacity(desired, current, described.get("EndpointStatus", ""))
         return None
 
+    async def scales_to_zero(self, resource_id: str) -> bool:
+        """A variant of an asynchronous endpoint (its config has an AsyncInferenceConfig): it
+        may be registered with MinCapacity 0 (AWS's "Autoscale an asynchronous endpoint")."""
+        if rules.COMPONENT_RESOURCE.fullmatch(resource_id) or \
+                not rules.VARIANT_RESOURCE.fullmatch(resource_id):
+            return False
+        endpoint = resource_id.split("/", 3)[1]
+        try:
+            described = await self.control.handle("DescribeEndpoint", {"EndpointName": endpoint})
+        except Exception:  # noqa: BLE001 - no such endpoint: its own error comes later
+            return False
+        return bool(described.get("AsyncInferenceConfig"))
+
     async def set_desired(self, endpoint: str, variant: str, count: int) -> None:
         try:
             await self.control.handle("UpdateEndpointWeightsAndCapacities", {

@@ -231,8 +231,11 @@ class AutoScalingService:
                                "scalable target.")
         dimension = rules.dimension_of(resource) or rules.DIMENSION
         # The rule is SageMaker's: "must be set to at least 1" for a variant; MinCapacity 0 for
-        # a component that scales to zero, whose MaxCapacity stays at least 1 [U].
+        # a component that scales to zero, or a variant of an asynchronous endpoint, whose
+        # MaxCapacity stays at least 1 [U].
         least = rules.MIN_CAPACITY[dimension]
+        if least and await self.variants.scales_to_zero(resource):
+            least = 0  # an asynchronous endpoint's variant scales to zero
         for name, value, bound in (("MinCapacity", minimum, least),
                                    ("MaxCapacity", maximum, max(least, 1))):
             if value < bound:  # [U] wording

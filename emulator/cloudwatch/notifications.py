@@ -114,6 +114,21 @@ def message(call: ActionCall, store: AlarmStore) -> tuple[str, dict[str, Any]]:
     return subject, body
 
 
+def sns_client(endpoint_url: str | None, region: str, connections: int) -> Any:
+    """A boto3 SNS client for ``--sns-endpoint-url``: the environment's credentials, or
+    placeholders (an emulated SNS server checks none); short timeouts, one retry."""
+    import boto3
+
+    session = boto3.session.Session()
+    credentials = {} if session.get_credentials() is not None else {
+        "aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"}
+    config = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
+                    retries={"max_attempts": ATTEMPTS, "mode": "standard"},
+                    max_pool_connections=connections)
+    return session.client("sns", endpoint_url=endpoint_url, region_name=region, config=config,
+                          **credentials)
+
+
 class _Workers:
     """``count`` daemon threads running what is handed to them, in order: a publish stuck on
     a server that never answers ends with its timeouts, and never holds up the process's exit
@@ -161,17 +176,7 @@ class SnsPublisher:
         with self._lock:
             client = self._clients.get(region)
             if client is None:
-                import boto3
-
-                session = boto3.session.Session()
-                credentials = {} if session.get_credentials() is not None else {
-                    "aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"}
-                config = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
-                                retries={"max_attempts": ATTEMPTS, "mode": "standard"},
-                                max_pool_connections=WORKERS)
-                client = self._clients[region] = session.client(
-                    "sns", endpoint_url=self.endpoint_url, region_name=region, config=config,
-                    **credentials)
+                client = self._clients[region] = sns_client(self.endpoint_url, region, WORKERS)
             return client
 
     def _workers(self) -> _Workers:

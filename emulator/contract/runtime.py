@@ -58,6 +58,9 @@ class InvokeRequest:
     # SessionId: NEW_SESSION or an open session's id (``contract.sessions``).
     session_id: str | None = None
     prefix_aware_id: str | None = None  # PrefixAwareId (RoutingStrategy PREFIX_AWARE)
+    # The container's time to answer (None: the server's --invocation-timeout); an
+    # asynchronous request's InvocationTimeoutSeconds.
+    timeout_s: float | None = None
 
 
 class ContainerRejected(Exception):

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from emulator.contract import multi_container, routing_config
-from emulator.contract.botocore_validation import PatternOverrides
+from emulator.contract import async_inference, multi_container, routing_config
+from emulator.contract.botocore_validation import PatternOverrides, format_errors
 
 # The real service only takes S3 (or https S3) URLs; the emulator also serves model stores from
 # local folders, so ModelDataUrl (shape "Url") may be a ``file://`` URL or an absolute path here.
@@ -76,10 +76,12 @@ def _update_weights_and_capacities(params: dict[str, Any], errors: list[str]) ->
         if "DesiredWeight" not in change and "DesiredInstanceCount" not in change:
             errors.append(f"Specify DesiredWeight or DesiredInstanceCount for variant "
                           f"{change.get('VariantName')}.")
-        if change.get("DesiredInstanceCount") == 0:
-            # [U] scaling a variant to 0 instances is for inference-component endpoints.
-            errors.append(f"DesiredInstanceCount for variant {change.get('VariantName')} "
-                          "must be at least 1.")
+
+
+def zero_instances(variant: object) -> str:
+    """[U] A variant of a real-time endpoint scaled to 0 instances (0 is for asynchronous
+    endpoints and for endpoints for inference components)."""
+    return format_errors([f"DesiredInstanceCount for variant {variant} must be at least 1."])
 
 
 def _create_endpoint_config(params: dict[str, Any], errors: list[str]) -> None:
@@ -93,6 +95,7 @@ def _create_endpoint_config(params: dict[str, Any], errors: list[str]) -> None:
         errors.append("The sum of InitialVariantWeight across production variants must be "
                       "greater than 0.")
     _metrics_config(params.get("MetricsConfig"), errors)
+    _async_config(params.get("AsyncInferenceConfig"), errors)
     for variant in variants:
         if not variant.get("ModelName"):
             errors.append(
@@ -123,6 +126,14 @@ def _metrics_config(config: Any, errors: list[str]) -> None:
             f"Value '{period}' at 'metricsConfig.metricPublishFrequencyInSeconds' failed to "
             "satisfy constraint: Member must be one of "
             f"[{', '.join(str(p) for p in PUBLISH_PERIODS_S)}]")
+
+
+def _async_config(config: Any, errors: list[str]) -> None:
+    if not isinstance(config, dict):
+        return
+    output = config.get("OutputConfig")
+    if isinstance(output, dict) and not output.get("S3OutputPath"):
+        errors.append(async_inference.missing_output_path())
 
 
 def _list(value: Any) -> list[Any]:

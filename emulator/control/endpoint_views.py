@@ -57,6 +57,8 @@ def describe(record: EndpointRecord, endpoint_arn: str, runtimes: Runtimes) -> d
         spec = EndpointSpec.from_doc(record.current.spec)
         desired = EndpointSpec.from_doc(record.desired) if record.desired else spec
         runtime = runtimes.get(record.name)
+        if spec.async_config is not None:
+            doc["AsyncInferenceConfig"] = spec.async_config
         doc["ProductionVariants"] = [
             variant_summary(v, desired.variant(v.name) or v, runtime, record.current,
                             share=1.0 - share)

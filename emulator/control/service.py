@@ -31,6 +31,7 @@ from botocore import xform_name
 
 from emulator.clock import Clock
 from emulator.contract import control_plane as wire
+from emulator.contract import sagemaker_rules
 from emulator.contract.control_plane import KIND_ENDPOINT
 from emulator.control import component_endpoint_updates as endpoint_updates
 from emulator.control import endpoint_views, specs
@@ -220,6 +221,11 @@ class ControlPlaneService:
         endpoint_arn = self.arn(KIND_ENDPOINT, name)
         record = self._updatable(self.store.get_endpoint(name) or self._unmanaged(name),
                                  endpoint_arn)
+        asynchronous = bool(record.current.spec.get("async_config"))
+        for change in params["DesiredWeightsAndCapacities"]:
+            if change.get("DesiredInstanceCount") == 0 and not asynchronous:
+                # An asynchronous endpoint scales to zero; a real-time one keeps an instance.
+                raise wire.validation_error(sagemaker_rules.zero_instances(change["VariantName"]))
         if specs.is_component_deployment(record.current.variants):
             # Instances for components are bookkeeping: the new counts hold at once, then the
             # components' copies are placed again (pending ones on the added instances).

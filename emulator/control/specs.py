@@ -71,7 +71,8 @@ def deployment(resources: StoredResources, endpoint_name: str, config_name: str,
     spec = EndpointSpec(
         endpoint_name, specs, config_name=config.name, enhanced_metrics=metrics.enhanced,
         detailed_observability=metrics.detailed_observability,
-        publish_period_s=metrics.publish_period_s)
+        publish_period_s=metrics.publish_period_s,
+        async_config=config.doc.get("AsyncInferenceConfig"))
     return Resolved(Deployment(
         config_name=config.name,
         variants=variants,

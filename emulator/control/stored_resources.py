@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from emulator.contract import async_inference
 from emulator.contract import control_plane as wire
 from emulator.contract.control_plane import KIND_CONFIG, KIND_MODEL
 from emulator.control.state_db import CONFIGS, MODELS, AlreadyExists, ControlStore, Resource
@@ -37,6 +38,11 @@ _MODEL = _Kind(MODELS, KIND_MODEL, "ModelName", "ModelArn", "Models", "Model",
                {"EnableNetworkIsolation": False})
 _CONFIG = _Kind(CONFIGS, KIND_CONFIG, "EndpointConfigName", "EndpointConfigArn",
                 "EndpointConfigs", "EndpointConfig")
+
+
+def _is_multi_model(model: dict[str, Any]) -> bool:
+    containers = [model.get("PrimaryContainer") or {}, *(model.get("Containers") or [])]
+    return any(c.get("Mode") == "MultiModel" for c in containers)
 
 
 def with_token(body: dict[str, Any], token: str | None) -> dict[str, Any]:
@@ -100,7 +106,10 @@ class StoredResources:
             raise wire.already_exists(KIND_CONFIG, self.arn(KIND_CONFIG, name))
         for variant in params["ProductionVariants"]:
             if variant.get("ModelName"):  # a variant for inference components names none
-                self.model(variant["ModelName"])
+                model = self.model(variant["ModelName"])
+                if params.get("AsyncInferenceConfig") and _is_multi_model(model.doc):
+                    raise wire.validation_error(async_inference.not_for_multi_model(
+                        self.arn(KIND_MODEL, model.name)))
         return self._create(_CONFIG, params)
 
     def _create(self, kind: _Kind, params: dict[str, Any]) -> dict[str, Any]:

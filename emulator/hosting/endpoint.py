@@ -317,7 +317,8 @@ class Endpoint:
                 answer = await self._invoke_unless_faulted(faults, request, unit, target,
                                                            variant, started)
             else:
-                answer = await unit.invoke(request, target, started, self._timeout_s)
+                answer = await unit.invoke(request, target, started,
+                                           request.timeout_s or self._timeout_s)
         except runtime_errors.SageMakerError as exc:
             call.failed(exc, unit.id if unit is not None else None)
             raise
@@ -343,8 +344,9 @@ class Endpoint:
         (counted as that answer would be), or the unit's answer that much later."""
         fired = faults.draw(CallFacts(RUNTIME, INVOKE, self.name, variant, unit.id, target,
                                       request.inference_component))
+        timeout_s = request.timeout_s or self._timeout_s
         if fired is None:
-            return await unit.invoke(request, target, started, self._timeout_s)
+            return await unit.invoke(request, target, started, timeout_s)
         fault = fired.fault
         if isinstance(fault, ErrorAnswer):
             raise runtime_errors.error_class(fault.code, fault.status)(fault.message)
@@ -354,11 +356,11 @@ class Endpoint:
                 runtime_errors.log_stream_arn(self._region, self._account, self.name))
         if isinstance(fault, InstanceFault):  # its Triton crashes or hangs under the call
             instance_faults.apply(fault, unit, unit.id)
-            return await unit.invoke(request, target, started, self._timeout_s)
+            return await unit.invoke(request, target, started, timeout_s)
         if not isinstance(fault, Latency):  # a load or a download: drawn where they happen
-            return await unit.invoke(request, target, started, self._timeout_s)
+            return await unit.invoke(request, target, started, timeout_s)
         await asyncio.sleep(fired.delay_s)
-        answer = await unit.invoke(request, target, started, self._timeout_s)
+        answer = await unit.invoke(request, target, started, timeout_s)
         if fault.on_model:  # the model's part took longer: ModelLatency moves, not overhead
             answer = dataclasses.replace(answer,
                                          model_latency_s=answer.model_latency_s + fired.delay_s)

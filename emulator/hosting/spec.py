@@ -99,6 +99,8 @@ class EndpointSpec:
     enhanced_metrics: bool = False
     detailed_observability: bool = False
     publish_period_s: int = DEFAULT_PUBLISH_PERIOD_S
+    # The config's AsyncInferenceConfig as sent (None: a real-time endpoint).
+    async_config: dict[str, Any] | None = None
 
     def variant(self, name: str) -> VariantSpec | None:
         return next((v for v in self.variants if v.name == name), None)
@@ -139,7 +141,8 @@ class EndpointSpec:
                    enhanced_metrics=bool(doc.get("enhanced_metrics", False)),
                    detailed_observability=bool(doc.get("detailed_observability", False)),
                    publish_period_s=int(doc.get("publish_period_s",
-                                                DEFAULT_PUBLISH_PERIOD_S)))
+                                                DEFAULT_PUBLISH_PERIOD_S)),
+                   async_config=doc.get("async_config"))
 
 
 def single_variant(name: str, model_data: str, *, variant_name: str = "AllTraffic",

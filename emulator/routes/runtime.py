@@ -1,5 +1,6 @@
 """sagemaker-runtime: InvokeEndpoint, InvokeEndpointWithResponseStream (on an endpoint for
-inference components; refused elsewhere, as InvokeEndpointAsync is on an MME).
+inference components; refused elsewhere), InvokeEndpointAsync (on an endpoint whose config has
+an AsyncInferenceConfig: ``emulator/async_inference``; refused on an MME).
 
 Each is a plain ASGI app that the front door (``emulator/app.py``) calls by the operation
 ``contract/apis.py`` read from the request, behind the same error feed and auth check as every
@@ -26,6 +27,8 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from emulator.async_inference import AsyncInference
+from emulator.contract import async_inference as async_wire
 from emulator.contract import event_stream, runtime, runtime_errors, sessions
 from emulator.contract.apis import API_SCOPE_KEY, RUNTIME_OPERATIONS, ApiRequest, Service
 from emulator.contract.body import Body
@@ -202,6 +205,56 @@ class RefusedOnMultiModel:
         await error_response(error, runtime.new_request_id())(scope, receive, send)
 
 
+def refusal(exc: Exception, request_id: str) -> ASGIApp:
+    """The answer to a call that failed before its first byte: SageMaker's error; a bug of
+    ours as InternalFailure (the details in the log); nothing for a client that left."""
+    if isinstance(exc, runtime_errors.SageMakerError):
+        return error_response(exc, request_id)
+    if isinstance(exc, ClientDisconnect):
+        log.info("request=%s outcome=client-disconnected", request_id)
+        return _nothing
+    log.error("request=%s outcome=internal-failure", request_id, exc_info=exc)
+    return error_response(runtime_errors.InternalFailure(f"internal failure: {exc}"), request_id)
+
+
+async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
+    """No answer: the client is gone."""
+
+
+class AsyncInvocations:
+    """Plain ASGI: InvokeEndpointAsync. The request is validated (botocore's constraints), kept
+    and queued by ``AsyncInference``, then answered 202 with the InferenceId and where its
+    result (and failure) will be written."""
+
+    def __init__(self, async_inference: AsyncInference) -> None:
+        self.async_inference = async_inference
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        api: ApiRequest | None = scope.get(API_SCOPE_KEY)
+        assert api is not None and api.endpoint is not None, "not a runtime request"
+        request_id = runtime.new_request_id()
+        limit = async_wire.MAX_INLINE_BODY
+        try:
+            self.async_inference.async_endpoint(api.endpoint)  # before the body is read
+            headers = request_headers(scope)
+            declared = headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise runtime_errors.oversize_body(request_id, limit)  # unread
+            body = bytes(await read_bounded(asgi_body(receive), limit, request_id))
+            request, inline = async_wire.parse_async_invoke(api.endpoint, headers, body,
+                                                            request_id)
+            accepted = self.async_inference.accept(request, inline)
+        except Exception as exc:  # noqa: BLE001 - each kind answered by refusal()
+            await refusal(exc, request_id)(scope, receive, send)
+            return
+        answer_headers = {"x-amzn-RequestId": request_id,
+                          async_wire.H_OUTPUT_LOCATION: accepted.output_location}
+        if accepted.failure_location is not None:
+            answer_headers[async_wire.H_FAILURE_LOCATION] = accepted.failure_location
+        await JSONResponse({"InferenceId": accepted.inference_id}, status_code=202,
+                           headers=answer_headers)(scope, receive, send)
+
+
 class ResponseStreams:
     """Plain ASGI: InvokeEndpointWithResponseStream. An endpoint for inference components
     streams the answer of one of the named component's copies
@@ -232,16 +285,8 @@ class ResponseStreams:
             parsed = runtime.parse_invoke(api.endpoint, headers, body, limit, request_id,
                                           streaming=True)
             answer = await component_streaming.open_stream(endpoint, parsed)
-        except runtime_errors.SageMakerError as exc:  # before the first byte: a plain error
-            await error_response(exc, request_id)(scope, receive, send)
-            return
-        except ClientDisconnect:
-            log.info("request=%s outcome=client-disconnected", request_id)
-            return
-        except Exception as exc:  # a bug of ours: SageMaker's shape, the details in the log
-            log.exception("request=%s outcome=internal-failure", request_id)
-            await error_response(runtime_errors.InternalFailure(f"internal failure: {exc}"),
-                                 request_id)(scope, receive, send)
+        except Exception as exc:  # noqa: BLE001 - before the first byte: a plain error
+            await refusal(exc, request_id)(scope, receive, send)
             return
         await send({"type": "http.response.start", "status": 200, "headers": [
             (_header_name(name), value.encode("latin-1"))
@@ -283,13 +328,17 @@ class FaultsFirst:
 
 def runtime_handlers(settings: Settings, registry: EndpointRegistry,
                      invocations: InvocationsApp,
-                     faults: FaultTable | None = None) -> dict[tuple[Service, str], ASGIApp]:
+                     faults: FaultTable | None = None,
+                     async_inference: AsyncInference | None = None,
+                     ) -> dict[tuple[Service, str], ASGIApp]:
     """The runtime's rows of the front door's table, by (service, operation)."""
     refused = RefusedOnMultiModel(settings, registry)
+    async_app: ASGIApp = refused if async_inference is None else \
+        AsyncInvocations(async_inference)
     return {(Service.RUNTIME, "InvokeEndpoint"): invocations,
             (Service.RUNTIME, "InvokeEndpointWithResponseStream"):
                 FaultsFirst(ResponseStreams(settings, registry, refused), faults),
-            (Service.RUNTIME, "InvokeEndpointAsync"): FaultsFirst(refused, faults)}
+            (Service.RUNTIME, "InvokeEndpointAsync"): FaultsFirst(async_app, faults)}
 
 
 class MethodNotAllowed(runtime_errors.SageMakerError):

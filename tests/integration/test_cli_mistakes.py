@@ -72,6 +72,7 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
     "bench scale": [(["--work-dir", UNWRITABLE], "--work-dir"),
                     (["--models", "-1"], "--models")],
     "bench coldstart": [(["--size-mib", "-1"], "--size-mib")],
+    "bench async": [(["--calls", "-1"], "--calls"), (["--inline", "-1"], "--inline")],
     "bench miss": [(["--work-dir", UNWRITABLE], "--work-dir"), (["--rounds", "-1"], "--rounds")],
     "bench ensemble": [(["--work-dir", UNWRITABLE], "--work-dir"),
                        (["--requests", "-1"], "--requests")],
