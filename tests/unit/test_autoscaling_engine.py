@@ -137,29 +137,18 @@ def test_scale_in_needs_fifteen_low_minutes_then_waits_for_the_cooldown() -> Non
     assert rig.activities()[0]["StatusCode"] == "Successful"
 
 
-def test_scale_in_stops_where_the_metric_would_pass_the_target() -> None:
-    rig = Rig()
-    rig.sagemaker.current = rig.sagemaker.desired = 4
-    for _ in range(15):
-        rig.minute(4 * 60)  # 60 per instance: under 63, but 3 instances would make it 80
-        rig.evaluate()
-    assert rig.sagemaker.updates == []
-
-
-def test_no_traffic_means_no_datapoints_and_no_scale_in() -> None:
-    rig = Rig()
-    rig.sagemaker.current = rig.sagemaker.desired = 3
-    for _ in range(20):
-        rig.minute(0)
-        rig.evaluate()
-    assert rig.sagemaker.updates == []
-
-
-def test_disable_scale_in() -> None:
-    rig = Rig(DisableScaleIn=True)
-    rig.sagemaker.current = rig.sagemaker.desired = 3
-    for _ in range(16):
-        rig.minute(3)
+@pytest.mark.parametrize(("config", "instances", "minutes", "invocations"), [
+    # 60 per instance: under 63, but 3 instances would make it 80
+    ({}, 4, 15, 4 * 60),
+    ({}, 3, 20, 0),  # no traffic means no datapoints
+    ({"DisableScaleIn": True}, 3, 16, 3),
+], ids=["stops-where-the-metric-would-pass-the-target", "no-traffic", "disabled"])
+def test_no_scale_in(config: dict[str, Any], instances: int, minutes: int,
+                     invocations: int) -> None:
+    rig = Rig(**config)
+    rig.sagemaker.current = rig.sagemaker.desired = instances
+    for _ in range(minutes):
+        rig.minute(invocations)
         rig.evaluate()
     assert rig.sagemaker.updates == []
 

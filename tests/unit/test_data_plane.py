@@ -144,6 +144,17 @@ async def serve(handler: Handler) -> tuple[Server, str]:
     return Server(server, writers), f"http://127.0.0.1:{port}"
 
 
+def answer_once(raw: bytes) -> Handler:
+    """A Triton that reads a request, writes ``raw`` (an HTTP answer, whole or cut short) and
+    closes the connection."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(raw)
+        await writer.drain()
+        writer.close()
+    return handler
+
+
 def test_infer_reuses_one_connection_and_passes_bytes_through() -> None:
     connections = 0
     seen: list[tuple[bytes, dict[str, str], bytes]] = []
@@ -201,14 +212,9 @@ def test_infer_reuses_one_connection_and_passes_bytes_through() -> None:
 def test_an_error_status_reaches_the_listeners_and_the_caller() -> None:
     heard: list[tuple[str, int, bytes]] = []
 
-    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b'HTTP/1.1 400 Bad Request\r\nContent-Length: 13\r\n\r\n{"error":"x"}')
-        await writer.drain()
-        writer.close()
-
     async def main() -> int:
-        server, url = await serve(refuse)
+        server, url = await serve(answer_once(
+            b'HTTP/1.1 400 Bad Request\r\nContent-Length: 13\r\n\r\n{"error":"x"}'))
         client = TritonClient(url)
         client.add_infer_listener(lambda *answer: heard.append(answer))
         try:
@@ -223,14 +229,10 @@ def test_an_error_status_reaches_the_listeners_and_the_caller() -> None:
 
 
 def test_a_connection_closed_mid_answer_or_refused_is_unreachable() -> None:
-    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
-        await writer.drain()
-        writer.close()
-
     async def main() -> None:
-        server, url = await serve(hang_up)
+        # The answer says 100 bytes; the connection closes after 7.
+        server, url = await serve(answer_once(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial"))
         client = TritonClient(url)
         try:
             with pytest.raises(TritonUnreachable, match="unreachable"):
