@@ -6,6 +6,7 @@ importing from it imports it a second time under another name.
 
 from __future__ import annotations
 
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -14,8 +15,10 @@ from typing import Any
 
 import boto3
 import botocore.session
+import pytest
 from botocore.compress import maybe_compress_request
 from botocore.config import Config
+from botocore.exceptions import ClientError
 from botocore.parsers import create_parser
 from botocore.serialize import create_serializer
 
@@ -30,6 +33,39 @@ def runtime_client(url: str, **config: Any) -> Any:
         config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=120,
                       **config),
     )
+
+
+def validation_error(call: Any, **params: Any) -> str:
+    """The message of the ValidationException ``call(**params)`` is refused with."""
+    with pytest.raises(ClientError) as raised:
+        call(**params)
+    assert raised.value.response["Error"]["Code"] == "ValidationException", raised.value.response
+    message: str = raised.value.response["Error"]["Message"]
+    return message
+
+
+class CallLoop:
+    """Calls through one sagemaker-runtime client, back to back in a thread until ``stop()``:
+    a subclass makes one call (and keeps what it needs of it) in ``call``."""
+
+    stop_timeout_s = 30.0
+
+    def __init__(self, url: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(runtime_client(url),),
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, rt: Any) -> None:
+        while not self._stop.is_set():
+            self.call(rt)
+
+    def call(self, rt: Any) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.stop_timeout_s)
 
 
 @dataclass

@@ -68,6 +68,22 @@ def _call(client: Any, name: str) -> tuple[list[float], str]:
     return output_of(answer["Body"].read()).tolist(), copy
 
 
+def _assert_answers_after_the_restart_on(module: ComponentServer, name: str,
+                                         instance_type: str) -> None:
+    """The component answers again, from its one copy, placed on ``instance_type``."""
+    client = runtime_client(module.server.url)
+
+    def answers() -> bool:
+        try:
+            return _call(client, name)[0] == DOUBLED
+        except ClientError:
+            return False
+
+    wait_until(answers, 60, "the component answering after the restart")
+    assert _component(module, name)["RuntimeConfig"]["PlacementStatus"] == [
+        {"InstanceType": instance_type, "CurrentCopyCount": 1}]
+
+
 def test_a_new_instance_type_moves_the_copies_and_fails_no_call(module: ComponentServer) -> None:
     """ml.m5.xlarge x1 -> ml.c5.2xlarge x2 with RANDOM routing and ManagedInstanceScaling:
     Updating (the new config pending), then InService on it; the copy is started anew on the
@@ -124,17 +140,7 @@ def test_an_update_interrupted_by_a_restart_ends_on_the_new_config(module: Compo
     wait_until(lambda: _status(module, name) == "InService", 60, "the update carried on")
     assert module.client("sagemaker").describe_endpoint(
         EndpointName=name)["EndpointConfigName"] == f"{name}-c5"
-    client = runtime_client(module.server.url)
-
-    def answers() -> bool:
-        try:
-            return _call(client, name)[0] == DOUBLED
-        except ClientError:
-            return False
-
-    wait_until(answers, 60, "the component answering after the restart")
-    assert _component(module, name)["RuntimeConfig"]["PlacementStatus"] == [
-        {"InstanceType": "ml.c5.2xlarge", "CurrentCopyCount": 1}]
+    _assert_answers_after_the_restart_on(module, name, "ml.c5.2xlarge")
     assert len(module.tritons(name)) == 1
 
 
@@ -311,15 +317,5 @@ def test_a_guarded_update_cut_by_a_restart_comes_back_on_the_previous_config(
     assert described["EndpointConfigName"] == name
     assert "interrupted by a restart" in described["FailureReason"]
     assert "PendingDeploymentSummary" not in described
-    client = runtime_client(module.server.url)
-
-    def answers() -> bool:
-        try:
-            return _call(client, name)[0] == DOUBLED
-        except ClientError:
-            return False
-
-    wait_until(answers, 60, "the component answering after the restart")
-    assert _component(module, name)["RuntimeConfig"]["PlacementStatus"] == [
-        {"InstanceType": "ml.m5.xlarge", "CurrentCopyCount": 1}]
+    _assert_answers_after_the_restart_on(module, name, "ml.m5.xlarge")
     assert len(_endpoint_tritons(module, name)) == 1
