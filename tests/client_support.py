@@ -44,6 +44,20 @@ def validation_error(call: Any, **params: Any) -> str:
     return message
 
 
+def create_mme_endpoint(sm: Any, name: str, model_data_url: str, instance_type: str,
+                        waiter: dict[str, Any] | None = None, **container: Any) -> None:
+    """Model, endpoint config and endpoint ``name``: one ``instance_type`` instance serving the
+    multi-model container of ``model_data_url`` (with ``container``'s other fields), InService."""
+    sm.create_model(ModelName=name, PrimaryContainer={
+        "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": model_data_url, **container})
+    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": name, "InstanceType": instance_type,
+        "InitialInstanceCount": 1}])
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    sm.get_waiter("endpoint_in_service").wait(
+        EndpointName=name, WaiterConfig=waiter or {"Delay": 1, "MaxAttempts": 120})
+
+
 class CallLoop:
     """Calls through one sagemaker-runtime client, back to back in a thread until ``stop()``:
     a subclass makes one call (and keeps what it needs of it) in ``call``."""

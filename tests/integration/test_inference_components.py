@@ -396,22 +396,21 @@ def test_copies_that_fit_nowhere_stay_pending_until_room_frees(module: Module) -
     assert big["RuntimeConfig"] == {"DesiredCopyCount": 1, "CurrentCopyCount": 0}
     small = sm.describe_inference_component(InferenceComponentName="fit-small")
     assert small["RuntimeConfig"]["CurrentCopyCount"] == 3
+
+    def resize(instances: int, big_copies: int, what: str) -> None:
+        sm.update_endpoint_weights_and_capacities(EndpointName="fit", DesiredWeightsAndCapacities=[
+            {"VariantName": "AllTraffic", "DesiredInstanceCount": instances}])
+        wait_until(lambda: sm.describe_inference_component(InferenceComponentName="fit-big")[
+            "RuntimeConfig"]["CurrentCopyCount"] == big_copies, 30, what)
+        wait_until(lambda: sm.describe_endpoint(EndpointName="fit")["EndpointStatus"] ==
+                   "InService", 30, "the endpoint resized")
+
     # An instance added: the pending copy is placed on it.
-    sm.update_endpoint_weights_and_capacities(EndpointName="fit", DesiredWeightsAndCapacities=[
-        {"VariantName": "AllTraffic", "DesiredInstanceCount": 3}])
-    wait_until(lambda: sm.describe_inference_component(InferenceComponentName="fit-big")[
-        "RuntimeConfig"]["CurrentCopyCount"] == 1, 30, "the pending copy placed")
-    wait_until(lambda: sm.describe_endpoint(EndpointName="fit")["EndpointStatus"] == "InService",
-               30, "the endpoint resized")
+    resize(3, 1, "the pending copy placed")
     assert sm.describe_endpoint(EndpointName="fit")["ProductionVariants"][0][
         "CurrentInstanceCount"] == 3
     # Back to two: the newest component's copy is pending again.
-    sm.update_endpoint_weights_and_capacities(EndpointName="fit", DesiredWeightsAndCapacities=[
-        {"VariantName": "AllTraffic", "DesiredInstanceCount": 2}])
-    wait_until(lambda: sm.describe_inference_component(InferenceComponentName="fit-big")[
-        "RuntimeConfig"]["CurrentCopyCount"] == 0, 30, "the copy pending again")
-    wait_until(lambda: sm.describe_endpoint(EndpointName="fit")["EndpointStatus"] == "InService",
-               30, "the endpoint resized")
+    resize(2, 0, "the copy pending again")
     # Fewer copies of the first: an instance frees, the pending copy is placed.
     sm.update_inference_component_runtime_config(InferenceComponentName="fit-small",
                                                  DesiredRuntimeConfig={"CopyCount": 2})

@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from emulator import instance_types
-from tests.client_support import runtime_client
+from tests.client_support import create_mme_endpoint, runtime_client
 from tests.fault_support import error_of, get_json, instance_of, invoke, models_of
 from tests.prometheus_support import scrape, value
 from tests.support import package, wait_until, write_scale_model
@@ -93,14 +93,7 @@ def test_an_endpoint_created_with_an_instance_type_gets_its_budget(  # type: ign
     server = start_emulator()
     sm = boto3.client("sagemaker", endpoint_url=server.url, region_name="us-east-1",
                       aws_access_key_id="x", aws_secret_access_key="x")
-    sm.create_model(ModelName="typed", PrimaryContainer={
-        "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": f"file://{store}/"})
-    sm.create_endpoint_config(EndpointConfigName="typed", ProductionVariants=[{
-        "VariantName": "AllTraffic", "ModelName": "typed", "InstanceType": "ml.c5.large",
-        "InitialInstanceCount": 1}])
-    sm.create_endpoint(EndpointName="typed", EndpointConfigName="typed")
-    sm.get_waiter("endpoint_in_service").wait(EndpointName="typed",
-                                              WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+    create_mme_endpoint(sm, "typed", f"file://{store}/", "ml.c5.large")
     invoke(runtime_client(server.url), "small.tar.gz", endpoint="typed")
     described = get_json(f"{server.url}/_emulator/models")["Endpoints"]["typed"]
     c5_large = instance_types.lookup("ml.c5.large")
