@@ -217,6 +217,15 @@ def test_teardown_of_a_component_deletes_its_scaling_target_policies_and_alarm(
     assert _names(module, "cli-scaled")["endpoints"] == []
 
 
+def _assert_nothing_left(module: Module, endpoint: str, component: str) -> None:
+    """No component, endpoint, endpoint config, model or stored artifact of the run of
+    ``component`` on ``endpoint`` is left."""
+    left = _names(module, endpoint)
+    assert left["components"] == left["endpoints"] == left["configs"] == []
+    assert not [m for m in left["models"] if m.startswith(component)]
+    assert not (module.root / "store" / endpoint).exists()
+
+
 def test_a_refused_component_leaves_nothing_of_the_run_behind(
         module: Module, capsys: pytest.CaptureFixture[str]) -> None:
     # 64 cores cannot fit one ml.g5.xlarge (4 vCPUs): CreateInferenceComponent is refused
@@ -228,10 +237,7 @@ def test_a_refused_component_leaves_nothing_of_the_run_behind(
     assert code == 1
     assert "CreateInferenceComponent failed" in err and "Traceback" not in err
     assert "rolling back: delete endpoint cli-refused" in out
-    left = _names(module, "cli-refused")
-    assert left["components"] == left["endpoints"] == left["configs"] == []
-    assert not [m for m in left["models"] if m.startswith("cli-too-big")]
-    assert not (module.root / "store" / "cli-refused").exists()
+    _assert_nothing_left(module, "cli-refused", "cli-too-big")
 
 
 def test_a_failed_smoke_call_rolls_the_new_component_back(
@@ -246,10 +252,7 @@ def test_a_failed_smoke_call_rolls_the_new_component_back(
         "inference component cli-bad-call", "endpoint cli-smoke", "endpoint config",
         "model cli-bad-call-ic-", "copied")]
     assert undone == sorted(undone), out
-    left = _names(module, "cli-smoke")
-    assert left["components"] == left["endpoints"] == left["configs"] == []
-    assert not [m for m in left["models"] if m.startswith("cli-bad-call")]
-    assert not (module.root / "store" / "cli-smoke").exists()
+    _assert_nothing_left(module, "cli-smoke", "cli-bad-call")
 
 
 def test_a_dry_run_prints_the_component_calls_and_makes_none(

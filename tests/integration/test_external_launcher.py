@@ -17,6 +17,7 @@ from emulator.supervision import LauncherError
 from emulator.triton.embedded import assemble_backends, child_environment, find_tritonserver
 from emulator.triton.external import ExternalLauncher
 from emulator.triton.launcher import TritonOptions
+from tests.launcher_support import restarted_event
 from tests.support import wait_for_async
 
 CONFIG = """
@@ -133,12 +134,7 @@ def test_a_restarted_server_triggers_on_restart(user_triton: UserTriton) -> None
                                 poll_interval_s=0.2)
 
     async def scenario() -> None:
-        restarted = asyncio.Event()
-
-        async def on_restart() -> None:
-            restarted.set()
-
-        launcher.on_restart = on_restart
+        restarted = restarted_event(launcher)
         await launcher.start()
         try:
             user_triton.kill()

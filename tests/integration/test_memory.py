@@ -45,12 +45,18 @@ def _events(server: Any) -> list[tuple[str, str, Any]]:
     return events
 
 
+def _ballast_server(start_emulator, store: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+                    memory_budget: str) -> tuple[Any, Any, list[tuple[str, str, Any]]]:
+    """The two ballast models served under ``memory_budget``: the server, a client, and the
+    lifecycle steps as they come."""
+    _ballast_store(store, tmp_path / "w")
+    server = start_emulator(model_data=str(store), memory_budget=memory_budget)
+    return server, runtime_client(server.url), _events(server)
+
+
 def test_a_model_counts_as_what_its_processes_hold_and_evicts_by_it(  # type: ignore[no-untyped-def]
         start_emulator, store: Path, tmp_path: Path) -> None:
-    _ballast_store(store, tmp_path / "w")
-    server = start_emulator(model_data=str(store), memory_budget="500MiB")
-    rt = runtime_client(server.url)
-    events = _events(server)
+    server, rt, events = _ballast_server(start_emulator, store, tmp_path, "500MiB")
 
     invoke(rt, "big1.tar.gz")
     big1 = models_of(server)["big1.tar.gz"]
@@ -105,10 +111,7 @@ def test_an_endpoint_created_with_an_instance_type_gets_its_budget(  # type: ign
 
 def test_a_model_too_large_for_the_instance_gets_sagemakers_out_of_memory_error(  # type: ignore[no-untyped-def]
         start_emulator, store: Path, tmp_path: Path) -> None:
-    _ballast_store(store, tmp_path / "w")
-    server = start_emulator(model_data=str(store), memory_budget="200MiB")
-    rt = runtime_client(server.url)
-    events = _events(server)
+    server, rt, events = _ballast_server(start_emulator, store, tmp_path, "200MiB")
     for attempt in ("measured at its load", "known before loading"):
         with pytest.raises(ClientError) as caught:
             invoke(rt, "big1.tar.gz")
