@@ -170,3 +170,12 @@ def write_gated_store(store: Path, work: Path, gate: Path, pad_bytes: int = 0,
         if pad_bytes:
             (folder / "1" / "weights.bin").write_bytes(b"\0" * pad_bytes)
         package(folder, store / f"{name}.tar.gz", "folder")
+
+
+def serve_gated_store_for_one(start_emulator: Any, store: Path, tmp_path: Path) -> tuple[Any, Path]:
+    """The gated store, 600 kB of files each, served under a byte budget (files) with room for
+    one of its models: the server and the gate."""
+    gate = tmp_path / "finalize-gate"
+    write_gated_store(store, tmp_path / "w", gate, pad_bytes=600_000)
+    server = start_emulator(model_data=str(store), memory_budget="1MiB", model_memory="files")
+    return server, gate

@@ -383,13 +383,19 @@ def test_a_slower_load_answers_later(server: EmulatorServer, faults: FaultRules)
     assert answer["ResponseMetadata"]["HTTPHeaders"]["x-mme-model-cache-hit"] == "0"
 
 
-def test_an_instance_killed_under_a_call_fails_it_and_its_triton_comes_back(
-        start_emulator: Any, store: Any, tmp_path: Any) -> None:
+def _serving_one_model(start_emulator: Any, store: Any,
+                       tmp_path: Any) -> tuple[EmulatorServer, Any, int]:
+    """A server of its own with a.tar.gz loaded: the server, a client, its Triton's pid."""
     package(write_scale_model(tmp_path / "work", "scale", 2.0), store / "a.tar.gz", "folder")
     own = start_emulator(model_data=str(store))
     client = runtime_client(own.url)
     _invoke(client, "a.tar.gz")
-    triton = _triton_pid(own)
+    return own, client, _triton_pid(own)
+
+
+def test_an_instance_killed_under_a_call_fails_it_and_its_triton_comes_back(
+        start_emulator: Any, store: Any, tmp_path: Any) -> None:
+    own, client, triton = _serving_one_model(start_emulator, store, tmp_path)
     faults = FaultRules(own.url)
     faults.add({"instance": "kill"}, match={"instance": "i-1"}, count=1)
     with pytest.raises(ClientError) as raised:
@@ -403,11 +409,7 @@ def test_an_instance_killed_under_a_call_fails_it_and_its_triton_comes_back(
 
 def test_an_instance_hung_holds_its_calls_until_it_resumes(
         start_emulator: Any, store: Any, tmp_path: Any) -> None:
-    package(write_scale_model(tmp_path / "work", "scale", 2.0), store / "a.tar.gz", "folder")
-    own = start_emulator(model_data=str(store))
-    client = runtime_client(own.url)
-    _invoke(client, "a.tar.gz")
-    triton = _triton_pid(own)
+    own, client, triton = _serving_one_model(start_emulator, store, tmp_path)
     FaultRules(own.url).add({"instance": {"hang_s": 2}}, count=1)
     started = time.monotonic()
     assert _invoke(client, "a.tar.gz")["Values"] == [2.0, 4.0, 6.0, 8.0]

@@ -24,6 +24,7 @@ from tests.fault_support import (
     invoke,
     models_of,
     observe_steps,
+    serve_gated_store_for_one,
     write_gated_store,
 )
 from tests.support import wait_until
@@ -65,10 +66,7 @@ def test_a_count_budget_loads_once_the_victims_unload_is_accepted(  # type: igno
 
 def test_at_the_memory_limit_a_load_waits_until_the_victims_memory_is_free(  # type: ignore[no-untyped-def]
         start_emulator, store: Path, tmp_path: Path) -> None:
-    gate = tmp_path / "finalize-gate"
-    write_gated_store(store, tmp_path / "w", gate, pad_bytes=600_000)
-    server = start_emulator(model_data=str(store), memory_budget="1MiB",
-                            model_memory="files")  # room for one
+    server, gate = serve_gated_store_for_one(start_emulator, store, tmp_path)
     # As an instance type whose memory is the budget: both models at once would pass it.
     instance_of(server).manager.hard_memory_limit = 1 << 20
     rt = runtime_client(server.url)

@@ -26,6 +26,7 @@ from tests.fault_support import (
     invoke,
     models_of,
     observe_steps,
+    serve_gated_store_for_one,
     write_gated_store,
 )
 from tests.support import (
@@ -63,10 +64,7 @@ def _stub_pids(server: Any, model_prefix: str) -> set[int]:
 
 def test_a_byte_budget_miss_loads_while_the_victim_unloads(  # type: ignore[no-untyped-def]
         start_emulator, store: Path, tmp_path: Path) -> None:
-    gate = tmp_path / "finalize-gate"
-    write_gated_store(store, tmp_path / "w", gate, pad_bytes=600_000)
-    server = start_emulator(model_data=str(store), memory_budget="1MiB",
-                            model_memory="files")  # room for one
+    server, gate = serve_gated_store_for_one(start_emulator, store, tmp_path)
     rt = runtime_client(server.url)
     events = observe_steps(server)
     manager = instance_of(server).manager
