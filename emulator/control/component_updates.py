@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 from emulator.clock import Clock
-from emulator.control.deployments import AlarmStates, GuardedRun, RolledBack
+from emulator.control.deployments import AlarmStates, GuardedProgress, GuardedRun, RolledBack
 from emulator.hosting.deployment import alarm_names
 
 log = logging.getLogger(__name__)
@@ -112,24 +112,16 @@ def _batch(size: dict[str, Any], copies: int, bounded: bool) -> int:
 
 
 @dataclasses.dataclass
-class Rollout:
-    """Where a rolling update is; JSON-safe, kept in the component's record."""
+class Rollout(GuardedProgress):
+    """Where a rolling update is (``started``: at UpdateInferenceComponent), kept in the
+    component's record."""
 
-    plan: dict[str, Any]
-    started: float  # the emulated clock's timeline (``Clock.now``) at UpdateInferenceComponent
     total: int  # copies rolled (the placed ones when the update started)
     desired_before: int  # DesiredCopyCount to go back to on a rollback
     new: int = 0  # copies of the new specification now (the others are old ones)
     rolling_back: bool = False
     reason: str | None = None  # why it rolls back (the FailureReason)
     resumed: int = 0  # restarts of the emulator this update went through
-
-    def to_doc(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> Rollout:
-        return cls(**doc)
 
 
 class RollingUpdate(GuardedRun[Rollout]):

@@ -101,11 +101,22 @@ class RolledBack(Exception):
     inference component's)."""
 
 
-class _Stored(Protocol):
+@dataclasses.dataclass
+class GuardedProgress:
+    """Where a guarded update is; JSON-safe, kept in its resource's record."""
+
+    plan: dict[str, Any]
     started: float  # the emulated clock's timeline (``Clock.now``) when the update was asked
 
+    def to_doc(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
-S = TypeVar("S", bound=_Stored)
+    @classmethod
+    def from_doc(cls: type[S], doc: dict[str, Any]) -> S:
+        return cls(**doc)
+
+
+S = TypeVar("S", bound=GuardedProgress)
 
 
 class GuardedRun(Generic[S]):
@@ -172,23 +183,14 @@ class GuardedRun(Generic[S]):
 
 
 @dataclasses.dataclass
-class Progress:
-    """Where a deployment is; JSON-safe, kept in the endpoint's record."""
+class Progress(GuardedProgress):
+    """Where a deployment is (``started``: at UpdateEndpoint), kept in the endpoint's record."""
 
-    plan: dict[str, Any]
-    started: float  # the emulated clock's timeline (``Clock.now``) at UpdateEndpoint
     phase: str = STARTING
     step: int = 0  # index into plan.shares of the step running (or next to run)
     step_started: float = 0.0  # real epoch seconds, as DescribeEndpoint shows it
     resumed: int = 0  # restarts of the emulator this deployment went through
     alarm: str | None = None  # the alarm that rolled it back
-
-    def to_doc(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> Progress:
-        return cls(**doc)
 
 
 class DeploymentRun(GuardedRun[Progress]):
