@@ -58,6 +58,16 @@ def create_mme_endpoint(sm: Any, name: str, model_data_url: str, instance_type: 
         EndpointName=name, WaiterConfig=waiter or {"Delay": 1, "MaxAttempts": 120})
 
 
+def put_target_tracking(asg: Any, key: dict[str, str], policy: str, target: float,
+                        metric_type: str) -> None:
+    """Target tracking policy ``policy`` of scalable target ``key``: the predefined
+    ``metric_type`` kept at ``target``."""
+    asg.put_scaling_policy(**key, PolicyName=policy, PolicyType="TargetTrackingScaling",
+                           TargetTrackingScalingPolicyConfiguration={
+                               "TargetValue": target, "PredefinedMetricSpecification": {
+                                   "PredefinedMetricType": metric_type}})
+
+
 class CallLoop:
     """Calls through one sagemaker-runtime client, back to back in a thread until ``stop()``:
     a subclass makes one call (and keeps what it needs of it) in ``call``."""

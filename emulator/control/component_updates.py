@@ -124,16 +124,14 @@ class Rollout(GuardedProgress):
     resumed: int = 0  # restarts of the emulator this update went through
 
 
-class RollingUpdate(GuardedRun[Rollout]):
+class RollingUpdate(GuardedRun[Rollout, RolloutPlan]):
     """One rolling update of component ``name``, to its end."""
 
     def __init__(self, name: str, rollout: Rollout, roll: RollCopies, clock: Clock,
                  alarms: AlarmStates | None, save: Callable[[Rollout], None]) -> None:
         self.name = name
         self.rollout = rollout
-        self.plan = RolloutPlan.from_doc(rollout.plan)
-        super().__init__(rollout, self.plan.max_execution_s, self.plan.alarms, clock, alarms,
-                         save)
+        super().__init__(rollout, RolloutPlan.from_doc(rollout.plan), clock, alarms, save)
         self._roll = roll
 
     async def run(self) -> str | None:

@@ -119,18 +119,30 @@ class GuardedProgress:
 S = TypeVar("S", bound=GuardedProgress)
 
 
-class GuardedRun(Generic[S]):
+class GuardPlan(Protocol):
+    """What a guarded update's plan says of its guards."""
+
+    @property
+    def max_execution_s(self) -> float | None: ...  # MaximumExecutionTimeoutInSeconds
+
+    @property
+    def alarms(self) -> tuple[str, ...]: ...  # AutoRollbackConfiguration's alarm names
+
+
+P = TypeVar("P", bound=GuardPlan)
+
+
+class GuardedRun(Generic[S, P]):
     """What a guarded update (an endpoint's deployment, an inference component's rolling
     update) runs under: the MaximumExecutionTimeoutInSeconds deadline, the
     AutoRollbackConfiguration alarms, the bakes either of them cuts short, and its progress
     ``stored`` after every change. A subclass words its rollbacks (``_timeout_reason``,
     ``_rolled_back_by``)."""
 
-    def __init__(self, stored: S, max_execution_s: float | None, alarm_names: Iterable[str],
-                 clock: Clock, alarms: AlarmStates | None, save: Callable[[S], None]) -> None:
+    def __init__(self, stored: S, plan: P, clock: Clock, alarms: AlarmStates | None,
+                 save: Callable[[S], None]) -> None:
         self._stored = stored
-        self._max_execution_s = max_execution_s
-        self._alarm_names = tuple(alarm_names)
+        self.plan = plan
         self._clock = clock
         self._alarms = alarms
         self._save = save
@@ -157,9 +169,9 @@ class GuardedRun(Generic[S]):
         self._rolled_back_by(alarm)
 
     def _deadline(self) -> float | None:
-        if self._max_execution_s is None:
+        if self.plan.max_execution_s is None:
             return None
-        return self._stored.started + self._clock.real_duration(self._max_execution_s)
+        return self._stored.started + self._clock.real_duration(self.plan.max_execution_s)
 
     def _raise_if_late(self) -> None:
         deadline = self._deadline()
@@ -169,12 +181,12 @@ class GuardedRun(Generic[S]):
     def _raise_if_alarming(self) -> None:
         if self._alarms is None:
             return
-        for name in self._alarm_names:
+        for name in self.plan.alarms:
             if self._alarms.state(name) == ALARM:
                 self._rolled_back_by(name)
 
     def _watch(self, fired: asyncio.Queue[str]) -> Callable[[], None]:
-        return watch_alarms(self._alarms, self._alarm_names, fired)
+        return watch_alarms(self._alarms, self.plan.alarms, fired)
 
     def _record(self, **changes: Any) -> None:
         for key, value in changes.items():
@@ -193,7 +205,7 @@ class Progress(GuardedProgress):
     alarm: str | None = None  # the alarm that rolled it back
 
 
-class DeploymentRun(GuardedRun[Progress]):
+class DeploymentRun(GuardedRun[Progress, Plan]):
     """One deployment of ``green`` onto the running endpoint ``name``."""
 
     def __init__(self, name: str, green: EndpointSpec, progress: Progress,
@@ -205,9 +217,7 @@ class DeploymentRun(GuardedRun[Progress]):
         self.blue_count = blue_count  # a rolling update's old fleet, per variant
         self.green_spec = green
         self.progress = progress
-        self.plan = Plan.from_doc(progress.plan)
-        super().__init__(progress, self.plan.max_execution_s, self.plan.alarms, clock, alarms,
-                         save)
+        super().__init__(progress, Plan.from_doc(progress.plan), clock, alarms, save)
         self._registry = registry
         self._promoted = promoted
         self._bake_ends: float | None = None  # real time, for the page

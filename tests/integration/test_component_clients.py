@@ -25,7 +25,7 @@ from ensembles.packaging import package
 from harness.deploy_cli import main as cli_main
 from harness.deployer import Deployer, make_clients, triton_image_uri
 from harness.deployment import ComponentSpec, DeployConfig
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.client_support import DUMMY_CREDENTIALS, put_target_tracking, runtime_client
 from tests.component_support import ROLE, ComponentServer
 from tests.support import (
     output_of,
@@ -188,11 +188,8 @@ def test_teardown_of_a_component_deletes_its_scaling_target_policies_and_alarm(
     key = {"ServiceNamespace": "sagemaker", "ResourceId": "inference-component/cli-scaled-ic",
            "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount"}
     asg.register_scalable_target(**key, MinCapacity=0, MaxCapacity=2)
-    asg.put_scaling_policy(**key, PolicyName="per-copy", PolicyType="TargetTrackingScaling",
-                           TargetTrackingScalingPolicyConfiguration={
-                               "TargetValue": 5.0, "PredefinedMetricSpecification": {
-                                   "PredefinedMetricType":
-                                       "SageMakerInferenceComponentInvocationsPerCopy"}})
+    put_target_tracking(asg, key, "per-copy", 5.0,
+                        "SageMakerInferenceComponentInvocationsPerCopy")
     step = asg.put_scaling_policy(
         **key, PolicyName="from-zero", PolicyType="StepScaling",
         StepScalingPolicyConfiguration={
