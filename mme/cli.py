@@ -46,6 +46,7 @@ BENCHMARKS = {
     "coldstart": "mme.bench_coldstart",
     "miss": "mme.bench_miss",
     "reset": "mme.bench_reset",
+    "routing": "mme.bench_routing",
     "ensemble": "mme.ensembles_cli",
     "loadgen": "harness.loadtest.bench",  # mme bench loadgen
     "lint": "harness.lint.cli",  # mme bench lint

@@ -30,6 +30,7 @@ import aiohttp
 
 from emulator.containers import docker_engine as engine
 from emulator.containers.images import ensure_image
+from emulator.contract import sessions
 from emulator.supervision import LauncherError, SupervisedLauncher
 
 if TYPE_CHECKING:
@@ -71,6 +72,10 @@ class ContainerResponse:
     body: bytes
     content_type: str | None
     custom_attributes: str | None
+    # The stateful-session contract: the session the container opened ("<id>; Expires=<time>",
+    # from X-Amzn-SageMaker-Session-Id or X-Amzn-SageMaker-New-Session-Id) and the one it closed.
+    new_session: str | None = None
+    closed_session: str | None = None
 
 
 class ContainerUnreachable(Exception):
@@ -226,8 +231,10 @@ class SageMakerContainer(SupervisedLauncher):
     # -- the request path ---------------------------------------------------------------------
 
     async def invoke(self, body: bytes, content_type: str | None, accept: str | None,
-                     custom_attributes: str | None, timeout_s: float) -> ContainerResponse:
-        """``POST /invocations`` with the request's headers, as SageMaker forwards them."""
+                     custom_attributes: str | None, timeout_s: float,
+                     session_id: str | None = None) -> ContainerResponse:
+        """``POST /invocations`` with the request's headers, as SageMaker forwards them
+        (``session_id``: an open stateful session's, in X-Amzn-SageMaker-Session-Id)."""
         if self._session is None:
             raise ContainerUnreachable(f"{self.label} is not running")
         headers: dict[str, Any] = {}
@@ -237,13 +244,17 @@ class SageMakerContainer(SupervisedLauncher):
             headers["Accept"] = accept
         if custom_attributes is not None:
             headers["X-Amzn-SageMaker-Custom-Attributes"] = custom_attributes
+        if session_id is not None:
+            headers[sessions.H_CONTAINER_SESSION_ID] = session_id
         try:
             async with self._session.post(f"{self.http_url}/invocations", data=body,
                                           headers=headers,
                                           timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                 return ContainerResponse(
                     resp.status, await resp.read(), resp.headers.get("Content-Type"),
-                    resp.headers.get("X-Amzn-SageMaker-Custom-Attributes"))
+                    resp.headers.get("X-Amzn-SageMaker-Custom-Attributes"),
+                    sessions.container_new_session(resp.headers),
+                    resp.headers.get(sessions.H_CLOSED_SESSION_ID))
         except asyncio.TimeoutError:
             raise  # the caller's ModelError for a timeout (aiohttp's own are TimeoutErrors too)
         except aiohttp.ClientResponseError as exc:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from emulator.contract import control_plane as wire
-from emulator.contract import sagemaker_rules
+from emulator.contract import routing_config, sagemaker_rules
 from emulator.contract.botocore_validation import (
     constraint_failure,
     format_errors,
@@ -46,8 +46,6 @@ COPY_COUNT_ZERO_AT_CREATE = "Inference components copy count an integer larger t
 _SPEC_NOT_HONOURED = {
     "BaseInferenceComponentName": "BaseInferenceComponentName (adapter inference components)",
 }
-# Routing strategies of a component endpoint the emulator does not honour.
-_ROUTING_NOT_HONOURED = ("PREFIX_AWARE", "KV_AWARE")
 
 
 def arn(name: str, region: str, account: str) -> str:
@@ -252,17 +250,12 @@ def _check_component_config(params: dict[str, Any]) -> None:
         if variant.get("AcceleratorPartitionLayouts") is not None:
             raise not_honoured("AcceleratorPartitionLayouts (accelerator partitions)")
         problems += _scaling_problems(variant)
-        strategy = (variant.get("RoutingConfig") or {}).get("RoutingStrategy")
-        if (variant.get("RoutingConfig") or {}).get("PrefixAwareRoutingConfig") is not None \
-                and strategy != "PREFIX_AWARE":
-            # botocore's model: "Specify this parameter only when you set RoutingStrategy to
-            # PREFIX_AWARE." [U] wording.
-            problems.append(f"RoutingConfig.PrefixAwareRoutingConfig of production variant "
-                            f"{name} applies only with RoutingStrategy PREFIX_AWARE (it is "
-                            f"{strategy or 'not set'}); remove it.")
-        if strategy in _ROUTING_NOT_HONOURED:
-            raise not_honoured(f"RoutingStrategy {strategy} (LEAST_OUTSTANDING_REQUESTS and "
-                               "RANDOM are supported)")
+        problems += routing_config.problems(variant)
+        strategy = routing_config.refused(variant)
+        if strategy is not None:
+            raise not_honoured(f"RoutingStrategy {strategy} (it routes by the container's "
+                               "KV-cache contents; LEAST_OUTSTANDING_REQUESTS, RANDOM and "
+                               "PREFIX_AWARE are supported)")
     if params.get("ShadowProductionVariants"):
         raise not_honoured("ShadowProductionVariants")
     weights = [v.get("InitialVariantWeight", 1.0) for v in variants]

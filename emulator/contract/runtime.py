@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from emulator.contract import multi_container, runtime_errors, triton_guard
+from emulator.contract import multi_container, runtime_errors, sessions, triton_guard
 from emulator.contract.body import Body
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
@@ -32,6 +32,8 @@ KSERVE_HEADER_LENGTH = "Inference-Header-Content-Length"
 H_TARGET_VARIANT = "x-amzn-sagemaker-target-variant"
 # InferenceComponentName: which inference component of an endpoint for components serves.
 H_INFERENCE_COMPONENT = "x-amzn-sagemaker-inference-component"
+# PrefixAwareId: a routing hint beside the body's prefix (RoutingStrategy PREFIX_AWARE).
+H_PREFIX_AWARE_ID = "x-amzn-sagemaker-prefix-aware-id"
 
 # botocore: ContentType, Accept and CustomAttributes are each at most 1,024 characters.
 MAX_HEADER_LENGTH = 1024
@@ -53,6 +55,9 @@ class InvokeRequest:
     # Multi-container endpoints in Direct mode (emulator.hosting.multi_container).
     target_container_hostname: str | None = None
     inference_component: str | None = None  # endpoints for inference components
+    # SessionId: NEW_SESSION or an open session's id (``contract.sessions``).
+    session_id: str | None = None
+    prefix_aware_id: str | None = None  # PrefixAwareId (RoutingStrategy PREFIX_AWARE)
 
 
 class ContainerRejected(Exception):
@@ -74,8 +79,10 @@ def new_request_id() -> str:
 
 
 def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes | Body,
-                 max_payload_bytes: int, request_id: str) -> InvokeRequest:
-    """Validate what SageMaker's front end validates; raise ValidationError otherwise."""
+                 max_payload_bytes: int, request_id: str,
+                 streaming: bool = False) -> InvokeRequest:
+    """Validate what SageMaker's front end validates; raise ValidationError otherwise
+    (``streaming``: InvokeEndpointWithResponseStream, whose SessionId cannot be NEW_SESSION)."""
     if len(endpoint_name) > 63 or not ENDPOINT_NAME.match(endpoint_name):
         raise runtime_errors.ValidationError(
             f"1 validation error detected: Value '{endpoint_name}' at 'endpointName' failed to "
@@ -105,6 +112,15 @@ def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes | B
                 f"1 validation error detected: Value '{inference_id}' at 'inferenceId' failed to "
                 r"satisfy constraint: Member must satisfy regular expression pattern: "
                 r"\A\S[\p{Print}]*\z")
+    prefix_aware_id = headers.get(H_PREFIX_AWARE_ID)
+    if prefix_aware_id is not None:  # botocore's model: 1-64 characters, \A\S[\p{Print}]*\z
+        if len(prefix_aware_id) > 64:
+            raise runtime_errors.header_too_long(H_PREFIX_AWARE_ID, "prefixAwareId", 64)
+        if not TARGET_MODEL.match(prefix_aware_id):
+            raise runtime_errors.ValidationError(
+                f"1 validation error detected: Value '{prefix_aware_id}' at 'prefixAwareId' "
+                r"failed to satisfy constraint: Member must satisfy regular expression "
+                r"pattern: \A\S[\p{Print}]*\z")
     return InvokeRequest(
         endpoint_name=endpoint_name,
         request_id=request_id,
@@ -117,6 +133,8 @@ def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes | B
         target_variant=headers.get(H_TARGET_VARIANT),
         target_container_hostname=_container_hostname(headers),
         inference_component=headers.get(H_INFERENCE_COMPONENT),
+        session_id=sessions.parse_session_id(headers, streaming),
+        prefix_aware_id=prefix_aware_id,
     )
 
 
@@ -217,6 +235,9 @@ H_MODEL_LATENCY_US = "X-Mme-Model-Latency-Us"
 H_MODEL_CACHE_HIT = "X-Mme-Model-Cache-Hit"
 H_INSTANCE = "X-Mme-Instance"
 H_GENERATION = "X-Mme-Generation"
+# How the serving unit was chosen when a strategy beyond the default chose it (PREFIX_AWARE, a
+# session): ``docs/sessions-and-routing.md``.
+H_ROUTED_BY = "X-Mme-Routed-By"
 # Beside an error, the emulator's hint (a TargetModel the store does not hold: what it holds).
 H_HINT = "X-Mme-Hint"
 HINT_MAX_CHARS = 2000

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from emulator.contract import multi_container
+from emulator.contract import multi_container, routing_config
 from emulator.contract.botocore_validation import PatternOverrides
 
 # The real service only takes S3 (or https S3) URLs; the emulator also serves model stores from
@@ -103,6 +103,10 @@ def _create_endpoint_config(params: dict[str, Any], errors: list[str]) -> None:
                 f"InstanceType or ServerlessConfig is required for production variant "
                 f"{variant.get('VariantName')}."
             )
+        errors.extend(routing_config.problems(variant))
+        strategy = routing_config.refused(variant)
+        if strategy is not None:
+            errors.append(routing_config.refusal_message(strategy))
 
 
 # MetricsConfig.MetricPublishFrequencyInSeconds: the values the API reference lists.

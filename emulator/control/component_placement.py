@@ -19,6 +19,7 @@ from typing import Any
 
 from emulator import instance_types
 from emulator.contract import inference_components as rules
+from emulator.contract import routing_config
 from emulator.control.component_records import (
     ComponentRecord,
     ComponentTable,
@@ -168,9 +169,9 @@ class CopyPlacement:
                 instance_type=variant.get("InstanceType"),
                 startup_timeout_s=startup.get("ContainerStartupHealthCheckTimeoutInSeconds")),
             record.current_copies,
-            str((variant.get("RoutingConfig") or {}).get("RoutingStrategy")
-                or "LEAST_OUTSTANDING_REQUESTS"),
-            download_timeout_s=startup.get("ModelDataDownloadTimeoutInSeconds"))
+            routing_config.strategy_of(variant)[0],
+            download_timeout_s=startup.get("ModelDataDownloadTimeoutInSeconds"),
+            prefix=routing_config.strategy_of(variant)[1])
 
     def _managed_instances(self, endpoint: EndpointRecord, variant: dict[str, Any],
                            demands: list[placement.Demand]) -> int:

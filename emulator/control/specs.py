@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from emulator.contract import control_plane as wire
 from emulator.contract import inference_components as component_rules
+from emulator.contract import routing_config
 from emulator.contract.control_plane import KIND_MODEL
 from emulator.control.state_db import Deployment, EndpointRecord
 from emulator.control.stored_resources import StoredResources
@@ -104,6 +105,7 @@ def variant_spec(resources: StoredResources, variant: dict[str, Any]) -> Variant
     several = len(containers) > 1
     specs = [container_spec(model_arn, c, required=not several) for c in containers]
     mode = (model.doc.get("InferenceExecutionConfig") or {}).get("Mode")
+    routing, prefix = routing_config.strategy_of(variant)
     return VariantSpec(
         name=variant["VariantName"],
         container=specs[0],
@@ -114,6 +116,8 @@ def variant_spec(resources: StoredResources, variant: dict[str, Any]) -> Variant
         weight=float(variant.get("InitialVariantWeight", 1.0)),
         instance_type=variant.get("InstanceType"),
         startup_timeout_s=variant.get("ContainerStartupHealthCheckTimeoutInSeconds"),
+        routing=routing,
+        prefix=prefix,
     )
 
 

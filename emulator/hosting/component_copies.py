@@ -39,12 +39,14 @@ from pathlib import Path
 
 from emulator.clock import Clock
 from emulator.contract import runtime
+from emulator.contract.routing_config import PrefixAwareConfig
 from emulator.faults.table import FaultTable
-from emulator.hosting import instance_faults
+from emulator.hosting import affinity, instance_faults
 from emulator.hosting.call_record import CallRecord
 from emulator.hosting.component_tally import DIMENSION
 from emulator.hosting.routing import LeastOutstandingRequests, RandomChoice
 from emulator.hosting.serving_group import DRAIN_TIMEOUT_S, ServingUnit
+from emulator.hosting.sessions import SessionTable
 from emulator.hosting.spec import ContainerSpec, EndpointSpec, VariantSpec
 from emulator.metrics import (
     MICROSECONDS,
@@ -140,6 +142,8 @@ class CopyTarget:
     copies: int
     routing: str = LEAST_OUTSTANDING_REQUESTS
     download_timeout_s: float | None = field(default=None, kw_only=True)
+    # RoutingStrategy PREFIX_AWARE: its PrefixAwareRoutingConfig (``hosting.prefix_routing``).
+    prefix: PrefixAwareConfig | None = field(default=None, kw_only=True)
 
 
 class CopyStartTimeout(Exception):
@@ -232,6 +236,7 @@ class ComponentCopies:
         self.ready: list[Copy] = []  # in routing, oldest first
         self.failure: str | None = None  # why the last start failed (None: it did not)
         self.in_flight = 0
+        self.sessions = SessionTable()  # stateful sessions on these copies
         # Instance metrics (model loading and the like) of the copies: kept, not published.
         self._instance_metrics: dict[str, EndpointMetrics] = {}
         # The emulated clock ConcurrentRequestsPerCopy is ticked on (None: only per call).
@@ -333,13 +338,20 @@ class ComponentCopies:
 
     # --- the request path -------------------------------------------------------------------
 
-    def choose(self) -> Copy:
+    def choose(self, request: runtime.InvokeRequest | None = None) -> tuple[Copy, str | None]:
+        """The copy for the call and how it was chosen (``hosting.affinity``: its session's
+        copy, its prefix's with PREFIX_AWARE; None: by LEAST_OUTSTANDING_REQUESTS or RANDOM)."""
         copies = [c for c in self.ready if not c.draining]
         if not copies:
             raise LookupError("no ready copy")
-        routing = self.target.routing if self.target is not None else LEAST_OUTSTANDING_REQUESTS
+        target = self.target
+        routing = target.routing if target is not None else LEAST_OUTSTANDING_REQUESTS
         strategy = self._random if routing == RANDOM else self._least_outstanding
-        return strategy.choose(copies)
+        if request is None:
+            return strategy.choose(copies), None
+        return affinity.choose(copies, request, self.sessions,
+                               target.prefix if target is not None else None, self.endpoint,
+                               lambda: strategy.choose(copies))
 
     # A ServingGroup (``hosting.serving_group``) for the calls that name the component.
 
@@ -353,8 +365,9 @@ class ComponentCopies:
         return CallRecord(self.metrics, started, "InvocationsPerCopy", ready,
                           ("ConcurrentRequestsPerCopy", self.in_flight / ready))
 
-    def route(self, request: runtime.InvokeRequest) -> tuple[Copy, None]:
-        return self.choose(), None
+    def route(self, request: runtime.InvokeRequest) -> tuple[Copy, None, str | None]:
+        copy, routed_by = self.choose(request)
+        return copy, None, routed_by
 
     def leave(self) -> None:
         self.in_flight -= 1
@@ -370,4 +383,9 @@ class ComponentCopies:
 
     def describe(self) -> Mapping[str, object]:
         return {"ReadyCopies": [c.id for c in self.ready], "InFlight": self.in_flight,
-                "Failure": self.failure}
+                "Failure": self.failure, "Sessions": self.describe_sessions()}
+
+    def describe_sessions(self) -> list[dict[str, object]]:
+        """The open sessions on these copies (those of copies gone closed first)."""
+        self.sessions.forget_members_except({c.id for c in self.ready})
+        return self.sessions.describe()

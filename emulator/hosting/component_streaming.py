@@ -128,7 +128,7 @@ async def open_stream(endpoint: ComponentEndpoint, request: runtime.InvokeReques
     if isinstance(generation, ComponentEndpoint):
         endpoint = generation
     copies, state = endpoint.serving_copies(request)
-    copy = copies.choose()
+    copy, _ = copies.choose(request)
     tally = _Tally(copies, started, copy.id)
     member = _serve_member(copy)
     try:

@@ -343,8 +343,13 @@ class ComponentEndpoint(SplitEndpoint):
         component = state.name or component
         copies = self._components.get(component.lower())
         incoming = self._incoming.get(component.lower())
-        if incoming is not None and incoming.ready:  # a rolling update: both sides serve,
-            old_ready = len(copies.ready) if copies is not None else 0  # by their ready copies
+        session_id = request.session_id
+        if incoming is not None and session_id in incoming.sessions:
+            copies = incoming  # a session opened on a rolling update's new copies stays there
+        elif incoming is not None and incoming.ready and not (
+                copies is not None and session_id in copies.sessions):
+            # A rolling update: both sides serve, by their ready copies.
+            old_ready = len(copies.ready) if copies is not None else 0
             if self._generation_draw.random() * (old_ready + len(incoming.ready)) >= old_ready:
                 copies = incoming
         # No ready copy: Creating, Failed, scaled to zero, or copies still starting (a scale-out

@@ -283,4 +283,7 @@ def describe(component: ComponentGroup, stats: dict[str, Statistic]) -> dict[str
                                   if latency is not None and latency.sample_count else None),
         "InFlight": sum(g.in_flight for g in component.groups),
         "Failure": failure,
+        "RoutingStrategy": next((g.target.routing for g in component.groups
+                                 if g.target is not None), None),
+        "Sessions": [s for g in component.groups for s in g.describe_sessions()],
     }

@@ -180,6 +180,11 @@ def _fraction(size: dict[str, Any], instance_counts: Sequence[int], member: str,
     return share
 
 
+def holds_session(endpoint: Endpoint, session_id: str | None) -> bool:
+    """Whether one of ``endpoint``'s variants holds that open session (None: no session)."""
+    return session_id is not None and any(session_id in v.sessions for v in endpoint.variants)
+
+
 class SplitEndpoint(Endpoint):
     """An endpoint that, during a deployment, sends ``green_share`` of its calls to a second
     generation (``green``). Nothing changes for a call already on its way: a generation taken
@@ -202,7 +207,11 @@ class SplitEndpoint(Endpoint):
         # The chosen generation's coroutine itself, not awaited in one more frame: every call to
         # every endpoint passes here (mme bench overhead).
         green, share = self.green, self.green_share
-        if green is not None and share > 0 and (share >= 1 or self.draw.random() < share):
+        if green is not None and request.session_id is not None and holds_session(
+                green, request.session_id):
+            return self._invoke_green(green, request)  # a session stays on its fleet
+        if green is not None and share > 0 and (share >= 1 or self.draw.random() < share) \
+                and not holds_session(self, request.session_id):
             return self._invoke_green(green, request)
         return super().invoke(request)
 

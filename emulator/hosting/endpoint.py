@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.contract import runtime, runtime_errors
+from emulator.contract import sessions as session_wire
+from emulator.contract.routing_config import RANDOM
 from emulator.faults.rules import (
     INVOKE,
     RUNTIME,
@@ -35,12 +37,13 @@ from emulator.faults.rules import (
     ModelErrorAnswer,
 )
 from emulator.faults.table import FaultTable
-from emulator.hosting import instance_faults
+from emulator.hosting import affinity, instance_faults
 from emulator.hosting.call_record import CallRecord
 from emulator.hosting.instance import ContainerAnswer
-from emulator.hosting.multi_container import check_container_hostname
+from emulator.hosting.multi_container import check_container_hostname, manages_sessions
 from emulator.hosting.routing import Router
 from emulator.hosting.serving_group import DRAIN_TIMEOUT_S, ServingGroup, ServingUnit
+from emulator.hosting.sessions import SessionTable
 from emulator.hosting.spec import EndpointSpec, VariantSpec
 from emulator.metrics import EndpointMetrics, ExtraSeries, MetricSink
 
@@ -67,6 +70,9 @@ class InvokeResult:
     model_latency_s: float
     cache_hit: bool | None  # None: not reported (a component's copy has no model cache)
     generation: str | None = None  # during a deployment: "green" when the new fleet answered
+    routed_by: str | None = None  # how the unit was chosen beyond the default (X-Mme-Routed-By)
+    new_session: str | None = None  # NewSessionId: "<id>; Expires=<time>"
+    closed_session: str | None = None  # ClosedSessionId
 
 
 class Variant:
@@ -87,6 +93,7 @@ class Variant:
         # A deployment's new fleet names its instances after it (``i-1-green1``), so that its
         # events, metrics and failures are never read as the running fleet's (``i-1``).
         self.instance_suffix = instance_suffix
+        self.sessions = SessionTable()  # stateful sessions on its instances
 
     @property
     def name(self) -> str:
@@ -107,7 +114,8 @@ class Variant:
     def arrive(self, started: float) -> CallRecord:
         return CallRecord(self.metrics, started, "InvocationsPerInstance", len(self.instances))
 
-    def route(self, request: runtime.InvokeRequest) -> tuple[HostedInstance, str | None]:
+    def route(self, request: runtime.InvokeRequest
+              ) -> tuple[HostedInstance, str | None, str | None]:
         """What the front end refuses (TargetModel present or not, an unknown container
         hostname, no instance in service), else the router's instance for the TargetModel."""
         target = request.target_model
@@ -122,10 +130,22 @@ class Variant:
             raise runtime_errors.ServiceUnavailable(
                 f"Variant {self.name} of endpoint {self.endpoint_name} has no instance in "
                 "service.")
-        return self._router.instance(serving, target), target
+        spec = self.spec
+        router = self._router
+        instance, routed_by = affinity.choose(
+            serving, request, self.sessions, None if multi_model else spec.prefix,
+            self.endpoint_name,
+            (lambda: router.random_instance(serving)) if spec.routing == RANDOM
+            and not multi_model else (lambda: router.instance(serving, target)))
+        return instance, target, routed_by
 
     def leave(self) -> None:
         """Nothing to count out: an instance counts its own calls in flight."""
+
+    def describe_sessions(self) -> list[dict[str, object]]:
+        """The open sessions (those of instances gone closed first)."""
+        self.sessions.forget_members_except({i.id for i in self.serving()})
+        return self.sessions.describe()
 
 
 class Endpoint:
@@ -262,6 +282,13 @@ class Endpoint:
     def serving_group(self, request: runtime.InvokeRequest) -> tuple[ServingGroup, str]:
         """The group that serves the call and the production variant its answer names:
         TargetVariant's, else the router's draw by weight."""
+        session_id = request.session_id
+        if (session_id is not None and request.target_variant is None
+                and session_id != session_wire.NEW_SESSION):
+            # [U] a call in a session goes to the session's variant (TargetVariant unneeded).
+            held = next((v for v in self.variants if session_id in v.sessions), None)
+            if held is not None:
+                return held, held.name
         if request.target_variant is not None:
             variant = self.variant(request.target_variant)
             if variant is None:
@@ -277,10 +304,16 @@ class Endpoint:
         group, variant = self.serving_group(request)
         call = group.arrive(started)  # a call counts once it is answered (or cut short)
         unit: ServingUnit | None = None
+        session: affinity.SessionCall | None = None
         try:
-            unit, target = group.route(request)
+            unit, target, routed_by = group.route(request)
+            if request.session_id is not None:
+                session = affinity.SessionCall.of(request, self.name, manages_sessions(unit))
+                request = session.request
             faults = self.faults
-            if faults is not None and faults.armed:  # a test put fault rules in force
+            if session is not None and session.control is not None:
+                answer = session.control_answer()  # the session manager's, not the model's
+            elif faults is not None and faults.armed:  # a test put fault rules in force
                 answer = await self._invoke_unless_faulted(faults, request, unit, target,
                                                            variant, started)
             else:
@@ -294,9 +327,14 @@ class Endpoint:
         finally:
             group.leave()
         call.answered(answer, unit.id)
+        new_session = closed_session = None
+        if session is not None:
+            new_session, closed_session = session.settle(group.sessions, unit.id, answer)
         return InvokeResult(answer.body, answer.content_type, answer.custom_attributes, variant,
                             unit.id, answer.model_latency_s,
-                            answer.cache_hit if group.reports_cache_hit else None)
+                            answer.cache_hit if group.reports_cache_hit else None,
+                            routed_by=routed_by, new_session=new_session,
+                            closed_session=closed_session)
 
     async def _invoke_unless_faulted(self, faults: FaultTable, request: runtime.InvokeRequest,
                                      unit: ServingUnit, target: str | None, variant: str,
@@ -334,6 +372,8 @@ class Endpoint:
                     "DesiredInstanceCount": v.spec.instance_count,
                     "CurrentInstanceCount": len(v.serving()),
                     "Instances": [i.describe() for i in v.instances],
+                    "RoutingStrategy": v.spec.routing,
+                    "Sessions": v.describe_sessions(),
                 }
                 for v in self.variants
             }

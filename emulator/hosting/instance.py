@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.contract import multi_container, runtime, runtime_errors
+from emulator.contract import multi_container, runtime, runtime_errors, sessions
 from emulator.hosting.spec import ContainerSpec
 from emulator.instance_types import Budget, lookup, machine_memory_bytes
 from emulator.manager.extract import UnsafeArchive
@@ -92,6 +92,10 @@ class ContainerAnswer:
     # Multi-container endpoints: (container, seconds) of every container the request went
     # through, in order (CloudWatch's ContainerLatency).
     container_latencies: tuple[tuple[str, float], ...] = ()
+    # A SageMaker container's stateful-session answer: the session it opened ("<id>;
+    # Expires=<time>") and the one it closed (``contract.sessions``).
+    new_session: str | None = None
+    closed_session: str | None = None
 
 
 class Instance:
@@ -253,6 +257,8 @@ class Instance:
                 try:
                     headers = runtime.triton_request_headers(request.content_type,
                                                              len(request.body))
+                    if request.session_id is not None:  # a stateful session's call
+                        headers[sessions.H_CONTAINER_SESSION_ID] = request.session_id
                     runtime.screen_body(request.body, runtime.binary_header_length(headers))
                 except runtime.ContainerRejected as exc:
                     raise self._errors.model_error(exc.status, exc.body) from None

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from emulator.containers.sagemaker import ContainerUnreachable, SageMakerContainer
-from emulator.contract import multi_container, runtime
+from emulator.contract import multi_container, runtime, sessions
 from emulator.hosting.instance import ContainerAnswer, ErrorContext, Instance, InstanceStartFailed
 from emulator.hosting.spec import VariantSpec
 from emulator.manager.events import ModelObserver
@@ -120,9 +120,13 @@ class ServeMember:
         remaining = max(timeout_s - (time.monotonic() - started), 0.001)
         step_started = time.monotonic()
         try:
-            response = await self.container.invoke(bytes(request.body), request.content_type,
-                                                   request.accept, request.custom_attributes,
-                                                   remaining)
+            session_id = request.session_id
+            response = await self.container.invoke(
+                bytes(request.body), request.content_type, request.accept,
+                request.custom_attributes, remaining,
+                # [U] NEW_SESSION is asked in the body ({"requestType": "NEW_SESSION"}); the
+                # header carries an open session's id only.
+                None if session_id == sessions.NEW_SESSION else session_id)
         except asyncio.TimeoutError:
             raise self._errors.timed_out() from None
         except ContainerUnreachable as exc:
@@ -135,7 +139,9 @@ class ServeMember:
             answered.model_latency_s = latency  # the container answered, with an error
             raise answered
         return ContainerAnswer(response.body, response.content_type or "application/json",
-                               response.custom_attributes, latency, cache_hit=True)
+                               response.custom_attributes, latency, cache_hit=True,
+                               new_session=response.new_session,
+                               closed_session=response.closed_session)
 
     def describe(self) -> dict[str, object]:
         return {"ContainerName": self.label, "Kind": "sagemaker-serve",
@@ -319,3 +325,10 @@ class _FirstMemberUrl:
                 urls.append(member.container.http_url)
         return ", ".join(urls)
 
+
+
+def manages_sessions(unit: object) -> bool:
+    """Whether ``unit`` runs SageMaker containers only, which keep stateful sessions
+    themselves (the container contract); a Triton unit's sessions are the emulator's."""
+    return isinstance(unit, MultiContainerInstance) and all(
+        isinstance(m, ServeMember) for m in unit.members)

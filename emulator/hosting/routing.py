@@ -21,7 +21,8 @@ Instance, multi-model [U]
 Instance, single-model
   The fewest requests in flight; ties go round-robin so sequential traffic spreads too
   (``LeastOutstandingRequests``: also an inference component's default routing strategy, beside
-  ``RandomChoice``).
+  ``RandomChoice``); a variant whose RoutingConfig says RANDOM draws uniformly instead, and
+  PREFIX_AWARE and stateful sessions choose before either (``hosting.affinity``).
 """
 
 from __future__ import annotations
@@ -113,6 +114,11 @@ class Router:
             if point < 0 and share > 0:
                 return v
         return next(v for v in reversed(variants) if v.weight > 0)
+
+    def random_instance(self, instances: Sequence[Unit]) -> Unit:
+        """RoutingStrategy RANDOM among a single-model variant's instances: a uniform draw from
+        the router's (seedable) generator."""
+        return self._random.choice(instances)
 
     def instance(self, instances: Sequence[Inst], target: str | None) -> Inst:
         if len(instances) == 1:

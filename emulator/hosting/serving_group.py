@@ -16,6 +16,7 @@ from emulator.contract import runtime
 from emulator.hosting.call_record import CallRecord
 from emulator.hosting.instance import Instance
 from emulator.hosting.multi_container import MultiContainerInstance
+from emulator.hosting.sessions import SessionTable
 
 # One serving unit: an instance of a variant, or a copy of a component (built alike: a Triton
 # behind the model manager, or containers).
@@ -34,9 +35,16 @@ class ServingGroup(Protocol):
     def arrive(self, started: float) -> CallRecord:
         """Count a call in: its arrival samples, under the group's metrics."""
 
-    def route(self, request: runtime.InvokeRequest) -> tuple[ServingUnit, str | None]:
-        """The unit that serves the call and the model it is asked for (TargetModel); raises
-        the SageMakerError that SageMaker answers when the call cannot be served."""
+    @property
+    def sessions(self) -> SessionTable:
+        """The group's open stateful sessions (``hosting.sessions``)."""
+
+    def route(self, request: runtime.InvokeRequest
+              ) -> tuple[ServingUnit, str | None, str | None]:
+        """The unit that serves the call, the model it is asked for (TargetModel) and how the
+        unit was chosen when not by the group's default strategy (``hosting.affinity``: a
+        session, PREFIX_AWARE); raises the SageMakerError that SageMaker answers when the call
+        cannot be served."""
 
     def leave(self) -> None:
         """Count the call out (answered, failed or cut short)."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from emulator.contract.routing_config import LEAST_OUTSTANDING_REQUESTS, PrefixAwareConfig
+
 MULTI_MODEL = "MultiModel"
 SINGLE_MODEL = "SingleModel"
 # InferenceExecutionConfig.Mode of a multi-container model; Serial is SageMaker's default.
@@ -50,6 +52,10 @@ class VariantSpec:
     execution_mode: str | None = None
     # ContainerStartupHealthCheckTimeoutInSeconds: how long a container may take to pass /ping.
     startup_timeout_s: float | None = None
+    # RoutingConfig: RoutingStrategy (among instances of a single-model variant) and, for
+    # PREFIX_AWARE, its PrefixAwareRoutingConfig.
+    routing: str = LEAST_OUTSTANDING_REQUESTS
+    prefix: PrefixAwareConfig | None = None
 
     @property
     def containers(self) -> tuple[ContainerSpec, ...]:
@@ -125,7 +131,9 @@ class EndpointSpec:
                 weight=float(v.get("weight", 1.0)), instance_type=v.get("instance_type"),
                 more_containers=tuple(ContainerSpec(**c) for c in v.get("more_containers") or ()),
                 execution_mode=v.get("execution_mode"),
-                startup_timeout_s=v.get("startup_timeout_s"))
+                startup_timeout_s=v.get("startup_timeout_s"),
+                routing=v.get("routing") or LEAST_OUTSTANDING_REQUESTS,
+                prefix=PrefixAwareConfig(**v["prefix"]) if v.get("prefix") else None)
             for v in doc["variants"])
         return cls(doc["name"], variants, config_name=doc.get("config_name", ""),
                    enhanced_metrics=bool(doc.get("enhanced_metrics", False)),

@@ -26,7 +26,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from emulator.contract import event_stream, runtime, runtime_errors
+from emulator.contract import event_stream, runtime, runtime_errors, sessions
 from emulator.contract.apis import API_SCOPE_KEY, RUNTIME_OPERATIONS, ApiRequest, Service
 from emulator.contract.body import Body
 from emulator.faults.rules import CallFacts
@@ -116,6 +116,12 @@ def answer_headers(result: InvokeResult, request_id: str) -> dict[str, str]:
         f"{result.variant}/{result.unit_id}", result.model_latency_s, result.cache_hit)
     if result.generation is not None:
         headers[runtime.H_GENERATION] = result.generation
+    if result.routed_by is not None:
+        headers[runtime.H_ROUTED_BY] = result.routed_by
+    if result.new_session is not None:
+        headers[sessions.H_NEW_SESSION_ID] = result.new_session
+    if result.closed_session is not None:
+        headers[sessions.H_CLOSED_SESSION_ID] = result.closed_session
     return headers
 
 
@@ -223,7 +229,8 @@ class ResponseStreams:
             if declared.isdigit() and int(declared) > limit:
                 raise runtime_errors.oversize_body(request_id, limit)  # unread
             body = await read_bounded(asgi_body(receive), limit, request_id)
-            parsed = runtime.parse_invoke(api.endpoint, headers, body, limit, request_id)
+            parsed = runtime.parse_invoke(api.endpoint, headers, body, limit, request_id,
+                                          streaming=True)
             answer = await component_streaming.open_stream(endpoint, parsed)
         except runtime_errors.SageMakerError as exc:  # before the first byte: a plain error
             await error_response(exc, request_id)(scope, receive, send)

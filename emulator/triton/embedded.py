@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 # Triton's own grace period for in-flight work on stop, then ours before SIGKILL. Short: a model
 # stuck loading (its stub died at import) would otherwise hold every stop for Triton's 10-15 s.
 EXIT_TIMEOUT_S = 3
+# The request headers Triton hands a model as request parameters: a stateful session's id.
+SESSION_HEADER_PATTERN = "(?i)^x-amzn-sagemaker-session-id$"
 KILL_AFTER_S = 5.0
 PORT_ATTEMPTS = 3  # starts on fresh ports when the chosen one was taken meanwhile
 
@@ -236,6 +238,9 @@ class EmbeddedLauncher(SupervisedLauncher, TritonAddresses):
             f"--http-address={self._host}",
             f"--http-port={self._http_port}",
             "--allow-grpc=false",
+            # A stateful session's id reaches the model as a request parameter (a Python
+            # model reads it from ``request.parameters()``) [U].
+            f"--http-header-forward-pattern={SESSION_HEADER_PATTERN}",
             "--allow-metrics=true",
             f"--metrics-port={free_port(self._host)}",
             "--exit-on-error=false",

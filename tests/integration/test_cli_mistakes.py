@@ -85,6 +85,7 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
     "snapshot save": [(["{tmp}/s"], "no emulator answers at http://127.0.0.1:9")],
     "snapshot load": [([MISSING], "no such folder")],
     "bench reset": [(["--endpoints", "-1"], "--endpoints")],
+    "bench routing": [(["--calls", "-1"], "--calls")],
 }
 
 

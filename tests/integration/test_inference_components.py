@@ -213,8 +213,9 @@ def test_endpoint_config_rules_for_components(module: Module) -> None:
         ManagedInstanceScaling={"MinInstanceCount": 3, "MaxInstanceCount": 2})
     assert "InitialInstanceCount (1) of production variant A must not be below" in config(
         ManagedInstanceScaling={"MinInstanceCount": 2, "MaxInstanceCount": 4})
-    assert "RoutingStrategy PREFIX_AWARE" in config(RoutingConfig={"RoutingStrategy":
-                                                                   "PREFIX_AWARE"})
+    assert "RoutingStrategy KV_AWARE" in config(RoutingConfig={"RoutingStrategy": "KV_AWARE"})
+    assert "PrefixLength is required" in config(RoutingConfig={"RoutingStrategy":
+                                                               "PREFIX_AWARE"})
     assert "ServerlessConfig is not supported" in validation_error(
         sm.create_endpoint_config, EndpointConfigName="cfg-serverless", ProductionVariants=[{
             "VariantName": "A", "ServerlessConfig": {"MemorySizeInMB": 2048,

@@ -81,7 +81,7 @@ async def _test_a_removed_copy_leaves_routing_at_once_and_stops_after_its_call(
     for _ in range(5):
         await asyncio.sleep(0)
     assert copies.ready == [built[0]] and not newest.stopped  # out of routing, still draining
-    assert all(copies.choose() is built[0] for _ in range(3))
+    assert all(copies.choose()[0] is built[0] for _ in range(3))
     newest.gate.set()
     assert await call == "ic/copy-2"
     await scale_in
@@ -103,9 +103,9 @@ async def _test_least_outstanding_requests_picks_the_idle_copy(tmp_path: Path) -
     copies, built = _copies(tmp_path)
     await copies.apply(CopyTarget(VARIANT, 2))
     built[0].in_flight = 3
-    assert {copies.choose().id for _ in range(4)} == {"ic/copy-2"}
+    assert {copies.choose()[0].id for _ in range(4)} == {"ic/copy-2"}
     built[0].in_flight = 0
-    assert {copies.choose().id for _ in range(4)} == {"ic/copy-1", "ic/copy-2"}  # in turn
+    assert {copies.choose()[0].id for _ in range(4)} == {"ic/copy-1", "ic/copy-2"}  # in turn
     await copies.stop()
 
 

@@ -81,7 +81,6 @@ def test_an_accelerator_partition_is_refused_as_aws_refuses_one_without_a_layout
     ("InstancePools", {"InstancePools": [{"InstanceType": "ml.m5.xlarge", "Priority": 1}]}, {}),
     ("AcceleratorPartitionLayouts", {"AcceleratorPartitionLayouts": [{
         "AcceleratorIndices": [0], "PartitionProfiles": ["mig-3g.40gb"]}]}, {}),
-    ("RoutingStrategy PREFIX_AWARE", {"RoutingConfig": {"RoutingStrategy": "PREFIX_AWARE"}}, {}),
     ("RoutingStrategy KV_AWARE", {"RoutingConfig": {"RoutingStrategy": "KV_AWARE"}}, {}),
     ("ShadowProductionVariants", {}, {"ShadowProductionVariants": [
         {**VARIANT, "VariantName": "Shadow"}]}),

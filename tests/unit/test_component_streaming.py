@@ -36,8 +36,8 @@ class _Copies:
         self.in_flight = 0
         self.samples: dict[str, float] = {}
 
-    def choose(self) -> MultiContainerInstance:
-        return self.ready[0]
+    def choose(self, request: object = None) -> tuple[MultiContainerInstance, None]:
+        return self.ready[0], None
 
     def arrive(self, started: float) -> CallRecord:
         self.in_flight += 1

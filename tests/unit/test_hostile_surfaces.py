@@ -256,7 +256,8 @@ def test_a_container_answering_bytes_that_are_not_http_is_a_model_error(answer: 
             member = ServeMember("container-1", container, Path("/nonexistent"),
                                  ErrorContext("byoc", "us-east-1", "123456789012", "container-1"))
             request = type("Request", (), {"body": b"{}", "content_type": "application/json",
-                                           "accept": None, "custom_attributes": None})()
+                                           "accept": None, "custom_attributes": None,
+                                           "session_id": None})()
             with pytest.raises(ModelError) as caught:
                 await member.call(request, time.monotonic(), 10)
             return caught.value

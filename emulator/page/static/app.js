@@ -183,6 +183,17 @@ function deploymentBlock(name, d) {
 // state and normalized utilization (namespace /aws/sagemaker/InferenceComponents).
 function percent(value) { return value === undefined || value === null ? "–" : `${value.toFixed(1)} %`; }
 
+// Open stateful sessions of a variant or a component: each with the instance (or copy) that
+// holds it and its expiry (docs/sessions-and-routing.md).
+function sessionsLine(sessions) {
+  if (!sessions || !sessions.length) return null;
+  return el("p", { class: "sessions", "data-figure": "sessions" },
+    el("span", { class: "muted" }, `${sessions.length} open session${sessions.length === 1 ? "" : "s"}: `),
+    ...sessions.slice(0, 20).map(s => el("span", { class: "badge session", "data-session": s.SessionId,
+      title: `expires ${s.Expires}` }, `${s.SessionId.slice(0, 8)} → ${s.Instance}`)),
+    sessions.length > 20 ? el("span", { class: "muted" }, ` and ${sessions.length - 20} more`) : null);
+}
+
 function componentBlock(c) {
   const r = c.Reservation;
   const reserved = [r.NumberOfCpuCoresRequired ? `${r.NumberOfCpuCoresRequired} vCPU` : null,
@@ -204,8 +215,10 @@ function componentBlock(c) {
       el("small", {}, ` variant ${c.VariantName} · ${c.InstanceType || "no instance type"} · `,
         el("span", { "data-figure": "copies" }, `${c.ReadyCopyCount} ready, ${c.CurrentCopyCount} placed, ${c.DesiredCopyCount} desired`),
         ` · per copy ${reserved} · ${c.Invocations} invocations · ${c.InFlight} in flight`
+        + (c.RoutingStrategy ? ` · routing ${c.RoutingStrategy}` : "")
         + (c.ModelLatencyAverageUs ? ` · model latency (avg) ${micros(c.ModelLatencyAverageUs)}` : ""))),
     c.Failure ? el("p", { class: "note" }, `copies failed to start: ${c.Failure}`) : null,
+    sessionsLine(c.Sessions),
     rows.length ? el("table", { class: "models copies" },
       el("thead", {}, el("tr", {}, ...["copy", "instance", "state", "in flight", "CPU (normalized)", "memory (normalized)", "GPU (normalized)"].map(h => el("th", {}, h)))),
       el("tbody", {}, ...rows))
@@ -216,7 +229,9 @@ function renderFleet() {
   const blocks = [];
   for (const [name, ep] of Object.entries(state.Endpoints)) {
     const variants = Object.entries(ep.Variants).map(([vname, v]) => el("div", { class: "variant" },
-      el("h4", {}, `variant ${vname}`, el("small", {}, ` weight ${v.Weight} · ${v.CurrentInstanceCount} of ${v.DesiredInstanceCount} instances serving`)),
+      el("h4", {}, `variant ${vname}`, el("small", {}, ` weight ${v.Weight} · ${v.CurrentInstanceCount} of ${v.DesiredInstanceCount} instances serving`
+        + (v.RoutingStrategy && v.RoutingStrategy !== "LEAST_OUTSTANDING_REQUESTS" ? ` · routing ${v.RoutingStrategy}` : ""))),
+      sessionsLine(v.Sessions),
       ...v.Instances.map(instance => {
         // A multi-container instance (inference pipeline) lists its containers, each Triton
         // container with its models; it has no budgets of its own.
