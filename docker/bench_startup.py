@@ -24,14 +24,8 @@ import aiohttp
 from emulator.triton.docker_launcher import DockerLauncher
 from emulator.triton.embedded import EmbeddedLauncher
 from emulator.triton.launcher import TritonLauncher, TritonOptions
+from harness.testmodels import write_vector_model
 
-CONFIG = """
-name: "echo"
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-"""
 MODEL = """
 import triton_python_backend_utils as pb_utils
 
@@ -44,9 +38,7 @@ class TritonPythonModel:
 
 
 def write_model(repository: Path) -> None:
-    (repository / "echo" / "1").mkdir(parents=True)
-    (repository / "echo" / "config.pbtxt").write_text(CONFIG)
-    (repository / "echo" / "1" / "model.py").write_text(MODEL)
+    write_vector_model(repository, "echo", MODEL)
 
 
 async def measure(launcher: TritonLauncher) -> tuple[float, float]:

@@ -139,6 +139,19 @@ class _Refused(Exception):
         super().__init__(f"{code}: {message}")
 
 
+async def _through(target: str, params: Entry,
+                   parse: Callable[[str, bytes], tuple[str, dict[str, Any]]],
+                   handle: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]],
+                   refusal: type[JsonProtocolError] | type[CloudWatchError]) -> dict[str, Any]:
+    """One entry's call as its API's route makes it: ``parse`` checks the request as the wire
+    would carry it, ``handle`` answers; the API's ``refusal`` becomes the entry's error."""
+    try:
+        name, checked = parse(target, _canonical(params).encode())
+        return await handle(name, checked)
+    except refusal as exc:
+        raise _Refused(exc.code, exc.message) from None
+
+
 class InitApplier:
     """Applies an ``InitFile`` through the services' own request paths."""
 
@@ -156,29 +169,20 @@ class InitApplier:
     # --- the three APIs, as their routes call them ------------------------------------------
 
     async def _sagemaker(self, operation: str, params: Entry) -> dict[str, Any]:
-        target, raw = f"{control_wire.TARGET_PREFIX}{operation}", _canonical(params).encode()
-        try:
-            name, checked = (component_rules.parse_request(target, raw)
-                             or control_wire.parse_request(target, raw))
-            return await self.control.handle(name, checked)
-        except JsonProtocolError as exc:
-            raise _Refused(exc.code, exc.message) from None
+        def parse(target: str, raw: bytes) -> tuple[str, dict[str, Any]]:
+            return (component_rules.parse_request(target, raw)
+                    or control_wire.parse_request(target, raw))
+
+        return await _through(f"{control_wire.TARGET_PREFIX}{operation}", params, parse,
+                              self.control.handle, JsonProtocolError)
 
     async def _autoscaling(self, operation: str, params: Entry) -> dict[str, Any]:
-        target = f"{scaling_wire.TARGET_PREFIX}{operation}"
-        try:
-            name, checked = scaling_wire.parse_request(target, _canonical(params).encode())
-            return await self.scaling.handle(name, checked)
-        except JsonProtocolError as exc:
-            raise _Refused(exc.code, exc.message) from None
+        return await _through(f"{scaling_wire.TARGET_PREFIX}{operation}", params,
+                              scaling_wire.parse_request, self.scaling.handle, JsonProtocolError)
 
     async def _cloudwatch(self, operation: str, params: Entry) -> dict[str, Any]:
-        target = f"{cloudwatch_wire.TARGET_PREFIX}{operation}"
-        try:
-            name, checked = cloudwatch_wire.parse_json(target, _canonical(params).encode())
-            return await self.cloudwatch.handle(name, checked)
-        except CloudWatchError as exc:
-            raise _Refused(exc.code, exc.message) from None
+        return await _through(f"{cloudwatch_wire.TARGET_PREFIX}{operation}", params,
+                              cloudwatch_wire.parse_json, self.cloudwatch.handle, CloudWatchError)
 
     async def _exists(self, call: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any] | None:
         try:

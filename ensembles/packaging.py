@@ -101,6 +101,20 @@ def parameters_block(params: Mapping[str, str]) -> str:
     )
 
 
+def ensemble_steps_block(
+    steps: Iterable[tuple[str, Mapping[str, str], Mapping[str, str]]],
+) -> str:
+    """An ensemble's ``ensemble_scheduling``: each step is (model, its inputs, its outputs), the
+    maps from the model's tensor names to the ensemble's."""
+    parts = []
+    for model, inputs, outputs in steps:
+        maps = [f'      input_map {{ key: "{k}" value: "{v}" }}\n' for k, v in inputs.items()]
+        maps += [f'      output_map {{ key: "{k}" value: "{v}" }}\n' for k, v in outputs.items()]
+        parts.append(f'    {{\n      model_name: "{model}"\n      model_version: -1\n'
+                     + "".join(maps) + "    }")
+    return "ensemble_scheduling {\n  step [\n" + ",\n".join(parts) + "\n  ]\n}\n"
+
+
 def scheduling_block(dynamic_batching: bool, instance_count: int, kind: str = "KIND_CPU") -> str:
     text = f"instance_group [ {{ kind: {kind} count: {instance_count} }} ]\n"
     if dynamic_batching:

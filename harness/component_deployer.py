@@ -208,13 +208,10 @@ def _deploy(deployer: DeploySteps, config: DeployConfig, spec: ComponentSpec, ar
     model_name = resource_name(
         _model_base(spec.name),
         definition_digest({"container": container, "role": role, "artifact": artifact.digest}))
-    if deployer._exists("DescribeModel", ModelName=model_name) is None:
-        deployer._mutate(sm, "CreateModel", ModelName=model_name, PrimaryContainer=container,
-                         ExecutionRoleArn=role)
+    if deployer._create_once("Model", model_name, PrimaryContainer=container,
+                             ExecutionRoleArn=role):
         created.add(f"model {model_name}", lambda: deployer._mutate(
             sm, "DeleteModel", ModelName=model_name))
-    else:
-        deployer._say(f"unchanged model {model_name}")
 
     config_name = _ensure_endpoint(deployer, config, spec, role, created)
     action = _ensure_component(deployer, config, spec, model_name, created)
@@ -274,12 +271,7 @@ def _ensure_endpoint(deployer: DeploySteps, config: DeployConfig, spec: Componen
     created with its config. Returns the config's name."""
     sm = deployer.clients.sagemaker
     name = config.endpoint_name
-    current = deployer._exists("DescribeEndpoint", EndpointName=name)
-    if current is not None and current["EndpointStatus"] in ("Creating", "Updating"):
-        if config.dry_run:
-            deployer._say(f"endpoint {name} is {current['EndpointStatus']}; would wait for it")
-        else:
-            current = deployer._wait(config, name, quiet=True)
+    current = deployer._settled_endpoint(config, name)
     if current is not None:
         config_name: str = current["EndpointConfigName"]
         if current["EndpointStatus"] not in ("InService", "Creating", "Updating"):
@@ -310,13 +302,10 @@ def _ensure_endpoint(deployer: DeploySteps, config: DeployConfig, spec: Componen
         variant["RoutingConfig"] = {"RoutingStrategy": spec.routing}
     config_name = resource_name(
         name, definition_digest({"components-variant": variant, "role": role}))
-    if deployer._exists("DescribeEndpointConfig", EndpointConfigName=config_name) is None:
-        deployer._mutate(sm, "CreateEndpointConfig", EndpointConfigName=config_name,
-                         ExecutionRoleArn=role, ProductionVariants=[variant])
+    if deployer._create_once("EndpointConfig", config_name, ExecutionRoleArn=role,
+                             ProductionVariants=[variant]):
         created.add(f"endpoint config {config_name}", lambda: deployer._mutate(
             sm, "DeleteEndpointConfig", EndpointConfigName=config_name))
-    else:
-        deployer._say(f"unchanged endpoint config {config_name}")
     deployer._mutate(sm, "CreateEndpoint", EndpointName=name, EndpointConfigName=config_name)
 
     def delete_endpoint() -> None:

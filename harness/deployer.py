@@ -469,8 +469,10 @@ class Deployer:
             model_name = config_name = resource_name(config.endpoint_name, digest)
             self._asked = None
             try:
-                self._ensure_model(model_name, container, role)
-                self._ensure_config(config_name, {**variant, "ModelName": model_name})
+                self._create_once("Model", model_name, PrimaryContainer=container,
+                                  ExecutionRoleArn=role)
+                self._create_once("EndpointConfig", config_name,
+                                  ProductionVariants=[{**variant, "ModelName": model_name}])
                 action = self._ensure_endpoint(config, config_name)
             except KeyboardInterrupt:
                 raise self._interrupted(config, config_name, store,
@@ -568,38 +570,31 @@ class Deployer:
                 return None
             raise
 
-    def _ensure_model(self, name: str, container: dict[str, Any], role: str) -> None:
-        if self._exists("DescribeModel", ModelName=name) is not None:
-            self._say(f"unchanged model {name}")
-            return
-        self._mutate(
-            self.clients.sagemaker,
-            "CreateModel",
-            ModelName=name,
-            PrimaryContainer=container,
-            ExecutionRoleArn=role,
-        )
+    def _create_once(self, kind: str, name: str, **params: Any) -> bool:
+        """Create{kind} of ``name`` with ``params``, unless Describe{kind} finds it (then it is
+        said unchanged): True where it was created."""
+        key = {f"{kind}Name": name}
+        if self._exists(f"Describe{kind}", **key) is not None:
+            label = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", kind).lower()  # EndpointConfig
+            self._say(f"unchanged {label} {name}")
+            return False
+        self._mutate(self.clients.sagemaker, f"Create{kind}", **key, **params)
+        return True
 
-    def _ensure_config(self, name: str, variant: dict[str, Any]) -> None:
-        if self._exists("DescribeEndpointConfig", EndpointConfigName=name) is not None:
-            self._say(f"unchanged endpoint config {name}")
-            return
-        self._mutate(
-            self.clients.sagemaker,
-            "CreateEndpointConfig",
-            EndpointConfigName=name,
-            ProductionVariants=[variant],
-        )
-
-    def _ensure_endpoint(self, config: DeployConfig, config_name: str) -> str:
-        name = config.endpoint_name
+    def _settled_endpoint(self, config: DeployConfig, name: str) -> dict[str, Any] | None:
+        """Endpoint ``name`` as DescribeEndpoint shows it (None: there is none), once it is no
+        longer Creating or Updating (a dry run only says it would wait)."""
         current = self._exists("DescribeEndpoint", EndpointName=name)
         if current is not None and current["EndpointStatus"] in ("Creating", "Updating"):
             if config.dry_run:
                 self._say(f"endpoint {name} is {current['EndpointStatus']}; would wait for it")
             else:
-                self._wait(config, name, quiet=True)
-                current = self._exists("DescribeEndpoint", EndpointName=name)
+                current = self._wait(config, name, quiet=True)
+        return current
+
+    def _ensure_endpoint(self, config: DeployConfig, config_name: str) -> str:
+        name = config.endpoint_name
+        current = self._settled_endpoint(config, name)
         action = "created"
         if current is not None and current["EndpointStatus"] == "Failed":
             self._say(f"endpoint {name} is Failed ({current.get('FailureReason')}): recreating it")

@@ -46,12 +46,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pytest
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     import numpy.typing as npt
 
@@ -70,6 +70,8 @@ class AssertMatchesGolden(Protocol):
 
     def __call__(self, name: str, outputs: Mapping[str, npt.NDArray[Any]], *,
                  rtol: float = 1e-5, atol: float = 1e-6, model: str | None = None) -> str: ...
+
+T = TypeVar("T")
 
 _LAST_TARGET_MODEL = pytest.StashKey[str]()
 
@@ -333,18 +335,24 @@ def _local_server(pytestconfig: pytest.Config, request: pytest.FixtureRequest,
     return server
 
 
+def _for_one_test(pytestconfig: pytest.Config, request: pytest.FixtureRequest, why: str,
+                  make: Callable[[str], T], undo: Callable[[T], object]) -> Iterator[T]:
+    """What ``make`` makes of the session's emulator (its URL) for one test; ``undo`` after it,
+    pass or fail. Skipped (``why``) against AWS."""
+    made = make(_local_server(pytestconfig, request, why).url)
+    try:
+        yield made
+    finally:
+        undo(made)
+
+
 @pytest.fixture
 def mme_faults(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> Iterator[Any]:
     """Fault rules on the session's emulator for one test; removed after it, pass or fail."""
     from harness.faults import FaultRules
 
-    server = _local_server(pytestconfig, request, "mme_faults: faults are injected by the "
-                           "emulator")
-    faults = FaultRules(server.url)
-    try:
-        yield faults
-    finally:
-        faults.remove_added()
+    yield from _for_one_test(pytestconfig, request, "mme_faults: faults are injected by the "
+                             "emulator", FaultRules, FaultRules.remove_added)
 
 
 @pytest.fixture
@@ -364,13 +372,8 @@ def mme_time(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> Ite
     transition rules removed after it, pass or fail."""
     from harness.emulated_time import EmulatedTime
 
-    server = _local_server(pytestconfig, request, "mme_time: the emulated clock is the "
-                           "emulator's")
-    time = EmulatedTime(server.url)
-    try:
-        yield time
-    finally:
-        time.clear_transitions()
+    yield from _for_one_test(pytestconfig, request, "mme_time: the emulated clock is the "
+                             "emulator's", EmulatedTime, EmulatedTime.clear_transitions)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""A tiny real Triton model (Python backend, ``Y = X * scale``) for benchmarks and self-checks.
+"""Tiny real Triton models (Python backend) for benchmarks and self-checks: ``Y = X * scale``,
+and a one-vector model whose model.py the caller writes.
 
 Its parameters make it slow to load (wait for a gate file), slow to run, or fail to load, so the
 test suite can observe lifecycle behaviour through conditions rather than timings.
@@ -68,6 +69,24 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 {param_text}
 ''')
+    return folder
+
+
+VECTOR_CONFIG = """name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+"""
+
+
+def write_vector_model(repo: Path, name: str, model_py: str) -> Path:
+    """A Python-backend model folder ``repo/name``: one FP32 vector in (INPUT0), one out
+    (OUTPUT0), ``model_py`` its model.py."""
+    folder = repo / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(VECTOR_CONFIG.format(name=name))
+    (folder / "1" / "model.py").write_text(model_py)
     return folder
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,18 +61,23 @@ def _counts(counts: dict[str, int]) -> str:
         or "nothing"
 
 
-def _refused(command: str, exc: Exception) -> int:
-    print(f"mme {command}: {exc}", file=sys.stderr)
-    return 1
-
-
-def run_reset(args: argparse.Namespace) -> int:
+def _ask(args: argparse.Namespace, command: str,
+         request: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
+    """The server's answer to ``request`` (made of its ``ServerState``); None, said on stderr,
+    where the server refused it or could not be reached."""
     from harness.server_state import StateRequestRefused
 
     try:
-        answer = _state(args).reset(keep_cache=args.keep_cache)
+        return request(_state(args))
     except (StateRequestRefused, OSError) as exc:
-        return _refused("reset", exc)
+        print(f"mme {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def run_reset(args: argparse.Namespace) -> int:
+    answer = _ask(args, "reset", lambda state: state.reset(keep_cache=args.keep_cache))
+    if answer is None:
+        return 1
     restarted = "; started again: " + ", ".join(answer["restarted"]) if answer["restarted"] \
         else ""
     print(f"reset: removed {_counts(answer['removed'])}; "
@@ -81,12 +87,10 @@ def run_reset(args: argparse.Namespace) -> int:
 
 def run_save(args: argparse.Namespace) -> int:
     from emulator.state.snapshot_format import SnapshotError, write_folder
-    from harness.server_state import StateRequestRefused
 
-    try:
-        doc = _state(args).snapshot(with_models=args.with_models)
-    except (StateRequestRefused, OSError) as exc:
-        return _refused("snapshot save", exc)
+    doc = _ask(args, "snapshot save", lambda state: state.snapshot(with_models=args.with_models))
+    if doc is None:
+        return 1
     try:
         write_folder(doc, args.folder)
     except SnapshotError as exc:
@@ -103,17 +107,15 @@ def run_save(args: argparse.Namespace) -> int:
 
 def run_load(args: argparse.Namespace) -> int:
     from emulator.state.snapshot_format import SnapshotError, read_folder
-    from harness.server_state import StateRequestRefused
 
     try:
         doc = read_folder(args.folder)
     except SnapshotError as exc:
         print(f"mme snapshot load: {exc}", file=sys.stderr)
         return 2
-    try:
-        answer = _state(args).restore(doc)
-    except (StateRequestRefused, OSError) as exc:
-        return _refused("snapshot load", exc)
+    answer = _ask(args, "snapshot load", lambda state: state.restore(doc))
+    if answer is None:
+        return 1
     endpoints = ", ".join(f"{name} {status}" for name, status in answer["endpoints"].items())
     print(f"loaded {args.folder}: {_counts(answer['restored'])}"
           + (f"; endpoints: {endpoints}" if endpoints else "")

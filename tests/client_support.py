@@ -6,6 +6,7 @@ importing from it imports it a second time under another name.
 
 from __future__ import annotations
 
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -14,8 +15,10 @@ from typing import Any
 
 import boto3
 import botocore.session
+import pytest
 from botocore.compress import maybe_compress_request
 from botocore.config import Config
+from botocore.exceptions import ClientError
 from botocore.parsers import create_parser
 from botocore.serialize import create_serializer
 
@@ -30,6 +33,63 @@ def runtime_client(url: str, **config: Any) -> Any:
         config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=120,
                       **config),
     )
+
+
+def validation_error(call: Any, **params: Any) -> str:
+    """The message of the ValidationException ``call(**params)`` is refused with."""
+    with pytest.raises(ClientError) as raised:
+        call(**params)
+    assert raised.value.response["Error"]["Code"] == "ValidationException", raised.value.response
+    message: str = raised.value.response["Error"]["Message"]
+    return message
+
+
+def create_mme_endpoint(sm: Any, name: str, model_data_url: str, instance_type: str,
+                        waiter: dict[str, Any] | None = None, **container: Any) -> None:
+    """Model, endpoint config and endpoint ``name``: one ``instance_type`` instance serving the
+    multi-model container of ``model_data_url`` (with ``container``'s other fields), InService."""
+    sm.create_model(ModelName=name, PrimaryContainer={
+        "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": model_data_url, **container})
+    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": name, "InstanceType": instance_type,
+        "InitialInstanceCount": 1}])
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    sm.get_waiter("endpoint_in_service").wait(
+        EndpointName=name, WaiterConfig=waiter or {"Delay": 1, "MaxAttempts": 120})
+
+
+def put_target_tracking(asg: Any, key: dict[str, str], policy: str, target: float,
+                        metric_type: str) -> None:
+    """Target tracking policy ``policy`` of scalable target ``key``: the predefined
+    ``metric_type`` kept at ``target``."""
+    asg.put_scaling_policy(**key, PolicyName=policy, PolicyType="TargetTrackingScaling",
+                           TargetTrackingScalingPolicyConfiguration={
+                               "TargetValue": target, "PredefinedMetricSpecification": {
+                                   "PredefinedMetricType": metric_type}})
+
+
+class CallLoop:
+    """Calls through one sagemaker-runtime client, back to back in a thread until ``stop()``:
+    a subclass makes one call (and keeps what it needs of it) in ``call``."""
+
+    stop_timeout_s = 30.0
+
+    def __init__(self, url: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(runtime_client(url),),
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, rt: Any) -> None:
+        while not self._stop.is_set():
+            self.call(rt)
+
+    def call(self, rt: Any) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.stop_timeout_s)
 
 
 @dataclass

@@ -156,6 +156,25 @@ def deploy_component(sm: Any, endpoint: str, component: str, model: str, copies:
                      ComputeResourceRequirements=RESOURCES if resources is None else resources)
 
 
+def put_scale_from_zero(asg: Any, cw: Any, key: dict[str, str], component: str, policy: str,
+                        alarm: str, **alarm_options: Any) -> None:
+    """SageMaker's way out of zero copies: a StepScaling policy of ``key`` that adds one copy,
+    run by alarm ``alarm`` on the component's NoCapacityInvocationFailures."""
+    step_arn = asg.put_scaling_policy(
+        **key, PolicyName=policy, PolicyType="StepScaling",
+        StepScalingPolicyConfiguration={
+            "AdjustmentType": "ChangeInCapacity", "MetricAggregationType": "Maximum",
+            "Cooldown": 60,
+            "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]},
+    )["PolicyARN"]
+    cw.put_metric_alarm(
+        AlarmName=alarm, AlarmActions=[step_arn],
+        MetricName="NoCapacityInvocationFailures", Namespace="AWS/SageMaker",
+        Statistic="Maximum", Dimensions=[{"Name": "InferenceComponentName", "Value": component}],
+        Period=30, EvaluationPeriods=1, DatapointsToAlarm=1, Threshold=1,
+        ComparisonOperator="GreaterThanOrEqualToThreshold", **alarm_options)
+
+
 class CallStream:
     """Calls to component ``name`` of endpoint ``name``, one after the other in a thread until
     ``stop()``: each answer's values and the copy that gave it (X-Mme-Instance, emulator-only)

@@ -14,7 +14,7 @@ import numpy as np
 
 from emulator.triton import stubs
 from harness.testmodels import write_scale_model
-from tests.support import output_of, scale_request
+from tests.support import output_of, package, scale_request
 
 SHM = Path("/dev/shm")
 
@@ -147,3 +147,35 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return stubs.process_state(pid) not in (None, "Z")
+
+
+FINALIZE_GATED = '''
+    def finalize(self):
+        # The test's unload lasts until it creates this file (or 120 s pass).
+        deadline = time.time() + 120
+        while not os.path.exists({gate!r}) and time.time() < deadline:
+            time.sleep(0.02)
+'''
+
+
+def write_gated_store(store: Path, work: Path, gate: Path, pad_bytes: int = 0,
+                      extra: str = "") -> None:
+    """``slow.tar.gz`` (x2) unloads only once ``gate`` exists; ``next.tar.gz`` (x3) does not.
+    ``extra``: Python appended to both models' model.py."""
+    for name, scale, gated in (("slow", 2, FINALIZE_GATED.format(gate=str(gate))),
+                               ("next", 3, "")):
+        folder = write_scale_model(work / name, name, scale=scale)
+        model_py = folder / "1" / "model.py"
+        model_py.write_text(model_py.read_text() + gated + extra)
+        if pad_bytes:
+            (folder / "1" / "weights.bin").write_bytes(b"\0" * pad_bytes)
+        package(folder, store / f"{name}.tar.gz", "folder")
+
+
+def serve_gated_store_for_one(start_emulator: Any, store: Path, tmp_path: Path) -> tuple[Any, Path]:
+    """The gated store, 600 kB of files each, served under a byte budget (files) with room for
+    one of its models: the server and the gate."""
+    gate = tmp_path / "finalize-gate"
+    write_gated_store(store, tmp_path / "w", gate, pad_bytes=600_000)
+    server = start_emulator(model_data=str(store), memory_budget="1MiB", model_memory="files")
+    return server, gate

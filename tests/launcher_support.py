@@ -7,6 +7,7 @@ per launcher, the docker run marked ``docker`` (skipped with ``--no-docker``, re
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from dataclasses import dataclass, field
@@ -69,3 +70,15 @@ class TritonLauncher:
         except ProcessLookupError:
             return False
         return True
+
+
+def restarted_event(launcher: Any) -> asyncio.Event:
+    """An event set once ``launcher`` has restarted its Triton (it becomes the launcher's
+    ``on_restart``)."""
+    restarted = asyncio.Event()
+
+    async def on_restart() -> None:
+        restarted.set()
+
+    launcher.on_restart = on_restart
+    return restarted

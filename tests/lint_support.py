@@ -1,11 +1,18 @@
 """Tarballs of the failure classes ``mme lint`` names, built one way for the lint's unit tests
-and for the tests that serve them (tests/integration/test_lint_classes_served.py)."""
+and for the tests that serve them (tests/integration/test_lint_classes_served.py); and how a
+deployment refused by the checks is seen to make no call."""
 
 from __future__ import annotations
 
 import io
 import tarfile
 from pathlib import Path
+
+import boto3
+import pytest
+
+from harness.deployer import Deployer, make_clients
+from harness.deployment import DeployConfig, DeployError
 
 ENV_PATH = "$$TRITON_MODEL_DIRECTORY/env.tar.gz"
 ENV_PARAMETER = ('parameters { key: "EXECUTION_ENV_PATH" value { string_value: "'
@@ -55,3 +62,16 @@ def with_env(tarball: Path, env: Path, model: dict[str, bytes] | None = None) ->
     files["m/config.pbtxt"] += ENV_PARAMETER.encode()
     files["m/env.tar.gz"] = env.read_bytes()
     return tar(tarball, files)
+
+
+def assert_deploy_refused_before_any_call(config: DeployConfig, match: str) -> None:
+    """``mme deploy`` of ``config`` to a local target is refused (``match``) before any call:
+    nothing listens there, so a call would fail differently, and later."""
+    session = boto3.Session(aws_access_key_id="x", aws_secret_access_key="x",
+                            region_name="us-east-1")
+    out = io.StringIO()
+    deployer = Deployer(make_clients(session, "local", emulator_url="http://127.0.0.1:9",
+                                     s3_endpoint_url="http://127.0.0.1:9"), out=out)
+    with pytest.raises(DeployError, match=match):
+        deployer.deploy(config)
+    assert "call " not in out.getvalue()

@@ -143,7 +143,7 @@ def _validate(shape: Shape, value: Any, path: str, errors: list[str],
         if isinstance(value, bool) or not isinstance(value, int):
             errors.append(_fail(path, value, "Member must be an integer"))
             return
-        _check_range(meta, value, path, errors)
+        _check_bounds(meta, "value", value, path, value, errors)
         return
     if kind in ("float", "double"):
         if (
@@ -159,7 +159,7 @@ def _validate(shape: Shape, value: Any, path: str, errors: list[str],
             errors.append(_fail(path, value, "Member must be a 32-bit floating-point number "
                                 f"(at most {FLOAT32_MAX:.7e} in magnitude)"))
             return
-        _check_range(meta, value, path, errors)
+        _check_bounds(meta, "value", value, path, value, errors)
         return
     if kind == "boolean":
         if not isinstance(value, bool):
@@ -208,30 +208,20 @@ def _sized(value: Any, expected: type[Sized], kind: str, meta: dict[str, Any], p
     if not isinstance(value, expected):
         errors.append(_fail(path, value, f"Member must be a {kind}"))
         return False
-    _check_length(meta, len(value), path, value, errors)
+    _check_bounds(meta, "length", len(value), path, value, errors)
     return True
 
 
-def _check_length(meta: dict[str, Any], length: int, path: str, value: Any,
+def _check_bounds(meta: dict[str, Any], what: str, measured: float, path: str, value: Any,
                   errors: list[str]) -> None:
-    if "max" in meta and length > meta["max"]:
+    """The shape's ``max`` and ``min`` on the member's ``what`` (its length, or its value)."""
+    if "max" in meta and measured > meta["max"]:
         errors.append(
-            _fail(path, value, f"Member must have length less than or equal to {meta['max']}")
+            _fail(path, value, f"Member must have {what} less than or equal to {meta['max']}")
         )
-    if "min" in meta and length < meta["min"]:
+    if "min" in meta and measured < meta["min"]:
         errors.append(
-            _fail(path, value, f"Member must have length greater than or equal to {meta['min']}")
-        )
-
-
-def _check_range(meta: dict[str, Any], value: float, path: str, errors: list[str]) -> None:
-    if "max" in meta and value > meta["max"]:
-        errors.append(
-            _fail(path, value, f"Member must have value less than or equal to {meta['max']}")
-        )
-    if "min" in meta and value < meta["min"]:
-        errors.append(
-            _fail(path, value, f"Member must have value greater than or equal to {meta['min']}")
+            _fail(path, value, f"Member must have {what} greater than or equal to {meta['min']}")
         )
 
 

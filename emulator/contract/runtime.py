@@ -81,6 +81,20 @@ def new_request_id() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+def _printable_id(headers: Mapping[str, str], header: str, member: str) -> str | None:
+    """The header's value (None: not sent), checked as botocore's model checks ``member``: 1-64
+    characters, \\A\\S[\\p{Print}]*\\z."""
+    value = headers.get(header)
+    if value is not None:
+        if len(value) > 64:
+            raise runtime_errors.header_too_long(header, member, 64)
+        if not TARGET_MODEL.match(value):
+            raise runtime_errors.ValidationError(
+                f"1 validation error detected: Value '{value}' at '{member}' failed to satisfy "
+                r"constraint: Member must satisfy regular expression pattern: \A\S[\p{Print}]*\z")
+    return value
+
+
 def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes | Body,
                  max_payload_bytes: int, request_id: str,
                  streaming: bool = False) -> InvokeRequest:
@@ -106,24 +120,8 @@ def parse_invoke(endpoint_name: str, headers: Mapping[str, str], body: bytes | B
         if not TARGET_MODEL.match(target):
             raise runtime_errors.invalid_target_model(
                 target, r"Member must satisfy regular expression pattern: \A\S[\p{Print}]*\z")
-    inference_id = headers.get(H_INFERENCE_ID)
-    if inference_id is not None:  # botocore's model: 1-64 characters, \A\S[\p{Print}]*\z
-        if len(inference_id) > 64:
-            raise runtime_errors.header_too_long(H_INFERENCE_ID, "inferenceId", 64)
-        if not TARGET_MODEL.match(inference_id):
-            raise runtime_errors.ValidationError(
-                f"1 validation error detected: Value '{inference_id}' at 'inferenceId' failed to "
-                r"satisfy constraint: Member must satisfy regular expression pattern: "
-                r"\A\S[\p{Print}]*\z")
-    prefix_aware_id = headers.get(H_PREFIX_AWARE_ID)
-    if prefix_aware_id is not None:  # botocore's model: 1-64 characters, \A\S[\p{Print}]*\z
-        if len(prefix_aware_id) > 64:
-            raise runtime_errors.header_too_long(H_PREFIX_AWARE_ID, "prefixAwareId", 64)
-        if not TARGET_MODEL.match(prefix_aware_id):
-            raise runtime_errors.ValidationError(
-                f"1 validation error detected: Value '{prefix_aware_id}' at 'prefixAwareId' "
-                r"failed to satisfy constraint: Member must satisfy regular expression "
-                r"pattern: \A\S[\p{Print}]*\z")
+    inference_id = _printable_id(headers, H_INFERENCE_ID, "inferenceId")
+    prefix_aware_id = _printable_id(headers, H_PREFIX_AWARE_ID, "prefixAwareId")
     return InvokeRequest(
         endpoint_name=endpoint_name,
         request_id=request_id,

@@ -43,10 +43,10 @@ import dataclasses
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from emulator.clock import Clock
-from emulator.control.deployments import ALARM, AlarmStates, watch_alarms
+from emulator.control.deployments import AlarmStates, GuardedProgress, GuardedRun, RolledBack
 from emulator.hosting.deployment import alarm_names
 
 log = logging.getLogger(__name__)
@@ -62,10 +62,6 @@ RollCopies = Callable[[int, int], Awaitable[None]]
 
 class PlanError(ValueError):
     """A DeploymentConfig SageMaker refuses (the message says what to fix)."""
-
-
-class RolledBack(Exception):
-    """The update must roll back; the message is the component's FailureReason."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,11 +112,10 @@ def _batch(size: dict[str, Any], copies: int, bounded: bool) -> int:
 
 
 @dataclasses.dataclass
-class Rollout:
-    """Where a rolling update is; JSON-safe, kept in the component's record."""
+class Rollout(GuardedProgress):
+    """Where a rolling update is (``started``: at UpdateInferenceComponent), kept in the
+    component's record."""
 
-    plan: dict[str, Any]
-    started: float  # the emulated clock's timeline (``Clock.now``) at UpdateInferenceComponent
     total: int  # copies rolled (the placed ones when the update started)
     desired_before: int  # DesiredCopyCount to go back to on a rollback
     new: int = 0  # copies of the new specification now (the others are old ones)
@@ -128,26 +123,16 @@ class Rollout:
     reason: str | None = None  # why it rolls back (the FailureReason)
     resumed: int = 0  # restarts of the emulator this update went through
 
-    def to_doc(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> Rollout:
-        return cls(**doc)
-
-
-class RollingUpdate:
+class RollingUpdate(GuardedRun[Rollout, RolloutPlan]):
     """One rolling update of component ``name``, to its end."""
 
     def __init__(self, name: str, rollout: Rollout, roll: RollCopies, clock: Clock,
                  alarms: AlarmStates | None, save: Callable[[Rollout], None]) -> None:
         self.name = name
         self.rollout = rollout
-        self.plan = RolloutPlan.from_doc(rollout.plan)
+        super().__init__(rollout, RolloutPlan.from_doc(rollout.plan), clock, alarms, save)
         self._roll = roll
-        self._clock = clock
-        self._alarms = alarms
-        self._save = save
 
     async def run(self) -> str | None:
         """None once every copy is of the new specification; the FailureReason once the update
@@ -200,18 +185,8 @@ class RollingUpdate:
 
     async def _bake(self, fired: asyncio.Queue[str]) -> None:
         self._raise_if_alarming()
-        bake_ends = self._clock.now() + self._clock.real_duration(self.plan.wait_s)
-        deadline = self._deadline()
-        cut = deadline is not None and deadline < bake_ends
-        try:
-            alarm = await self._clock.wait_until(
-                fired.get(), bake_ends if deadline is None else min(bake_ends, deadline))
-        except TimeoutError:
-            self._raise_if_alarming()
-            if cut:
-                raise RolledBack(self._timeout_reason()) from None
-            return
-        self._rolled_back_by(alarm)
+        await self._bake_until(
+            self._clock.now() + self._clock.real_duration(self.plan.wait_s), fired)
 
     def _batches(self) -> int:
         return max(1, math.ceil(self.rollout.total / self.plan.batch))
@@ -219,40 +194,15 @@ class RollingUpdate:
     def _batch_of(self, new: int) -> int:
         return max(1, math.ceil(new / self.plan.batch))
 
-    def _deadline(self) -> float | None:
-        if self.plan.max_execution_s is None:
-            return None
-        return self.rollout.started + self._clock.real_duration(self.plan.max_execution_s)
-
-    def _raise_if_late(self) -> None:
-        deadline = self._deadline()
-        if deadline is not None and self._clock.now() >= deadline:
-            raise RolledBack(self._timeout_reason())
-
     def _timeout_reason(self) -> str:  # [U] wording
         return (f"Inference component update did not complete within "
                 f"MaximumExecutionTimeoutInSeconds ({self.plan.max_execution_s:.0f} s) and was "
                 "rolled back to the previous specification.")
 
-    def _raise_if_alarming(self) -> None:
-        if self._alarms is None:
-            return
-        for name in self.plan.alarms:
-            if self._alarms.state(name) == ALARM:
-                self._rolled_back_by(name)
-
-    def _rolled_back_by(self, alarm: str) -> None:
+    def _rolled_back_by(self, alarm: str) -> NoReturn:
         # [U] wording, as for endpoint deployments: the alarm, and where the update was.
         raise RolledBack(
             f"Inference component update was rolled back because CloudWatch alarm \"{alarm}\" "
             f"went into ALARM state during batch {self._batch_of(self.rollout.new)} of "
             f"{self._batches()} ({self.rollout.new} of {self.rollout.total} copies on the new "
             "specification).")
-
-    def _watch(self, fired: asyncio.Queue[str]) -> Callable[[], None]:
-        return watch_alarms(self._alarms, self.plan.alarms, fired)
-
-    def _record(self, **changes: Any) -> None:
-        for key, value in changes.items():
-            setattr(self.rollout, key, value)
-        self._save(self.rollout)

@@ -31,7 +31,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 from emulator.clock import Clock
 from emulator.hosting.deployment import Plan
@@ -97,30 +97,115 @@ class Generations(Protocol):
 
 
 class RolledBack(Exception):
-    """The deployment must roll back; the message is the endpoint's FailureReason."""
+    """The update must roll back; the message is the FailureReason (the endpoint's, or the
+    inference component's)."""
 
 
 @dataclasses.dataclass
-class Progress:
-    """Where a deployment is; JSON-safe, kept in the endpoint's record."""
+class GuardedProgress:
+    """Where a guarded update is; JSON-safe, kept in its resource's record."""
 
     plan: dict[str, Any]
-    started: float  # the emulated clock's timeline (``Clock.now``) at UpdateEndpoint
+    started: float  # the emulated clock's timeline (``Clock.now``) when the update was asked
+
+    def to_doc(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_doc(cls: type[S], doc: dict[str, Any]) -> S:
+        return cls(**doc)
+
+
+S = TypeVar("S", bound=GuardedProgress)
+
+
+class GuardPlan(Protocol):
+    """What a guarded update's plan says of its guards."""
+
+    @property
+    def max_execution_s(self) -> float | None: ...  # MaximumExecutionTimeoutInSeconds
+
+    @property
+    def alarms(self) -> tuple[str, ...]: ...  # AutoRollbackConfiguration's alarm names
+
+
+P = TypeVar("P", bound=GuardPlan)
+
+
+class GuardedRun(Generic[S, P]):
+    """What a guarded update (an endpoint's deployment, an inference component's rolling
+    update) runs under: the MaximumExecutionTimeoutInSeconds deadline, the
+    AutoRollbackConfiguration alarms, the bakes either of them cuts short, and its progress
+    ``stored`` after every change. A subclass words its rollbacks (``_timeout_reason``,
+    ``_rolled_back_by``)."""
+
+    def __init__(self, stored: S, plan: P, clock: Clock, alarms: AlarmStates | None,
+                 save: Callable[[S], None]) -> None:
+        self._stored = stored
+        self.plan = plan
+        self._clock = clock
+        self._alarms = alarms
+        self._save = save
+
+    def _timeout_reason(self) -> str:
+        raise NotImplementedError
+
+    def _rolled_back_by(self, alarm: str) -> NoReturn:
+        raise NotImplementedError
+
+    async def _bake_until(self, bake_ends: float, fired: asyncio.Queue[str]) -> None:
+        """The bake until ``bake_ends`` (real time), or what is left before the deadline if that
+        is less; raises ``RolledBack`` for an alarm fired meanwhile or the deadline passed."""
+        deadline = self._deadline()
+        cut = deadline is not None and deadline < bake_ends
+        try:
+            alarm = await self._clock.wait_until(
+                fired.get(), bake_ends if deadline is None else min(bake_ends, deadline))
+        except TimeoutError:
+            self._raise_if_alarming()
+            if cut:
+                raise RolledBack(self._timeout_reason()) from None
+            return
+        self._rolled_back_by(alarm)
+
+    def _deadline(self) -> float | None:
+        if self.plan.max_execution_s is None:
+            return None
+        return self._stored.started + self._clock.real_duration(self.plan.max_execution_s)
+
+    def _raise_if_late(self) -> None:
+        deadline = self._deadline()
+        if deadline is not None and self._clock.now() >= deadline:
+            raise RolledBack(self._timeout_reason())
+
+    def _raise_if_alarming(self) -> None:
+        if self._alarms is None:
+            return
+        for name in self.plan.alarms:
+            if self._alarms.state(name) == ALARM:
+                self._rolled_back_by(name)
+
+    def _watch(self, fired: asyncio.Queue[str]) -> Callable[[], None]:
+        return watch_alarms(self._alarms, self.plan.alarms, fired)
+
+    def _record(self, **changes: Any) -> None:
+        for key, value in changes.items():
+            setattr(self._stored, key, value)
+        self._save(self._stored)
+
+
+@dataclasses.dataclass
+class Progress(GuardedProgress):
+    """Where a deployment is (``started``: at UpdateEndpoint), kept in the endpoint's record."""
+
     phase: str = STARTING
     step: int = 0  # index into plan.shares of the step running (or next to run)
     step_started: float = 0.0  # real epoch seconds, as DescribeEndpoint shows it
     resumed: int = 0  # restarts of the emulator this deployment went through
     alarm: str | None = None  # the alarm that rolled it back
 
-    def to_doc(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> Progress:
-        return cls(**doc)
-
-
-class DeploymentRun:
+class DeploymentRun(GuardedRun[Progress, Plan]):
     """One deployment of ``green`` onto the running endpoint ``name``."""
 
     def __init__(self, name: str, green: EndpointSpec, progress: Progress,
@@ -132,11 +217,8 @@ class DeploymentRun:
         self.blue_count = blue_count  # a rolling update's old fleet, per variant
         self.green_spec = green
         self.progress = progress
-        self.plan = Plan.from_doc(progress.plan)
+        super().__init__(progress, Plan.from_doc(progress.plan), clock, alarms, save)
         self._registry = registry
-        self._clock = clock
-        self._alarms = alarms
-        self._save = save
         self._promoted = promoted
         self._bake_ends: float | None = None  # real time, for the page
 
@@ -197,54 +279,24 @@ class DeploymentRun:
                  "baking %.0f s", self.name, step + 1, self.plan.steps, share * 100,
                  self.plan.bake_s)
         self._raise_if_alarming()
-        deadline = self._deadline()
         self._bake_ends = bake_ends = self._clock.now() + self._clock.real_duration(
             self.plan.bake_s)
-        # The bake, or what is left before MaximumExecutionTimeoutInSeconds if that is less.
-        cut = deadline is not None and deadline < bake_ends
-        try:
-            alarm = await self._clock.wait_until(
-                fired.get(), bake_ends if deadline is None else min(bake_ends, deadline))
-        except TimeoutError:
-            self._raise_if_alarming()
-            if cut:
-                raise RolledBack(self._timeout_reason()) from None
-            return
-        self._rolled_back_by(alarm, step)
-
-    def _deadline(self) -> float | None:
-        if self.plan.max_execution_s is None:
-            return None
-        return self.progress.started + self._clock.real_duration(self.plan.max_execution_s)
+        await self._bake_until(bake_ends, fired)
 
     def _timeout_reason(self) -> str:  # [U] wording
         return (f"The deployment did not complete within MaximumExecutionTimeoutInSeconds "
                 f"({self.plan.max_execution_s:.0f} s); traffic was rolled back to the previous "
                 "endpoint configuration.")
 
-    def _raise_if_alarming(self) -> None:
-        if self._alarms is None:
-            return
-        for name in self.plan.alarms:
-            if self._alarms.state(name) == ALARM:
-                self._rolled_back_by(name, self.progress.step)
-
-    def _rolled_back_by(self, alarm: str, step: int) -> None:
+    def _rolled_back_by(self, alarm: str) -> NoReturn:
         self._record(alarm=alarm)
+        step = self.progress.step  # the step baking
         share = self.plan.shares[step]
         # [U] wording; SageMaker names the alarm and that it rolled the update back.
         raise RolledBack(
             f"Endpoint update was rolled back because CloudWatch alarm \"{alarm}\" went into "
             f"ALARM state during the baking period of step {step + 1} of {self.plan.steps} "
             f"({share:.0%} of traffic on the new fleet).")
-
-    def _watch(self, fired: asyncio.Queue[str]) -> Callable[[], None]:
-        return watch_alarms(self._alarms, self.plan.alarms, fired)
-
-    def _record(self, **changes: Any) -> None:
-        for key, value in changes.items():
-            setattr(self.progress, key, value)
-        self._save(self.progress)
 
     # -- what the live page shows ------------------------------------------------------------
 

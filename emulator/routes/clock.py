@@ -17,7 +17,9 @@ With ``--auth sigv4`` they are the ``emulator:AdvanceClock``, ``emulator:PutTran
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -25,14 +27,22 @@ from fastapi.responses import JSONResponse
 from emulator.clock import Clock, ClockError
 from emulator.transitions import TransitionError, TransitionTable, parse_transition
 
+T = TypeVar("T")
 
-async def _json(request: Request, example: str) -> object | JSONResponse:
+
+async def _parsed(request: Request, example: str, parse: Callable[[object], T],
+                  refusal: type[Exception]) -> T | JSONResponse:
+    """The body, JSON, as ``parse`` reads it; a 400 saying what to send where either refuses it
+    (``parse`` by raising ``refusal``)."""
     try:
         data: object = json.loads(await request.body())
     except (ValueError, UnicodeDecodeError) as exc:
         return JSONResponse({"error": f"The body is not JSON ({exc}); send {example}."},
                             status_code=400)
-    return data
+    try:
+        return parse(data)
+    except refusal as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
 
 
 def advance_seconds(data: object) -> float:
@@ -56,13 +66,9 @@ def build_clock_router(clock: Clock, transitions: TransitionTable) -> APIRouter:
 
     @router.post("/_emulator/clock/advance")
     async def advance(request: Request) -> JSONResponse:
-        data = await _json(request, '{"seconds": 600}')
-        if isinstance(data, JSONResponse):
-            return data
-        try:
-            seconds = advance_seconds(data)
-        except ClockError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+        seconds = await _parsed(request, '{"seconds": 600}', advance_seconds, ClockError)
+        if isinstance(seconds, JSONResponse):
+            return seconds
         now = await clock.advance(seconds)
         return JSONResponse({
             "now": datetime.fromtimestamp(now, timezone.utc).isoformat().replace("+00:00", "Z"),
@@ -70,14 +76,11 @@ def build_clock_router(clock: Clock, transitions: TransitionTable) -> APIRouter:
 
     @router.put("/_emulator/transitions")
     async def put(request: Request) -> JSONResponse:
-        data = await _json(request, 'a rule: {"resource": "endpoint", "name": "*", '
-                                    '"status": "Creating", "duration_s": 30}')
-        if isinstance(data, JSONResponse):
-            return data
-        try:
-            rule = parse_transition(data)
-        except TransitionError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+        rule = await _parsed(request, 'a rule: {"resource": "endpoint", "name": "*", '
+                                      '"status": "Creating", "duration_s": 30}',
+                             parse_transition, TransitionError)
+        if isinstance(rule, JSONResponse):
+            return rule
         return JSONResponse(transitions.put(rule))
 
     @router.get("/_emulator/transitions")

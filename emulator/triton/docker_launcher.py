@@ -44,6 +44,7 @@ from emulator.containers.images import SHIMS_DIR_LABEL, ensure_image
 from emulator.supervision import STOPPING_AT_ONCE, LauncherError, SupervisedLauncher
 from emulator.triton.launcher import (
     SHIMS_DIR,
+    TritonAddresses,
     TritonOptions,
     control_args,
     count_gpus,
@@ -81,7 +82,7 @@ def _mount_roots(paths: Iterable[Path]) -> list[Path]:
     return sorted(roots)
 
 
-class DockerLauncher(SupervisedLauncher):
+class DockerLauncher(SupervisedLauncher, TritonAddresses):
     """Runs Triton in a container from ``image``; restarts it (a new container) if it dies
     (the watchdog of ``SupervisedLauncher``)."""
 
@@ -130,25 +131,13 @@ class DockerLauncher(SupervisedLauncher):
         self._work_dir = work_dir
         self._staged_shims: Path | None = None
         self._image_labels: dict[str, str] = {}
-        self._host_port = 0
-        self._grpc_host_port = 0
+        self._http_port = 0  # the host's ports the container's are published on
+        self._grpc_port = 0
         self._container_pid: int | None = None  # on this machine, as the engine reports it
         self._container: Container | None = None
         self._alive = False
 
-    # -- the TritonLauncher protocol --------------------------------------------------------
-    @property
-    def http_url(self) -> str:
-        return f"http://{self._host}:{self._host_port}"
-
-    @property
-    def repository(self) -> Path:
-        return self.options.repository
-
-    @property
-    def grpc_address(self) -> str | None:
-        return f"{self._host}:{self._grpc_host_port}" if self._grpc_host_port else None
-
+    # -- the TritonLauncher protocol (the addresses: TritonAddresses) ------------------------
     @property
     def shared_memory_dir(self) -> Path | None:
         # The container's own /dev/shm, reached through its process on this machine: only
@@ -296,9 +285,9 @@ class DockerLauncher(SupervisedLauncher):
                 container.remove(force=True)
             raise LauncherError(f"tritonserver in {self.image} exited with code {code} at "
                                 "once:\n" + _excerpt(logs))
-        self._host_port = int(bindings[0]["HostPort"])
+        self._http_port = int(bindings[0]["HostPort"])
         grpc = container.attrs["NetworkSettings"]["Ports"].get(f"{TRITON_GRPC_PORT}/tcp")
-        self._grpc_host_port = int(grpc[0]["HostPort"]) if grpc else 0
+        self._grpc_port = int(grpc[0]["HostPort"]) if grpc else 0
         self._container_pid = container.attrs.get("State", {}).get("Pid") or None
         return container
 

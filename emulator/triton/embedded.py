@@ -42,7 +42,13 @@ from emulator.supervision import (
     pump_output,
 )
 from emulator.triton import stubs
-from emulator.triton.launcher import TritonOptions, control_args, stage_shims, wait_until_ready
+from emulator.triton.launcher import (
+    TritonAddresses,
+    TritonOptions,
+    control_args,
+    stage_shims,
+    wait_until_ready,
+)
 
 log = logging.getLogger(__name__)
 # Triton's own grace period for in-flight work on stop, then ours before SIGKILL. Short: a model
@@ -194,7 +200,7 @@ def last_of_each_flag(command: list[str]) -> list[str]:
             if name is None or name in REPEATABLE_FLAGS or name not in names[i + 1:]]
 
 
-class EmbeddedLauncher(SupervisedLauncher):
+class EmbeddedLauncher(SupervisedLauncher, TritonAddresses):
     """Runs the wheel's tritonserver as a child process; restarts it if it dies."""
 
     def __init__(self, options: TritonOptions, work_dir: Path, tritonserver: str | None = None,
@@ -208,18 +214,6 @@ class EmbeddedLauncher(SupervisedLauncher):
         self._grpc_port = 0
         self._process: asyncio.subprocess.Process | None = None
         self._log_task: asyncio.Task[None] | None = None
-
-    @property
-    def http_url(self) -> str:
-        return f"http://{self._host}:{self._http_port}"
-
-    @property
-    def repository(self) -> Path:
-        return self.options.repository
-
-    @property
-    def grpc_address(self) -> str | None:
-        return f"{self._host}:{self._grpc_port}" if self._grpc_port else None
 
     @property
     def shared_memory_dir(self) -> Path | None:

@@ -58,6 +58,29 @@ class TritonOptions:
     startup_timeout_s: float = 120.0
 
 
+class TritonAddresses:
+    """The addresses a launcher answers for its Triton (``TritonLauncher``'s ``http_url``,
+    ``repository``, ``grpc_address``): Triton listens on ``_host``, HTTP on ``_http_port`` and
+    gRPC on ``_grpc_port`` (0: not known yet, or none), and serves ``options.repository``."""
+
+    options: TritonOptions
+    _host: str
+    _http_port: int
+    _grpc_port: int
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self._host}:{self._http_port}"
+
+    @property
+    def repository(self) -> Path:
+        return self.options.repository
+
+    @property
+    def grpc_address(self) -> str | None:
+        return f"{self._host}:{self._grpc_port}" if self._grpc_port else None
+
+
 class TritonLauncher(Protocol):
     @property
     def http_url(self) -> str:

@@ -17,7 +17,13 @@ import shutil
 from pathlib import Path
 
 from ensembles.image_classification import network, pipeline
-from ensembles.packaging import model_folder, parameters_block, scheduling_block, tensor_block
+from ensembles.packaging import (
+    ensemble_steps_block,
+    model_folder,
+    parameters_block,
+    scheduling_block,
+    tensor_block,
+)
 
 VARIANTS = ("onnx",)
 MAX_BATCH_SIZE = 256  # as the seeds
@@ -68,21 +74,9 @@ def ensemble_config() -> str:
         f"max_batch_size: {MAX_BATCH_SIZE}\n"
         + tensor_block("input", [("INPUT", "TYPE_UINT8", [-1])])
         + tensor_block("output", [("OUTPUT", "TYPE_FP32", [network.NUM_CLASSES])])
-        + f"""ensemble_scheduling {{
-  step [
-    {{
-      model_name: "dali"
-      model_version: -1
-      input_map {{ key: "{pipeline.INPUT_NAME}" value: "INPUT" }}
-      output_map {{ key: "DALI_OUTPUT_0" value: "preprocessed_image" }}
-    }},
-    {{
-      model_name: "{CLASSIFIER}"
-      model_version: -1
-      input_map {{ key: "{CLASSIFIER_INPUT}" value: "preprocessed_image" }}
-      output_map {{ key: "{CLASSIFIER_OUTPUT}" value: "OUTPUT" }}
-    }}
-  ]
-}}
-"""
+        + ensemble_steps_block([
+            ("dali", {pipeline.INPUT_NAME: "INPUT"}, {"DALI_OUTPUT_0": "preprocessed_image"}),
+            (CLASSIFIER, {CLASSIFIER_INPUT: "preprocessed_image"},
+             {CLASSIFIER_OUTPUT: "OUTPUT"}),
+        ])
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ensembles.packaging import (
+    ensemble_steps_block,
     model_folder,
     parameters_block,
     scheduling_block,
@@ -235,30 +236,12 @@ def ensemble_config(bert: str) -> str:
         f"max_batch_size: {MAX_BATCH_SIZE}\n"
         + tensor_block("input", [("INPUT0", "TYPE_STRING", [1])])
         + tensor_block("output", [("finaloutput", "TYPE_FP32", [HIDDEN])])
-        + f"""ensemble_scheduling {{
-  step [
-    {{
-      model_name: "preprocess"
-      model_version: -1
-      input_map {{ key: "INPUT0" value: "INPUT0" }}
-      output_map {{ key: "input_ids" value: "token_ids" }}
-      output_map {{ key: "attention_mask" value: "attn_mask" }}
-    }},
-    {{
-      model_name: "{bert}"
-      model_version: -1
-      input_map {{ key: "input_ids" value: "token_ids" }}
-      input_map {{ key: "attention_mask" value: "attn_mask" }}
-      output_map {{ key: "last_hidden_state" value: "token_embeds" }}
-    }},
-    {{
-      model_name: "postprocess"
-      model_version: -1
-      input_map {{ key: "TOKEN_EMBEDS_POST" value: "token_embeds" }}
-      input_map {{ key: "ATTENTION_POST" value: "attn_mask" }}
-      output_map {{ key: "SENT_EMBED" value: "finaloutput" }}
-    }}
-  ]
-}}
-"""
+        + ensemble_steps_block([
+            ("preprocess", {"INPUT0": "INPUT0"},
+             {"input_ids": "token_ids", "attention_mask": "attn_mask"}),
+            (bert, {"input_ids": "token_ids", "attention_mask": "attn_mask"},
+             {"last_hidden_state": "token_embeds"}),
+            ("postprocess", {"TOKEN_EMBEDS_POST": "token_embeds", "ATTENTION_POST": "attn_mask"},
+             {"SENT_EMBED": "finaloutput"}),
+        ])
     )

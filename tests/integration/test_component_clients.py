@@ -25,7 +25,7 @@ from ensembles.packaging import package
 from harness.deploy_cli import main as cli_main
 from harness.deployer import Deployer, make_clients, triton_image_uri
 from harness.deployment import ComponentSpec, DeployConfig
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.client_support import DUMMY_CREDENTIALS, put_target_tracking, runtime_client
 from tests.component_support import ROLE, ComponentServer
 from tests.support import (
     output_of,
@@ -188,11 +188,8 @@ def test_teardown_of_a_component_deletes_its_scaling_target_policies_and_alarm(
     key = {"ServiceNamespace": "sagemaker", "ResourceId": "inference-component/cli-scaled-ic",
            "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount"}
     asg.register_scalable_target(**key, MinCapacity=0, MaxCapacity=2)
-    asg.put_scaling_policy(**key, PolicyName="per-copy", PolicyType="TargetTrackingScaling",
-                           TargetTrackingScalingPolicyConfiguration={
-                               "TargetValue": 5.0, "PredefinedMetricSpecification": {
-                                   "PredefinedMetricType":
-                                       "SageMakerInferenceComponentInvocationsPerCopy"}})
+    put_target_tracking(asg, key, "per-copy", 5.0,
+                        "SageMakerInferenceComponentInvocationsPerCopy")
     step = asg.put_scaling_policy(
         **key, PolicyName="from-zero", PolicyType="StepScaling",
         StepScalingPolicyConfiguration={
@@ -217,6 +214,15 @@ def test_teardown_of_a_component_deletes_its_scaling_target_policies_and_alarm(
     assert _names(module, "cli-scaled")["endpoints"] == []
 
 
+def _assert_nothing_left(module: Module, endpoint: str, component: str) -> None:
+    """No component, endpoint, endpoint config, model or stored artifact of the run of
+    ``component`` on ``endpoint`` is left."""
+    left = _names(module, endpoint)
+    assert left["components"] == left["endpoints"] == left["configs"] == []
+    assert not [m for m in left["models"] if m.startswith(component)]
+    assert not (module.root / "store" / endpoint).exists()
+
+
 def test_a_refused_component_leaves_nothing_of_the_run_behind(
         module: Module, capsys: pytest.CaptureFixture[str]) -> None:
     # 64 cores cannot fit one ml.g5.xlarge (4 vCPUs): CreateInferenceComponent is refused
@@ -228,10 +234,7 @@ def test_a_refused_component_leaves_nothing_of_the_run_behind(
     assert code == 1
     assert "CreateInferenceComponent failed" in err and "Traceback" not in err
     assert "rolling back: delete endpoint cli-refused" in out
-    left = _names(module, "cli-refused")
-    assert left["components"] == left["endpoints"] == left["configs"] == []
-    assert not [m for m in left["models"] if m.startswith("cli-too-big")]
-    assert not (module.root / "store" / "cli-refused").exists()
+    _assert_nothing_left(module, "cli-refused", "cli-too-big")
 
 
 def test_a_failed_smoke_call_rolls_the_new_component_back(
@@ -246,10 +249,7 @@ def test_a_failed_smoke_call_rolls_the_new_component_back(
         "inference component cli-bad-call", "endpoint cli-smoke", "endpoint config",
         "model cli-bad-call-ic-", "copied")]
     assert undone == sorted(undone), out
-    left = _names(module, "cli-smoke")
-    assert left["components"] == left["endpoints"] == left["configs"] == []
-    assert not [m for m in left["models"] if m.startswith("cli-bad-call")]
-    assert not (module.root / "store" / "cli-smoke").exists()
+    _assert_nothing_left(module, "cli-smoke", "cli-bad-call")
 
 
 def test_a_dry_run_prints_the_component_calls_and_makes_none(

@@ -59,6 +59,16 @@ def _component(module: ComponentServer, name: str) -> dict[str, Any]:
         InferenceComponentName=name))
 
 
+def _answered_once_in_service(module: ComponentServer, name: str, stream: CallStream,
+                              what: str) -> int:
+    """Waits for endpoint ``name`` InService again (``what`` done), then for three more answers
+    of ``stream``: returns how many it had answered before them."""
+    wait_until(lambda: _status(module, name) == "InService", 60, f"{what} done")
+    answered = len(stream.copies)
+    wait_until(lambda: len(stream.copies) >= answered + 3, 30, f"calls after {what}")
+    return answered
+
+
 def _call(client: Any, name: str) -> tuple[list[float], str]:
     """The answer and the copy that gave it (X-Mme-Instance, emulator-only)."""
     answer = client.invoke_endpoint(EndpointName=name, InferenceComponentName=name,
@@ -66,6 +76,22 @@ def _call(client: Any, name: str) -> tuple[list[float], str]:
                                     Body=scale_request([1, 2, 3, 4]))
     copy = answer["ResponseMetadata"]["HTTPHeaders"]["x-mme-instance"]
     return output_of(answer["Body"].read()).tolist(), copy
+
+
+def _assert_answers_after_the_restart_on(module: ComponentServer, name: str,
+                                         instance_type: str) -> None:
+    """The component answers again, from its one copy, placed on ``instance_type``."""
+    client = runtime_client(module.server.url)
+
+    def answers() -> bool:
+        try:
+            return _call(client, name)[0] == DOUBLED
+        except ClientError:
+            return False
+
+    wait_until(answers, 60, "the component answering after the restart")
+    assert _component(module, name)["RuntimeConfig"]["PlacementStatus"] == [
+        {"InstanceType": instance_type, "CurrentCopyCount": 1}]
 
 
 def test_a_new_instance_type_moves_the_copies_and_fails_no_call(module: ComponentServer) -> None:
@@ -92,9 +118,7 @@ def test_a_new_instance_type_moves_the_copies_and_fails_no_call(module: Componen
         pending = during["PendingDeploymentSummary"]["ProductionVariants"][0]
         assert pending["InstanceType"] == "ml.c5.2xlarge"
         assert during["ProductionVariants"][0]["CurrentInstanceCount"] >= 1  # instances serve
-        wait_until(lambda: _status(module, name) == "InService", 60, "the update done")
-        answered = len(stream.copies)
-        wait_until(lambda: len(stream.copies) >= answered + 3, 30, "calls after the update")
+        _answered_once_in_service(module, name, stream, "the update")
     finally:
         stream.stop()
     assert stream.failures == []
@@ -124,17 +148,7 @@ def test_an_update_interrupted_by_a_restart_ends_on_the_new_config(module: Compo
     wait_until(lambda: _status(module, name) == "InService", 60, "the update carried on")
     assert module.client("sagemaker").describe_endpoint(
         EndpointName=name)["EndpointConfigName"] == f"{name}-c5"
-    client = runtime_client(module.server.url)
-
-    def answers() -> bool:
-        try:
-            return _call(client, name)[0] == DOUBLED
-        except ClientError:
-            return False
-
-    wait_until(answers, 60, "the component answering after the restart")
-    assert _component(module, name)["RuntimeConfig"]["PlacementStatus"] == [
-        {"InstanceType": "ml.c5.2xlarge", "CurrentCopyCount": 1}]
+    _assert_answers_after_the_restart_on(module, name, "ml.c5.2xlarge")
     assert len(module.tritons(name)) == 1
 
 
@@ -232,9 +246,7 @@ def test_a_canary_update_shifts_the_calls_to_the_new_fleet_and_ends_on_it(
                    and old_copy not in stream.copies[-3:], 30, "every call on the new fleet")
         assert _status(module, name) == "Updating"  # the final bake
         clock.advance(600)
-        wait_until(lambda: _status(module, name) == "InService", 60, "the update done")
-        answered = len(stream.copies)
-        wait_until(lambda: len(stream.copies) >= answered + 3, 30, "calls after the update")
+        answered = _answered_once_in_service(module, name, stream, "the update")
     finally:
         stream.stop()
     assert stream.failures == []
@@ -277,9 +289,7 @@ def test_an_alarm_during_the_canary_rolls_the_update_back(module: ComponentServe
         wait_until(lambda: any(c != old_copy for c in stream.copies), 60,
                    "the new fleet's copy answering during the canary")
         cw.set_alarm_state(AlarmName=alarm, StateValue="ALARM", StateReason="a test says so")
-        wait_until(lambda: _status(module, name) == "InService", 60, "the rollback done")
-        answered = len(stream.copies)
-        wait_until(lambda: len(stream.copies) >= answered + 3, 30, "calls after the rollback")
+        answered = _answered_once_in_service(module, name, stream, "the rollback")
     finally:
         stream.stop()
     assert stream.failures == []
@@ -311,15 +321,5 @@ def test_a_guarded_update_cut_by_a_restart_comes_back_on_the_previous_config(
     assert described["EndpointConfigName"] == name
     assert "interrupted by a restart" in described["FailureReason"]
     assert "PendingDeploymentSummary" not in described
-    client = runtime_client(module.server.url)
-
-    def answers() -> bool:
-        try:
-            return _call(client, name)[0] == DOUBLED
-        except ClientError:
-            return False
-
-    wait_until(answers, 60, "the component answering after the restart")
-    assert _component(module, name)["RuntimeConfig"]["PlacementStatus"] == [
-        {"InstanceType": "ml.m5.xlarge", "CurrentCopyCount": 1}]
+    _assert_answers_after_the_restart_on(module, name, "ml.m5.xlarge")
     assert len(_endpoint_tritons(module, name)) == 1

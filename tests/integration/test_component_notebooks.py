@@ -21,7 +21,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.client_support import DUMMY_CREDENTIALS
-from tests.component_support import ROLE, ComponentServer
+from tests.component_support import ROLE, ComponentServer, put_scale_from_zero
 from tests.support import output_of, scale_request, wait_until
 
 DIMENSION = "sagemaker:inference-component:DesiredCopyCount"
@@ -259,19 +259,7 @@ def test_scale_down_to_zero_and_back_as_the_notebook_waits_for_it(module: Module
         TargetTrackingScalingPolicyConfiguration={
             "TargetValue": 3, "PredefinedMetricSpecification": {"PredefinedMetricType":
                 "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"}})
-    step_arn = asg.put_scaling_policy(
-        **key, PolicyName="step-scaling-zero-ic", PolicyType="StepScaling",
-        StepScalingPolicyConfiguration={
-            "AdjustmentType": "ChangeInCapacity", "MetricAggregationType": "Maximum",
-            "Cooldown": 60,
-            "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]},
-    )["PolicyARN"]
-    cw.put_metric_alarm(
-        AlarmName="scale-from-zero-zero-ic", AlarmActions=[step_arn],
-        MetricName="NoCapacityInvocationFailures", Namespace="AWS/SageMaker",
-        Statistic="Maximum", Dimensions=[{"Name": "InferenceComponentName", "Value": "zero-ic"}],
-        Period=30, EvaluationPeriods=1, DatapointsToAlarm=1, Threshold=1,
-        ComparisonOperator="GreaterThanOrEqualToThreshold")
+    put_scale_from_zero(asg, cw, key, "zero-ic", "step-scaling-zero-ic", "scale-from-zero-zero-ic")
 
     # Idle: the high-resolution target tracking scales the copy in, then the instance goes.
     def at_zero() -> bool:

@@ -60,6 +60,17 @@ def _describe(module: ComponentServer, name: str) -> dict[str, Any]:
         InferenceComponentName=name)
 
 
+def _answered_once_in_service(module: ComponentServer, name: str, stream: CallStream,
+                              timeout: float, what: str) -> int:
+    """Waits for component ``name`` InService again (``what`` done), then for ten more answers
+    of ``stream``: returns how many it had answered before them."""
+    wait_until(lambda: _describe(module, name)["InferenceComponentStatus"] == "InService",
+               timeout, f"{what} done")
+    seen = len(stream.answers)
+    wait_until(lambda: len(stream.answers) >= seen + 10, 30, f"calls after {what}")
+    return seen
+
+
 def _call(module: ComponentServer, name: str) -> list[float] | None:
     try:
         answer = runtime_client(module.server.url).invoke_endpoint(
@@ -126,10 +137,7 @@ def test_a_rolling_update_replaces_the_copies_in_batches_and_fails_no_call(
         wait_for(lambda: named[0] in _prometheus_copy_ids(module, "roll"), 60,
                  f"{named[0]}'s utilization in Prometheus")
         assert _describe(module, "roll")["InferenceComponentStatus"] == "Updating"
-        wait_until(lambda: _describe(module, "roll")["InferenceComponentStatus"] == "InService",
-                   120, "the update done")
-        seen = len(stream.answers)
-        wait_until(lambda: len(stream.answers) >= seen + 10, 30, "calls after the update")
+        seen = _answered_once_in_service(module, "roll", stream, 120, "the update")
     finally:
         stream.stop()
     assert stream.failures == []
@@ -164,10 +172,7 @@ def test_an_alarm_during_the_update_rolls_it_back_to_the_old_model(module: Compo
         wait_until(lambda: NEW in stream.answers, 60, "the first new copy answering")
         cw.set_alarm_state(AlarmName="back-guard", StateValue="ALARM",
                            StateReason="the test says the new model is bad")
-        wait_until(lambda: _describe(module, "back")["InferenceComponentStatus"] == "InService",
-                   60, "the rollback done")
-        seen = len(stream.answers)
-        wait_until(lambda: len(stream.answers) >= seen + 10, 30, "calls after the rollback")
+        seen = _answered_once_in_service(module, "back", stream, 60, "the rollback")
     finally:
         stream.stop()
     assert stream.failures == []

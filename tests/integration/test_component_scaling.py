@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.component_support import ROLE, ComponentServer, deploy_component
+from tests.client_support import validation_error
+from tests.component_support import ROLE, ComponentServer, deploy_component, put_scale_from_zero
 from tests.support import scale_request, wait_until
 
 DIMENSION = "sagemaker:inference-component:DesiredCopyCount"
@@ -63,14 +64,6 @@ def _instances(sm: Any, endpoint: str) -> int:
     return count
 
 
-def _error(call: Any, **params: Any) -> str:
-    with pytest.raises(ClientError) as raised:
-        call(**params)
-    assert raised.value.response["Error"]["Code"] == "ValidationException", raised.value.response
-    message: str = raised.value.response["Error"]["Message"]
-    return message
-
-
 def test_register_a_component_and_the_refusals(module: ComponentServer) -> None:
     _deploy(module, "reg", 1)
     asg = module.client("application-autoscaling")
@@ -80,20 +73,20 @@ def test_register_a_component_and_the_refusals(module: ComponentServer) -> None:
         ScalableDimension=DIMENSION)["ScalableTargets"]
     assert (target["ScalableDimension"], target["MinCapacity"], target["MaxCapacity"]) == (
         DIMENSION, 0, 3)
-    assert _error(asg.register_scalable_target, **_key("missing"), MinCapacity=0,
-                  MaxCapacity=1) == (
+    assert validation_error(asg.register_scalable_target, **_key("missing"), MinCapacity=0,
+                            MaxCapacity=1) == (
         "The inference component missing does not exist. Create it (CreateInferenceComponent) "
         "before registering it as a scalable target.")
-    assert "MinCapacity must be at least 1" in _error(
+    assert "MinCapacity must be at least 1" in validation_error(
         asg.register_scalable_target, ServiceNamespace="sagemaker",
         ResourceId="endpoint/reg/variant/AllTraffic",
         ScalableDimension="sagemaker:variant:DesiredInstanceCount", MinCapacity=0,
         MaxCapacity=1)
-    assert "Unsupported service namespace, resource type or scalable dimension" in _error(
+    assert "Unsupported service namespace, resource type or scalable dimension" in validation_error(
         asg.register_scalable_target, **{**_key("reg-ic"), "ScalableDimension":
                                           "sagemaker:variant:DesiredInstanceCount"},
         MinCapacity=1, MaxCapacity=2)
-    assert "Unsupported metric type SageMakerVariantInvocationsPerInstance" in _error(
+    assert "Unsupported metric type SageMakerVariantInvocationsPerInstance" in validation_error(
         asg.put_scaling_policy, **_key("reg-ic"), PolicyName="wrong",
         PolicyType="TargetTrackingScaling", TargetTrackingScalingPolicyConfiguration={
             "TargetValue": 5.0, "PredefinedMetricSpecification": {
@@ -115,20 +108,8 @@ def test_scale_to_zero_and_back_through_the_no_capacity_alarm(module: ComponentS
                 "Namespace": "CI/Components", "MetricName": "CallsPerCopy",
                 "Statistic": "Sum", "Dimensions": [{"Name": "InferenceComponentName",
                                                     "Value": "zero-ic"}]}})
-    step_arn = asg.put_scaling_policy(
-        **key, PolicyName="from-zero", PolicyType="StepScaling",
-        StepScalingPolicyConfiguration={
-            "AdjustmentType": "ChangeInCapacity", "MetricAggregationType": "Maximum",
-            "Cooldown": 60,
-            "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]},
-    )["PolicyARN"]
-    cw.put_metric_alarm(
-        AlarmName="zero-ic-no-capacity", Namespace="AWS/SageMaker",
-        MetricName="NoCapacityInvocationFailures",
-        Dimensions=[{"Name": "InferenceComponentName", "Value": "zero-ic"}],
-        Statistic="Maximum", Period=30, EvaluationPeriods=1, DatapointsToAlarm=1,
-        Threshold=1, ComparisonOperator="GreaterThanOrEqualToThreshold",
-        TreatMissingData="missing", AlarmActions=[step_arn])
+    put_scale_from_zero(asg, cw, key, "zero-ic", "from-zero", "zero-ic-no-capacity",
+                        TreatMissingData="missing")
 
     stop = threading.Event()
 

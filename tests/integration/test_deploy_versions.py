@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -26,7 +25,7 @@ from harness.deploy_cli import main as mme
 from harness.deployer import Deployer, deployment_config, make_clients
 from harness.deployment import DeployConfig
 from tests import support
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.client_support import DUMMY_CREDENTIALS, CallLoop, runtime_client
 from tests.support import output_of, scale_request, write_scale_model
 
 pytestmark = pytest.mark.slow
@@ -65,27 +64,18 @@ def _models(url: str) -> list[dict[str, Any]]:
     return found
 
 
-class _Traffic:
+class _Traffic(CallLoop):
     """One client calling scale.tar.gz back to back while a deployment runs."""
 
-    def __init__(self, url: str) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(runtime_client(url),),
-                                        daemon=True)
-        self._thread.start()
+    stop_timeout_s = 120.0
 
-    def _run(self, rt: Any) -> None:
-        while not self._stop.is_set():
-            try:
-                rt.invoke_endpoint(EndpointName="demo", TargetModel="scale.tar.gz",
-                                   ContentType="application/json",
-                                   Body=scale_request([1.0, 1.0, 1.0, 1.0]))
-            except Exception:  # noqa: BLE001 - green's broken model answers with errors
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=120)
+    def call(self, rt: Any) -> None:
+        try:
+            rt.invoke_endpoint(EndpointName="demo", TargetModel="scale.tar.gz",
+                               ContentType="application/json",
+                               Body=scale_request([1.0, 1.0, 1.0, 1.0]))
+        except Exception:  # noqa: BLE001 - green's broken model answers with errors
+            time.sleep(0.05)
 
 
 def test_a_rolled_back_canary_leaves_v1_served_on_a_new_instance_and_after_a_restart(

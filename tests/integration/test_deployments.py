@@ -138,6 +138,12 @@ class Traffic:
         for thread in self._threads:
             thread.join(timeout=120)
 
+    def next_factors(self, what: str) -> set[float]:
+        """The factors of the next five answers (``what`` they come after)."""
+        mark = len(self.factors)
+        wait_for(lambda: len(self.factors) >= mark + 5, what)
+        return set(self.factors[mark:])
+
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 120) -> Any:
     return support.wait_for(condition, timeout, what, interval_s=0.1)
@@ -207,9 +213,7 @@ def test_canary_bakes_and_completes_without_a_failed_call(emulator: Module) -> N
         described = in_service_on(sm, other)
         assert described["LastDeploymentConfig"] == config
         assert "FailureReason" not in described
-        mark = len(traffic.factors)
-        wait_for(lambda: len(traffic.factors) >= mark + 5, "answers after the deployment")
-        assert set(traffic.factors[mark:]) == {FACTOR[other]}
+        assert traffic.next_factors("answers after the deployment") == {FACTOR[other]}
     finally:
         traffic.stop()
     assert traffic.failures == []
@@ -233,9 +237,7 @@ def test_canary_rolled_back_by_an_alarm_on_a_published_metric(emulator: Module) 
         # Green stopped and its folder gone: one endpoint, one generation's folder.
         folders = emulator.cache / "endpoints"
         wait_for(lambda: len(list(folders.iterdir())) == 1, "the green generation's folder gone")
-        mark = len(traffic.factors)
-        wait_for(lambda: len(traffic.factors) >= mark + 5, "answers after the rollback")
-        assert set(traffic.factors[mark:]) == {FACTOR[running]}
+        assert traffic.next_factors("answers after the rollback") == {FACTOR[running]}
     finally:
         traffic.stop()
     assert traffic.failures == []
@@ -253,10 +255,8 @@ def test_green_model_failing_is_rolled_back_by_the_endpoints_own_metric(
                            DeploymentConfig=canary(50, wait=3600, alarms=("ep-model-errors",)))
         described = in_service_on(sm, running)  # through RollingBack
         assert '"ep-model-errors"' in described["FailureReason"]
-        mark = len(traffic.factors)
         failed = len(traffic.failures)
-        wait_for(lambda: len(traffic.factors) >= mark + 5, "answers after the rollback")
-        assert set(traffic.factors[mark:]) == {FACTOR[running]}
+        assert traffic.next_factors("answers after the rollback") == {FACTOR[running]}
         assert len(traffic.failures) == failed  # once rolled back, nothing fails
     finally:
         traffic.stop()
@@ -289,9 +289,7 @@ def test_linear_then_all_at_once(emulator: Module) -> None:
             "BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {
                 "Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 0}}})
         in_service_on(sm, "green")
-        mark = len(traffic.factors)
-        wait_for(lambda: len(traffic.factors) >= mark + 5, "answers after all at once")
-        assert set(traffic.factors[mark:]) == {GREEN}
+        assert traffic.next_factors("answers after all at once") == {GREEN}
     finally:
         traffic.stop()
     assert traffic.failures == []

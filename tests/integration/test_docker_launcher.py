@@ -31,6 +31,7 @@ from emulator.processes import free_port
 from emulator.supervision import LauncherError
 from emulator.triton.docker_launcher import TRITON_GRPC_PORT, DockerLauncher, _mount_roots
 from emulator.triton.launcher import TritonOptions, control_args
+from tests.launcher_support import restarted_event
 
 T = TypeVar("T")
 
@@ -269,12 +270,7 @@ def test_a_killed_container_is_replaced_and_on_restart_called(
     launcher = DockerLauncher(options, image=triton_cpu_image, cache_dir=cache)
 
     async def scenario() -> tuple[str, str, list[float]]:
-        restarted = asyncio.Event()
-
-        async def on_restart() -> None:
-            restarted.set()
-
-        launcher.on_restart = on_restart
+        restarted = restarted_event(launcher)
         await launcher.start()
         try:
             first = launcher.container_name

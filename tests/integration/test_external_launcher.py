@@ -17,15 +17,9 @@ from emulator.supervision import LauncherError
 from emulator.triton.embedded import assemble_backends, child_environment, find_tritonserver
 from emulator.triton.external import ExternalLauncher
 from emulator.triton.launcher import TritonOptions
+from harness.testmodels import write_vector_model
+from tests.launcher_support import restarted_event
 from tests.support import wait_for_async
-
-CONFIG = """
-name: "double"
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-"""
 
 MODEL = textwrap.dedent("""
     import triton_python_backend_utils as pb_utils
@@ -74,9 +68,7 @@ class UserTriton:
 @pytest.fixture
 def user_triton(tmp_path: Path):
     repository = tmp_path / "repo"
-    (repository / "double" / "1").mkdir(parents=True)
-    (repository / "double" / "config.pbtxt").write_text(CONFIG)
-    (repository / "double" / "1" / "model.py").write_text(MODEL)
+    write_vector_model(repository, "double", MODEL)
     server = UserTriton(repository, tmp_path)
     yield server
     server.kill()
@@ -133,12 +125,7 @@ def test_a_restarted_server_triggers_on_restart(user_triton: UserTriton) -> None
                                 poll_interval_s=0.2)
 
     async def scenario() -> None:
-        restarted = asyncio.Event()
-
-        async def on_restart() -> None:
-            restarted.set()
-
-        launcher.on_restart = on_restart
+        restarted = restarted_event(launcher)
         await launcher.start()
         try:
             user_triton.kill()

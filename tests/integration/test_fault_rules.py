@@ -292,12 +292,18 @@ def test_a_rule_stops_at_its_expiry(server: EmulatorServer, faults: FaultRules) 
     assert _invoke(client, "a.tar.gz")["Values"] == [2.0, 4.0, 6.0, 8.0]
 
 
-def _model_error(client: Any, target: str) -> dict[str, Any]:
+def _assert_model_error(server: EmulatorServer, client: Any, target: str, status: int,
+                        said: str, counts: dict[str, float]) -> None:
+    """A call of ``target`` answers a ModelError: the container's ``status`` and ``said`` in
+    its message; the invocation counts named in ``counts`` moved by as much."""
+    before = _counts(server)
     with pytest.raises(ClientError) as raised:
         _invoke(client, target)
-    response: dict[str, Any] = raised.value.response
-    assert response["Error"]["Code"] == "ModelError", response
-    return response
+    error: dict[str, Any] = raised.value.response
+    assert error["Error"]["Code"] == "ModelError", error
+    assert error["OriginalStatusCode"] == status and said in error["OriginalMessage"], error
+    moved = _moved(before, _counts(server))
+    assert {name: moved[name] for name in counts} == counts
 
 
 def test_a_load_that_fails_answers_as_tritons_refusal_and_loads_once_removed(
@@ -305,14 +311,10 @@ def test_a_load_that_fails_answers_as_tritons_refusal_and_loads_once_removed(
     client = runtime_client(server.url)
     rule = faults.add({"load": {"fail": "CUDA driver version is insufficient"}},
                       match={"target_model": "c.tar.gz"})
-    before = _counts(server)
-    error = _model_error(client, "c.tar.gz")
     # The container's 400 at the load: a 4XX and a model error, as AWS counts a ModelError.
-    assert _moved(before, _counts(server)) == {"Invocations": 1, "Invocation4XXErrors": 1,
-                                               "Invocation5XXErrors": 0,
-                                               "InvocationModelErrors": 1}
-    assert error["OriginalStatusCode"] == 400
-    assert "CUDA driver version is insufficient" in error["OriginalMessage"]
+    _assert_model_error(server, client, "c.tar.gz", 400, "CUDA driver version is insufficient",
+                        {"Invocations": 1, "Invocation4XXErrors": 1, "Invocation5XXErrors": 0,
+                         "InvocationModelErrors": 1})
     assert faults.fired(rule) == 1
     events = get_json(f"{server.url}/_emulator/page/state")["Events"]
     assert any(e["model"] == "c.tar.gz" and e["step"] == "failed" for e in events)
@@ -328,10 +330,7 @@ def test_a_load_out_of_memory_or_on_a_full_disk_is_the_containers_507(
         server: EmulatorServer, faults: FaultRules, fault: str, target: str, said: str) -> None:
     client = runtime_client(server.url)
     faults.add({"load": fault}, match={"target_model": target}, count=1)
-    before = _counts(server)
-    error = _model_error(client, target)
-    assert error["OriginalStatusCode"] == 507 and said in error["OriginalMessage"], error
-    assert _moved(before, _counts(server))["Invocation5XXErrors"] == 1
+    _assert_model_error(server, client, target, 507, said, {"Invocation5XXErrors": 1})
     assert _invoke(client, target)["ResponseMetadata"]["HTTPStatusCode"] == 200  # spent
 
 
@@ -340,13 +339,9 @@ def test_a_download_broken_midway_is_the_stores_503_and_the_next_call_downloads_
     client = runtime_client(server.url)
     faults.add({"download": {"break_after_bytes": 64}}, match={"target_model": "f.tar.gz"},
                count=1)
-    before = _counts(server)
-    error = _model_error(client, "f.tar.gz")
-    assert _moved(before, _counts(server)) == {"Invocations": 1, "Invocation4XXErrors": 0,
-                                               "Invocation5XXErrors": 1,
-                                               "InvocationModelErrors": 1}
-    assert error["OriginalStatusCode"] == 503
-    assert "connection reset by peer after 64 bytes" in error["OriginalMessage"]
+    _assert_model_error(server, client, "f.tar.gz", 503, "connection reset by peer after 64 bytes",
+                        {"Invocations": 1, "Invocation4XXErrors": 0, "Invocation5XXErrors": 1,
+                         "InvocationModelErrors": 1})
     assert _invoke(client, "f.tar.gz")["Values"] == [7.0, 14.0, 21.0, 28.0]
 
 
@@ -388,13 +383,19 @@ def test_a_slower_load_answers_later(server: EmulatorServer, faults: FaultRules)
     assert answer["ResponseMetadata"]["HTTPHeaders"]["x-mme-model-cache-hit"] == "0"
 
 
-def test_an_instance_killed_under_a_call_fails_it_and_its_triton_comes_back(
-        start_emulator: Any, store: Any, tmp_path: Any) -> None:
+def _serving_one_model(start_emulator: Any, store: Any,
+                       tmp_path: Any) -> tuple[EmulatorServer, Any, int]:
+    """A server of its own with a.tar.gz loaded: the server, a client, its Triton's pid."""
     package(write_scale_model(tmp_path / "work", "scale", 2.0), store / "a.tar.gz", "folder")
     own = start_emulator(model_data=str(store))
     client = runtime_client(own.url)
     _invoke(client, "a.tar.gz")
-    triton = _triton_pid(own)
+    return own, client, _triton_pid(own)
+
+
+def test_an_instance_killed_under_a_call_fails_it_and_its_triton_comes_back(
+        start_emulator: Any, store: Any, tmp_path: Any) -> None:
+    own, client, triton = _serving_one_model(start_emulator, store, tmp_path)
     faults = FaultRules(own.url)
     faults.add({"instance": "kill"}, match={"instance": "i-1"}, count=1)
     with pytest.raises(ClientError) as raised:
@@ -408,11 +409,7 @@ def test_an_instance_killed_under_a_call_fails_it_and_its_triton_comes_back(
 
 def test_an_instance_hung_holds_its_calls_until_it_resumes(
         start_emulator: Any, store: Any, tmp_path: Any) -> None:
-    package(write_scale_model(tmp_path / "work", "scale", 2.0), store / "a.tar.gz", "folder")
-    own = start_emulator(model_data=str(store))
-    client = runtime_client(own.url)
-    _invoke(client, "a.tar.gz")
-    triton = _triton_pid(own)
+    own, client, triton = _serving_one_model(start_emulator, store, tmp_path)
     FaultRules(own.url).add({"instance": {"hang_s": 2}}, count=1)
     started = time.monotonic()
     assert _invoke(client, "a.tar.gz")["Values"] == [2.0, 4.0, 6.0, 8.0]

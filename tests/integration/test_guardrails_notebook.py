@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -29,7 +28,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from harness.live_endpoint import EmulatorProcess
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.client_support import DUMMY_CREDENTIALS, CallLoop, runtime_client
 from tests.support import output_of, package, scale_request, wait_until, write_scale_model
 
 pytestmark = pytest.mark.slow
@@ -51,7 +50,7 @@ class TritonPythonModel:
 '''
 
 
-class Traffic:
+class Traffic(CallLoop):
     """The notebook's invoke loop in a thread, back to back: many calls in each 60 s period (3 s
     here), so that a new instance's first call (50-100 ms here) weighs in a period's Average no
     more than among the notebook's calls on SageMaker. Each answer's factor, or None for a
@@ -59,25 +58,16 @@ class Traffic:
 
     def __init__(self, url: str) -> None:
         self.answers: list[float | None] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(runtime_client(url),),
-                                        daemon=True)
-        self._thread.start()
+        super().__init__(url)
 
-    def _run(self, rt: Any) -> None:
-        while not self._stop.is_set():
-            try:
-                body = rt.invoke_endpoint(EndpointName="ep", ContentType="application/json",
-                                          Body=scale_request([1.0, 1.0, 1.0, 1.0]))["Body"]
-                self.answers.append(float(output_of(body.read())[0]))
-            except ClientError as exc:
-                assert exc.response["Error"]["Code"] == "ModelError", exc.response
-                self.answers.append(None)
-
-    def stop(self) -> list[float | None]:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        return self.answers
+    def call(self, rt: Any) -> None:
+        try:
+            body = rt.invoke_endpoint(EndpointName="ep", ContentType="application/json",
+                                      Body=scale_request([1.0, 1.0, 1.0, 1.0]))["Body"]
+            self.answers.append(float(output_of(body.read())[0]))
+        except ClientError as exc:
+            assert exc.response["Error"]["Code"] == "ModelError", exc.response
+            self.answers.append(None)
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +127,18 @@ def _sum(cw: Any, metric: str, config_name: str | None, since: datetime) -> floa
     return float(sum(p["Sum"] for p in points))
 
 
+def _update_under_traffic(sm: Any, url: str, what: str,
+                          **update: Any) -> tuple[list[float | None], dict[str, Any]]:
+    """UpdateEndpoint of ``ep`` with ``update``, the notebook's loop calling it from the first
+    bake to the end (``what``): the answers, and the endpoint as described then."""
+    sm.update_endpoint(EndpointName="ep", **update)
+    traffic = _traffic_once_baking(sm, url)
+    wait_until(lambda: sm.describe_endpoint(EndpointName="ep")["EndpointStatus"] == "InService",
+               timeout=120, what=what)
+    traffic.stop()
+    return traffic.answers, sm.describe_endpoint(EndpointName="ep")
+
+
 def test_the_canary_of_an_incompatible_model_is_rolled_back(
         emulator: EmulatorProcess, tmp_path: Path) -> None:
     sm, cw = _client(emulator, "sagemaker"), _client(emulator, "cloudwatch")
@@ -175,13 +177,9 @@ def test_the_canary_of_an_incompatible_model_is_rolled_back(
         "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "errors"},
                                                  {"AlarmName": "latency"}]}}
 
-    sm.update_endpoint(EndpointName="ep", EndpointConfigName="config-2",
-                       DeploymentConfig=canary)
-    traffic = _traffic_once_baking(sm, emulator.url)
-    wait_until(lambda: sm.describe_endpoint(EndpointName="ep")["EndpointStatus"] == "InService",
-               timeout=120, what="the rollback")
-    answers = traffic.stop()
-    described = sm.describe_endpoint(EndpointName="ep")
+    answers, described = _update_under_traffic(sm, emulator.url, "the rollback",
+                                               EndpointConfigName="config-2",
+                                               DeploymentConfig=canary)
     assert described["EndpointConfigName"] == "config-1"
     reason = described["FailureReason"]
     assert '"errors"' in reason or '"latency"' in reason, reason
@@ -199,13 +197,9 @@ def test_the_canary_of_an_incompatible_model_is_rolled_back(
     wait_until(lambda: {a["StateValue"] for a in cw.describe_alarms(
         AlarmNames=["errors", "latency"])["MetricAlarms"]} == {"OK"}, timeout=30,
         what="both alarms OK again")
-    sm.update_endpoint(EndpointName="ep", EndpointConfigName="config-3",
-                       RetainDeploymentConfig=True)
-    traffic = _traffic_once_baking(sm, emulator.url)
-    wait_until(lambda: sm.describe_endpoint(EndpointName="ep")["EndpointStatus"] == "InService",
-               timeout=120, what="the update")
-    answers = traffic.stop()
-    described = sm.describe_endpoint(EndpointName="ep")
+    answers, described = _update_under_traffic(sm, emulator.url, "the update",
+                                               EndpointConfigName="config-3",
+                                               RetainDeploymentConfig=True)
     if described["EndpointConfigName"] != "config-3" and '"latency"' in str(
             described.get("FailureReason")):
         pytest.skip("the rollback was right; the good config's canary then went past the "

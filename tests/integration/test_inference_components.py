@@ -19,7 +19,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from emulator.contract.control_plane import check_output
-from tests.client_support import runtime_client
+from tests.client_support import runtime_client, validation_error
 from tests.component_support import ROLE, ComponentServer, create_component_endpoint
 from tests.support import wait_until
 
@@ -80,14 +80,6 @@ def _wait_in_service(sm: Any, name: str) -> dict[str, Any]:
     return described
 
 
-def _error(call: Any, **kwargs: Any) -> str:
-    with pytest.raises(ClientError) as raised:
-        call(**kwargs)
-    assert raised.value.response["Error"]["Code"] == "ValidationException", raised.value.response
-    message: str = raised.value.response["Error"]["Message"]
-    return message
-
-
 def test_component_lifecycle_and_describe_shapes(module: Module) -> None:
     sm = module.sm()
     _model(module, "life-model")
@@ -120,7 +112,7 @@ def test_component_lifecycle_and_describe_shapes(module: Module) -> None:
     assert described["LastModifiedTime"] >= described["CreationTime"]
 
     # A name is unique without regard to case.
-    assert "Cannot create already existing inference component" in _error(
+    assert "Cannot create already existing inference component" in validation_error(
         sm.create_inference_component, InferenceComponentName="LIFE-ic", EndpointName="life",
         Specification={"ModelName": "life-model", "ComputeResourceRequirements": RESOURCES},
         RuntimeConfig={"CopyCount": 1})
@@ -138,12 +130,12 @@ def test_component_lifecycle_and_describe_shapes(module: Module) -> None:
     assert _wait_in_service(sm, "life-ic")["RuntimeConfig"]["DesiredCopyCount"] == 1
 
     # The endpoint cannot go while a component is on it; the component can.
-    message = _error(sm.delete_endpoint, EndpointName="life")
+    message = validation_error(sm.delete_endpoint, EndpointName="life")
     assert "life-ic" in message and "DeleteInferenceComponent" in message
     sm.delete_inference_component(InferenceComponentName="life-ic")
     wait_until(lambda: not sm.list_inference_components(EndpointNameEquals="life")[
         "InferenceComponents"], 30, "the component gone")
-    assert 'Could not find inference component "arn:aws:sagemaker:us-east-1:' in _error(
+    assert 'Could not find inference component "arn:aws:sagemaker:us-east-1:' in validation_error(
         sm.describe_inference_component, InferenceComponentName="life-ic")
     sm.delete_endpoint(EndpointName="life")
 
@@ -208,12 +200,12 @@ def test_endpoint_config_rules_for_components(module: Module) -> None:
     _model(module, "cfg-model")
 
     def config(**variant: Any) -> str:
-        return _error(sm.create_endpoint_config, EndpointConfigName="cfg-refused",
-                      ProductionVariants=[{"VariantName": "A", "InitialInstanceCount": 1,
-                                           "InstanceType": "ml.m5.xlarge", **variant}])
+        return validation_error(sm.create_endpoint_config, EndpointConfigName="cfg-refused",
+                                ProductionVariants=[{"VariantName": "A", "InitialInstanceCount": 1,
+                                                     "InstanceType": "ml.m5.xlarge", **variant}])
 
-    assert "mix the two" in _error(sm.create_endpoint_config, EndpointConfigName="cfg-mixed",
-                                   ProductionVariants=[
+    assert "mix the two" in validation_error(
+        sm.create_endpoint_config, EndpointConfigName="cfg-mixed", ProductionVariants=[
         {"VariantName": "A", "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1},
         {"VariantName": "B", "ModelName": "cfg-model", "InstanceType": "ml.m5.xlarge",
          "InitialInstanceCount": 1}])
@@ -224,11 +216,11 @@ def test_endpoint_config_rules_for_components(module: Module) -> None:
     assert "RoutingStrategy KV_AWARE" in config(RoutingConfig={"RoutingStrategy": "KV_AWARE"})
     assert "PrefixLength is required" in config(RoutingConfig={"RoutingStrategy":
                                                                "PREFIX_AWARE"})
-    assert "ServerlessConfig is not supported" in _error(
+    assert "ServerlessConfig is not supported" in validation_error(
         sm.create_endpoint_config, EndpointConfigName="cfg-serverless", ProductionVariants=[{
             "VariantName": "A", "ServerlessConfig": {"MemorySizeInMB": 2048,
                                                      "MaxConcurrency": 1}}])
-    assert "InitialInstanceCount is required" in _error(
+    assert "InitialInstanceCount is required" in validation_error(
         sm.create_endpoint_config, EndpointConfigName="cfg-count",
         ProductionVariants=[{"VariantName": "A", "InstanceType": "ml.m5.xlarge"}])
     # Nothing of a refused config was stored.
@@ -245,7 +237,7 @@ def test_component_request_errors(module: Module) -> None:
                                    "RuntimeConfig": {"CopyCount": 1}, **params}
         if spec is not None:
             request["Specification"] = spec
-        return _error(sm.create_inference_component, **request)
+        return validation_error(sm.create_inference_component, **request)
 
     base = {"ModelName": "err-model", "ComputeResourceRequirements": RESOURCES}
     assert create(base, EndpointName="err-none") == \
@@ -265,7 +257,7 @@ def test_component_request_errors(module: Module) -> None:
                                                                    "PERMISSIVE"}}})
     assert "ComputeResourceRequirements is required" in create({"ModelName": "err-model"})
     assert "Specification is required" in create(None)
-    assert "RuntimeConfig (CopyCount) is required" in _error(
+    assert "RuntimeConfig (CopyCount) is required" in validation_error(
         sm.create_inference_component, InferenceComponentName="err-ic", EndpointName="err",
         Specification=base)
     assert "Container.Image is required" in create({
@@ -275,15 +267,17 @@ def test_component_request_errors(module: Module) -> None:
         "MinMemoryRequiredInMb": 2048, "MaxMemoryRequiredInMb": 1024}})
     # botocore's constraints, as the service words them (the client's own checks off).
     unchecked = module.sm(parameter_validation=False)
-    message = _error(unchecked.create_inference_component, InferenceComponentName="err-ic",
-                     EndpointName="err", Specification={
-                         "ModelName": "err-model", "ComputeResourceRequirements": {
-                             "MinMemoryRequiredInMb": 64}}, RuntimeConfig={"CopyCount": -1})
+    message = validation_error(
+        unchecked.create_inference_component, InferenceComponentName="err-ic",
+        EndpointName="err", Specification={
+            "ModelName": "err-model", "ComputeResourceRequirements": {
+                "MinMemoryRequiredInMb": 64}}, RuntimeConfig={"CopyCount": -1})
     assert message.startswith("2 validation errors detected: ")
     # Zero copies passes botocore's constraint (an update to 0 is scale to zero) but not
     # CreateInferenceComponent: AWS's words as users quote them.
-    assert _error(sm.create_inference_component, InferenceComponentName="err-ic",
-                  EndpointName="err", Specification=base, RuntimeConfig={"CopyCount": 0}) == \
+    assert validation_error(
+        sm.create_inference_component, InferenceComponentName="err-ic", EndpointName="err",
+        Specification=base, RuntimeConfig={"CopyCount": 0}) == \
         "Inference components copy count an integer larger than 0"
     assert "'runtimeConfig.copyCount' failed to satisfy constraint: Member must have value " \
         "greater than or equal to 0" in message
@@ -301,7 +295,7 @@ def test_component_request_errors(module: Module) -> None:
         "Please make sure this endpoint can deploy inference components.")
     # UpdateEndpoint of the component endpoint to a config for models is refused
     # (tests/integration/test_component_endpoint_update.py has the updates that run).
-    assert "hosts inference components" in _error(
+    assert "hosts inference components" in validation_error(
         sm.update_endpoint, EndpointName="err", EndpointConfigName="err-mme")
     # Nothing was created by any refused request.
     assert not sm.list_inference_components(EndpointNameEquals="err")["InferenceComponents"]
@@ -403,22 +397,21 @@ def test_copies_that_fit_nowhere_stay_pending_until_room_frees(module: Module) -
     assert big["RuntimeConfig"] == {"DesiredCopyCount": 1, "CurrentCopyCount": 0}
     small = sm.describe_inference_component(InferenceComponentName="fit-small")
     assert small["RuntimeConfig"]["CurrentCopyCount"] == 3
+
+    def resize(instances: int, big_copies: int, what: str) -> None:
+        sm.update_endpoint_weights_and_capacities(EndpointName="fit", DesiredWeightsAndCapacities=[
+            {"VariantName": "AllTraffic", "DesiredInstanceCount": instances}])
+        wait_until(lambda: sm.describe_inference_component(InferenceComponentName="fit-big")[
+            "RuntimeConfig"]["CurrentCopyCount"] == big_copies, 30, what)
+        wait_until(lambda: sm.describe_endpoint(EndpointName="fit")["EndpointStatus"] ==
+                   "InService", 30, "the endpoint resized")
+
     # An instance added: the pending copy is placed on it.
-    sm.update_endpoint_weights_and_capacities(EndpointName="fit", DesiredWeightsAndCapacities=[
-        {"VariantName": "AllTraffic", "DesiredInstanceCount": 3}])
-    wait_until(lambda: sm.describe_inference_component(InferenceComponentName="fit-big")[
-        "RuntimeConfig"]["CurrentCopyCount"] == 1, 30, "the pending copy placed")
-    wait_until(lambda: sm.describe_endpoint(EndpointName="fit")["EndpointStatus"] == "InService",
-               30, "the endpoint resized")
+    resize(3, 1, "the pending copy placed")
     assert sm.describe_endpoint(EndpointName="fit")["ProductionVariants"][0][
         "CurrentInstanceCount"] == 3
     # Back to two: the newest component's copy is pending again.
-    sm.update_endpoint_weights_and_capacities(EndpointName="fit", DesiredWeightsAndCapacities=[
-        {"VariantName": "AllTraffic", "DesiredInstanceCount": 2}])
-    wait_until(lambda: sm.describe_inference_component(InferenceComponentName="fit-big")[
-        "RuntimeConfig"]["CurrentCopyCount"] == 0, 30, "the copy pending again")
-    wait_until(lambda: sm.describe_endpoint(EndpointName="fit")["EndpointStatus"] == "InService",
-               30, "the endpoint resized")
+    resize(2, 0, "the copy pending again")
     # Fewer copies of the first: an instance frees, the pending copy is placed.
     sm.update_inference_component_runtime_config(InferenceComponentName="fit-small",
                                                  DesiredRuntimeConfig={"CopyCount": 2})

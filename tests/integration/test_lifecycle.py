@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.client_support import DUMMY_CREDENTIALS, create_mme_endpoint, runtime_client
 from tests.launcher_support import TritonLauncher
 from tests.support import (
     output_of,
@@ -204,12 +204,20 @@ def test_same_named_models_in_two_tarballs_side_by_side(start_emulator, store: P
     assert sum(m["Loaded"] for m in models_of(server).values()) == 2
 
 
+def _gated_model(start_emulator, store: Path, tmp_path: Path, step: str,  # type: ignore[no-untyped-def]
+                 timeout_s: float) -> tuple[Path, Any, Any]:
+    """One model (m0.tar.gz) whose ``step`` ("load" or "run") waits until its gate file is
+    touched, served with an invocation timeout of ``timeout_s``: the gate, the server, a
+    client."""
+    gate = tmp_path / f"{step}-gate"
+    make_store(store, tmp_path, 1, **{f"{step}_gate": str(gate)})
+    server = start_emulator(model_data=str(store), invocation_timeout_s=timeout_s)
+    return gate, server, runtime_client(server.url)
+
+
 def test_cold_load_past_the_timeout_is_model_not_ready_then_served(start_emulator, store: Path,  # type: ignore[no-untyped-def]
                                                                    tmp_path: Path) -> None:
-    gate = tmp_path / "load-gate"
-    make_store(store, tmp_path, 1, load_gate=str(gate))
-    server = start_emulator(model_data=str(store), invocation_timeout_s=1.0)
-    rt = runtime_client(server.url)
+    gate, server, rt = _gated_model(start_emulator, store, tmp_path, "load", 1.0)
     with pytest.raises(ClientError) as caught:
         invoke(rt, "m0.tar.gz")
     assert caught.value.response["Error"]["Code"] == "ModelNotReadyException"
@@ -222,10 +230,7 @@ def test_cold_load_past_the_timeout_is_model_not_ready_then_served(start_emulato
 
 def test_slow_inference_times_out_as_a_model_error_with_status_0(start_emulator, store: Path,  # type: ignore[no-untyped-def]
                                                                  tmp_path: Path) -> None:
-    gate = tmp_path / "run-gate"
-    make_store(store, tmp_path, 1, run_gate=str(gate))
-    server = start_emulator(model_data=str(store), invocation_timeout_s=3.0)
-    rt = runtime_client(server.url)
+    gate, server, rt = _gated_model(start_emulator, store, tmp_path, "run", 3.0)
     try:
         with pytest.raises(ClientError) as caught:
             invoke(rt, "m0.tar.gz")
@@ -333,15 +338,8 @@ def test_model_cache_disabled_unloads_and_deletes_after_each_invocation(  # type
     make_store(store, tmp_path, 1)
     server = start_emulator()
     sm = boto3.client("sagemaker", endpoint_url=server.url, **DUMMY_CREDENTIALS)
-    sm.create_model(ModelName="nocache", PrimaryContainer={
-        "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": f"file://{store}",
-        "MultiModelConfig": {"ModelCacheSetting": "Disabled"}})
-    sm.create_endpoint_config(EndpointConfigName="nocache", ProductionVariants=[{
-        "VariantName": "AllTraffic", "ModelName": "nocache", "InstanceType": "ml.m5.xlarge",
-        "InitialInstanceCount": 1}])
-    sm.create_endpoint(EndpointName="nocache", EndpointConfigName="nocache")
-    sm.get_waiter("endpoint_in_service").wait(EndpointName="nocache",
-                                              WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+    create_mme_endpoint(sm, "nocache", f"file://{store}", "ml.m5.xlarge",
+                        MultiModelConfig={"ModelCacheSetting": "Disabled"})
     rt = runtime_client(server.url)
     for _ in range(2):
         resp = rt.invoke_endpoint(EndpointName="nocache", TargetModel="m0.tar.gz",

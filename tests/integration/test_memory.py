@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from emulator import instance_types
-from tests.client_support import runtime_client
+from tests.client_support import create_mme_endpoint, runtime_client
 from tests.fault_support import error_of, get_json, instance_of, invoke, models_of
 from tests.prometheus_support import scrape, value
 from tests.support import package, wait_until, write_scale_model
@@ -45,12 +45,18 @@ def _events(server: Any) -> list[tuple[str, str, Any]]:
     return events
 
 
+def _ballast_server(start_emulator, store: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+                    memory_budget: str) -> tuple[Any, Any, list[tuple[str, str, Any]]]:
+    """The two ballast models served under ``memory_budget``: the server, a client, and the
+    lifecycle steps as they come."""
+    _ballast_store(store, tmp_path / "w")
+    server = start_emulator(model_data=str(store), memory_budget=memory_budget)
+    return server, runtime_client(server.url), _events(server)
+
+
 def test_a_model_counts_as_what_its_processes_hold_and_evicts_by_it(  # type: ignore[no-untyped-def]
         start_emulator, store: Path, tmp_path: Path) -> None:
-    _ballast_store(store, tmp_path / "w")
-    server = start_emulator(model_data=str(store), memory_budget="500MiB")
-    rt = runtime_client(server.url)
-    events = _events(server)
+    server, rt, events = _ballast_server(start_emulator, store, tmp_path, "500MiB")
 
     invoke(rt, "big1.tar.gz")
     big1 = models_of(server)["big1.tar.gz"]
@@ -93,14 +99,7 @@ def test_an_endpoint_created_with_an_instance_type_gets_its_budget(  # type: ign
     server = start_emulator()
     sm = boto3.client("sagemaker", endpoint_url=server.url, region_name="us-east-1",
                       aws_access_key_id="x", aws_secret_access_key="x")
-    sm.create_model(ModelName="typed", PrimaryContainer={
-        "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": f"file://{store}/"})
-    sm.create_endpoint_config(EndpointConfigName="typed", ProductionVariants=[{
-        "VariantName": "AllTraffic", "ModelName": "typed", "InstanceType": "ml.c5.large",
-        "InitialInstanceCount": 1}])
-    sm.create_endpoint(EndpointName="typed", EndpointConfigName="typed")
-    sm.get_waiter("endpoint_in_service").wait(EndpointName="typed",
-                                              WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+    create_mme_endpoint(sm, "typed", f"file://{store}/", "ml.c5.large")
     invoke(runtime_client(server.url), "small.tar.gz", endpoint="typed")
     described = get_json(f"{server.url}/_emulator/models")["Endpoints"]["typed"]
     c5_large = instance_types.lookup("ml.c5.large")
@@ -112,10 +111,7 @@ def test_an_endpoint_created_with_an_instance_type_gets_its_budget(  # type: ign
 
 def test_a_model_too_large_for_the_instance_gets_sagemakers_out_of_memory_error(  # type: ignore[no-untyped-def]
         start_emulator, store: Path, tmp_path: Path) -> None:
-    _ballast_store(store, tmp_path / "w")
-    server = start_emulator(model_data=str(store), memory_budget="200MiB")
-    rt = runtime_client(server.url)
-    events = _events(server)
+    server, rt, events = _ballast_server(start_emulator, store, tmp_path, "200MiB")
     for attempt in ("measured at its load", "known before loading"):
         with pytest.raises(ClientError) as caught:
             invoke(rt, "big1.tar.gz")

@@ -19,34 +19,21 @@ import numpy as np
 
 from emulator.triton import stubs
 from tests.client_support import runtime_client
-from tests.fault_support import instance_of, invoke, models_of, observe_steps
-from tests.support import package, wait_until, write_scale_model
-
-FINALIZE_GATED = '''
-    def finalize(self):
-        # The test's unload lasts until it creates this file (or 120 s pass).
-        deadline = time.time() + 120
-        while not os.path.exists({gate!r}) and time.time() < deadline:
-            time.sleep(0.02)
-'''
-
-
-def _store(store: Path, work: Path, gate: Path, pad_bytes: int = 0) -> None:
-    """``slow.tar.gz`` (x2) unloads only once ``gate`` exists; ``next.tar.gz`` (x3) does not."""
-    for name, scale, extra in (("slow", 2, FINALIZE_GATED.format(gate=str(gate))),
-                               ("next", 3, "")):
-        folder = write_scale_model(work / name, name, scale=scale)
-        model_py = folder / "1" / "model.py"
-        model_py.write_text(model_py.read_text() + extra)
-        if pad_bytes:
-            (folder / "1" / "weights.bin").write_bytes(b"\0" * pad_bytes)
-        package(folder, store / f"{name}.tar.gz", "folder")
+from tests.fault_support import (
+    instance_of,
+    invoke,
+    models_of,
+    observe_steps,
+    serve_gated_store_for_one,
+    write_gated_store,
+)
+from tests.support import wait_until
 
 
 def test_a_count_budget_loads_once_the_victims_unload_is_accepted(  # type: ignore[no-untyped-def]
         start_emulator, store: Path, tmp_path: Path) -> None:
     gate = tmp_path / "finalize-gate"
-    _store(store, tmp_path / "w", gate)
+    write_gated_store(store, tmp_path / "w", gate)
     server = start_emulator(model_data=str(store), max_loaded_models=1)
     rt = runtime_client(server.url)
     events = observe_steps(server)
@@ -79,10 +66,7 @@ def test_a_count_budget_loads_once_the_victims_unload_is_accepted(  # type: igno
 
 def test_at_the_memory_limit_a_load_waits_until_the_victims_memory_is_free(  # type: ignore[no-untyped-def]
         start_emulator, store: Path, tmp_path: Path) -> None:
-    gate = tmp_path / "finalize-gate"
-    _store(store, tmp_path / "w", gate, pad_bytes=600_000)
-    server = start_emulator(model_data=str(store), memory_budget="1MiB",
-                            model_memory="files")  # room for one
+    server, gate = serve_gated_store_for_one(start_emulator, store, tmp_path)
     # As an instance type whose memory is the budget: both models at once would pass it.
     instance_of(server).manager.hard_memory_limit = 1 << 20
     rt = runtime_client(server.url)

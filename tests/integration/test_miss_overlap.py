@@ -21,7 +21,14 @@ import numpy as np
 
 from emulator.triton import stubs
 from tests.client_support import runtime_client
-from tests.fault_support import instance_of, invoke, models_of, observe_steps
+from tests.fault_support import (
+    instance_of,
+    invoke,
+    models_of,
+    observe_steps,
+    serve_gated_store_for_one,
+    write_gated_store,
+)
 from tests.support import (
     output_of,
     package,
@@ -31,13 +38,6 @@ from tests.support import (
     write_scale_model,
 )
 
-FINALIZE_GATED = '''
-    def finalize(self):
-        # The test's unload lasts until it creates this file (or 120 s pass).
-        deadline = time.time() + 120
-        while not os.path.exists({gate!r}) and time.time() < deadline:
-            time.sleep(0.02)
-'''
 # Memory a model holds from initialize on, so that measured sizes leave room for one model only.
 BALLAST = '''
 _BALLAST = []
@@ -47,19 +47,6 @@ def _initialize_with_ballast(self, args):
     _initialize(self, args)
 TritonPythonModel.initialize = _initialize_with_ballast
 '''
-
-
-def _store(store: Path, work: Path, gate: Path, pad_bytes: int = 0,
-           ballast: bool = False) -> None:
-    """``slow.tar.gz`` (x2) unloads only once ``gate`` exists; ``next.tar.gz`` (x3) does not."""
-    for name, scale, extra in (("slow", 2, FINALIZE_GATED.format(gate=str(gate))),
-                               ("next", 3, "")):
-        folder = write_scale_model(work / name, name, scale=scale)
-        model_py = folder / "1" / "model.py"
-        model_py.write_text(model_py.read_text() + extra + (BALLAST if ballast else ""))
-        if pad_bytes:
-            (folder / "1" / "weights.bin").write_bytes(b"\0" * pad_bytes)
-        package(folder, store / f"{name}.tar.gz", "folder")
 
 
 def _call_in_background(rt: Any, target: str) -> tuple[threading.Thread, list[Any]]:
@@ -77,10 +64,7 @@ def _stub_pids(server: Any, model_prefix: str) -> set[int]:
 
 def test_a_byte_budget_miss_loads_while_the_victim_unloads(  # type: ignore[no-untyped-def]
         start_emulator, store: Path, tmp_path: Path) -> None:
-    gate = tmp_path / "finalize-gate"
-    _store(store, tmp_path / "w", gate, pad_bytes=600_000)
-    server = start_emulator(model_data=str(store), memory_budget="1MiB",
-                            model_memory="files")  # room for one
+    server, gate = serve_gated_store_for_one(start_emulator, store, tmp_path)
     rt = runtime_client(server.url)
     events = observe_steps(server)
     manager = instance_of(server).manager
@@ -128,7 +112,7 @@ def _triton_state(server: Any, target_prefix: str) -> str | None:
 def test_a_measured_model_is_read_once_its_victims_are_gone(  # type: ignore[no-untyped-def]
         start_emulator, store: Path, tmp_path: Path) -> None:
     gate = tmp_path / "finalize-gate"
-    _store(store, tmp_path / "w", gate, ballast=True)  # ~100 MB each once loaded
+    write_gated_store(store, tmp_path / "w", gate, extra=BALLAST)  # ~100 MB each once loaded
     server = start_emulator(model_data=str(store), memory_budget="160MiB")  # room for one
     rt = runtime_client(server.url)
     events = observe_steps(server)

@@ -23,7 +23,7 @@ from harness.emulator_routes import call
 from harness.faults import FaultRules
 from harness.server_state import ServerState, StateRequestRefused
 from mme.cli import main as mme
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.client_support import DUMMY_CREDENTIALS, put_target_tracking, runtime_client
 from tests.fault_support import pid_alive
 from tests.prometheus_support import get_json
 from tests.support import output_of, package, scale_request, wait_for, write_scale_model
@@ -120,11 +120,8 @@ def build_fleet(emulator: Module) -> None:
     cw.set_alarm_state(AlarmName="ep-errors", StateValue="ALARM", StateReason="set by the test")
     asg = client("application-autoscaling", emulator.url)
     asg.register_scalable_target(**KEY, MinCapacity=1, MaxCapacity=2)
-    asg.put_scaling_policy(**KEY, PolicyName="per-instance", PolicyType="TargetTrackingScaling",
-                           TargetTrackingScalingPolicyConfiguration={
-                               "TargetValue": 1000.0, "PredefinedMetricSpecification": {
-                                   "PredefinedMetricType":
-                                       "SageMakerVariantInvocationsPerInstance"}})
+    put_target_tracking(asg, KEY, "per-instance", 1000.0,
+                        "SageMakerVariantInvocationsPerInstance")
     FaultRules(emulator.url).add({"error": "ThrottlingException"}, match={"endpoint": "nope"})
     call(emulator.url, "PUT", "/_emulator/transitions",
          {"resource": "endpoint", "name": "nope*", "status": "Creating", "duration_s": 30})

@@ -30,7 +30,7 @@ from emulator.manager import repository
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from emulator.triton.launcher import count_gpus
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.client_support import DUMMY_CREDENTIALS, create_mme_endpoint, runtime_client
 from tests.fault_support import get_json
 from tests.support import output_of, package, scale_request, tar_bytes, write_scale_model
 
@@ -129,13 +129,7 @@ def test_kind_gpu_fails_on_a_cpu_type_and_serves_on_a_gpu_type(
         "error"]
 
     sm = boto3.client("sagemaker", endpoint_url=server.url, **DUMMY_CREDENTIALS)
-    sm.create_model(ModelName="gpu", PrimaryContainer={
-        "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": f"file://{store}"})
-    sm.create_endpoint_config(EndpointConfigName="gpu", ProductionVariants=[{
-        "VariantName": "AllTraffic", "ModelName": "gpu", "InstanceType": "ml.g5.xlarge",
-        "InitialInstanceCount": 1}])
-    sm.create_endpoint(EndpointName="gpu", EndpointConfigName="gpu")
-    sm.get_waiter("endpoint_in_service").wait(EndpointName="gpu", WaiterConfig=FAST)
+    create_mme_endpoint(sm, "gpu", f"file://{store}", "ml.g5.xlarge")
     answer = rt.invoke_endpoint(EndpointName="gpu", TargetModel="gpu.tar.gz",
                                 ContentType="application/octet-stream",
                                 Body=scale_request([1, 2, 3, 4]))

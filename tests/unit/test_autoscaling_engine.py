@@ -81,6 +81,11 @@ class Rig:
         if not invocations:
             self.time.now += 1
 
+    def minutes(self, count: int, invocations: int) -> None:
+        """``count`` such minutes."""
+        for _ in range(count):
+            self.minute(invocations)
+
     def evaluate(self) -> None:
         """One evaluation: the policy's alarms (their actions run the policy), then the
         engine's visit of the target (activities settled, Min/Max kept)."""
@@ -116,8 +121,7 @@ def test_scale_out_needs_three_high_minutes_and_is_proportional() -> None:
 
 def test_scale_out_is_capped_by_max_capacity() -> None:
     rig = Rig()
-    for _ in range(3):
-        rig.minute(1000)
+    rig.minutes(3, 1000)
     rig.evaluate()
     assert rig.sagemaker.updates == [4]
 
@@ -137,43 +141,30 @@ def test_scale_in_needs_fifteen_low_minutes_then_waits_for_the_cooldown() -> Non
     assert rig.activities()[0]["StatusCode"] == "Successful"
 
 
-def test_scale_in_stops_where_the_metric_would_pass_the_target() -> None:
-    rig = Rig()
-    rig.sagemaker.current = rig.sagemaker.desired = 4
-    for _ in range(15):
-        rig.minute(4 * 60)  # 60 per instance: under 63, but 3 instances would make it 80
-        rig.evaluate()
-    assert rig.sagemaker.updates == []
-
-
-def test_no_traffic_means_no_datapoints_and_no_scale_in() -> None:
-    rig = Rig()
-    rig.sagemaker.current = rig.sagemaker.desired = 3
-    for _ in range(20):
-        rig.minute(0)
-        rig.evaluate()
-    assert rig.sagemaker.updates == []
-
-
-def test_disable_scale_in() -> None:
-    rig = Rig(DisableScaleIn=True)
-    rig.sagemaker.current = rig.sagemaker.desired = 3
-    for _ in range(16):
-        rig.minute(3)
+@pytest.mark.parametrize(("config", "instances", "minutes", "invocations"), [
+    # 60 per instance: under 63, but 3 instances would make it 80
+    ({}, 4, 15, 4 * 60),
+    ({}, 3, 20, 0),  # no traffic means no datapoints
+    ({"DisableScaleIn": True}, 3, 16, 3),
+], ids=["stops-where-the-metric-would-pass-the-target", "no-traffic", "disabled"])
+def test_no_scale_in(config: dict[str, Any], instances: int, minutes: int,
+                     invocations: int) -> None:
+    rig = Rig(**config)
+    rig.sagemaker.current = rig.sagemaker.desired = instances
+    for _ in range(minutes):
+        rig.minute(invocations)
         rig.evaluate()
     assert rig.sagemaker.updates == []
 
 
 def test_scale_out_cooldown_then_scale_out_again() -> None:
     rig = Rig(ScaleOutCooldown=120)
-    for _ in range(3):
-        rig.minute(150)
+    rig.minutes(3, 150)
     rig.evaluate()
     assert rig.sagemaker.updates == [3]
     rig.sagemaker.settle()
     rig.evaluate()  # the activity completes: the two-minute cooldown starts from its start
-    for _ in range(3):
-        rig.minute(3 * 100)  # 100 per instance
+    rig.minutes(3, 3 * 100)  # 100 per instance
     rig.evaluate()
     assert rig.sagemaker.updates == [3, 4]
 
@@ -184,8 +175,7 @@ def test_suspended_scale_out_and_refused_update() -> None:
         "ServiceNamespace": "sagemaker", "ResourceId": RESOURCE,
         "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
         "SuspendedState": {"DynamicScalingOutSuspended": True}}))
-    for _ in range(3):
-        rig.minute(300)
+    rig.minutes(3, 300)
     rig.evaluate()
     assert rig.sagemaker.updates == []
     rig.run(rig.service.handle("RegisterScalableTarget", {
@@ -232,8 +222,7 @@ def test_customized_metric(statistic: str) -> None:
 
 def test_an_activity_overtaken_by_another_update_does_not_block_the_target() -> None:
     rig = Rig()
-    for _ in range(3):
-        rig.minute(200)
+    rig.minutes(3, 200)
     rig.evaluate()
     assert rig.sagemaker.updates == [3]
     rig.sagemaker.desired = 2  # a person's UpdateEndpointWeightsAndCapacities meanwhile

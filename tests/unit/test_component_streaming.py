@@ -191,11 +191,17 @@ def test_a_connection_broken_mid_stream_ends_it_with_a_stream_broken_error() -> 
         return response
 
     events, copies = asyncio.run(_served(handler, 30.0, _events_of))
+    _assert_ends_in_model_error(events, copies, b"partial", event_stream.STREAM_BROKEN)
+
+
+def _assert_ends_in_model_error(events: Any, copies: Any, first: bytes, code: str) -> None:
+    """The stream's first piece came through, then a ModelStreamError ``code`` ended it, counted
+    as a model error with no call left in flight."""
     decoded = _decoded(events)
-    assert decoded[0] == ("PayloadPart", b"partial")
+    assert decoded[0] == ("PayloadPart", first)
     kind, payload = decoded[-1]
     assert kind == "ModelStreamError"
-    assert json.loads(payload)["ErrorCode"] == event_stream.STREAM_BROKEN
+    assert json.loads(payload)["ErrorCode"] == code
     assert copies.samples["InvocationModelErrors"] == 1 and copies.in_flight == 0
 
 
@@ -216,12 +222,8 @@ def test_a_model_slower_than_the_timeout_ends_with_model_invocation_time_exceede
             never.set()  # the handler ends, so the server stops at once
 
     events, copies = asyncio.run(_served(handler, 1.0, use))
-    decoded = _decoded(events)
-    assert decoded[0] == ("PayloadPart", b"first")
-    kind, payload = decoded[-1]
-    assert kind == "ModelStreamError"
-    assert json.loads(payload)["ErrorCode"] == event_stream.MODEL_INVOCATION_TIME_EXCEEDED
-    assert copies.samples["InvocationModelErrors"] == 1 and copies.in_flight == 0
+    _assert_ends_in_model_error(events, copies, b"first",
+                                event_stream.MODEL_INVOCATION_TIME_EXCEEDED)
 
 
 def test_a_client_that_leaves_ends_the_calls_bookkeeping() -> None:

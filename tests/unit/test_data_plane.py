@@ -7,9 +7,10 @@ chunked answers, headers in any case, a connection closed mid-answer, a timeout,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,19 @@ class Server:
             await writer.wait_closed()
 
 
+@contextlib.asynccontextmanager
+async def triton_client(handler: Handler, **options: Any) -> AsyncIterator[TritonClient]:
+    """A client (``options``) of a fake Triton that ``handler`` serves; both closed after."""
+    server, url = await serve(handler)
+    client = TritonClient(url, **options)
+    try:
+        yield client
+    finally:
+        await client.close()
+        server.close()
+        await server.wait_closed()
+
+
 async def serve(handler: Handler) -> tuple[Server, str]:
     writers: set[asyncio.StreamWriter] = set()
 
@@ -142,6 +156,17 @@ async def serve(handler: Handler) -> tuple[Server, str]:
     server = await asyncio.start_server(tracked, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     return Server(server, writers), f"http://127.0.0.1:{port}"
+
+
+def answer_once(raw: bytes) -> Handler:
+    """A Triton that reads a request, writes ``raw`` (an HTTP answer, whole or cut short) and
+    closes the connection."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(raw)
+        await writer.drain()
+        writer.close()
+    return handler
 
 
 def test_infer_reuses_one_connection_and_passes_bytes_through() -> None:
@@ -170,9 +195,7 @@ def test_infer_reuses_one_connection_and_passes_bytes_through() -> None:
         writer.close()
 
     async def main() -> None:
-        server, url = await serve(echo)
-        client = TritonClient(url)
-        try:
+        async with triton_client(echo) as client:
             small = b'{"inputs":[]}'
             large = bytes(range(256)) * 4096  # 1 MiB: written without joining
             first = await client.infer("m--k", small, {"Content-Type": "application/json"}, 5)
@@ -180,10 +203,6 @@ def test_infer_reuses_one_connection_and_passes_bytes_through() -> None:
                                                         "Inference-Header-Content-Length": "3"},
                                         5)
             third = await client.infer("a b", small, {}, None)
-        finally:
-            await client.close()
-            server.close()
-            await server.wait_closed()
         assert (first.status, first.body) == (200, small[::-1])
         assert second.body == large[::-1]
         assert runtime.binary_header_length(second.headers) == 3
@@ -201,36 +220,21 @@ def test_infer_reuses_one_connection_and_passes_bytes_through() -> None:
 def test_an_error_status_reaches_the_listeners_and_the_caller() -> None:
     heard: list[tuple[str, int, bytes]] = []
 
-    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b'HTTP/1.1 400 Bad Request\r\nContent-Length: 13\r\n\r\n{"error":"x"}')
-        await writer.drain()
-        writer.close()
-
     async def main() -> int:
-        server, url = await serve(refuse)
-        client = TritonClient(url)
-        client.add_infer_listener(lambda *answer: heard.append(answer))
-        try:
+        async with triton_client(answer_once(
+            b'HTTP/1.1 400 Bad Request\r\nContent-Length: 13\r\n\r\n{"error":"x"}')) as client:
+            client.add_infer_listener(lambda *answer: heard.append(answer))
             return (await client.infer("m", b"{}", {}, 5)).status
-        finally:
-            await client.close()
-            server.close()
-            await server.wait_closed()
 
     assert asyncio.run(main()) == 400
     assert heard == [("m", 400, b'{"error":"x"}')]
 
 
 def test_a_connection_closed_mid_answer_or_refused_is_unreachable() -> None:
-    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
-        await writer.drain()
-        writer.close()
-
     async def main() -> None:
-        server, url = await serve(hang_up)
+        # The answer says 100 bytes; the connection closes after 7.
+        server, url = await serve(answer_once(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial"))
         client = TritonClient(url)
         try:
             with pytest.raises(TritonUnreachable, match="unreachable"):
@@ -260,17 +264,11 @@ def test_a_slow_answer_times_out_and_the_connection_is_not_reused() -> None:
         writer.close()
 
     async def main() -> bytes:
-        server, url = await serve(slow_then_fast)
-        client = TritonClient(url)
-        try:
+        async with triton_client(slow_then_fast) as client:
             with pytest.raises(asyncio.TimeoutError):
                 await client.infer("m", b"{}", {}, 0.05)
             release.set()
             return (await client.infer("m", b"{}", {}, 5)).body
-        finally:
-            await client.close()
-            server.close()
-            await server.wait_closed()
 
     assert asyncio.run(main()) == b"ok"
     assert connections == 2
@@ -326,9 +324,7 @@ def test_calls_past_the_connection_limit_wait_for_a_slot_within_their_timeout() 
             await writer.drain()
 
     async def main() -> list[bytes]:
-        server, url = await serve(held)
-        client = TritonClient(url, connections=1)
-        try:
+        async with triton_client(held, connections=1) as client:
             first = asyncio.create_task(client.infer("m", b"{}", {}, 5))
             await received.wait()  # the first call holds the one connection
             with pytest.raises(asyncio.TimeoutError):  # no slot within its timeout
@@ -336,10 +332,6 @@ def test_calls_past_the_connection_limit_wait_for_a_slot_within_their_timeout() 
             queued = asyncio.create_task(client.infer("m", b"{}", {}, 5))
             release.set()
             return [(await first).body, (await queued).body]
-        finally:
-            await client.close()
-            server.close()
-            await server.wait_closed()
 
     assert asyncio.run(main()) == [b"ok", b"ok"]
     assert connections == 1
@@ -372,16 +364,10 @@ def keep_alive(answer: Answer) -> Handler:
 async def with_shared_memory(handler: Handler, region_bytes: int, shm_dir: Path,
                              calls: Callable[[TritonClient], Awaitable[None]]) -> int:
     """Run ``calls`` on a client of a fake Triton that may map ``shm_dir``; its shared count."""
-    server, url = await serve(handler)
-    client = TritonClient(url, shared_memory_bytes=region_bytes)
-    client.rebind(url, shm_dir)
-    try:
+    async with triton_client(handler, shared_memory_bytes=region_bytes) as client:
+        client.rebind(client.base_url, shm_dir)  # the same Triton, its /dev/shm now known
         await calls(client)
         return client.shared_bodies
-    finally:
-        await client.close()
-        server.close()
-        await server.wait_closed()
 
 
 def test_a_large_body_goes_as_a_header_and_its_piece_is_lent_again_after_a_timeout(

@@ -13,7 +13,7 @@ docker/gpu-check.sh shows the same on a real GPU.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.triton.memory import OomKill
 from ensembles.packaging import package
 from harness.testmodels import write_scale_model
+from tests.manager_support import InstantTriton
 
 
 def test_an_item_that_fits_in_memory_but_not_on_the_gpu_evicts_by_gpu_memory() -> None:
@@ -72,13 +73,13 @@ def test_the_gpu_budget_is_the_flag_else_the_instance_types_gpu_memory() -> None
     assert budget_for(None, None, 2 * GIB).gpu_memory_bytes == 2 * GIB
 
 
-class GpuTriton:
+class GpuTriton(InstantTriton):
     """Each loaded model's process takes the GPU memory its name says; an unloaded model's
     process keeps it until the next load has begun (it is still exiting)."""
 
     def __init__(self, gpu_of: dict[str, int]) -> None:
+        super().__init__()
         self.gpu_of = gpu_of
-        self.loaded: set[str] = set()
         self.exiting: list[str] = []
         self.loads: list[str] = []
 
@@ -88,17 +89,11 @@ class GpuTriton:
     def gpu_bytes(self) -> int:
         return self.held(self.loaded) + self.held(self.exiting)
 
-    async def load(self, model: str, timeout: float | None = None) -> None:
+    def loaded_now(self, model: str) -> None:
         self.loads.append(model.split("--")[0])
         self.exiting.clear()
-        self.loaded.add(model)
 
-    async def unload(self, model: str, dependents: bool = True, timeout: float = 360.0,
-                     on_accepted: Callable[[], None] | None = None,
-                     also: Collection[str] = ()) -> None:
-        if on_accepted is not None:
-            on_accepted()
-        self.loaded.discard(model)
+    def unloaded_now(self, model: str) -> None:
         self.exiting.append(model)
 
 

@@ -4,20 +4,17 @@ same findings before any call."""
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
-import boto3
 import pytest
 
 from emulator.triton.releases import DEFAULT_RELEASE, UnknownImage, release_of
 from ensembles.packaging import package
-from harness.deployer import Deployer, make_clients
-from harness.deployment import DEFAULT_TRITON_VERSION, DeployConfig, DeployError
+from harness.deployment import DEFAULT_TRITON_VERSION, DeployConfig
 from harness.lint import lint
 from harness.testmodels import write_scale_model, write_two_step_ensemble
 from mme.cli import main
@@ -25,6 +22,7 @@ from tests.lint_support import (
     BLS,
     ENV_PARAMETER,
     PYTHON_CONFIG,
+    assert_deploy_refused_before_any_call,
     env_tarball,
     tar,
     with_env,
@@ -241,15 +239,9 @@ def test_sarif_is_valid_sarif_2_1_0_and_junit_counts_the_findings(
 
 def test_deploy_refuses_on_a_lint_error_before_any_call(tmp_path: Path) -> None:
     folder = _model(tmp_path / "r", cpu=False)
-    session = boto3.Session(aws_access_key_id="x", aws_secret_access_key="x",
-                            region_name="us-east-1")
-    out = io.StringIO()
-    deployer = Deployer(make_clients(session, "local", emulator_url="http://127.0.0.1:9",
-                                     s3_endpoint_url="http://127.0.0.1:9"), out=out)
-    with pytest.raises(DeployError, match="MME101.*nothing was uploaded"):
-        deployer.deploy(DeployConfig("demo", [folder], bucket="models",
-                                     instance_type="ml.m5.xlarge"))
-    assert "call " not in out.getvalue()
+    assert_deploy_refused_before_any_call(
+        DeployConfig("demo", [folder], bucket="models", instance_type="ml.m5.xlarge"),
+        "MME101.*nothing was uploaded")
 
 
 class _Options:

@@ -25,6 +25,7 @@ from emulator.manager.records import Lease, ModelRecord, ModelState
 from emulator.manager.triton_side import LOOKUP_RACE_DELAYS_S
 from emulator.metrics import EndpointMetrics, InstanceMetrics
 from emulator.triton.client import TritonError, TritonResponse
+from tests.manager_support import InstantTriton
 
 ENTRY = "model--0123456789ab"
 RACE = b'{"error":"Request for unknown model: \'' + ENTRY.encode() + b'\' is not found"}'
@@ -140,23 +141,6 @@ def test_the_unload_waits_past_an_index_failure(tmp_path: Path, script: list[str
     assert bool(accepted) == (script[0] != "refused")
 
 
-class GatedTriton:
-    """Loads and unloads at once; records what Triton would have been asked."""
-
-    def __init__(self) -> None:
-        self.loaded: set[str] = set()
-
-    async def load(self, model: str, timeout: float | None = None) -> None:
-        self.loaded.add(model)
-
-    async def unload(self, model: str, dependents: bool = True, timeout: float = 360.0,
-                     on_accepted: Callable[[], None] | None = None,
-                     also: Collection[str] = ()) -> None:
-        if on_accepted is not None:
-            on_accepted()
-        self.loaded.discard(model)
-
-
 def test_a_load_whose_waiters_gave_up_keeps_its_files(tmp_path: Path) -> None:
     """A request gives up (ModelNotReady) while its model waits for room in memory; the load
     goes on. A download of another model must not delete that model's files meanwhile (it did:
@@ -174,7 +158,7 @@ def test_a_load_whose_waiters_gave_up_keeps_its_files(tmp_path: Path) -> None:
         folder = write_scale_model(tmp_path / "repos", f"model{k}", scale=k + 1.0)
         package(folder, store / f"m{k}.tar.gz", "folder")
         size = max(size, tree_size(folder))
-    triton = GatedTriton()
+    triton = InstantTriton()
     (tmp_path / "repo").mkdir()
     manager = ModelManager(source=FolderSource(store), cache_dir=tmp_path / "cache",
                            triton=triton, triton_repository=tmp_path / "repo",  # type: ignore[arg-type]

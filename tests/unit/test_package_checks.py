@@ -3,18 +3,16 @@
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 from pathlib import Path
 
-import boto3
 import pytest
 
-from harness.deployer import Deployer, make_clients
-from harness.deployment import DeployConfig, DeployError
+from harness.deployment import DeployConfig
 from harness.package_checks import PackageProblem, check_folder, check_tarball
 from mme.cli import main
+from tests.lint_support import assert_deploy_refused_before_any_call
 from tests.support import package, write_scale_ensemble, write_scale_model
 
 
@@ -81,15 +79,8 @@ def test_mme_package_says_a_small_size_as_it_is(tmp_path: Path,
 
 def test_deploy_refuses_before_any_call(chain: Path, tmp_path: Path) -> None:
     shutil.rmtree(chain / "postprocess")
-    session = boto3.Session(aws_access_key_id="x", aws_secret_access_key="x",
-                            region_name="us-east-1")
-    out = io.StringIO()
-    # Nothing listens there: a call would fail differently, and later
-    deployer = Deployer(make_clients(session, "local", emulator_url="http://127.0.0.1:9",
-                                     s3_endpoint_url="http://127.0.0.1:9"), out=out)
-    with pytest.raises(DeployError, match="not in the tarball.*nothing was uploaded"):
-        deployer.deploy(DeployConfig("demo", [chain], bucket="models"))
-    assert "call " not in out.getvalue()
+    assert_deploy_refused_before_any_call(DeployConfig("demo", [chain], bucket="models"),
+                                          "not in the tarball.*nothing was uploaded")
 
 
 def test_bench_ensemble_hides_the_exporters_output(monkeypatch: pytest.MonkeyPatch,

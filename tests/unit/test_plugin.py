@@ -47,39 +47,35 @@ def test_options_are_registered(pytester: pytest.Pytester) -> None:
     )
 
 
-def test_aws_target_needs_an_endpoint_name(pytester: pytest.Pytester, no_aws: None) -> None:
-    pytester.makepyfile("def test_nothing(): pass")
-    result = pytester.runpytest("--mme-target=aws")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--mme-target=aws needs --mme-endpoint-name*"])
-
-
-def test_aws_target_without_credentials_is_a_clear_usage_error(
-    pytester: pytest.Pytester, no_aws: None
-) -> None:
-    pytester.makepyfile("def test_nothing(): pass")
-    result = pytester.runpytest("--mme-target=aws", "--mme-endpoint-name=prod-mme")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*boto3 found no AWS credentials*"])
-
-
-def test_aws_target_without_region_is_a_clear_usage_error(
-    pytester: pytest.Pytester, no_aws: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def aws_credentials(no_aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials boto3 finds (and nothing else: no region)."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+
+
+@pytest.mark.parametrize(("credentials", "args", "said"), [
+    (False, ["--mme-target=aws"], "*--mme-target=aws needs --mme-endpoint-name*"),
+    (False, ["--mme-target=aws", "--mme-endpoint-name=prod-mme"],
+     "*boto3 found no AWS credentials*"),
+    (True, ["--mme-target=aws", "--mme-endpoint-name=prod-mme"], "*no AWS region*"),
+], ids=["no-endpoint-name", "no-credentials", "no-region"])
+def test_aws_target_without_what_it_needs_is_a_clear_usage_error(
+    pytester: pytest.Pytester, no_aws: None, request: pytest.FixtureRequest, credentials: bool,
+    args: list[str], said: str,
+) -> None:
+    if credentials:
+        request.getfixturevalue("aws_credentials")
     pytester.makepyfile("def test_nothing(): pass")
-    result = pytester.runpytest("--mme-target=aws", "--mme-endpoint-name=prod-mme")
+    result = pytester.runpytest(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*no AWS region*"])
+    result.stderr.fnmatch_lines([said])
 
 
 def test_aws_target_binds_fixtures_to_the_real_endpoint(
-    pytester: pytest.Pytester, no_aws: None, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, aws_credentials: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No emulator starts; the client is an ordinary one for the session's region."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
     pytester.makepyfile("""
         def test_endpoint(mme_endpoint, sagemaker_runtime):
