@@ -78,18 +78,46 @@ def zipf_requests(targets: Sequence[str], s: float, count: int, seed: int) -> li
     return [targets[bisect.bisect_right(cumulative, draw.random())] for _ in range(count)]
 
 
-def trace_requests(path: Path, count: int) -> list[str]:
-    """A recorded trace: one TargetModel per line (or JSON lines with ``TargetModel``),
-    repeated to ``count`` requests."""
+def trace_requests(source: str, count: int) -> list[str]:
+    """The TargetModels of a trace: a recording of ``mme serve --record`` or SageMaker
+    data-capture files (a file, a folder or ``s3://``: harness/loadtest/trace.py), each call
+    once and in order, as ``mme loadtest --trace`` replays them (``count`` is not used: the
+    prediction is for that replay, cold caches first); or a plain list, one TargetModel per line
+    (or JSON lines with ``TargetModel``), repeated to ``count`` requests."""
+    from harness.loadtest.trace import TraceError, read_trace
+
+    path = Path(source)
+    if source.startswith("s3://") or path.is_dir() or _is_call_trace(path):
+        try:
+            return [call.key for call in read_trace([source]).calls]
+        except TraceError as exc:
+            raise SystemExit(f"mme plan: {exc}") from None
     names = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(path.read_text().splitlines(), 1):
         line = line.strip()
         if not line:
             continue
-        names.append(json.loads(line)["TargetModel"] if line.startswith("{") else line)
+        try:
+            names.append(json.loads(line)["TargetModel"] if line.startswith("{") else line)
+        except (ValueError, KeyError, TypeError):
+            raise SystemExit(f"mme plan: {path} line {number}: expected a TargetModel, or a "
+                             "JSON object with \"TargetModel\"") from None
     if not names:
         raise ValueError(f"{path}: no TargetModel in the trace")
     return list(itertools.islice(itertools.cycle(names), count))
+
+
+def _is_call_trace(path: Path) -> bool:
+    """Whether the file's first line is a recording's or a data capture's (not a name list)."""
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        first = next((line.strip() for line in lines if line.strip()), "")
+    if not first.startswith("{"):
+        return False
+    try:
+        line = json.loads(first)
+    except ValueError:
+        return True  # a broken first line: the trace reader names it
+    return isinstance(line, dict) and "TargetModel" not in line
 
 
 # --- the LRU replay -------------------------------------------------------------------------
@@ -242,8 +270,8 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise SystemExit("mme plan: --rps must be more than 0 and --requests at least 1")
     if args.max_miss_ratio is not None and not 0 <= args.max_miss_ratio <= 1:
         raise SystemExit("mme plan: --max-miss-ratio is a ratio between 0 and 1")
-    if args.trace and not Path(args.trace).is_file():
-        raise SystemExit(f"mme plan: --trace {args.trace}: no such file")
+    if args.trace and not (args.trace.startswith("s3://") or Path(args.trace).exists()):
+        raise SystemExit(f"mme plan: --trace {args.trace}: no such file or folder")
     for flag, value in (("--json", args.json), ("--plot", args.plot)):
         problem = writable_file(Path(value), flag) if value else None
         if problem:
@@ -261,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
     costs = measure(args.model_data, args.target_model, args.launcher, skipped)
     targets = list(costs)
     if args.trace:
-        requests = trace_requests(Path(args.trace), args.requests)
+        requests = trace_requests(args.trace, args.requests)
         unknown = sorted(set(requests) - set(costs))
         if unknown:
             raise SystemExit("mme plan: the trace names models not measured (not in the store, "
@@ -311,7 +339,9 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     p.add_argument("--instances", default="1", help="instance counts to try, e.g. 1,2,4")
     p.add_argument("--popularity", default="zipf:1.0",
                    help="uniform or zipf[:S] over the models in name order (zipf:1.0)")
-    p.add_argument("--trace", help="a recorded trace: one TargetModel per line")
+    p.add_argument("--trace", help="the traffic: a recording of mme serve --record or SageMaker "
+                                   "data-capture JSON Lines (a file, a folder or s3://; each "
+                                   "call once, in order), or one TargetModel per line")
     p.add_argument("--rps", type=float, default=10.0, help="requests per second (10)")
     p.add_argument("--requests", type=int, default=20000, help="requests replayed (20000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the Zipf draw (0)")
