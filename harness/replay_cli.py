@@ -76,13 +76,13 @@ def run_trace(args: argparse.Namespace) -> int:
     out = args.out or Path(f"mme-replay-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         trace = read_trace(args.trace)
-        print(f"mme loadtest: {len(trace.calls)} calls ({trace.kind}) over {trace.span_s:.1f} s "
-              f"from {len(trace.sources)} file(s); replaying at speed {args.speed:g}",
-              file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="mme-replay-") as tmp:
             work = Path(tmp)
             store = prepare_store(args.model_data, work / "store") if args.model_data else None
             bodies = bodies_for(trace, _fallback(args, store))
+            print(f"mme loadtest: {len(trace.calls)} calls ({trace.kind}) over "
+                  f"{trace.span_s:.1f} s from {len(trace.sources)} file(s); replaying at speed "
+                  f"{args.speed:g}", file=sys.stderr)
             started_at = time.time()
             if store is not None:
                 from harness.cli import _emulator_settings
