@@ -78,20 +78,22 @@ def zipf_requests(targets: Sequence[str], s: float, count: int, seed: int) -> li
     return [targets[bisect.bisect_right(cumulative, draw.random())] for _ in range(count)]
 
 
-def trace_requests(source: str, count: int) -> list[str]:
+def trace_requests(source: str, count: int) -> tuple[list[str], list[float] | None]:
     """The TargetModels of a trace: a recording of ``mme serve --record`` or SageMaker
     data-capture files (a file, a folder or ``s3://``: harness/loadtest/trace.py), each call
     once and in order, as ``mme loadtest --trace`` replays them (``count`` is not used: the
-    prediction is for that replay, cold caches first); or a plain list, one TargetModel per line
-    (or JSON lines with ``TargetModel``), repeated to ``count`` requests."""
+    prediction is for that replay, cold caches first), with their times (seconds from the
+    first); or a plain list, one TargetModel per line (or JSON lines with ``TargetModel``),
+    repeated to ``count`` requests, without times."""
     from harness.loadtest.trace import TraceError, read_trace
 
     path = Path(source)
     if source.startswith("s3://") or path.is_dir() or _is_call_trace(path):
         try:
-            return [call.key for call in read_trace([source]).calls]
+            calls = read_trace([source]).calls
         except TraceError as exc:
             raise SystemExit(f"mme plan: {exc}") from None
+        return [call.key for call in calls], [call.offset_s for call in calls]
     names = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         line = line.strip()
@@ -104,7 +106,7 @@ def trace_requests(source: str, count: int) -> list[str]:
                              "JSON object with \"TargetModel\"") from None
     if not names:
         raise ValueError(f"{path}: no TargetModel in the trace")
-    return list(itertools.islice(itertools.cycle(names), count))
+    return list(itertools.islice(itertools.cycle(names), count)), None
 
 
 def _is_call_trace(path: Path) -> bool:
@@ -123,25 +125,33 @@ def _is_call_trace(path: Path) -> bool:
 # --- the LRU replay -------------------------------------------------------------------------
 
 def replay(requests: Sequence[str], costs: dict[str, ModelCost], budget: int,
-           count: int, hard_limit: int | None = None) -> tuple[int, list[float], float]:
+           count: int, hard_limit: int | None = None,
+           times: Sequence[float] | None = None) -> tuple[int, list[float], float]:
     """(hits, the latency each request had added in seconds, models resident per instance).
 
     A miss that evicts costs as the emulator's manager spends it: the load starts once Triton
     has accepted the victims' unloads and the model is measured once they are gone, so the
     longer of the two; where the victims' memory, still held, would pass ``hard_limit`` (an
     instance type's whole memory), the load waits for the unloads first.
+
+    With ``times`` (each request's arrival, seconds: a recorded trace) a load takes that long:
+    a request for a model still loading waits for it and is a miss, as the emulator counts it
+    (one load per model, the calls that come meanwhile wait on it: ModelCacheHit 0).
     """
     calls = Counter(requests)
     by_popularity = sorted(calls, key=lambda t: (-calls[t], t))
     home = {t: i % count for i, t in enumerate(by_popularity)}
     caches: list[OrderedDict[str, int]] = [OrderedDict() for _ in range(count)]
+    ready: dict[str, float] = {}  # with times: when each cached model's load completes
     hits, added = 0, []
-    for target in requests:
+    for index, target in enumerate(requests):
         cache, cost = caches[home[target]], costs[target]
+        now = times[index] if times is not None else 0.0
         if target in cache:
             cache.move_to_end(target)
-            hits += 1
-            added.append(0.0)
+            waited = max(ready.get(target, 0.0) - now, 0.0) if times is not None else 0.0
+            hits += waited == 0.0
+            added.append(waited)
             continue
         unload_s, victims_bytes = 0.0, 0
         while cache and sum(cache.values()) + cost.memory_bytes > budget:
@@ -155,18 +165,20 @@ def replay(requests: Sequence[str], costs: dict[str, ModelCost], budget: int,
             seconds = cost.load_s + unload_s
         if cost.memory_bytes <= budget:
             cache[target] = cost.memory_bytes
+            ready[target] = now + seconds
         added.append(seconds)
     return hits, added, sum(len(c) for c in caches) / count
 
 
 def predict(requests: Sequence[str], costs: dict[str, ModelCost], instances: list[Instance],
             counts: list[int], rps: float, max_miss_ratio: float | None, p99_ms: float | None,
-            prices: dict[str, float]) -> list[Prediction]:
+            prices: dict[str, float], times: Sequence[float] | None = None
+            ) -> list[Prediction]:
     rows = []
     for instance, count in itertools.product(instances, counts):
         typed = not instance.name.startswith("--memory-budget")  # kills past its memory
         hits, added, resident = replay(requests, costs, instance.budget_bytes, count,
-                                       instance.memory_bytes if typed else None)
+                                       instance.memory_bytes if typed else None, times)
         hit_ratio = hits / len(requests)
         p99 = percentile(added, 99) * 1000
         meets = ((max_miss_ratio is None or 1 - hit_ratio <= max_miss_ratio)
@@ -288,8 +300,9 @@ def run(args: argparse.Namespace) -> int:
     skipped: dict[str, str] = {}
     costs = measure(args.model_data, args.target_model, args.launcher, skipped)
     targets = list(costs)
+    times: list[float] | None = None
     if args.trace:
-        requests = trace_requests(args.trace, args.requests)
+        requests, times = trace_requests(args.trace, args.requests)
         unknown = sorted(set(requests) - set(costs))
         if unknown:
             raise SystemExit("mme plan: the trace names models not measured (not in the store, "
@@ -300,8 +313,11 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit("mme plan: --popularity is uniform or zipf[:S]")
         exponent = 0.0 if kind == "uniform" else float(s or 1.0)
         requests = zipf_requests(targets, exponent, args.requests, args.seed)
-    rows = predict(requests, costs, instances, counts, args.rps, args.max_miss_ratio,
-                   args.p99, prices)
+    rps = args.rps  # a timed trace's own rate, else --rps
+    if times is not None and times[-1] > 0:
+        rps = len(requests) / times[-1]
+    rows = predict(requests, costs, instances, counts, rps, args.max_miss_ratio,
+                   args.p99, prices, times)
     best = cheapest(rows, instances)
     print("measured (one load and unload each):")
     for cost in costs.values():
@@ -315,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
         print("no configuration meets the target: try larger instance types or more instances")
     report = {"models": [asdict(c) for c in costs.values()],
               "skipped": [{"target": target, "reason": why} for target, why in skipped.items()],
-              "traffic": {"requests": len(requests), "rps": args.rps,
+              "traffic": {"requests": len(requests), "rps": round(rps, 3),
                           "popularity": None if args.trace else args.popularity,
                           "trace": args.trace, "seed": args.seed},
               "predictions": [asdict(r) for r in rows],

@@ -6,6 +6,7 @@ server), replays too."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import random
@@ -56,12 +57,10 @@ def recording(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
             stop = time.monotonic() + RECORD_SECONDS
             while time.monotonic() < stop:
                 target = draw.choices([*MODELS, "missing.tar.gz"], [8, 3, 1])[0]
-                try:
+                with contextlib.suppress(client.exceptions.ClientError):
                     client.invoke_endpoint(EndpointName="local", TargetModel=target,
                                            ContentType="application/json",
                                            Body=scale_request([1, 2, 3, 4]))
-                except client.exceptions.ClientError:
-                    pass
                 time.sleep(draw.expovariate(1 / 0.01))
 
         users = [threading.Thread(target=user, args=(seed,)) for seed in range(3)]

@@ -154,10 +154,23 @@ def test_the_replay_report_compares_counts_hits_and_arrivals(tmp_path: Path) -> 
 def test_plan_reads_the_same_trace_each_call_once(tmp_path: Path) -> None:
     path = tmp_path / "rec.jsonl"
     path.write_text(_recorded(2.0, "b.tar.gz") + "\n" + _recorded(1.0, "a.tar.gz") + "\n")
-    assert plan.trace_requests(str(path), 20000) == ["a.tar.gz", "b.tar.gz"]
+    assert plan.trace_requests(str(path), 20000) == (["a.tar.gz", "b.tar.gz"], [0.0, 1.0])
     path.write_text(_recorded(2.0, "b.tar.gz") + "\n{broken\n")
     with pytest.raises(SystemExit, match=r"rec.jsonl line 2: not JSON"):
         plan.trace_requests(str(path), 10)
+
+
+def test_a_timed_trace_counts_the_calls_that_wait_on_a_load_as_misses() -> None:
+    """As the emulator counts them: one load per model, the calls meanwhile wait on it."""
+    from harness.model_costs import ModelCost
+
+    costs = {t: ModelCost(t, 100, 100, 2.0, 1.0) for t in ("a", "b")}
+    requests = ["a", "a", "a", "b", "a"]
+    times = [0.0, 1.0, 2.5, 3.0, 4.0]
+    hits, added, _ = plan.replay(requests, costs, 1000, 1, None, times)
+    assert (hits, added) == (2, [2.0, 1.0, 0.0, 2.0, 0.0])
+    untimed, _, _ = plan.replay(requests, costs, 1000, 1)
+    assert untimed == 3  # without times every load is instant for the calls after it
 
 
 def _request(target: str, body: bytes = b"{}") -> InvokeRequest:
