@@ -33,6 +33,7 @@ import base64
 import binascii
 import datetime
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,7 @@ class Trace:
         return dict(sorted(counts.items()))
 
 
+_FRACTION = re.compile(r"\.(\d+)")
 _TARGET_KEYS = ("targetModel", "TargetModel", "target_model")
 _COMPONENT_KEYS = ("inferenceComponentName", "InferenceComponentName", "inference_component")
 
@@ -120,8 +122,11 @@ def _inference_time(text: Any, where: str) -> tuple[float, bool]:
     if not isinstance(text, str):
         raise TraceError(f"{where}: eventMetadata.inferenceTime must be an ISO 8601 time "
                          f"(2024-05-01T12:00:00Z), got {text!r}")
+    # Any number of fraction digits, as ISO 8601 allows (Python 3.10 reads 3 or 6 only).
+    normal = _FRACTION.sub(lambda m: "." + (m.group(1) + "000000")[:6],
+                           text.strip().replace("Z", "+00:00"))
     try:
-        parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        parsed = datetime.datetime.fromisoformat(normal)
     except ValueError:
         raise TraceError(f"{where}: eventMetadata.inferenceTime {text!r} is not an ISO 8601 "
                          "time (2024-05-01T12:00:00Z)") from None

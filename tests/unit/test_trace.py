@@ -63,7 +63,7 @@ def test_data_capture_in_aws_format_gives_bodies_targets_and_times(tmp_path: Pat
         _capture("2026-11-28T17:00:01.000Z", "b.tar.gz",
                  base64.b64encode(b"\x00\x01").decode(), "BASE64",
                  "application/octet-stream"),
-        _capture("2026-11-28T17:00:01.500Z", None, "1,2,3", "CSV", "text/csv")]) + "\n")
+        _capture("2026-11-28T17:00:01.5Z", None, "1,2,3", "CSV", "text/csv")]) + "\n")
     trace = read_trace([tmp_path])  # a folder: every .jsonl under it
     assert trace.kind == "data-capture"
     assert [c.offset_s for c in trace.calls] == [0.0, 0.75, 1.25]
@@ -204,3 +204,25 @@ def test_a_recording_file_that_cannot_be_written_is_named(tmp_path: Path) -> Non
     (tmp_path / "file").write_text("")
     with pytest.raises(RecordFileError, match=r"--record .*file/rec.jsonl: cannot write"):
         CallLog(tmp_path / "file" / "rec.jsonl").open()
+
+
+def test_a_phased_load_test_in_aiperfs_shape(tmp_path: Path) -> None:
+    from harness.loadtest.config import LoadPlan, Phase
+    from harness.loadtest.report import summarize as summarize_load
+    from harness.loadtest.runner import LoadResult, Sample
+
+    samples = [Sample(i * 0.1, i * 0.1 + 0.004, "a.tar.gz", 200, None, 3000.0, True, 0)
+               for i in range(9)]
+    samples.append(Sample(1.0, 1.002, "a.tar.gz", 424, "ModelError", None, None, 0))
+    result = LoadResult(LoadPlan((Phase(1, 0, 2.0),), target_models=("a.tar.gz",)),
+                        started_at=1_700_000_000.0, duration_s=2.0,
+                        stop_reason="phases complete", samples=samples)
+    document = aiperf_export.from_loadtest(result, summarize_load(result))
+    assert document["request_count"] == {"unit": "requests", "avg": 9.0}
+    assert document["error_request_count"] == {"unit": "requests", "avg": 1.0}
+    assert document["request_latency"]["p50"] == pytest.approx(4.0)
+    assert document["request_throughput"] == {"unit": "requests/sec", "avg": 4.5}
+    assert document["error_summary"] == [{"error_details": {
+        "code": None, "type": "ModelError", "message": "ModelError"}, "count": 1}]
+    path = aiperf_export.write_export(document, tmp_path)
+    assert path.name == "profile_export_aiperf.json" and json.loads(path.read_text())
