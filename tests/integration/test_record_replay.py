@@ -195,3 +195,18 @@ def test_the_recording_file_grows_while_the_server_runs(store: Path, tmp_path: P
                    timeout=10, what="three recorded lines")
     finally:
         server.stop()
+
+
+def test_calls_without_bodies_get_them_from_the_models_config(recording: Path, store: Path,
+                                                              tmp_path: Path) -> None:
+    """A recording made without --record-bodies, replayed on an emulator started for the
+    store: each call's body is random tensors shaped by its model's config.pbtxt."""
+    lines = [json.loads(line) for line in recording.read_text().splitlines()]
+    kept = [{k: v for k, v in x.items() if k != "body"} for x in lines
+            if x["target_model"] in MODELS][:12]
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(json.dumps(x) + "\n" for x in kept))
+    done = _replay("--trace", str(bare), "--model-data", str(store), "--out", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((tmp_path / "r" / "replay.json").read_text())
+    assert summary["counts_match"] and summary["errors"] == {}
