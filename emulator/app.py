@@ -30,6 +30,7 @@ from emulator.cloudwatch.service import CloudWatchService
 from emulator.contract.apis import API_SCOPE_KEY, ApiRequest, Service, read_request
 from emulator.control import ControlPlaneService, ControlStore
 from emulator.faults.table import FaultTable, UnitFaults
+from emulator.hosting.call_log import CallLog, RecordFileError
 from emulator.hosting.endpoint import HostedInstance
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.hosting.factory import InstanceFactory
@@ -143,9 +144,12 @@ def build_app(settings: Settings) -> EmulatorApp:
 
     # How a resource's Creating, Updating or Deleting goes, as a test set it (a copy's start too).
     transitions = startup.transition_table(settings, clock)  # --transitions FILE, if given
+    # --record FILE: every runtime call, one JSON line each, written beside the serving
+    call_log = (CallLog(settings.record, settings.record_bodies)
+                if settings.record is not None else None)
     registry = EndpointRegistry(settings, build_instance, sink=metric_store,
                                 sample_period_s=clock.real_duration(60), faults=faults,
-                                clock=clock, transitions=transitions)
+                                clock=clock, transitions=transitions, call_log=call_log)
     control = ControlPlaneService(
         store=ControlStore(state_dir / "control-plane.sqlite3" if state_dir else ":memory:"),
         registry=registry, region=settings.region, account=settings.account_id,
@@ -188,6 +192,11 @@ def build_app(settings: Settings) -> EmulatorApp:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
+            if call_log is not None:
+                try:
+                    call_log.start()
+                except RecordFileError as exc:
+                    raise StartRefused(str(exc)) from None
             await start_default_endpoint()
             await startup.preload(registry, settings)  # --preload, before the server listens
             if restored is not None:  # the snapshot in place of the stored state
@@ -208,6 +217,8 @@ def build_app(settings: Settings) -> EmulatorApp:
         finally:
             await control.aclose()
             await registry.close()
+            if call_log is not None:  # after the endpoints' last calls
+                await call_log.close()
 
     app = EmulatorApp(title="SageMaker MME emulator", lifespan=lifespan,
                       docs_url="/_emulator/docs", openapi_url="/_emulator/openapi.json",

@@ -275,6 +275,10 @@ class Settings(BaseSettings):
     """start from the snapshot in this folder (`mme snapshot save`) in place of the state the cache folder holds; a snapshot saved `--with-models` loads its models again before the server answers (docs/testing.md)"""  # noqa: E501
     transitions: Annotated[OptionalUserPath, Flag(default_text="none")] = None
     """a JSON file: a list of transition rules (each a `PUT /_emulator/transitions` body) in force from the start: how long an endpoint's, a component's or a copy's Creating, Updating or Deleting takes, or how it ends (docs/faults.md)"""  # noqa: E501
+    record: Annotated[OptionalUserPath, Flag(default_text="none")] = None
+    """write every runtime call (time, endpoint, TargetModel or component, body size, content type, status, latencies, cache hit) to this file as JSON Lines, off the hot path, for `mme loadtest --trace` and `mme plan --trace` (docs/record-replay.md); the file is emptied at start"""  # noqa: E501
+    record_bodies: Annotated[bool, Flag(switch=True, default_text="off")] = False
+    """`--record` also writes each request body (base64), so a replay sends the same bytes"""
     launcher: Literal["embedded", "docker", "external"] = "embedded"
     """how Triton runs: `embedded`, `docker` or `external`"""
     tritonserver: Annotated[str | None, Flag(default_text="the wheel's")] = None

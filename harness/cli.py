@@ -97,7 +97,8 @@ def _add_loadtest(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
         action="store_true",
         help="a real endpoint via boto3 (credentials and region from the session)",
     )
-    p.add_argument("--endpoint-name", default="local", help="endpoint name (local)")
+    p.add_argument("--endpoint-name", help="endpoint name (local; with --trace: the trace's "
+                                           "own endpoint for each call)")
     p.add_argument(
         "--target-model",
         action="append",
@@ -109,6 +110,17 @@ def _add_loadtest(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
         help="how requests spread over the TargetModels: uniform or zipf[:S] (uniform)",
     )
     _add_plan_arguments(p)
+    g = p.add_argument_group("replay (docs/record-replay.md)")
+    g.add_argument("--trace", nargs="+", metavar="FILE",
+                   help="instead of phases: replay these calls at their own times: a recording "
+                        "of mme serve --record, or SageMaker data-capture JSON Lines (files, "
+                        "folders or s3://bucket/prefix); every line is checked before any call "
+                        "is sent")
+    g.add_argument("--speed", type=float, default=1.0,
+                   help="with --trace: replay N times faster (10: a minute in 6 s; default 1)")
+    p.add_argument("--report-format", choices=("mme", "aiperf"), default="mme",
+                   help="aiperf: also write the report as aiperf's profile export "
+                        "(profile_export_aiperf.json) so one dashboard reads both")
     g = p.add_argument_group("auto scaling (instance counts and scaling activities are plotted)")
     g.add_argument("--autoscale", metavar="MIN:MAX:TARGET[:IN_COOLDOWN:OUT_COOLDOWN]",
                    help="register the variant AllTraffic with Application Auto Scaling and a "
@@ -264,6 +276,11 @@ def run_loadtest(args: argparse.Namespace) -> int:
             print("mme loadtest: --worker needs --master-host HOST", file=sys.stderr)
             return 2
         return worker_main(args.master_host, args.master_port, args.processes)
+    if args.trace:
+        from harness.replay_cli import run_trace
+
+        return run_trace(args)
+    args.endpoint_name = args.endpoint_name or "local"
     problem = _engine_problem(args)
     if problem:
         print(f"mme loadtest: {problem}", file=sys.stderr)
@@ -295,7 +312,12 @@ def run_loadtest(args: argparse.Namespace) -> int:
         print(f"mme loadtest: {exc}{'; no report' if interrupted else ''}", file=sys.stderr)
         return 130 if interrupted else 1
     paths = write_report(result, out, png=not args.no_png)
-    print(to_markdown(summarize(result)))
+    summary = summarize(result)
+    if args.report_format == "aiperf":
+        from harness.loadtest.aiperf_export import from_loadtest, write_export
+
+        paths["aiperf"] = write_export(from_loadtest(result, summary), out)
+    print(to_markdown(summary))
     print("report: " + ", ".join(str(p) for p in paths.values()))
     if result.stop_reason.startswith(INTERRUPTED):
         return 130

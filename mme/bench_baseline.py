@@ -81,13 +81,15 @@ def worktree_at(commit: str, repo: Path = REPO) -> Iterator[Path]:
             subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
 
 
-def serve_from(tree: Path, work: Path, name: str) -> tuple[subprocess.Popen[bytes], str]:
+def serve_from(tree: Path, work: Path, name: str,
+               extra: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """``mme serve`` with the code of ``tree`` (it must come first on ``sys.path``: the working
     directory ``-m`` puts there, then ``PYTHONPATH``, then the venv's own entries)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])}
     return start_serve(["--model-data", str(work / "store"),
-                        "--cache-dir", str(work / f"cache-{name}")], cwd=tree, env=env)
+                        "--cache-dir", str(work / f"cache-{name}"), *(extra or [])],
+                       cwd=tree, env=env)
 
 
 @dataclass(frozen=True)
@@ -205,3 +207,43 @@ def compare_with(rev: str, make_workload: Callable[[Path], Workload], driver: st
     errors = sum(m.errors for row in results for m in (row.baseline, row.current))
     return 0 if errors == 0 else 1
 
+
+
+def compare_record(make_workload: Callable[[Path], Workload], driver: str,
+                   concurrencies: list[int], seconds: float, rounds: int,
+                   with_bodies: bool = False) -> int:
+    """``mme bench overhead --record``: this tree's ``mme serve`` without ``--record`` (the
+    baseline) against the same tree with ``--record FILE`` (``--record-bodies`` too when
+    ``with_bodies``), alternating rounds as ``--baseline`` does; the recorded lines are counted
+    against the calls the driver made."""
+    label = describe()
+    loads_start = _load_average()
+    with contextlib.ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(
+            prefix="mme-bench-record-")))
+        (work / "store").mkdir()
+        workload = make_workload(work / "store")
+        recording = work / "recording.jsonl"
+        flags = ["--record", str(recording), *(["--record-bodies"] if with_bodies else [])]
+        sides = []
+        for name, side_label, extra in (("baseline", f"{label}, --record off", []),
+                                        ("current", f"{label}, {' '.join(flags[:1])} on"
+                                         + (" with bodies" if with_bodies else ""), flags)):
+            server, url = serve_from(REPO, work, name, extra)
+            stack.callback(stop_process, server)
+            _invoke_once(url, workload)  # load the model: cold start is not what is measured
+            sides.append(Side(name, side_label, f"{url}/endpoints/{ENDPOINT}/invocations",
+                              (server.pid, _triton_pid(server.pid))))
+        pair = (sides[0], sides[1])
+        results = alternate(workload, pair, driver, concurrencies, seconds, rounds, work)
+        stop_process(server)  # the recording's last lines are written as it stops
+        lines = sum(1 for _ in recording.open()) if recording.exists() else 0
+    print(report(workload, pair, driver, results, seconds, rounds,
+                 (loads_start, _load_average())))
+    for row in results:
+        print(f"concurrency {row.concurrency}: --record costs {(1 - row.ratio) * 100:+.1f} % "
+              "of calls/s")
+    print(f"recorded lines: {lines:,} (every call the recording server answered, the warm-up's "
+          "included)")
+    errors = sum(m.errors for row in results for m in (row.baseline, row.current))
+    return 0 if errors == 0 and lines > 0 else 1

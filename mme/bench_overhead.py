@@ -510,6 +510,16 @@ def run_overhead(args: argparse.Namespace, compare_with: CompareWith | None = No
         print("mme bench overhead: --driver wrk but wrk is not installed "
               "(apt-get install -y wrk)", file=sys.stderr)
         return 2
+    if getattr(args, "record", False):
+        from mme.bench_baseline import compare_record  # that module builds on this one
+
+        if args.baseline is not None:
+            print("mme bench overhead: --record compares this tree with itself; leave "
+                  "--baseline out", file=sys.stderr)
+            return 2
+        return compare_record(_workload_of(args), driver,
+                              [int(c) for c in (args.concurrency or "1,8").split(",")],
+                              args.seconds, args.rounds, args.record_bodies)
     if args.baseline is not None:
         if compare_with is None:
             print("mme bench overhead: --baseline is not available here", file=sys.stderr)
@@ -591,6 +601,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                    help="instead of the paths table: InvokeEndpoint on mme serve from this tree "
                         "against mme serve from REV (a commit, checked out into a temporary git "
                         "worktree), alternating rounds (mme/bench_baseline.py)")
+    p.add_argument("--record", action="store_true",
+                   help="instead of the paths table: mme serve from this tree with --record "
+                        "FILE against the same without it, alternating rounds (what recording "
+                        "every call costs)")
+    p.add_argument("--record-bodies", action="store_true",
+                   help="with --record: the recording server also writes every body")
     p.add_argument("--serve-flag", action="append", metavar="FLAG",
                    help="passed on to mme serve (repeat; e.g. --serve-flag=--workers=2)")
     p.add_argument("--fault-rule", action="append", type=_fault_rule, metavar="JSON",

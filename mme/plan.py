@@ -78,42 +78,80 @@ def zipf_requests(targets: Sequence[str], s: float, count: int, seed: int) -> li
     return [targets[bisect.bisect_right(cumulative, draw.random())] for _ in range(count)]
 
 
-def trace_requests(path: Path, count: int) -> list[str]:
-    """A recorded trace: one TargetModel per line (or JSON lines with ``TargetModel``),
-    repeated to ``count`` requests."""
+def trace_requests(source: str, count: int) -> tuple[list[str], list[float] | None]:
+    """The TargetModels of a trace: a recording of ``mme serve --record`` or SageMaker
+    data-capture files (a file, a folder or ``s3://``: harness/loadtest/trace.py), each call
+    once and in order, as ``mme loadtest --trace`` replays them (``count`` is not used: the
+    prediction is for that replay, cold caches first), with their times (seconds from the
+    first); or a plain list, one TargetModel per line (or JSON lines with ``TargetModel``),
+    repeated to ``count`` requests, without times."""
+    from harness.loadtest.trace import TraceError, read_trace
+
+    path = Path(source)
+    if source.startswith("s3://") or path.is_dir() or _is_call_trace(path):
+        try:
+            calls = read_trace([source]).calls
+        except TraceError as exc:
+            raise SystemExit(f"mme plan: {exc}") from None
+        return [call.key for call in calls], [call.offset_s for call in calls]
     names = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(path.read_text().splitlines(), 1):
         line = line.strip()
         if not line:
             continue
-        names.append(json.loads(line)["TargetModel"] if line.startswith("{") else line)
+        try:
+            names.append(json.loads(line)["TargetModel"] if line.startswith("{") else line)
+        except (ValueError, KeyError, TypeError):
+            raise SystemExit(f"mme plan: {path} line {number}: expected a TargetModel, or a "
+                             "JSON object with \"TargetModel\"") from None
     if not names:
         raise ValueError(f"{path}: no TargetModel in the trace")
-    return list(itertools.islice(itertools.cycle(names), count))
+    return list(itertools.islice(itertools.cycle(names), count)), None
+
+
+def _is_call_trace(path: Path) -> bool:
+    """Whether the file's first line is a recording's or a data capture's (not a name list)."""
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        first = next((line.strip() for line in lines if line.strip()), "")
+    if not first.startswith("{"):
+        return False
+    try:
+        line = json.loads(first)
+    except ValueError:
+        return True  # a broken first line: the trace reader names it
+    return isinstance(line, dict) and "TargetModel" not in line
 
 
 # --- the LRU replay -------------------------------------------------------------------------
 
 def replay(requests: Sequence[str], costs: dict[str, ModelCost], budget: int,
-           count: int, hard_limit: int | None = None) -> tuple[int, list[float], float]:
+           count: int, hard_limit: int | None = None,
+           times: Sequence[float] | None = None) -> tuple[int, list[float], float]:
     """(hits, the latency each request had added in seconds, models resident per instance).
 
     A miss that evicts costs as the emulator's manager spends it: the load starts once Triton
     has accepted the victims' unloads and the model is measured once they are gone, so the
     longer of the two; where the victims' memory, still held, would pass ``hard_limit`` (an
     instance type's whole memory), the load waits for the unloads first.
+
+    With ``times`` (each request's arrival, seconds: a recorded trace) a load takes that long:
+    a request for a model still loading waits for it and is a miss, as the emulator counts it
+    (one load per model, the calls that come meanwhile wait on it: ModelCacheHit 0).
     """
     calls = Counter(requests)
     by_popularity = sorted(calls, key=lambda t: (-calls[t], t))
     home = {t: i % count for i, t in enumerate(by_popularity)}
     caches: list[OrderedDict[str, int]] = [OrderedDict() for _ in range(count)]
+    ready: dict[str, float] = {}  # with times: when each cached model's load completes
     hits, added = 0, []
-    for target in requests:
+    for index, target in enumerate(requests):
         cache, cost = caches[home[target]], costs[target]
+        now = times[index] if times is not None else 0.0
         if target in cache:
             cache.move_to_end(target)
-            hits += 1
-            added.append(0.0)
+            waited = max(ready.get(target, 0.0) - now, 0.0) if times is not None else 0.0
+            hits += waited == 0.0
+            added.append(waited)
             continue
         unload_s, victims_bytes = 0.0, 0
         while cache and sum(cache.values()) + cost.memory_bytes > budget:
@@ -127,18 +165,20 @@ def replay(requests: Sequence[str], costs: dict[str, ModelCost], budget: int,
             seconds = cost.load_s + unload_s
         if cost.memory_bytes <= budget:
             cache[target] = cost.memory_bytes
+            ready[target] = now + seconds
         added.append(seconds)
     return hits, added, sum(len(c) for c in caches) / count
 
 
 def predict(requests: Sequence[str], costs: dict[str, ModelCost], instances: list[Instance],
             counts: list[int], rps: float, max_miss_ratio: float | None, p99_ms: float | None,
-            prices: dict[str, float]) -> list[Prediction]:
+            prices: dict[str, float], times: Sequence[float] | None = None
+            ) -> list[Prediction]:
     rows = []
     for instance, count in itertools.product(instances, counts):
         typed = not instance.name.startswith("--memory-budget")  # kills past its memory
         hits, added, resident = replay(requests, costs, instance.budget_bytes, count,
-                                       instance.memory_bytes if typed else None)
+                                       instance.memory_bytes if typed else None, times)
         hit_ratio = hits / len(requests)
         p99 = percentile(added, 99) * 1000
         meets = ((max_miss_ratio is None or 1 - hit_ratio <= max_miss_ratio)
@@ -242,8 +282,8 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise SystemExit("mme plan: --rps must be more than 0 and --requests at least 1")
     if args.max_miss_ratio is not None and not 0 <= args.max_miss_ratio <= 1:
         raise SystemExit("mme plan: --max-miss-ratio is a ratio between 0 and 1")
-    if args.trace and not Path(args.trace).is_file():
-        raise SystemExit(f"mme plan: --trace {args.trace}: no such file")
+    if args.trace and not (args.trace.startswith("s3://") or Path(args.trace).exists()):
+        raise SystemExit(f"mme plan: --trace {args.trace}: no such file or folder")
     for flag, value in (("--json", args.json), ("--plot", args.plot)):
         problem = writable_file(Path(value), flag) if value else None
         if problem:
@@ -260,8 +300,9 @@ def run(args: argparse.Namespace) -> int:
     skipped: dict[str, str] = {}
     costs = measure(args.model_data, args.target_model, args.launcher, skipped)
     targets = list(costs)
+    times: list[float] | None = None
     if args.trace:
-        requests = trace_requests(Path(args.trace), args.requests)
+        requests, times = trace_requests(args.trace, args.requests)
         unknown = sorted(set(requests) - set(costs))
         if unknown:
             raise SystemExit("mme plan: the trace names models not measured (not in the store, "
@@ -272,8 +313,11 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit("mme plan: --popularity is uniform or zipf[:S]")
         exponent = 0.0 if kind == "uniform" else float(s or 1.0)
         requests = zipf_requests(targets, exponent, args.requests, args.seed)
-    rows = predict(requests, costs, instances, counts, args.rps, args.max_miss_ratio,
-                   args.p99, prices)
+    rps = args.rps  # a timed trace's own rate, else --rps
+    if times is not None and times[-1] > 0:
+        rps = len(requests) / times[-1]
+    rows = predict(requests, costs, instances, counts, rps, args.max_miss_ratio,
+                   args.p99, prices, times)
     best = cheapest(rows, instances)
     print("measured (one load and unload each):")
     for cost in costs.values():
@@ -287,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
         print("no configuration meets the target: try larger instance types or more instances")
     report = {"models": [asdict(c) for c in costs.values()],
               "skipped": [{"target": target, "reason": why} for target, why in skipped.items()],
-              "traffic": {"requests": len(requests), "rps": args.rps,
+              "traffic": {"requests": len(requests), "rps": round(rps, 3),
                           "popularity": None if args.trace else args.popularity,
                           "trace": args.trace, "seed": args.seed},
               "predictions": [asdict(r) for r in rows],
@@ -311,7 +355,9 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     p.add_argument("--instances", default="1", help="instance counts to try, e.g. 1,2,4")
     p.add_argument("--popularity", default="zipf:1.0",
                    help="uniform or zipf[:S] over the models in name order (zipf:1.0)")
-    p.add_argument("--trace", help="a recorded trace: one TargetModel per line")
+    p.add_argument("--trace", help="the traffic: a recording of mme serve --record or SageMaker "
+                                   "data-capture JSON Lines (a file, a folder or s3://; each "
+                                   "call once, in order), or one TargetModel per line")
     p.add_argument("--rps", type=float, default=10.0, help="requests per second (10)")
     p.add_argument("--requests", type=int, default=20000, help="requests replayed (20000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the Zipf draw (0)")

@@ -81,6 +81,21 @@ def check_model_data(settings: Settings) -> None:
         raise StartupMistake(f"{flag}: {_s3_problem(exc.__cause__, settings)}") from None
 
 
+def check_recording(settings: Settings) -> None:
+    """``--record FILE`` can be written (its folder exists, the file may be created), or
+    StartupMistake naming it; ``--record-bodies`` without ``--record`` records nothing."""
+    if settings.record is None:
+        if settings.record_bodies:
+            raise StartupMistake("--record-bodies adds the bodies to a recording: give "
+                                 "--record FILE too")
+        return
+    from mme.arguments import writable_file
+
+    problem = writable_file(settings.record, "--record")
+    if problem:
+        raise StartupMistake(problem)
+
+
 def check_inner_loop(settings: Settings) -> None:
     """``--watch``, ``--preload``, ``--init`` and ``--transitions`` can be honoured, or
     StartupMistake saying what to fix: a preload target the store does not hold is named beside
@@ -208,6 +223,7 @@ def serve(settings: Settings, stderr: Any,
         lock.acquire(url)  # before anything under the cache folder is read or written
         check_model_data(settings)
         check_inner_loop(settings)
+        check_recording(settings)
     except (CacheDirInUse, StartupMistake) as exc:
         lock.release()
         listening.close()

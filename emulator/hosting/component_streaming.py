@@ -66,7 +66,7 @@ class _Tally:
         self._copies = copies
         self._started = started
         self._copy_id = copy_id  # the copy that answers it
-        self._call: CallRecord = copies.arrive(started)
+        self.call: CallRecord = copies.arrive(started)
         self._done = False
 
     def _end(self, samples: list[tuple[str, float]]) -> None:
@@ -74,7 +74,7 @@ class _Tally:
             return
         self._done = True
         self._copies.leave()
-        self._call.streamed(samples, self._copy_id)
+        self.call.streamed(samples, self._copy_id)
 
     def failed(self, exc: BaseException | None) -> None:
         """Ended by an error (None: one without a status, such as the client leaving)."""
@@ -130,6 +130,9 @@ async def open_stream(endpoint: ComponentEndpoint, request: runtime.InvokeReques
     copies, state = endpoint.serving_copies(request)
     copy, _ = copies.choose(request)
     tally = _Tally(copies, started, copy.id)
+    if endpoint.call_log is not None:
+        tally.call.log_to(endpoint.call_log, request, state.variant,
+                          "InvokeEndpointWithResponseStream")
     member = _serve_member(copy)
     try:
         if member is None:

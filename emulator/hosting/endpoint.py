@@ -38,6 +38,7 @@ from emulator.faults.rules import (
 )
 from emulator.faults.table import FaultTable
 from emulator.hosting import affinity, instance_faults
+from emulator.hosting.call_log import CallLog
 from emulator.hosting.call_record import CallRecord
 from emulator.hosting.instance import ContainerAnswer
 from emulator.hosting.multi_container import check_container_hostname, manages_sessions
@@ -151,6 +152,8 @@ class Variant:
 class Endpoint:
     # The fault rules a test put in force (set by the registry; None: never any).
     faults: FaultTable | None = None
+    # ``mme serve --record``: where each call's line goes as it ends (None: not recording).
+    call_log: CallLog | None = None
     # Stopped instances leave their folders (downloaded and extracted models) on disk: set by
     # the registry for a reset that keeps the model cache.
     keep_files: bool = False
@@ -303,6 +306,8 @@ class Endpoint:
         started = time.monotonic()
         group, variant = self.serving_group(request)
         call = group.arrive(started)  # a call counts once it is answered (or cut short)
+        if self.call_log is not None:
+            call.log_to(self.call_log, request, variant)
         unit: ServingUnit | None = None
         session: affinity.SessionCall | None = None
         try:

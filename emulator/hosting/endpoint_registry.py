@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from emulator.clock import Clock
 from emulator.faults.table import FaultTable
+from emulator.hosting.call_log import CallLog
 from emulator.hosting.component_copies import CopyTarget
 from emulator.hosting.components import ComponentEndpoint, ComponentLookup
 from emulator.hosting.deployment import SplitEndpoint
@@ -53,11 +54,13 @@ class EndpointRegistry:
     def __init__(self, settings: Settings, build_instance: InstanceBuilder,
                  sink: MetricSink | None = None, sample_period_s: float = 60.0,
                  faults: FaultTable | None = None, clock: Clock | None = None,
-                 transitions: TransitionTable | None = None) -> None:
+                 transitions: TransitionTable | None = None,
+                 call_log: CallLog | None = None) -> None:
         self.settings = settings
         self.transitions = transitions  # a copy's start is held as its rule says
         self._clock = clock  # the utilization sampler waits on it (an advance wakes it)
         self.faults = faults  # the fault rules every endpoint's calls are checked against
+        self.call_log = call_log  # mme serve --record: every endpoint's calls, one line each
         self._build_instance = build_instance
         self._router = Router(settings.routing_seed)
         self._sink = sink
@@ -100,6 +103,7 @@ class EndpointRegistry:
                                  instance_suffix)
         endpoint.draw = self._generation_draw
         endpoint.faults = self.faults
+        endpoint.call_log = self.call_log
         try:
             await endpoint.start()
         except BaseException:
@@ -139,6 +143,7 @@ class EndpointRegistry:
                                      clock=self._clock or Clock(s.clock_scale),
                                      copy_suffix=copy_suffix)
         endpoint.faults = self.faults
+        endpoint.call_log = self.call_log
         endpoint.transitions = self.transitions
         endpoint.metrics_options = metrics
         endpoint.draw = self._generation_draw

@@ -57,6 +57,8 @@ class _Copies:
 
 
 class _Endpoint:
+    call_log = None  # not recording (mme serve --record)
+
     def __init__(self, copies: _Copies, timeout_s: float) -> None:
         self.copies = copies
         self.invocation_timeout_s = timeout_s

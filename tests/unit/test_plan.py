@@ -79,11 +79,11 @@ def test_predictions_and_the_cheapest_configuration_that_meets_the_target() -> N
 def test_a_trace_is_replayed_as_recorded(tmp_path: Path) -> None:
     trace = tmp_path / "trace.txt"
     trace.write_text('a.tar.gz\n{"TargetModel": "b.tar.gz"}\n\na.tar.gz\n')
-    assert plan.trace_requests(trace, 5) == ["a.tar.gz", "b.tar.gz", "a.tar.gz", "a.tar.gz",
-                                             "b.tar.gz"]
+    assert plan.trace_requests(str(trace), 5) == (
+        ["a.tar.gz", "b.tar.gz", "a.tar.gz", "a.tar.gz", "b.tar.gz"], None)
     (tmp_path / "empty.txt").write_text("\n")
     with pytest.raises(ValueError, match="no TargetModel"):
-        plan.trace_requests(tmp_path / "empty.txt", 5)
+        plan.trace_requests(str(tmp_path / "empty.txt"), 5)
 
 
 def test_an_unknown_instance_type_says_what_to_give() -> None:

@@ -1,0 +1,212 @@
+"""``mme serve --record`` and ``mme loadtest --trace`` end to end: a short mixed load recorded
+by a real emulator (embedded Triton, two small Python models), replayed by the CLI against a
+second emulator with the same models; a data-capture file in AWS's format, read from S3 (moto's
+server), replays too."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from emulator.server import EmulatorServer
+from emulator.settings import Settings
+from tests.client_support import S3, runtime_client
+from tests.support import package, scale_request, wait_until, write_scale_model
+
+pytestmark = pytest.mark.slow
+MODELS = ("hot.tar.gz", "cold.tar.gz")
+RECORD_SECONDS = 4.0
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("record")
+    for name in MODELS:
+        package(write_scale_model(root / "w", name.split(".")[0]), root / "store" / name,
+                "folder")
+    return root / "store"
+
+
+def _server(store: Path, root: Path, **more: object) -> EmulatorServer:
+    return EmulatorServer(Settings.from_env(
+        env={}, model_data=str(store), cache_dir=root / "cache", port=0, **more)).start()
+
+
+@pytest.fixture(scope="module")
+def recording(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A few seconds of mixed traffic (paced, uneven between the models, one unknown model's
+    errors among it) recorded by a server that then stops (its file is complete then)."""
+    root = tmp_path_factory.mktemp("recorder")
+    path = root / "recording.jsonl"
+    server = _server(store, root, record=path, record_bodies=True)
+    try:
+        def user(seed: int) -> None:
+            client = runtime_client(server.url)
+            draw = random.Random(seed)
+            stop = time.monotonic() + RECORD_SECONDS
+            while time.monotonic() < stop:
+                target = draw.choices([*MODELS, "missing.tar.gz"], [8, 3, 1])[0]
+                with contextlib.suppress(client.exceptions.ClientError):
+                    client.invoke_endpoint(EndpointName="local", TargetModel=target,
+                                           ContentType="application/json",
+                                           Body=scale_request([1, 2, 3, 4]))
+                time.sleep(draw.expovariate(1 / 0.01))
+
+        users = [threading.Thread(target=user, args=(seed,)) for seed in range(3)]
+        for thread in users:
+            thread.start()
+        for thread in users:
+            thread.join()
+    finally:
+        server.stop()
+    return path
+
+
+def _replay(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mme", "loadtest", *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def replaying_server(store: Path, tmp_path_factory: pytest.TempPathFactory
+                     ) -> Iterator[EmulatorServer]:
+    server = _server(store, tmp_path_factory.mktemp("replayer"))
+    yield server
+    server.stop()
+
+
+def test_every_call_is_recorded_with_what_a_replay_needs(recording: Path) -> None:
+    lines = [json.loads(line) for line in recording.read_text().splitlines()]
+    assert len(lines) > 60
+    by_target = {t: [x for x in lines if x["target_model"] == t]
+                 for t in (*MODELS, "missing.tar.gz")}
+    assert all(by_target.values())
+    hot = sorted(by_target["hot.tar.gz"], key=lambda x: x["time"])
+    # One load: the calls that came while it ran (one per user at most) waited on it.
+    misses = [x for x in hot if not x["cache_hit"]]
+    assert hot[0] in misses and len(misses) <= 3 and len(hot) - len(misses) > 30
+    assert {(x["status"], x["error"]) for x in by_target["missing.tar.gz"]} == {
+        (400, "ValidationError")}
+    assert all(x["endpoint"] == "local" and x["latency_ms"] > 0 for x in lines)
+    assert base64.b64decode(hot[0]["body"]) == scale_request([1, 2, 3, 4])
+    assert hot[0]["body_bytes"] == len(scale_request([1, 2, 3, 4]))
+
+
+def test_a_recording_replays_with_the_same_calls_per_model(
+        recording: Path, replaying_server: EmulatorServer, tmp_path: Path) -> None:
+    done = _replay("--trace", str(recording), "--url", replaying_server.url, "--out",
+                   str(tmp_path), "--report-format", "aiperf")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    summary = json.loads((tmp_path / "replay.json").read_text())
+    recorded = [json.loads(line) for line in recording.read_text().splitlines()]
+    assert summary["counts_match"] and summary["calls"] == len(recorded)
+    assert summary["per_model"]["missing.tar.gz"]["replayed"] == sum(
+        x["target_model"] == "missing.tar.gz" for x in recorded)
+    assert summary["errors"] == {"ValidationError": summary["per_model"]["missing.tar.gz"][
+        "replayed"]}  # the recorded errors, and no other
+    # The loop's timers resolve a millisecond and a busy machine delays some more: the gaps
+    # move a little, the distribution stays (a KS distance of 1 would be no overlap at all).
+    assert summary["inter_arrival_ks"] < 0.3
+    assert summary["offset_error_ms"]["p50"] < 5
+    # The calls that come while a model loads wait on it and are misses: a load slower than
+    # the recording's (a busier machine) catches a few more of them.
+    hits = summary["cache_hit_ratio"]
+    assert abs(hits["recorded"] - hits["replayed"]) < 0.1
+    print(f"\n[replay] {summary['calls']} calls, KS {summary['inter_arrival_ks']}, late "
+          f"{summary['offset_error_ms']}, hits {hits}")
+    aiperf = json.loads((tmp_path / "profile_export_aiperf.json").read_text())
+    assert aiperf["request_latency"]["unit"] == "ms"
+    assert aiperf["request_count"]["avg"] + aiperf["error_request_count"]["avg"] == len(recorded)
+
+
+def test_data_capture_from_s3_replays_and_a_cut_file_replays_nothing(
+        s3_server: S3, replaying_server: EmulatorServer, tmp_path: Path) -> None:
+    bucket = s3_server.bucket("capture")
+    body = base64.b64encode(scale_request([1, 2, 3, 4])).decode()
+    records = [json.dumps({
+        "captureData": {"endpointInput": {"observedContentType": "application/json",
+                                          "mode": "INPUT", "data": body,
+                                          "encoding": "BASE64"},
+                        "endpointOutput": {"observedContentType": "application/json",
+                                           "mode": "OUTPUT", "data": "e30=",
+                                           "encoding": "BASE64"}},
+        "eventMetadata": {"eventId": f"00000000-0000-0000-0000-00000000000{i}",
+                          "inferenceTime": f"2026-11-28T17:00:00.{i}00Z",
+                          "targetModel": MODELS[i % 2]},
+        "eventVersion": "0"}) for i in range(6)]
+    key = "capture/local/AllTraffic/2026/11/28/17/00-00-000-x.jsonl"
+    s3_server.client.put_object(Bucket=bucket, Key=key, Body="\n".join(records) + "\n")
+    env = {"AWS_ENDPOINT_URL_S3": s3_server.endpoint_url, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    done = _replay("--trace", f"s3://{bucket}/capture/", "--url", replaying_server.url,
+                   "--endpoint-name", "local", "--out", str(tmp_path / "ok"), env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((tmp_path / "ok" / "replay.json").read_text())
+    assert summary["trace"]["kind"] == "data-capture" and summary["errors"] == {}
+    assert summary["per_model"] == {"cold.tar.gz": {"recorded": 3, "replayed": 3},
+                                    "hot.tar.gz": {"recorded": 3, "replayed": 3}}
+
+    s3_server.client.put_object(Bucket=bucket, Key=key,
+                                Body="\n".join(records)[:-40])  # cut mid-record
+    before = _invocations(replaying_server)
+    cut = _replay("--trace", f"s3://{bucket}/capture/", "--url", replaying_server.url,
+                  "--out", str(tmp_path / "cut"), env=env)
+    assert cut.returncode == 2
+    assert cut.stderr.strip() == (
+        f"mme loadtest: s3://{bucket}/{key} line 6: not JSON (Unterminated string starting at); "
+        "a file cut short ends in such a line: remove it or copy the file again; nothing was "
+        "sent")
+    assert _invocations(replaying_server) == before
+    assert not (tmp_path / "cut").exists()
+
+
+def _invocations(server: EmulatorServer) -> float:
+    """The endpoint's Invocations so far (Prometheus' counter)."""
+    from urllib.request import urlopen
+
+    with urlopen(f"{server.url}/metrics") as resp:
+        text = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("sagemaker_invocations_total{"))
+
+
+def test_the_recording_file_grows_while_the_server_runs(store: Path, tmp_path: Path) -> None:
+    """Lines reach the file within a flush, not only at the stop."""
+    path = tmp_path / "live.jsonl"
+    server = _server(store, tmp_path, record=path)
+    try:
+        client = runtime_client(server.url)
+        for _ in range(3):
+            with pytest.raises(client.exceptions.ClientError):
+                client.invoke_endpoint(EndpointName="local", TargetModel="none.tar.gz",
+                                       Body=b"{}")
+        wait_until(lambda: path.exists() and len(path.read_text().splitlines()) == 3,
+                   timeout=10, what="three recorded lines")
+    finally:
+        server.stop()
+
+
+def test_calls_without_bodies_get_them_from_the_models_config(recording: Path, store: Path,
+                                                              tmp_path: Path) -> None:
+    """A recording made without --record-bodies, replayed on an emulator started for the
+    store: each call's body is random tensors shaped by its model's config.pbtxt."""
+    lines = [json.loads(line) for line in recording.read_text().splitlines()]
+    kept = [{k: v for k, v in x.items() if k != "body"} for x in lines
+            if x["target_model"] in MODELS][:12]
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(json.dumps(x) + "\n" for x in kept))
+    done = _replay("--trace", str(bare), "--model-data", str(store), "--out", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((tmp_path / "r" / "replay.json").read_text())
+    assert summary["counts_match"] and summary["errors"] == {}
