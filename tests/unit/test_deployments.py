@@ -450,7 +450,8 @@ def test_a_restart_mid_deployment_resumes_at_its_step(tmp_path: Path) -> None:
     second = FakeGenerations()
     second.green_gate.set()
     second.drop_gate.set()
-    app, _ = build(store, second, copy.copy(alarms))  # now 1 s bakes
+    # Now 4 s bakes: long enough that a busy machine still sees the resumed step baking.
+    app, _ = build(store, second, copy.copy(alarms), scale=900.0)
     with ServerThread(app) as server:
         sm = client(server.url)
         resumed = wait_for(lambda: (d := sm.describe_endpoint(EndpointName="ep"))
@@ -480,14 +481,15 @@ def test_delete_during_a_deployment_stops_both_generations(sm, runtimes: FakeGen
 
 def test_a_deployment_past_its_maximum_execution_time_rolls_back(  # type: ignore[no-untyped-def]
         sm, runtimes: FakeGenerations) -> None:
-    # Two bakes of 500 s cannot finish within 600 s: the second step is cut at the deadline.
+    # Two bakes of 1,800 s cannot finish within 3,500 s: the second step is cut at the deadline
+    # (the first ends well before it, however slowly the new fleet starts on a busy machine).
     sm.update_endpoint(EndpointName="ep", EndpointConfigName="green", DeploymentConfig=canary(
-        25, wait=500, MaximumExecutionTimeoutInSeconds=600))
+        25, wait=1800, MaximumExecutionTimeoutInSeconds=3500))
     wait_for(lambda: ("drop_green", "ep") in runtimes.steps, "the rollback")
     sm.get_waiter("endpoint_in_service").wait(EndpointName="ep", WaiterConfig=FAST)
     described = sm.describe_endpoint(EndpointName="ep")
     assert described["EndpointConfigName"] == "blue"
-    assert "MaximumExecutionTimeoutInSeconds (600 s)" in described["FailureReason"]
+    assert "MaximumExecutionTimeoutInSeconds (3500 s)" in described["FailureReason"]
     assert ("shift", 1.0) in runtimes.steps and ("promote", "ep") not in runtimes.steps
 
 
