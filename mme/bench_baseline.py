@@ -172,6 +172,29 @@ def _load_average() -> str:
         return "unknown"
 
 
+def _work_folder(stack: contextlib.ExitStack, prefix: str,
+                 make_workload: Callable[[Path], Workload]) -> tuple[Path, Workload]:
+    """A temporary folder (removed with ``stack``) and the workload's store in it."""
+    work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+    (work / "store").mkdir()
+    return work, make_workload(work / "store")
+
+
+def _side(stack: contextlib.ExitStack, name: str, label: str, source: Path, work: Path,
+          workload: Workload, extra: list[str] | None = None,
+          fault_rules: list[dict[str, Any]] | None = None) -> tuple[Side, Any]:
+    """One side's ``mme serve`` from ``source`` (stopped with ``stack``), its fault rules in
+    force, the workload's model loaded (cold start is not what is measured); the side and its
+    server process."""
+    server, url = serve_from(source, work, name, extra or [])
+    stack.callback(stop_process, server)
+    if fault_rules is not None:
+        put_fault_rules(url, fault_rules)
+    _invoke_once(url, workload)
+    return Side(name, label, f"{url}/endpoints/{ENDPOINT}/invocations",
+                (server.pid, _triton_pid(server.pid))), server
+
+
 def compare_with(rev: str, make_workload: Callable[[Path], Workload], driver: str,
                  concurrencies: list[int], seconds: float, rounds: int,
                  fault_rules: list[dict[str, Any]] | None = None) -> int:
@@ -185,22 +208,12 @@ def compare_with(rev: str, make_workload: Callable[[Path], Workload], driver: st
     current_label = describe()
     loads_start = _load_average()
     with contextlib.ExitStack() as stack:
-        work = Path(stack.enter_context(tempfile.TemporaryDirectory(
-            prefix="mme-bench-baseline-")))
-        (work / "store").mkdir()
-        workload = make_workload(work / "store")
+        work, workload = _work_folder(stack, "mme-bench-baseline-", make_workload)
         tree = stack.enter_context(worktree_at(commit))
-        sides = []
-        for name, label, source in (("baseline", f"{rev} ({commit[:7]})", tree),
-                                    ("current", current_label, REPO)):
-            server, url = serve_from(source, work, name)
-            stack.callback(stop_process, server)
-            if name == "current":
-                put_fault_rules(url, fault_rules or [])
-            _invoke_once(url, workload)  # load the model: cold start is not what is measured
-            sides.append(Side(name, label, f"{url}/endpoints/{ENDPOINT}/invocations",
-                              (server.pid, _triton_pid(server.pid))))
-        pair = (sides[0], sides[1])
+        baseline, _ = _side(stack, "baseline", f"{rev} ({commit[:7]})", tree, work, workload)
+        current, _ = _side(stack, "current", current_label, REPO, work, workload,
+                           fault_rules=fault_rules or [])
+        pair = (baseline, current)
         results = alternate(workload, pair, driver, concurrencies, seconds, rounds, work)
     print(report(workload, pair, driver, results, seconds, rounds,
                  (loads_start, _load_average())))
@@ -219,22 +232,14 @@ def compare_record(make_workload: Callable[[Path], Workload], driver: str,
     label = describe()
     loads_start = _load_average()
     with contextlib.ExitStack() as stack:
-        work = Path(stack.enter_context(tempfile.TemporaryDirectory(
-            prefix="mme-bench-record-")))
-        (work / "store").mkdir()
-        workload = make_workload(work / "store")
+        work, workload = _work_folder(stack, "mme-bench-record-", make_workload)
         recording = work / "recording.jsonl"
         flags = ["--record", str(recording), *(["--record-bodies"] if with_bodies else [])]
-        sides = []
-        for name, side_label, extra in (("baseline", f"{label}, --record off", []),
-                                        ("current", f"{label}, {' '.join(flags[:1])} on"
-                                         + (" with bodies" if with_bodies else ""), flags)):
-            server, url = serve_from(REPO, work, name, extra)
-            stack.callback(stop_process, server)
-            _invoke_once(url, workload)  # load the model: cold start is not what is measured
-            sides.append(Side(name, side_label, f"{url}/endpoints/{ENDPOINT}/invocations",
-                              (server.pid, _triton_pid(server.pid))))
-        pair = (sides[0], sides[1])
+        baseline, _ = _side(stack, "baseline", f"{label}, --record off", REPO, work, workload)
+        current, server = _side(stack, "current", f"{label}, --record on"
+                                + (" with bodies" if with_bodies else ""), REPO, work,
+                                workload, flags)
+        pair = (baseline, current)
         results = alternate(workload, pair, driver, concurrencies, seconds, rounds, work)
         stop_process(server)  # the recording's last lines are written as it stops
         lines = sum(1 for _ in recording.open()) if recording.exists() else 0

@@ -156,17 +156,23 @@ def deploy_component(sm: Any, endpoint: str, component: str, model: str, copies:
                      ComputeResourceRequirements=RESOURCES if resources is None else resources)
 
 
+def put_step_scale_out(asg: Any, key: dict[str, str], policy: str, aggregation: str) -> str:
+    """A StepScaling policy of ``key`` that adds one unit each time its alarm fires (the way
+    out of zero, for components and asynchronous endpoints alike); its ARN."""
+    return str(asg.put_scaling_policy(
+        **key, PolicyName=policy, PolicyType="StepScaling",
+        StepScalingPolicyConfiguration={
+            "AdjustmentType": "ChangeInCapacity", "MetricAggregationType": aggregation,
+            "Cooldown": 60,
+            "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]},
+    )["PolicyARN"])
+
+
 def put_scale_from_zero(asg: Any, cw: Any, key: dict[str, str], component: str, policy: str,
                         alarm: str, **alarm_options: Any) -> None:
     """SageMaker's way out of zero copies: a StepScaling policy of ``key`` that adds one copy,
     run by alarm ``alarm`` on the component's NoCapacityInvocationFailures."""
-    step_arn = asg.put_scaling_policy(
-        **key, PolicyName=policy, PolicyType="StepScaling",
-        StepScalingPolicyConfiguration={
-            "AdjustmentType": "ChangeInCapacity", "MetricAggregationType": "Maximum",
-            "Cooldown": 60,
-            "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]},
-    )["PolicyARN"]
+    step_arn = put_step_scale_out(asg, key, policy, "Maximum")
     cw.put_metric_alarm(
         AlarmName=alarm, AlarmActions=[step_arn],
         MetricName="NoCapacityInvocationFailures", Namespace="AWS/SageMaker",

@@ -23,24 +23,17 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from emulator.contract.body import Body
 from emulator.contract.routing_config import PrefixAwareConfig
+from emulator.hosting.routing import Member
 
 _MASK = (1 << 64) - 1
 
 # Why a member was chosen (the X-Mme-Routed-By header's value).
 PREFIX = "PREFIX_AWARE"
 SPILLED = "PREFIX_AWARE; spilled"
-
-
-class Member(Protocol):
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def in_flight(self) -> int: ...
 
 
 M = TypeVar("M", bound=Member)

@@ -44,6 +44,13 @@ class Busy(Protocol):
     def in_flight(self) -> int: ...
 
 
+class Member(Busy, Protocol):
+    """A unit known by its id (prefix-aware routing hashes it)."""
+
+    @property
+    def id(self) -> str: ...
+
+
 class Routable(Protocol):
     id: str
     in_flight: int

@@ -26,6 +26,7 @@ from emulator.settings import Settings
 from harness.deployer import triton_image_uri
 from harness.live_endpoint import EmulatorProcess
 from tests.client_support import DUMMY_CREDENTIALS, S3, runtime_client
+from tests.component_support import put_step_scale_out
 from tests.support import output_of, package, scale_request, wait_for, write_scale_model
 
 pytestmark = pytest.mark.slow
@@ -401,13 +402,8 @@ def test_scales_to_zero_and_back_on_its_backlog(world: World) -> None:
                 "MetricName": "ApproximateBacklogSizePerInstance", "Namespace": "AWS/SageMaker",
                 "Dimensions": [{"Name": "EndpointName", "Value": "async-ep"}],
                 "Statistic": "Average"}})
-    step_arn = asg.put_scaling_policy(
-        **key, PolicyName="HasBacklogWithoutCapacity-ScalingPolicy", PolicyType="StepScaling",
-        StepScalingPolicyConfiguration={
-            "AdjustmentType": "ChangeInCapacity", "MetricAggregationType": "Average",
-            "Cooldown": 60,
-            "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]},
-    )["PolicyARN"]
+    step_arn = put_step_scale_out(asg, key, "HasBacklogWithoutCapacity-ScalingPolicy",
+                                  "Average")
     cw.put_metric_alarm(
         AlarmName="async-ep-backlog-without-capacity", Namespace="AWS/SageMaker",
         MetricName="HasBacklogWithoutCapacity",
