@@ -6,6 +6,7 @@ importing from it imports it a second time under another name.
 
 from __future__ import annotations
 
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,6 +31,30 @@ def runtime_client(url: str, **config: Any) -> Any:
         config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=120,
                       **config),
     )
+
+
+_SHARED: dict[tuple[str, str, str], Any] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_client(service: str, url: str, **config: Any) -> Any:
+    """One boto3 client per service, URL and configuration in this process, made on first use
+    (botocore builds a client's class anew each time: milliseconds of CPU, which a wait that
+    made a client on each of its polls paid fifty times a second). boto3 clients are
+    thread-safe; register no event handler on a shared one. Without ``retries``, none."""
+    config.setdefault("retries", {"max_attempts": 1})
+    key = (service, url, repr(sorted(config.items())))
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = boto3.client(service, endpoint_url=url, **DUMMY_CREDENTIALS,
+                                        config=Config(**config))
+        return _SHARED[key]
+
+
+def shared_runtime_client(url: str) -> Any:
+    """``runtime_client(url)``, made once per URL in this process (``shared_client``)."""
+    return shared_client("sagemaker-runtime", url,
+                         retries={"max_attempts": 1, "mode": "standard"}, read_timeout=120)
 
 
 @dataclass
