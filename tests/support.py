@@ -56,11 +56,16 @@ def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
 # The tests' waits: every wait on a condition goes through these (no bare sleeps), and they all
 # poll through ``emulator.processes.wait_until``, the project's one waiting loop.
 
+FAST_FOR_S = 1.0  # a wait polls every ``interval_s`` for its first second,
+LONG_POLL_S = 0.1  # then at most this often: a poll (an HTTP call, a /proc scan) costs CPU
+
+
 def wait_for(condition: Callable[[], T], timeout: float = 60, what: str = "", *,
              still_going: Callable[[], None] | None = None, interval_s: float = 0.02) -> T:
     """Poll ``condition`` until it gives a true value, and return that value. Fails the test
     after ``timeout`` s; ``still_going`` runs between polls and raises at once when what is
-    awaited is gone (a process that exited), rather than at the deadline."""
+    awaited is gone (a process that exited), rather than at the deadline. Past its first
+    second (``FAST_FOR_S``) a wait polls every ``LONG_POLL_S`` at most."""
     found: list[T] = []
 
     def ready() -> bool:
@@ -69,7 +74,11 @@ def wait_for(condition: Callable[[], T], timeout: float = 60, what: str = "", *,
             found.append(value)
         return bool(value)
 
-    if not processes.wait_until(ready, timeout, still_starting=still_going, interval_s=interval_s):
+    fast_s = min(FAST_FOR_S, timeout)
+    if not (processes.wait_until(ready, fast_s, still_starting=still_going,
+                                 interval_s=interval_s)
+            or processes.wait_until(ready, timeout - fast_s, still_starting=still_going,
+                                    interval_s=max(interval_s, LONG_POLL_S))):
         raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}")
     return found[0]
 
