@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import random
 import shutil
 import signal
@@ -31,12 +32,13 @@ def process_tree(pid: int) -> list[int]:
         current = todo.pop()
         found.append(current)
         try:
-            tasks = list(Path(f"/proc/{current}/task").glob("*/children"))
+            threads = os.listdir(f"/proc/{current}/task")
         except OSError:
             continue
-        for task in tasks:
-            with contextlib.suppress(OSError, ValueError):
-                todo.extend(int(c) for c in task.read_text().split())
+        for thread in threads:  # a child is listed under the thread that started it
+            with contextlib.suppress(OSError, ValueError), \
+                    open(f"/proc/{current}/task/{thread}/children", "rb") as children:
+                todo.extend(int(c) for c in children.read().split())
     return found
 
 

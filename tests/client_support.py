@@ -92,6 +92,30 @@ class CallLoop:
         self._thread.join(timeout=self.stop_timeout_s)
 
 
+_SHARED: dict[tuple[str, str, str], Any] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_client(service: str, url: str, **config: Any) -> Any:
+    """One boto3 client per service, URL and configuration in this process, made on first use
+    (botocore builds a client's class anew each time: milliseconds of CPU, which a wait that
+    made a client on each of its polls paid fifty times a second). boto3 clients are
+    thread-safe; register no event handler on a shared one. Without ``retries``, none."""
+    config.setdefault("retries", {"max_attempts": 1})
+    key = (service, url, repr(sorted(config.items())))
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = boto3.client(service, endpoint_url=url, **DUMMY_CREDENTIALS,
+                                        config=Config(**config))
+        return _SHARED[key]
+
+
+def shared_runtime_client(url: str) -> Any:
+    """``runtime_client(url)``, made once per URL in this process (``shared_client``)."""
+    return shared_client("sagemaker-runtime", url,
+                         retries={"max_attempts": 1, "mode": "standard"}, read_timeout=120)
+
+
 @dataclass
 class S3:
     """The moto S3 server the ``s3_server`` fixture runs, and a client bound to it."""

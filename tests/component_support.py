@@ -14,14 +14,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import boto3
 import psutil
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.client_support import runtime_client, shared_client
 from tests.multi_container_support import triton_tarball
 from tests.support import output_of, scale_request, wait_until
 
@@ -60,9 +58,9 @@ class ComponentServer:
         self.server.stop()
 
     def client(self, service: str, **config: Any) -> Any:
-        """A boto3 client on this emulator that does not retry (a failure shows at once)."""
-        return boto3.client(service, endpoint_url=self.server.url, **DUMMY_CREDENTIALS,
-                            config=Config(retries={"max_attempts": 1}, **config))
+        """A boto3 client on this emulator that does not retry (a failure shows at once); one
+        per service and configuration, shared (``shared_client``): the waits poll with it."""
+        return shared_client(service, self.server.url, **config)
 
     def create_models(self) -> None:
         """A SageMaker Model of each tarball, named as it."""

@@ -118,14 +118,16 @@ def built_repository(tmp_path_factory: Any, ensemble: str, variant: str | None =
     """Build an ensemble once per test run (the text one takes ~20 s) and reuse it.
 
     Shared by the run's pytest-xdist workers: the first to ask builds under a file lock, the
-    others wait for it and reuse what it built.
+    others wait for it and reuse what it built. The default variant asked by name or by
+    ``None`` is one build.
     """
     from ensembles import catalogue
 
+    variant = variant or catalogue.get(ensemble).default_variant
     run_dir = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         run_dir = run_dir.parent  # the workers' base folders are siblings in the run's folder
-    folder = run_dir / "built-ensembles" / f"{ensemble}-{variant or 'default'}"
+    folder = run_dir / "built-ensembles" / f"{ensemble}-{variant}"
     folder.mkdir(parents=True, exist_ok=True)
     built = folder / "repository-path"
     with (folder / "lock").open("w") as lock:

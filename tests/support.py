@@ -56,11 +56,19 @@ def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
 # The tests' waits: every wait on a condition goes through these (no bare sleeps), and they all
 # poll through ``emulator.processes.wait_until``, the project's one waiting loop.
 
+# A wait polls often for its first second, then less: a poll (an HTTP call answered in this
+# process, a /proc scan) costs CPU, and the long waits (a bake on the emulated clock, copies
+# starting) would spend it fifty times a second.
+FAST_POLL_S, FAST_FOR_S, LONG_POLL_S = 0.02, 1.0, 0.1
+
+
 def wait_for(condition: Callable[[], T], timeout: float = 60, what: str = "", *,
-             still_going: Callable[[], None] | None = None, interval_s: float = 0.02) -> T:
+             still_going: Callable[[], None] | None = None, interval_s: float | None = None) -> T:
     """Poll ``condition`` until it gives a true value, and return that value. Fails the test
     after ``timeout`` s; ``still_going`` runs between polls and raises at once when what is
-    awaited is gone (a process that exited), rather than at the deadline."""
+    awaited is gone (a process that exited), rather than at the deadline. Polls every
+    ``FAST_POLL_S`` for the first ``FAST_FOR_S``, then every ``LONG_POLL_S``; or every
+    ``interval_s`` throughout when given (a condition whose calls are the load it waits on)."""
     found: list[T] = []
 
     def ready() -> bool:
@@ -69,13 +77,23 @@ def wait_for(condition: Callable[[], T], timeout: float = 60, what: str = "", *,
             found.append(value)
         return bool(value)
 
-    if not processes.wait_until(ready, timeout, still_starting=still_going, interval_s=interval_s):
+    if interval_s is not None:
+        done = processes.wait_until(ready, timeout, still_starting=still_going,
+                                    interval_s=interval_s)
+    else:
+        fast_s = min(FAST_FOR_S, timeout)
+        done = (processes.wait_until(ready, fast_s, still_starting=still_going,
+                                     interval_s=FAST_POLL_S)
+                or processes.wait_until(ready, timeout - fast_s, still_starting=still_going,
+                                        interval_s=LONG_POLL_S))
+    if not done:
         raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}")
     return found[0]
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 60, what: str = "", *,
-               still_going: Callable[[], None] | None = None, interval_s: float = 0.02) -> float:
+               still_going: Callable[[], None] | None = None,
+               interval_s: float | None = None) -> float:
     """``wait_for`` a condition; return the seconds it took."""
     started = time.monotonic()
     wait_for(condition, timeout, what, still_going=still_going, interval_s=interval_s)

@@ -45,10 +45,23 @@ def process_bytes(pid: int) -> int:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
             if line.startswith("Pss:"):
                 return int(line.split()[1]) * 1024
+    return resident_bytes(pid)
+
+
+def resident_bytes(pid: int) -> int:
+    """A process's resident set size (``statm``: cheap to read, never below its PSS); 0 if
+    gone."""
     with contextlib.suppress(OSError, ValueError, IndexError):
         return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
     return 0
 
+
+# The share of a limit a process tree's RSS must stay under for the tree to be taken as under
+# the limit in PSS without measuring it: PSS is at most RSS, and the kernel's RSS counters lag
+# by at most a few hundred KiB a process, far less than this share of any instance's memory.
+# Measuring PSS (smaps_rollup) costs tens of ms for a Triton with a few models; RSS, well under
+# one.
+RSS_BOUND_SHARE = 0.875
 
 
 class MemoryProbe(Protocol):
@@ -126,8 +139,14 @@ class EmbeddedProbe:
         return gpu_bytes_of({s.pid for s in self._live_stubs() if s.model in wanted}) or 0
 
     def oom_kill(self, limit: int) -> OomKill | None:
-        total = self.total_bytes()
-        if total is None or total <= limit:
+        pid = self._pid_of()
+        if pid is None:
+            return None
+        tree = process_tree(pid)
+        if sum(resident_bytes(p) for p in tree) < limit * RSS_BOUND_SHARE:
+            return None  # far under the limit: its PSS is too (see RSS_BOUND_SHARE)
+        total = sum(process_bytes(p) for p in tree)
+        if total <= limit:
             return None
         sizes = [(process_bytes(s.pid), s) for s in self._live_stubs()]
         if not sizes:

@@ -25,7 +25,11 @@ from ensembles.packaging import package
 from harness.deploy_cli import main as cli_main
 from harness.deployer import Deployer, make_clients, triton_image_uri
 from harness.deployment import ComponentSpec, DeployConfig
-from tests.client_support import DUMMY_CREDENTIALS, put_target_tracking, runtime_client
+from tests.client_support import (
+    DUMMY_CREDENTIALS,
+    put_target_tracking,
+    shared_runtime_client,
+)
 from tests.component_support import ROLE, ComponentServer
 from tests.support import (
     output_of,
@@ -67,7 +71,7 @@ def module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
 
 def _invoke(module: Module, endpoint: str, component: str, input_name: str = "X",
             output_name: str = "Y") -> np.ndarray:
-    response = runtime_client(module.server.url).invoke_endpoint(
+    response = shared_runtime_client(module.server.url).invoke_endpoint(
         EndpointName=endpoint, InferenceComponentName=component, ContentType="application/json",
         Body=scale_request([1.0, 2.0, 3.0, 4.0], input_name=input_name))
     return output_of(response["Body"].read(), output_name)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.client_support import runtime_client
+from tests.client_support import shared_runtime_client
 from tests.component_support import (
     RESOURCES,
     ROLE,
@@ -73,7 +73,7 @@ def _answered_once_in_service(module: ComponentServer, name: str, stream: CallSt
 
 def _call(module: ComponentServer, name: str) -> list[float] | None:
     try:
-        answer = runtime_client(module.server.url).invoke_endpoint(
+        answer = shared_runtime_client(module.server.url).invoke_endpoint(
             EndpointName=name, InferenceComponentName=name, ContentType="application/json",
             Body=scale_request([1, 2, 3, 4]))
     except ClientError:

@@ -181,9 +181,10 @@ def test_target_tracking_adds_a_copy_under_load(module: ComponentServer) -> None
         except ClientError as exc:
             failed.append(str(exc))
 
-    # a call every few milliseconds: far above 2 per copy per (quarter-second) minute
+    # a call every few milliseconds: far above 2 per copy per (quarter-second) minute (the
+    # wait's polls are the load: their interval is given, so they do not slow down)
     wait_until(lambda: call() is None and _copies(sm, "busy-ic") == (2, 2), 60,
-               "busy-ic scaled out to 2 copies")
+               "busy-ic scaled out to 2 copies", interval_s=0.02)
     assert failed == []
     assert _instances(sm, "busy") == 2
     (activity,) = asg.describe_scaling_activities(

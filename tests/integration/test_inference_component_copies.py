@@ -16,7 +16,7 @@ import psutil
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.client_support import runtime_client
+from tests.client_support import shared_runtime_client
 from tests.component_support import (
     RESOURCES,
     ComponentServer,
@@ -50,7 +50,7 @@ def _component(module: ComponentServer, name: str, endpoint: str, model: str, co
 
 def _invoke(module: ComponentServer, endpoint: str,
             component: str) -> tuple[list[float], dict[str, str]]:
-    answer = runtime_client(module.server.url).invoke_endpoint(
+    answer = shared_runtime_client(module.server.url).invoke_endpoint(
         EndpointName=endpoint, InferenceComponentName=component,
         ContentType="application/json", Body=scale_request([1, 2, 3, 4]))
     headers = answer["ResponseMetadata"]["HTTPHeaders"]
