@@ -190,6 +190,8 @@ class AsyncInference:
         self.sink = sink
         self._wall = wall_clock
         self._lanes: dict[str, _Lane] = {}
+        # Endpoints being deleted (by lower-case name): they take no new request.
+        self._deleting: dict[str, Any] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._running = False
@@ -199,6 +201,10 @@ class AsyncInference:
     def async_endpoint(self, name: str) -> AsyncEndpoint:
         """The endpoint, if it takes InvokeEndpointAsync; else the error SageMaker answers."""
         endpoint = self.endpoints.get(name)
+        deleting = self._deleting.pop(name.lower(), None)
+        if deleting is not None and deleting is endpoint:
+            self._deleting[name.lower()] = deleting  # still stopping
+            endpoint = None  # [U] a Deleting endpoint is not found, as once it is gone
         if endpoint is None:
             raise runtime_errors.endpoint_not_found(name, self.account)
         if async_config(endpoint) is None:
@@ -267,6 +273,38 @@ class AsyncInference:
             lane.waiting.clear()
         self.store.clear()
 
+    def endpoint_deleted(self, name: str) -> None:
+        """DeleteEndpoint accepted: every request still waiting for endpoint ``name`` fails
+        now (written to the failure path, told to the ErrorTopic, ``InvocationFailures``)
+        [U: AWS does not publish what becomes of them]; requests in flight end as the
+        endpoint's stop ends their calls. The queue is gone: an endpoint created again under
+        the name starts with an empty one."""
+        lane = next((self._lanes.pop(key) for key in list(self._lanes)
+                     if key.lower() == name.lower()), None)
+        running = self.endpoints.get(lane.name if lane is not None else name)
+        if running is not None:
+            self._deleting[name.lower()] = running
+        if lane is None:
+            return
+        if lane.task is not None:
+            lane.task.cancel()
+        endpoint = self.endpoints.get(lane.name)
+        output_config = (async_config(endpoint) or {}).get("OutputConfig") or {}
+        variant = endpoint.variants[0].name if getattr(endpoint, "variants", None) \
+            else "AllTraffic"
+        reason = wire.endpoint_deleted_reason(lane.name)
+        waiting = list(lane.waiting)
+        lane.waiting.clear()
+        if waiting:
+            log.info("async inference: %d queued requests of %s fail: the endpoint is deleted",
+                     len(waiting), lane.name)
+        loop = asyncio.get_running_loop()
+        for item in waiting:
+            lane.in_flight[item.stored.key] = item
+            task = loop.create_task(self._failed(lane, item, variant, output_config, [], reason))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
     def backlog(self, name: str) -> int:
         lane = self._lanes.get(name)
         return 0 if lane is None else lane.backlog
@@ -274,6 +312,25 @@ class AsyncInference:
     def describe(self) -> dict[str, dict[str, int]]:
         return {name: {"Waiting": len(lane.waiting), "InFlight": len(lane.in_flight)}
                 for name, lane in self._lanes.items()}
+
+    def queue(self, endpoint: Any) -> dict[str, Any] | None:
+        """The queue of ``endpoint`` as ``/_emulator/models`` and the live page show it: the
+        backlog (waiting and in flight), each part, and the oldest request's age in emulated
+        seconds (as ``ApproximateAgeOfOldestRequest``); None for a real-time endpoint."""
+        config = async_config(endpoint)
+        if config is None:
+            return None
+        lane = self._lanes.get(endpoint.name)
+        items = [] if lane is None else [*lane.waiting, *lane.in_flight.values()]
+        oldest = 0.0
+        if items:
+            oldest = self.clock.emulated_duration(
+                max(self.clock.now() - min(i.stored.received for i in items), 0.0))
+        return {"Backlog": len(items), "Waiting": len(lane.waiting) if lane else 0,
+                "InFlight": len(lane.in_flight) if lane else 0,
+                "OldestRequestAgeSeconds": round(oldest, 3),
+                "MaxConcurrentInvocationsPerInstance": wire.max_concurrency(config),
+                "InstancesInService": _serving(endpoint)}
 
     async def _dispatch(self, lane: _Lane) -> None:
         # ``_running`` too: a cancellation that ``asyncio.wait_for`` swallows (it can, when the

@@ -280,6 +280,12 @@ def model_failure_reason(error: runtime_errors.SageMakerError) -> str:
     return f"{error.shape}: {error.message}"  # [U]
 
 
+def endpoint_deleted_reason(name: str) -> str:  # [U] wording, and that it fails at all
+    return (f"ClientError: The endpoint {name} was deleted before the request was processed. "
+            "Invoke an endpoint that is InService; an endpoint created again under the same "
+            "name does not take over requests queued for the deleted one.")
+
+
 def timed_out_reason(timeout_s: int) -> str:  # [U] wording
     return (f"ClientError: The invocation timed out: the model did not answer within its "
             f"InvocationTimeoutSeconds ({timeout_s} seconds).")

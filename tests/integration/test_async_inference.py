@@ -279,6 +279,59 @@ def test_a_request_past_its_ttl_fails_as_expired(world: World) -> None:
     _messages(world.sqs, world.success_queue, 2)  # the held ones, answered
 
 
+def test_delete_endpoint_fails_the_requests_still_queued(world: World) -> None:
+    """DeleteEndpoint of an asynchronous endpoint: what still waits in its queue fails at once,
+    written to S3FailurePath and told to the ErrorTopic; an endpoint created again under the
+    name starts with an empty queue."""
+    sns = boto3.client("sns", endpoint_url=world.sqs.meta.endpoint_url, **DUMMY_CREDENTIALS)
+    topics = _topic_with_queue(sns, world.sqs, "doomed-success")[0], \
+        _topic_with_queue(sns, world.sqs, "doomed-error")[0]
+    error_queue = world.sqs.get_queue_url(QueueName="doomed-error")["QueueUrl"]
+    _deploy(world.sm, "doomed", world.model_data,
+            _async_config(topics, concurrency=1, prefix="doomed"))
+    _in_service(world.sm, "doomed")
+    world.gate.unlink()  # the model holds its calls: one in flight, three wait
+    try:
+        answers = [world.rt.invoke_endpoint_async(
+            EndpointName="doomed", ContentType="application/json",
+            Body=scale_request([1.0, 1.0, 1.0, 1.0]), InferenceId=f"doomed-{i}")
+            for i in range(4)]
+        wait_for(lambda: _queue_of(world.url, "doomed") == {"Waiting": 3, "InFlight": 1}, 10,
+                 "one in flight, three waiting")
+        world.sm.delete_endpoint(EndpointName="doomed")
+        for answer in answers[1:]:
+            text = wait_for(lambda a=answer: _read(world.s3, a["FailureLocation"]), 30,
+                            f"the failure of {answer['InferenceId']}")
+            assert b"The endpoint doomed was deleted before the request was processed" in text
+            assert _read(world.s3, answer["OutputLocation"]) is None
+        messages = {m["inferenceId"]: m for m in _messages(world.sqs, error_queue, 3)}
+        assert {f"doomed-{i}" for i in range(1, 4)} <= set(messages)
+        assert messages["doomed-2"]["invocationStatus"] == "Failed"
+        assert "was deleted" in messages["doomed-2"]["failureReason"]
+        assert messages["doomed-2"]["responseParameters"]["failureLocation"] == \
+            answers[2]["FailureLocation"]
+    finally:
+        world.gate.touch()
+    wait_for(lambda: _gone(world.sm, "doomed"), 60, "doomed deleted")
+    assert _queue_of(world.url, "doomed") is None
+
+
+def _gone(sm: Any, name: str) -> bool:
+    try:
+        sm.describe_endpoint(EndpointName=name)
+    except ClientError:
+        return True
+    return False
+
+
+def _queue_of(url: str, endpoint: str) -> dict[str, Any] | None:
+    """The endpoint's asynchronous queue as ``/_emulator/models`` shows it (None: no queue)."""
+    with urllib.request.urlopen(f"{url}/_emulator/models", timeout=30) as response:
+        doc = json.loads(response.read())
+    queue = doc["Endpoints"].get(endpoint, {}).get("AsyncQueue")
+    return None if queue is None else {k: queue[k] for k in ("Waiting", "InFlight")}
+
+
 def test_backlog_and_invocation_metrics_reach_cloudwatch(world: World) -> None:
     cw = boto3.client("cloudwatch", endpoint_url=world.url, **DUMMY_CREDENTIALS)
     world.s3.put_object(Bucket=BUCKET, Key="inputs/metrics.json",

@@ -340,3 +340,36 @@ async def test_a_reset_forgets_what_is_queued() -> None:
         assert (service.backlog("ep"), store.count()) == (3, 3)
         service.clear()
         assert (service.backlog("ep"), store.count()) == (0, 0)
+
+
+@run
+async def test_a_deleted_endpoints_queued_requests_fail_and_its_queue_shows() -> None:
+    endpoint = _endpoint(instances=1, concurrency=1)
+    endpoint.spec.async_config["OutputConfig"]["NotificationConfig"]["ErrorTopic"] = \
+        "arn:aws:sns:us-east-1:123456789012:failed"
+    store = RequestStore()
+    service, s3, notifier, sink = _service(endpoint, store)
+    async with service.running():
+        accepted = [service.accept(_parse({wire.H_INFERENCE_ID: f"id-{i}"}, b"x"), b"x")
+                    for i in range(3)]
+        await wait_for_async(lambda: endpoint.in_flight == 1, 5, "1 in flight")
+        queue = service.queue(endpoint)
+        assert queue is not None
+        assert (queue["Backlog"], queue["Waiting"], queue["InFlight"]) == (3, 2, 1)
+        assert queue["MaxConcurrentInvocationsPerInstance"] == 1
+        service.endpoint_deleted("EP")  # names are case-insensitive
+        for answer in accepted[1:]:
+            await wait_for_async(lambda a=answer: a.failure_location in s3.objects, 5, "failed")
+            assert b"was deleted before" in s3.objects[str(answer.failure_location)]
+        failed = [m for topic, m in notifier.sent if topic.endswith(":failed")]
+        assert sorted(m["inferenceId"] for m in failed) == ["id-1", "id-2"]
+        assert sink.last("InvocationFailures") == 1
+        assert store.count() == 1  # the one in flight ends with its call
+        queue = service.queue(endpoint)
+        assert queue is not None and queue["Backlog"] == 0  # a new queue for the name
+        with pytest.raises(runtime_errors.ValidationError, match="Endpoint ep of account"):
+            service.accept(_parse({}, b"x"), b"x")  # Deleting: as if it were gone
+        endpoint.gate.set()
+        await wait_for_async(lambda: store.count() == 0, 5, "the call in flight ended")
+    endpoint.spec.async_config = None
+    assert service.queue(endpoint) is None
