@@ -181,7 +181,7 @@ def build_app(settings: Settings) -> EmulatorApp:
     state = ServerState(control, registry, alarms, scaling, metric_store, faults,
                         settings.endpoint_name if settings.model_data else None,
                         start_default_endpoint, settings.model_load_timeout_s,
-                        settings.cache_dir / "endpoints")
+                        settings.cache_dir / "endpoints", async_inference)
     state.reset_listeners.append(feed.clear)
     state.reset_listeners.append(async_inference.clear)  # queued requests are state too
     control.endpoint_deleted.append(async_inference.endpoint_deleted)  # they fail

@@ -23,6 +23,7 @@ VariantName each request's ``InvocationsProcesssed`` (AWS's spelling), ``Invocat
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -272,6 +273,38 @@ class AsyncInference:
         for lane in self._lanes.values():
             lane.waiting.clear()
         self.store.clear()
+
+    def export(self) -> list[dict[str, Any]]:
+        """Every accepted request not yet answered (waiting or in flight), oldest first, for a
+        snapshot: its age on the emulated clock rather than its time (another server's
+        timeline differs), the request, its inline body as base64."""
+        now = self.clock.now()
+        return [{"endpoint": r.endpoint,
+                 "age_s": round(self.clock.emulated_duration(max(now - r.received, 0.0)), 6),
+                 "received_wall": r.received_wall, "doc": r.doc,
+                 "body": None if r.body is None else base64.b64encode(r.body).decode()}
+                for r in self.store.pending()]
+
+    def load(self, requests: list[dict[str, Any]], endpoints: set[str]) -> list[str]:
+        """A snapshot's requests queued again (kept in the store first), each as old as it was
+        when saved; those whose endpoint is not among ``endpoints`` (lower-case names) are not
+        taken: their InferenceIds are returned."""
+        now = self.clock.now()
+        skipped = []
+        for doc in requests:
+            request = wire.AsyncInvokeRequest.from_doc(doc["doc"])
+            if doc["endpoint"].lower() not in endpoints:
+                skipped.append(request.inference_id)
+                continue
+            stored = StoredRequest(
+                str(uuid.uuid4()), doc["endpoint"],
+                now - self.clock.real_duration(float(doc["age_s"])),
+                float(doc["received_wall"]), doc["doc"],
+                None if doc["body"] is None else base64.b64decode(doc["body"]))
+            self.store.add(stored)
+            if self._running:  # else ``running`` queues what the store holds
+                self._queue(_Item(stored, request))
+        return skipped
 
     def endpoint_deleted(self, name: str) -> None:
         """DeleteEndpoint accepted: every request still waiting for endpoint ``name`` fails

@@ -316,6 +316,28 @@ def test_delete_endpoint_fails_the_requests_still_queued(world: World) -> None:
     assert _queue_of(world.url, "doomed") is None
 
 
+def test_a_snapshot_holds_the_requests_not_yet_answered(world: World) -> None:
+    """``GET /_emulator/snapshot`` (what ``mme snapshot save`` writes) carries each accepted
+    request not yet answered, waiting or in flight, with its body; they are answered after."""
+    world.gate.unlink()  # two in flight (the concurrency), one waiting
+    try:
+        answers = [world.rt.invoke_endpoint_async(
+            EndpointName="async-ep", ContentType="application/json",
+            Body=scale_request([float(i), 0.0, 0.0, 0.0]), InferenceId=f"saved-{i}")
+            for i in range(3)]
+        wait_for(lambda: _queue_of(world.url, "async-ep") == {"Waiting": 1, "InFlight": 2}, 10,
+                 "two in flight, one waiting")
+        with urllib.request.urlopen(f"{world.url}/_emulator/snapshot", timeout=30) as response:
+            saved = json.loads(response.read())["async_requests"]
+    finally:
+        world.gate.touch()
+    assert sorted(r["doc"]["inference_id"] for r in saved) == [f"saved-{i}" for i in range(3)]
+    assert all(r["endpoint"] == "async-ep" and r["age_s"] >= 0 and r["body"] for r in saved)
+    for answer in answers:
+        assert wait_for(lambda a=answer: _read(world.s3, a["OutputLocation"]), 60, "answered")
+    _messages(world.sqs, world.success_queue, 3)
+
+
 def _gone(sm: Any, name: str) -> bool:
     try:
         sm.describe_endpoint(EndpointName=name)

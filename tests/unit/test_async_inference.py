@@ -373,3 +373,29 @@ async def test_a_deleted_endpoints_queued_requests_fail_and_its_queue_shows() ->
         await wait_for_async(lambda: store.count() == 0, 5, "the call in flight ended")
     endpoint.spec.async_config = None
     assert service.queue(endpoint) is None
+
+
+@run
+async def test_queued_requests_are_exported_and_loaded_as_old_as_they_were() -> None:
+    endpoint = _endpoint(instances=0)
+    clock = Clock()
+    service, _, _, _ = _service(endpoint, RequestStore(), clock)
+    async with service.running():
+        service.accept(_parse({wire.H_INFERENCE_ID: "inline"}, b"\xffbytes"), b"\xffbytes")
+        service.accept(_parse({wire.H_INPUT_LOCATION: "s3://bucket/in/x.json",
+                               wire.H_INFERENCE_ID: "from-s3"}, b""), None)
+        await clock.advance(30)
+        saved = json.loads(json.dumps(service.export()))  # as a snapshot holds it
+    assert [s["doc"]["inference_id"] for s in saved] == ["inline", "from-s3"]
+    assert saved[0]["age_s"] >= 30 and saved[1]["body"] is None
+    other = _endpoint(instances=1)
+    other.gate.set()
+    again, s3, _, _ = _service(other, RequestStore(), Clock())
+    async with again.running():
+        skipped = again.load([*saved, {**saved[0], "endpoint": "gone"}], {"ep"})
+        assert skipped == ["inline"]  # the one for an endpoint the snapshot has not
+        queue = again.queue(other)
+        assert queue is not None and queue["OldestRequestAgeSeconds"] >= 30
+        await wait_for_async(lambda: again.backlog("ep") == 0, 5, "the loaded queue drained")
+    assert sorted(r.inference_id for r in other.calls) == ["from-s3", "inline"]
+    assert [r.body for r in other.calls if r.inference_id == "inline"] == [b"\xffbytes"]
