@@ -40,6 +40,7 @@ from emulator.clock import Clock
 from emulator.cloudwatch.notifications import sns_client
 from emulator.contract import async_inference as wire
 from emulator.contract import runtime, runtime_errors
+from emulator.hosting.components import ComponentEndpoint
 from emulator.hosting.endpoint import InvokeResult
 from emulator.metrics import MetricSink
 
@@ -208,6 +209,8 @@ class AsyncInference:
             endpoint = None  # [U] a Deleting endpoint is not found, as once it is gone
         if endpoint is None:
             raise runtime_errors.endpoint_not_found(name, self.account)
+        if isinstance(endpoint, ComponentEndpoint):
+            raise wire.not_for_inference_components(name)
         if async_config(endpoint) is None:
             if getattr(endpoint, "is_multi_model", False):
                 raise runtime_errors.unsupported_for_multi_model("InvokeEndpointAsync", name)

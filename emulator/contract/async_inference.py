@@ -307,6 +307,14 @@ def not_async_endpoint(name: str) -> runtime_errors.ValidationError:  # [U] word
         "endpoint from a configuration with AsyncInferenceConfig.")
 
 
+def not_for_inference_components(name: str) -> runtime_errors.ValidationError:  # [U] wording
+    return runtime_errors.ValidationError(
+        f"Endpoint {name} hosts inference components, and InvokeEndpointAsync cannot name one: "
+        "its request has no InferenceComponentName member. Invoke the component with "
+        "InvokeEndpoint and InferenceComponentName, or deploy its model on an endpoint of its "
+        "own (a ProductionVariant with ModelName) whose configuration has AsyncInferenceConfig.")
+
+
 def missing_output_path() -> str:  # [U]: the model requires neither path
     return ("AsyncInferenceConfig.OutputConfig.S3OutputPath is required: it is where "
             "asynchronous inference writes each response.")

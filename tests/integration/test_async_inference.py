@@ -338,6 +338,38 @@ def test_a_snapshot_holds_the_requests_not_yet_answered(world: World) -> None:
     _messages(world.sqs, world.success_queue, 3)
 
 
+def test_the_load_test_drives_an_asynchronous_endpoint(
+        world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``mme loadtest --async`` for two seconds: every accepted request answered in S3, the
+    time to result measured."""
+    from mme.cli import main as mme
+
+    body = tmp_path / "body.json"
+    body.write_bytes(scale_request([1.0, 2.0, 3.0, 4.0]))
+    code = mme(["loadtest", "--async", "--url", world.url, "--endpoint-name", "async-ep",
+                "--s3-endpoint-url", world.s3.meta.endpoint_url, "--phase", "2:2",
+                "--think-time", "0.2",
+                "--body", str(body), "--content-type", "application/json",
+                "--result-timeout", "30", "--out", str(tmp_path / "report")])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    report = json.loads((tmp_path / "report" / "async-report.json").read_text())
+    assert report["accepted"] >= 2 and report["refused"] == {}
+    assert report["answered"] == report["accepted"]
+    assert (report["failed"], report["unfinished"]) == (0, 0)
+    assert report["time_to_result_ms"]["p50"] > 0
+    assert report["time_to_result_ms"]["p99"] >= report["time_to_result_ms"]["p50"]
+    assert "time to result in S3" in printed
+    _messages(world.sqs, world.success_queue, report["accepted"])
+    # Refusals are counted by their code (here: no such endpoint).
+    code = mme(["loadtest", "--async", "--url", world.url, "--endpoint-name", "nowhere",
+                "--phase", "1:1", "--body", str(body), "--content-type", "application/json",
+                "--out", str(tmp_path / "refused")])
+    assert code == 1
+    refused = json.loads((tmp_path / "refused" / "async-report.json").read_text())
+    assert refused["accepted"] == 0 and refused["refused"]["ValidationError"] >= 1
+
+
 def _gone(sm: Any, name: str) -> bool:
     try:
         sm.describe_endpoint(EndpointName=name)

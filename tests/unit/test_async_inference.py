@@ -20,6 +20,7 @@ from emulator.clock import Clock
 from emulator.contract import async_inference as wire
 from emulator.contract import control_plane, runtime_errors
 from emulator.contract.runtime import InvokeRequest
+from emulator.hosting.components import ComponentEndpoint
 from emulator.hosting.endpoint import InvokeResult
 from tests.support import wait_for_async
 
@@ -327,6 +328,19 @@ async def test_refusals() -> None:
     endpoint.is_multi_model = True
     with pytest.raises(runtime_errors.ValidationError, match="InvokeEndpointAsync"):
         service.async_endpoint("ep")
+
+
+def test_an_endpoint_for_inference_components_is_refused_saying_why() -> None:
+    components = object.__new__(ComponentEndpoint)  # only its type is read
+    service = AsyncInference(FakeEndpoints({"ic": components}), RequestStore(), Clock(),
+                             region="us-east-1", account="123456789012", s3=FakeS3(),  # type: ignore[arg-type]
+                             notifier=FakeNotifier())  # type: ignore[arg-type]
+    with pytest.raises(runtime_errors.ValidationError) as caught:
+        service.async_endpoint("ic")
+    message = caught.value.message
+    assert "no InferenceComponentName member" in message
+    assert "InvokeEndpoint and InferenceComponentName" in message and "AsyncInferenceConfig" in \
+        message
 
 
 @run
