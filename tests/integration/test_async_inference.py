@@ -316,10 +316,13 @@ def test_delete_endpoint_fails_the_requests_still_queued(world: World) -> None:
     assert _queue_of(world.url, "doomed") is None
 
 
-def test_a_snapshot_holds_the_requests_not_yet_answered(world: World) -> None:
+def test_a_snapshot_holds_the_requests_not_yet_answered(
+        world: World, s3_server: S3, tmp_path: Path) -> None:
     """``GET /_emulator/snapshot`` (what ``mme snapshot save`` writes) carries each accepted
-    request not yet answered, waiting or in flight, with its body; they are answered after."""
+    request not yet answered, waiting or in flight, with its body; a server the snapshot is
+    restored into queues them again and answers them."""
     world.gate.unlink()  # two in flight (the concurrency), one waiting
+    restored: EmulatorServer | None = None
     try:
         answers = [world.rt.invoke_endpoint_async(
             EndpointName="async-ep", ContentType="application/json",
@@ -328,14 +331,47 @@ def test_a_snapshot_holds_the_requests_not_yet_answered(world: World) -> None:
         wait_for(lambda: _queue_of(world.url, "async-ep") == {"Waiting": 1, "InFlight": 2}, 10,
                  "two in flight, one waiting")
         with urllib.request.urlopen(f"{world.url}/_emulator/snapshot", timeout=30) as response:
-            saved = json.loads(response.read())["async_requests"]
+            doc = json.loads(response.read())
+        saved = doc["async_requests"]
+        assert sorted(r["doc"]["inference_id"] for r in saved) == [
+            f"saved-{i}" for i in range(3)]
+        assert all(r["endpoint"] == "async-ep" and r["age_s"] >= 0 and r["body"]
+                   for r in saved)
+        # Into a server of its own: the async endpoint alone, and a request for an endpoint
+        # the snapshot does not have.
+        doc["control_plane"] = {table: [row for row in rows if row["name"] == "async-ep"]
+                                for table, rows in doc["control_plane"].items()}
+        doc["async_requests"].append({**saved[0], "endpoint": "gone",
+                                      "doc": {**saved[0]["doc"], "inference_id": "orphan"}})
+        restored = EmulatorServer(Settings.from_env(
+            env={}, cache_dir=tmp_path / "cache", port=0, s3_endpoint_url=s3_server.endpoint_url,
+            sns_endpoint_url=s3_server.endpoint_url)).start()
+        request = urllib.request.Request(
+            f"{restored.url}/_emulator/snapshot", data=json.dumps(doc).encode(),
+            headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=120) as response:
+            answer = json.loads(response.read())
+        assert answer["restored"]["async_requests"] == 3
+        assert answer["skipped_async_requests"] == ["orphan"]
+        url = restored.url
+        wait_for(lambda: _queue_of(url, "async-ep") == {"Waiting": 1, "InFlight": 2}, 10,
+                 "the restored queue: two in flight (the model holds them), one waiting")
+    except BaseException:
+        if restored is not None:
+            restored.stop()
+        raise
     finally:
         world.gate.touch()
-    assert sorted(r["doc"]["inference_id"] for r in saved) == [f"saved-{i}" for i in range(3)]
-    assert all(r["endpoint"] == "async-ep" and r["age_s"] >= 0 and r["body"] for r in saved)
-    for answer in answers:
-        assert wait_for(lambda a=answer: _read(world.s3, a["OutputLocation"]), 60, "answered")
-    _messages(world.sqs, world.success_queue, 3)
+    assert restored is not None
+    try:
+        for answer in answers:
+            assert wait_for(lambda a=answer: _read(world.s3, a["OutputLocation"]), 60,
+                            "answered")
+        wait_for(lambda: _queue_of(url, "async-ep") == {"Waiting": 0, "InFlight": 0}, 30,
+                 "the restored queue answered")
+    finally:
+        restored.stop()
+    _messages(world.sqs, world.success_queue, 6)  # each answered by both servers
 
 
 def test_the_load_test_drives_an_asynchronous_endpoint(
