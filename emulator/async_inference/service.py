@@ -192,7 +192,7 @@ class AsyncInference:
         self.sink = sink
         self._wall = wall_clock
         self._lanes: dict[str, _Lane] = {}
-        # Endpoints being deleted (by lower-case name): they take no new request.
+        # Endpoints being deleted, by name: they take no new request.
         self._deleting: dict[str, Any] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
@@ -203,9 +203,9 @@ class AsyncInference:
     def async_endpoint(self, name: str) -> AsyncEndpoint:
         """The endpoint, if it takes InvokeEndpointAsync; else the error SageMaker answers."""
         endpoint = self.endpoints.get(name)
-        deleting = self._deleting.pop(name.lower(), None)
+        deleting = self._deleting.pop(name, None)
         if deleting is not None and deleting is endpoint:
-            self._deleting[name.lower()] = deleting  # still stopping
+            self._deleting[name] = deleting  # still stopping
             endpoint = None  # [U] a Deleting endpoint is not found, as once it is gone
         if endpoint is None:
             raise runtime_errors.endpoint_not_found(name, self.account)
@@ -315,18 +315,19 @@ class AsyncInference:
         [U: AWS does not publish what becomes of them]; requests in flight end as the
         endpoint's stop ends their calls. The queue is gone: an endpoint created again under
         the name starts with an empty one."""
-        lane = next((self._lanes.pop(key) for key in list(self._lanes)
-                     if key.lower() == name.lower()), None)
-        running = self.endpoints.get(lane.name if lane is not None else name)
-        if running is not None:
-            self._deleting[name.lower()] = running
+        lane = self._lanes.pop(name, None)
+        running = self.endpoints.get(name)
+        # Those stopped since are forgotten (a name is not held for ever).
+        self._deleting = {key: gone for key, gone in self._deleting.items()
+                          if self.endpoints.get(key) is gone}
+        if async_config(running) is not None:
+            self._deleting[running.name] = running
         if lane is None:
             return
         if lane.task is not None:
             lane.task.cancel()
-        endpoint = self.endpoints.get(lane.name)
-        output_config = (async_config(endpoint) or {}).get("OutputConfig") or {}
-        variant = endpoint.variants[0].name if getattr(endpoint, "variants", None) \
+        output_config = (async_config(running) or {}).get("OutputConfig") or {}
+        variant = running.variants[0].name if getattr(running, "variants", None) \
             else "AllTraffic"
         reason = wire.endpoint_deleted_reason(lane.name)
         waiting = list(lane.waiting)

@@ -299,6 +299,10 @@ def test_delete_endpoint_fails_the_requests_still_queued(world: World) -> None:
         wait_for(lambda: _queue_of(world.url, "doomed") == {"Waiting": 3, "InFlight": 1}, 10,
                  "one in flight, three waiting")
         world.sm.delete_endpoint(EndpointName="doomed")
+        with pytest.raises(ClientError) as caught:  # Deleting: as if it were gone already
+            world.rt.invoke_endpoint_async(EndpointName="doomed", Body=b"{}")
+        assert caught.value.response["Error"]["Message"] == \
+            f"Endpoint doomed of account {ACCOUNT} not found."
         for answer in answers[1:]:
             text = wait_for(lambda a=answer: _read(world.s3, a["FailureLocation"]), 30,
                             f"the failure of {answer['InferenceId']}")

@@ -371,7 +371,7 @@ async def test_a_deleted_endpoints_queued_requests_fail_and_its_queue_shows() ->
         assert queue is not None
         assert (queue["Backlog"], queue["Waiting"], queue["InFlight"]) == (3, 2, 1)
         assert queue["MaxConcurrentInvocationsPerInstance"] == 1
-        service.endpoint_deleted("EP")  # names are case-insensitive
+        service.endpoint_deleted("ep")
         for answer in accepted[1:]:
             await wait_for_async(lambda a=answer: a.failure_location in s3.objects, 5, "failed")
             assert b"was deleted before" in s3.objects[str(answer.failure_location)]
