@@ -185,9 +185,10 @@ def build_app(settings: Settings) -> EmulatorApp:
     state = ServerState(control, registry, alarms, scaling, metric_store, faults,
                         settings.endpoint_name if settings.model_data else None,
                         start_default_endpoint, settings.model_load_timeout_s,
-                        settings.cache_dir / "endpoints")
+                        settings.cache_dir / "endpoints", async_inference)
     state.reset_listeners.append(feed.clear)
     state.reset_listeners.append(async_inference.clear)  # queued requests are state too
+    control.endpoint_deleted.append(async_inference.endpoint_deleted)  # they fail
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -235,7 +236,7 @@ def build_app(settings: Settings) -> EmulatorApp:
     app.state.async_inference = async_inference
     # POST / that names no API (no or an unknown X-Amz-Target): the control plane's error.
     app.include_router(build_control_router(control))
-    app.include_router(build_introspection_router(registry, alarms))
+    app.include_router(build_introspection_router(registry, alarms, async_inference))
     app.include_router(build_faults_router(faults))
     app.include_router(build_state_router(state))
     app.include_router(build_clock_router(clock, control.transitions))

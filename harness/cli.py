@@ -130,6 +130,17 @@ def _add_loadtest(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
                         "phase low, so the endpoint can scale in")
     g.add_argument("--clock-scale", type=float,
                    help="the started emulator's clock scale (60: a minute per second)")
+    g = p.add_argument_group("asynchronous inference (an endpoint with AsyncInferenceConfig)")
+    g.add_argument("--async", dest="async_mode", action="store_true",
+                   help="call InvokeEndpointAsync (the payload inline, at most 128,000 bytes) "
+                   "and measure the time to the result in S3 (HeadObject on OutputLocation "
+                   "and FailureLocation); the users of --phase for its seconds, no Locust")
+    g.add_argument("--s3-endpoint-url", metavar="URL",
+                   help="the S3 server the endpoint writes its results to (--async; default: "
+                   "AWS's, or AWS_ENDPOINT_URL_S3)")
+    g.add_argument("--result-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="a result not in S3 this long after its call counts as unfinished "
+                   "(--async; 300)")
     g = p.add_argument_group("Locust: the engine (one process by default)")
     g.add_argument("--processes", type=int, metavar="N",
                    help="N Locust worker processes on this machine under a local master "
@@ -281,10 +292,12 @@ def run_loadtest(args: argparse.Namespace) -> int:
 
         return run_trace(args)
     args.endpoint_name = args.endpoint_name or "local"
-    problem = _engine_problem(args)
+    problem = _engine_problem(args) or _async_problem(args)
     if problem:
         print(f"mme loadtest: {problem}", file=sys.stderr)
         return 2
+    if args.async_mode:
+        return _run_async(args)
     out = _out_dir(args, "loadtest")
     try:
         with tempfile.TemporaryDirectory(prefix="mme-loadtest-") as tmp:
@@ -340,6 +353,65 @@ def _engine_problem(args: argparse.Namespace) -> str | None:
     if args.processes is not None and (args.processes == 0 or args.processes < -1):
         return "--processes N: N workers, or -1 for one per core"
     return None
+
+
+def _async_problem(args: argparse.Namespace) -> str | None:
+    """What ``--async`` cannot be combined with, before anything starts."""
+    if not args.async_mode:
+        return None
+    if args.model_data:
+        return ("--async needs --url or --aws: the endpoint --model-data starts is a multi-model "
+                "endpoint, and those take no InvokeEndpointAsync; deploy one with "
+                "AsyncInferenceConfig (docs/async-inference.md)")
+    if args.target_model:
+        return "--async and --target-model: an asynchronous endpoint serves one model"
+    if args.processes or args.master or args.web or args.write_spec or args.autoscale:
+        return "--async runs without Locust: no --processes, --master, --web, --write-spec " \
+               "or --autoscale"
+    if args.result_timeout <= 0:
+        return "--result-timeout must be more than 0 seconds"
+    if not (args.body or args.inputs):
+        return "--async needs the payload: --body FILE --content-type TYPE, or --inputs FILE.npz"
+    return None
+
+
+def _run_async(args: argparse.Namespace) -> int:
+    """``mme loadtest --async``: 0 when every accepted request was answered or failed in S3,
+    1 when one was not by --result-timeout or none was accepted."""
+    import boto3
+    from botocore.config import Config
+
+    from harness.loadtest import async_load
+    from harness.loadtest.config import PlanError
+
+    try:
+        request = _request(args, None)
+        plan = _plan(args, [None])
+    except (PlanError, ValueError) as exc:
+        print(f"mme loadtest: {exc}", file=sys.stderr)
+        return 2
+    extra: dict[str, Any] = {}
+    if args.url:
+        extra.update(region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    runtime = boto3.client("sagemaker-runtime", endpoint_url=args.url,
+                           config=Config(retries={"max_attempts": 1, "mode": "standard"},
+                                         max_pool_connections=max(plan.peak_users, 10)),
+                           **extra)
+    s3 = boto3.client("s3", endpoint_url=args.s3_endpoint_url, **extra)
+    try:
+        run = async_load.run_async_load(
+            runtime, s3, args.endpoint_name, request.body, request.content_type,
+            plan.peak_users, plan.duration_s, think_time_s=args.think_time,
+            result_timeout_s=args.result_timeout)
+    except ValueError as exc:
+        print(f"mme loadtest: {exc}", file=sys.stderr)
+        return 2
+    summary = {"endpoint_name": args.endpoint_name, "users": plan.peak_users,
+               **run.summary()}
+    path = async_load.write_report(summary, _out_dir(args, "loadtest"))
+    print(async_load.to_markdown(summary, args.endpoint_name))
+    print(f"report: {path}")
+    return 0 if run.accepted and not run.unfinished else 1
 
 
 def _engine(args: argparse.Namespace) -> Any:

@@ -122,4 +122,7 @@ def run_load(args: argparse.Namespace) -> int:
           + f"; {answer['loaded_models']} model load(s)")
     for failure in answer["failed_models"]:
         print(f"  not loaded: {failure}")
+    for inference_id in answer.get("skipped_async_requests", []):
+        print(f"  asynchronous request not queued (its endpoint is not in the snapshot): "
+              f"{inference_id}")
     return 0 if not answer["failed_models"] else 1

@@ -23,6 +23,7 @@ VariantName each request's ``InvocationsProcesssed`` (AWS's spelling), ``Invocat
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -39,6 +40,7 @@ from emulator.clock import Clock
 from emulator.cloudwatch.notifications import sns_client
 from emulator.contract import async_inference as wire
 from emulator.contract import runtime, runtime_errors
+from emulator.hosting.components import ComponentEndpoint
 from emulator.hosting.endpoint import InvokeResult
 from emulator.metrics import MetricSink
 
@@ -190,6 +192,8 @@ class AsyncInference:
         self.sink = sink
         self._wall = wall_clock
         self._lanes: dict[str, _Lane] = {}
+        # Endpoints being deleted, by name: they take no new request.
+        self._deleting: dict[str, Any] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._running = False
@@ -199,8 +203,14 @@ class AsyncInference:
     def async_endpoint(self, name: str) -> AsyncEndpoint:
         """The endpoint, if it takes InvokeEndpointAsync; else the error SageMaker answers."""
         endpoint = self.endpoints.get(name)
+        deleting = self._deleting.pop(name, None)
+        if deleting is not None and deleting is endpoint:
+            self._deleting[name] = deleting  # still stopping
+            endpoint = None  # [U] a Deleting endpoint is not found, as once it is gone
         if endpoint is None:
             raise runtime_errors.endpoint_not_found(name, self.account)
+        if isinstance(endpoint, ComponentEndpoint):
+            raise wire.not_for_inference_components(name)
         if async_config(endpoint) is None:
             if getattr(endpoint, "is_multi_model", False):
                 raise runtime_errors.unsupported_for_multi_model("InvokeEndpointAsync", name)
@@ -267,6 +277,71 @@ class AsyncInference:
             lane.waiting.clear()
         self.store.clear()
 
+    def export(self) -> list[dict[str, Any]]:
+        """Every accepted request not yet answered (waiting or in flight), oldest first, for a
+        snapshot: its age on the emulated clock rather than its time (another server's
+        timeline differs), the request, its inline body as base64."""
+        now = self.clock.now()
+        return [{"endpoint": r.endpoint,
+                 "age_s": round(self.clock.emulated_duration(max(now - r.received, 0.0)), 6),
+                 "received_wall": r.received_wall, "doc": r.doc,
+                 "body": None if r.body is None else base64.b64encode(r.body).decode()}
+                for r in self.store.pending()]
+
+    def load(self, requests: list[dict[str, Any]], endpoints: set[str]) -> list[str]:
+        """A snapshot's requests queued again (kept in the store first), each as old as it was
+        when saved; those whose endpoint is not among ``endpoints`` (lower-case names) are not
+        taken: their InferenceIds are returned."""
+        now = self.clock.now()
+        skipped = []
+        for doc in requests:
+            request = wire.AsyncInvokeRequest.from_doc(doc["doc"])
+            if doc["endpoint"].lower() not in endpoints:
+                skipped.append(request.inference_id)
+                continue
+            stored = StoredRequest(
+                str(uuid.uuid4()), doc["endpoint"],
+                now - self.clock.real_duration(float(doc["age_s"])),
+                float(doc["received_wall"]), doc["doc"],
+                None if doc["body"] is None else base64.b64decode(doc["body"]))
+            self.store.add(stored)
+            if self._running:  # else ``running`` queues what the store holds
+                self._queue(_Item(stored, request))
+        return skipped
+
+    def endpoint_deleted(self, name: str) -> None:
+        """DeleteEndpoint accepted: every request still waiting for endpoint ``name`` fails
+        now (written to the failure path, told to the ErrorTopic, ``InvocationFailures``)
+        [U: AWS does not publish what becomes of them]; requests in flight end as the
+        endpoint's stop ends their calls. The queue is gone: an endpoint created again under
+        the name starts with an empty one."""
+        lane = self._lanes.pop(name, None)
+        running = self.endpoints.get(name)
+        # Those stopped since are forgotten (a name is not held for ever).
+        self._deleting = {key: gone for key, gone in self._deleting.items()
+                          if self.endpoints.get(key) is gone}
+        if async_config(running) is not None:
+            self._deleting[running.name] = running
+        if lane is None:
+            return
+        if lane.task is not None:
+            lane.task.cancel()
+        output_config = (async_config(running) or {}).get("OutputConfig") or {}
+        variant = running.variants[0].name if getattr(running, "variants", None) \
+            else "AllTraffic"
+        reason = wire.endpoint_deleted_reason(lane.name)
+        waiting = list(lane.waiting)
+        lane.waiting.clear()
+        if waiting:
+            log.info("async inference: %d queued requests of %s fail: the endpoint is deleted",
+                     len(waiting), lane.name)
+        loop = asyncio.get_running_loop()
+        for item in waiting:
+            lane.in_flight[item.stored.key] = item
+            task = loop.create_task(self._failed(lane, item, variant, output_config, [], reason))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
     def backlog(self, name: str) -> int:
         lane = self._lanes.get(name)
         return 0 if lane is None else lane.backlog
@@ -274,6 +349,25 @@ class AsyncInference:
     def describe(self) -> dict[str, dict[str, int]]:
         return {name: {"Waiting": len(lane.waiting), "InFlight": len(lane.in_flight)}
                 for name, lane in self._lanes.items()}
+
+    def queue(self, endpoint: Any) -> dict[str, Any] | None:
+        """The queue of ``endpoint`` as ``/_emulator/models`` and the live page show it: the
+        backlog (waiting and in flight), each part, and the oldest request's age in emulated
+        seconds (as ``ApproximateAgeOfOldestRequest``); None for a real-time endpoint."""
+        config = async_config(endpoint)
+        if config is None:
+            return None
+        lane = self._lanes.get(endpoint.name)
+        items = [] if lane is None else [*lane.waiting, *lane.in_flight.values()]
+        oldest = 0.0
+        if items:
+            oldest = self.clock.emulated_duration(
+                max(self.clock.now() - min(i.stored.received for i in items), 0.0))
+        return {"Backlog": len(items), "Waiting": len(lane.waiting) if lane else 0,
+                "InFlight": len(lane.in_flight) if lane else 0,
+                "OldestRequestAgeSeconds": round(oldest, 3),
+                "MaxConcurrentInvocationsPerInstance": wire.max_concurrency(config),
+                "InstancesInService": _serving(endpoint)}
 
     async def _dispatch(self, lane: _Lane) -> None:
         # ``_running`` too: a cancellation that ``asyncio.wait_for`` swallows (it can, when the

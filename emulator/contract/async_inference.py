@@ -280,6 +280,12 @@ def model_failure_reason(error: runtime_errors.SageMakerError) -> str:
     return f"{error.shape}: {error.message}"  # [U]
 
 
+def endpoint_deleted_reason(name: str) -> str:  # [U] wording, and that it fails at all
+    return (f"ClientError: The endpoint {name} was deleted before the request was processed. "
+            "Invoke an endpoint that is InService; an endpoint created again under the same "
+            "name does not take over requests queued for the deleted one.")
+
+
 def timed_out_reason(timeout_s: int) -> str:  # [U] wording
     return (f"ClientError: The invocation timed out: the model did not answer within its "
             f"InvocationTimeoutSeconds ({timeout_s} seconds).")
@@ -299,6 +305,14 @@ def not_async_endpoint(name: str) -> runtime_errors.ValidationError:  # [U] word
         f"Endpoint {name} is not configured for asynchronous inference: its endpoint "
         "configuration has no AsyncInferenceConfig. Use InvokeEndpoint, or create the "
         "endpoint from a configuration with AsyncInferenceConfig.")
+
+
+def not_for_inference_components(name: str) -> runtime_errors.ValidationError:  # [U] wording
+    return runtime_errors.ValidationError(
+        f"Endpoint {name} hosts inference components, and InvokeEndpointAsync cannot name one: "
+        "its request has no InferenceComponentName member. Invoke the component with "
+        "InvokeEndpoint and InferenceComponentName, or deploy its model on an endpoint of its "
+        "own (a ProductionVariant with ModelName) whose configuration has AsyncInferenceConfig.")
 
 
 def missing_output_path() -> str:  # [U]: the model requires neither path

@@ -78,6 +78,9 @@ class ControlPlaneService:
         self._started = clock()
         # Records of endpoints the control plane did not create (--model-data), never stored.
         self._volatile: dict[str, EndpointRecord] = {}
+        # Told of each DeleteEndpoint as it is accepted, while the endpoint's runtime still
+        # runs (asynchronous inference fails the requests still queued for it).
+        self.endpoint_deleted: list[Callable[[str], None]] = []
         self.lifecycle = Lifecycle(self._get, self._save, clock, "endpoint", self.transitions)
         self.resources = StoredResources(store, self.arn, clock, image_problem)
         self.guarded = GuardedUpdates(self.lifecycle, self._save, registry, self.emulated_clock,
@@ -309,6 +312,8 @@ class ControlPlaneService:
         if previous is not None and (record.deployment is not None or self.lifecycle.held(name)):
             previous.cancel()  # a deployment, or a transition held before its work began
         self.lifecycle.spawn(name, self._run_delete(record.name, previous))
+        for listener in self.endpoint_deleted:
+            listener(record.name)
         return {}
 
     # -- lifecycle tasks ---------------------------------------------------------------------

@@ -21,6 +21,9 @@ def install_page(app: FastAPI, registry: EndpointRegistry, feed: Feed) -> None:
     # the alarms' states too, when the app has an AlarmStore (emulator/cloudwatch/alarms.py);
     # with --auth sigv4 the page's data (and the state inside its HTML) only for the browser
     # that holds the page's key (emulator/page_key.py)
+    # and the asynchronous endpoints' queues, when the app has asynchronous inference
     app.include_router(build_page_router(registry, feed, getattr(app.state, "alarms", None),
-                                         page_key=getattr(app.state, "page_key", None)))
+                                         page_key=getattr(app.state, "page_key", None),
+                                         async_inference=getattr(app.state, "async_inference",
+                                                                 None)))
     app.state.page_feed = feed

@@ -31,6 +31,7 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 
 from emulator import page_key as keys
+from emulator.async_inference import AsyncInference
 from emulator.cloudwatch.alarms import AlarmStore
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.metrics import endpoint_snapshot
@@ -50,15 +51,16 @@ def alarm_states(alarms: AlarmStore | None) -> list[dict[str, Any]]:
              "Since": a.state_transitioned} for a in (alarms.all() if alarms else [])]
 
 
-def page_state(registry: EndpointRegistry, feed: Feed,
-               alarms: AlarmStore | None = None) -> dict[str, Any]:
+def page_state(registry: EndpointRegistry, feed: Feed, alarms: AlarmStore | None = None,
+               async_inference: AsyncInference | None = None) -> dict[str, Any]:
     now = time.time()
     return {
         "Alarms": alarm_states(alarms),
         "Time": now,
         # Bakes and waits run on the emulated clock: an emulated second is 1 / ClockScale real.
         "ClockScale": registry.settings.clock_scale,
-        "Endpoints": {e.name: {**describe_endpoint(e), "MultiModel": e.is_multi_model,
+        "Endpoints": {e.name: {**describe_endpoint(e, async_inference),
+                               "MultiModel": e.is_multi_model,
                                # Every failed invocation the feed was told of (its list keeps
                                # the last ones): the tiles count these.
                                "ErrorCount": feed.error_counts.get(e.name, 0),
@@ -95,7 +97,8 @@ def _asset(name: str) -> bytes:
 
 def build_page_router(registry: EndpointRegistry, feed: Feed,
                       alarms: AlarmStore | None = None,
-                      page_key: str | None = None) -> APIRouter:
+                      page_key: str | None = None,
+                      async_inference: AsyncInference | None = None) -> APIRouter:
     """The page's routes; with ``page_key`` (``--auth sigv4``) its HTML carries the state only
     for a browser that gave the key (``?key=``) or holds its cookie."""
     router = APIRouter()
@@ -109,7 +112,7 @@ def build_page_router(registry: EndpointRegistry, feed: Feed,
         given = keys.matches(key, page_key)
         allowed = page_key is None or given or keys.matches(
             request.cookies.get(keys.COOKIE), page_key)
-        state = page_state(registry, feed, alarms) if allowed else None
+        state = page_state(registry, feed, alarms, async_inference) if allowed else None
         headers = {"Cache-Control": "no-cache"}
         if given and page_key is not None:
             headers["Set-Cookie"] = keys.set_cookie_header(page_key)
@@ -118,7 +121,7 @@ def build_page_router(registry: EndpointRegistry, feed: Feed,
 
     @router.get("/_emulator/page/state")
     async def state() -> dict[str, Any]:
-        return page_state(registry, feed, alarms)
+        return page_state(registry, feed, alarms, async_inference)
 
     @router.get("/_emulator/page/stream")
     async def stream(request: Request) -> StreamingResponse:
@@ -128,7 +131,8 @@ def build_page_router(registry: EndpointRegistry, feed: Feed,
             yield f"retry: {RETRY_MS}\n\n"
             while loop.time() < ends and not await request.is_disconnected():
                 change = feed.next_change()
-                snapshot = json.dumps(page_state(registry, feed, alarms), default=str)
+                snapshot = json.dumps(page_state(registry, feed, alarms, async_inference),
+                                      default=str)
                 yield f"event: state\ndata: {snapshot}\n\n"
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(change.wait(),

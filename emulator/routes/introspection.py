@@ -9,7 +9,9 @@ The live page (``/_emulator/``) is ``emulator/page``; it reads ``describe_endpoi
 - ``GET  /_emulator/models``   every endpoint -> variants -> instances -> models (state, size,
                                pins, LRU position), and each model's instance at the top level;
                                during a guarded deployment its new fleet as ``Green`` (instances
-                               ``i-1-green1``, ...)
+                               ``i-1-green1``, ...); an asynchronous endpoint's queue as
+                               ``AsyncQueue`` (backlog, waiting, in flight, oldest request's
+                               age)
 - ``POST /_emulator/endpoints/{name}/models/{target}/unload``  unload one model everywhere
 """
 
@@ -19,14 +21,17 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
 from emulator import prometheus
+from emulator.async_inference import AsyncInference
 from emulator.cloudwatch.alarms import AlarmStore
 from emulator.hosting.endpoint import Endpoint
 from emulator.hosting.endpoint_registry import EndpointRegistry
 from emulator.metrics import endpoint_snapshot
 
 
-def describe_endpoint(endpoint: Endpoint) -> dict[str, object]:
-    """The fleet of one endpoint; ``Models`` lists every instance's models, each named."""
+def describe_endpoint(endpoint: Endpoint,
+                      async_inference: AsyncInference | None = None) -> dict[str, object]:
+    """The fleet of one endpoint; ``Models`` lists every instance's models, each named; an
+    asynchronous endpoint's queue as ``AsyncQueue``."""
     instances = [(v.name, i) for v in endpoint.variants for i in v.instances]
     first = instances[0][1].describe() if instances else {}
     models = [{**m, "Variant": v, "Instance": i.id} for v, i in instances
@@ -42,11 +47,15 @@ def describe_endpoint(endpoint: Endpoint) -> dict[str, object]:
     green = getattr(endpoint, "green", None)
     if green is not None:  # a guarded deployment's new fleet (its instances: i-1-green1, ...)
         described["Green"] = describe_endpoint(green)
+    queue = async_inference.queue(endpoint) if async_inference is not None else None
+    if queue is not None:
+        described["AsyncQueue"] = queue
     return described
 
 
 def build_introspection_router(registry: EndpointRegistry,
-                               alarms: AlarmStore | None = None) -> APIRouter:
+                               alarms: AlarmStore | None = None,
+                               async_inference: AsyncInference | None = None) -> APIRouter:
     router = APIRouter()
 
     @router.get("/ping")
@@ -65,7 +74,8 @@ def build_introspection_router(registry: EndpointRegistry,
 
     @router.get("/_emulator/models")
     async def models() -> dict[str, object]:
-        return {"Endpoints": {e.name: describe_endpoint(e) for e in registry.all()}}
+        return {"Endpoints": {e.name: describe_endpoint(e, async_inference)
+                              for e in registry.all()}}
 
     @router.post("/_emulator/endpoints/{endpoint_name}/models/{target:path}/unload")
     async def unload(endpoint_name: str, target: str) -> JSONResponse:

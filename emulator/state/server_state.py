@@ -3,9 +3,10 @@
 
 What the state is: the control plane's resources (models, endpoint configs, endpoints with
 their runtimes, inference components), CloudWatch alarms and their history, Application Auto
-Scaling's targets and policies, the metric series, the fault rules and, for the live page, what
-it was told. The ``--model-data`` endpoint belongs to how the server started: a reset stops it
-with the rest and starts it again empty (``start_default``), as at start.
+Scaling's targets and policies, the metric series, the fault rules, the asynchronous requests
+queued and, for the live page, what it was told. The ``--model-data`` endpoint belongs to how
+the server started: a reset stops it with the rest and starts it again empty
+(``start_default``), as at start.
 
 A reset stops every endpoint the way a shutdown does (lifecycle tasks cancelled, guarded
 deployments with both generations, every stop awaited), so when it answers no Triton or
@@ -24,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from emulator.async_inference import AsyncInference
 from emulator.autoscaling.service import AutoScalingService
 from emulator.cloudwatch.alarms import AlarmStore
 from emulator.cloudwatch.series import MetricStore
@@ -46,7 +48,11 @@ class ServerState:
                  alarms: AlarmStore, scaling: AutoScalingService, metrics: MetricStore,
                  faults: FaultTable, default_endpoint: str | None,
                  start_default: Callable[[], Awaitable[None]],
-                 model_load_timeout_s: float, endpoints_dir: Path) -> None:
+                 model_load_timeout_s: float, endpoints_dir: Path,
+                 async_inference: AsyncInference | None = None) -> None:
+        # InvokeEndpointAsync's accepted requests: saved in a snapshot, queued again by its
+        # restore (a reset forgets them through ``reset_listeners``).
+        self.async_inference = async_inference
         self.control = control
         self.registry = registry
         self.alarms = alarms
@@ -112,7 +118,8 @@ class ServerState:
         TargetModels each variant of each endpoint has loaded, to load them again."""
         return snapshot_format.document(
             self.control.export(), self.alarms.export(), self.scaling.export(),
-            self._loaded_models() if with_models else None)
+            self._loaded_models() if with_models else None,
+            self.async_inference.export() if self.async_inference is not None else None)
 
     def _loaded_models(self) -> list[dict[str, str]]:
         loaded = []
@@ -145,6 +152,8 @@ class ServerState:
         doc = snapshot_format.check(doc)
         async with self._lock:
             self.control.store.clear()
+            if self.async_inference is not None:
+                self.async_inference.clear()
             self.alarms.clear()
             self.scaling.clear()
             return await self._restore(doc)
@@ -165,13 +174,25 @@ class ServerState:
             await self._reset()
             raise SnapshotError(f"the snapshot was not restored: {exc}") from None
         loaded, failed = await self._load_models(doc.get("loaded_models") or [])
+        requests = doc.get("async_requests") or []
+        skipped: list[str] = []
+        if self.async_inference is not None:
+            known = {r.name.lower() for r in self.control.store.endpoints()} | {
+                n.lower() for n in self.registry.names()}
+            skipped = self.async_inference.load(requests, known)
+        elif requests:
+            skipped = [str(r["doc"].get("inference_id")) for r in requests]
         counts = {table: len(rows) for table, rows in control.items()}
         counts.update(alarms=len(doc.get("alarms", [])),
                       scalable_targets=len(doc.get("autoscaling", {}).get("targets", [])),
-                      scaling_policies=len(doc.get("autoscaling", {}).get("policies", [])))
+                      scaling_policies=len(doc.get("autoscaling", {}).get("policies", [])),
+                      async_requests=len(requests) - len(skipped))
         endpoints = {r.name: r.status for r in self.control.store.endpoints()}
-        return {"restored": counts, "endpoints": endpoints, "loaded_models": loaded,
-                "failed_models": failed}
+        answer: dict[str, Any] = {"restored": counts, "endpoints": endpoints,
+                                  "loaded_models": loaded, "failed_models": failed}
+        if skipped:  # queued for an endpoint the snapshot does not have: not taken
+            answer["skipped_async_requests"] = skipped
+        return answer
 
     async def _load_models(self, wanted: list[dict[str, str]]) -> tuple[int, list[str]]:
         """Each TargetModel loaded on every instance of its variant, as a first call would load

@@ -7,11 +7,17 @@ The document (``GET /_emulator/snapshot`` answers it, ``POST /_emulator/snapshot
                        "inference_components": [ROW]},      # ROW: {"name", "created", "doc"}
      "alarms": [ALARM],                                      # each as stored, state included
      "autoscaling": {"targets": [TARGET], "policies": [POLICY]},
-     "loaded_models": [{"endpoint", "variant", "target_model"}] or null}
+     "loaded_models": [{"endpoint", "variant", "target_model"}] or null,
+     "async_requests": [{"endpoint", "age_s", "received_wall", "doc", "body"}] or absent}
+
+``async_requests`` are the asynchronous requests accepted and not yet answered (waiting or in
+flight): each with its age on the emulated clock when saved, the request as InvokeEndpointAsync
+gave it, and its inline body (base64; null for an ``InputLocation``).
 
 The folder (``mme snapshot save DIR``, ``mme serve --restore DIR``): ``manifest.json`` (format,
 version, created, the files) and one JSON file per part: ``control-plane.json``,
-``alarms.json``, ``autoscaling.json`` and, saved ``--with-models``, ``loaded-models.json``. It is
+``alarms.json``, ``autoscaling.json``, ``async-requests.json`` when requests are queued and,
+saved ``--with-models``, ``loaded-models.json``. It is
 written whole into a temporary folder beside it, then renamed into place: a folder that exists
 is a complete snapshot. Nothing here imports the server: ``mme snapshot`` uses it too.
 """
@@ -32,7 +38,9 @@ MANIFEST = "manifest.json"
 TABLES = ("models", "endpoint_configs", "endpoints", "inference_components")
 # Each part of the document and the file that holds it in a folder.
 FILES = {"control_plane": "control-plane.json", "alarms": "alarms.json",
-         "autoscaling": "autoscaling.json", "loaded_models": "loaded-models.json"}
+         "autoscaling": "autoscaling.json", "loaded_models": "loaded-models.json",
+         "async_requests": "async-requests.json"}
+ASYNC_REQUEST_KEYS = {"endpoint", "age_s", "received_wall", "doc", "body"}
 _HEAD = ("format", "version", "created")
 
 
@@ -42,11 +50,16 @@ class SnapshotError(ValueError):
 
 def document(control_plane: dict[str, list[dict[str, Any]]], alarms: list[dict[str, Any]],
              autoscaling: dict[str, list[dict[str, Any]]],
-             loaded_models: list[dict[str, str]] | None) -> dict[str, Any]:
-    """A snapshot document of the parts given, stamped now."""
-    return {"format": FORMAT, "version": VERSION, "created": time.time(),
-            "control_plane": control_plane, "alarms": alarms, "autoscaling": autoscaling,
-            "loaded_models": loaded_models}
+             loaded_models: list[dict[str, str]] | None,
+             async_requests: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A snapshot document of the parts given, stamped now (``async_requests`` only when some
+    are queued: a snapshot without is read by emulators that know no such part)."""
+    doc = {"format": FORMAT, "version": VERSION, "created": time.time(),
+           "control_plane": control_plane, "alarms": alarms, "autoscaling": autoscaling,
+           "loaded_models": loaded_models}
+    if async_requests:
+        doc["async_requests"] = async_requests
+    return doc
 
 
 def check(doc: Any) -> dict[str, Any]:
@@ -92,6 +105,16 @@ def check(doc: Any) -> dict[str, Any]:
                     and all(isinstance(v, str) for v in item.values())):
                 raise SnapshotError('loaded_models: each is {"endpoint": str, "variant": str, '
                                     f'"target_model": str}}, not {json.dumps(item)[:200]}')
+    for request in _list(doc, "async_requests", "async_requests"):
+        if not (isinstance(request, dict) and set(request) == ASYNC_REQUEST_KEYS
+                and isinstance(request["endpoint"], str)
+                and isinstance(request["age_s"], int | float)
+                and isinstance(request["received_wall"], int | float)
+                and isinstance(request["doc"], dict)
+                and (request["body"] is None or isinstance(request["body"], str))):
+            raise SnapshotError('async_requests: each is {"endpoint": str, "age_s": number, '
+                                '"received_wall": number, "doc": object, "body": base64 str '
+                                f"or null}}, not {json.dumps(request)[:200]}")
     return doc
 
 

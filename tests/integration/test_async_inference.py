@@ -280,6 +280,153 @@ def test_a_request_past_its_ttl_fails_as_expired(world: World) -> None:
     _messages(world.sqs, world.success_queue, 2)  # the held ones, answered
 
 
+def test_delete_endpoint_fails_the_requests_still_queued(world: World) -> None:
+    """DeleteEndpoint of an asynchronous endpoint: what still waits in its queue fails at once,
+    written to S3FailurePath and told to the ErrorTopic; an endpoint created again under the
+    name starts with an empty queue."""
+    sns = boto3.client("sns", endpoint_url=world.sqs.meta.endpoint_url, **DUMMY_CREDENTIALS)
+    topics = _topic_with_queue(sns, world.sqs, "doomed-success")[0], \
+        _topic_with_queue(sns, world.sqs, "doomed-error")[0]
+    error_queue = world.sqs.get_queue_url(QueueName="doomed-error")["QueueUrl"]
+    _deploy(world.sm, "doomed", world.model_data,
+            _async_config(topics, concurrency=1, prefix="doomed"))
+    _in_service(world.sm, "doomed")
+    world.gate.unlink()  # the model holds its calls: one in flight, three wait
+    try:
+        answers = [world.rt.invoke_endpoint_async(
+            EndpointName="doomed", ContentType="application/json",
+            Body=scale_request([1.0, 1.0, 1.0, 1.0]), InferenceId=f"doomed-{i}")
+            for i in range(4)]
+        wait_for(lambda: _queue_of(world.url, "doomed") == {"Waiting": 3, "InFlight": 1}, 10,
+                 "one in flight, three waiting")
+        world.sm.delete_endpoint(EndpointName="doomed")
+        with pytest.raises(ClientError) as caught:  # Deleting: as if it were gone already
+            world.rt.invoke_endpoint_async(EndpointName="doomed", Body=b"{}")
+        assert caught.value.response["Error"]["Message"] == \
+            f"Endpoint doomed of account {ACCOUNT} not found."
+        for answer in answers[1:]:
+            text = wait_for(lambda a=answer: _read(world.s3, a["FailureLocation"]), 30,
+                            f"the failure of {answer['InferenceId']}")
+            assert b"The endpoint doomed was deleted before the request was processed" in text
+            assert _read(world.s3, answer["OutputLocation"]) is None
+        messages = {m["inferenceId"]: m for m in _messages(world.sqs, error_queue, 3)}
+        assert {f"doomed-{i}" for i in range(1, 4)} <= set(messages)
+        assert messages["doomed-2"]["invocationStatus"] == "Failed"
+        assert "was deleted" in messages["doomed-2"]["failureReason"]
+        assert messages["doomed-2"]["responseParameters"]["failureLocation"] == \
+            answers[2]["FailureLocation"]
+    finally:
+        world.gate.touch()
+    wait_for(lambda: _gone(world.sm, "doomed"), 60, "doomed deleted")
+    assert _queue_of(world.url, "doomed") is None
+
+
+def test_a_snapshot_holds_the_requests_not_yet_answered(
+        world: World, s3_server: S3, tmp_path: Path) -> None:
+    """``GET /_emulator/snapshot`` (what ``mme snapshot save`` writes) carries each accepted
+    request not yet answered, waiting or in flight, with its body; a server the snapshot is
+    restored into queues them again and answers them."""
+    world.gate.unlink()  # two in flight (the concurrency), one waiting
+    restored: EmulatorServer | None = None
+    try:
+        answers = [world.rt.invoke_endpoint_async(
+            EndpointName="async-ep", ContentType="application/json",
+            Body=scale_request([float(i), 0.0, 0.0, 0.0]), InferenceId=f"saved-{i}")
+            for i in range(3)]
+        wait_for(lambda: _queue_of(world.url, "async-ep") == {"Waiting": 1, "InFlight": 2}, 10,
+                 "two in flight, one waiting")
+        with urllib.request.urlopen(f"{world.url}/_emulator/snapshot", timeout=30) as response:
+            doc = json.loads(response.read())
+        saved = doc["async_requests"]
+        assert sorted(r["doc"]["inference_id"] for r in saved) == [
+            f"saved-{i}" for i in range(3)]
+        assert all(r["endpoint"] == "async-ep" and r["age_s"] >= 0 and r["body"]
+                   for r in saved)
+        # Into a server of its own: the async endpoint alone, and a request for an endpoint
+        # the snapshot does not have.
+        doc["control_plane"] = {table: [row for row in rows if row["name"] == "async-ep"]
+                                for table, rows in doc["control_plane"].items()}
+        doc["async_requests"].append({**saved[0], "endpoint": "gone",
+                                      "doc": {**saved[0]["doc"], "inference_id": "orphan"}})
+        restored = EmulatorServer(Settings.from_env(
+            env={}, cache_dir=tmp_path / "cache", port=0, s3_endpoint_url=s3_server.endpoint_url,
+            sns_endpoint_url=s3_server.endpoint_url)).start()
+        request = urllib.request.Request(
+            f"{restored.url}/_emulator/snapshot", data=json.dumps(doc).encode(),
+            headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=120) as response:
+            answer = json.loads(response.read())
+        assert answer["restored"]["async_requests"] == 3
+        assert answer["skipped_async_requests"] == ["orphan"]
+        url = restored.url
+        wait_for(lambda: _queue_of(url, "async-ep") == {"Waiting": 1, "InFlight": 2}, 10,
+                 "the restored queue: two in flight (the model holds them), one waiting")
+    except BaseException:
+        if restored is not None:
+            restored.stop()
+        raise
+    finally:
+        world.gate.touch()
+    assert restored is not None
+    try:
+        for answer in answers:
+            assert wait_for(lambda a=answer: _read(world.s3, a["OutputLocation"]), 60,
+                            "answered")
+        wait_for(lambda: _queue_of(url, "async-ep") == {"Waiting": 0, "InFlight": 0}, 30,
+                 "the restored queue answered")
+    finally:
+        restored.stop()
+    _messages(world.sqs, world.success_queue, 6)  # each answered by both servers
+
+
+def test_the_load_test_drives_an_asynchronous_endpoint(
+        world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``mme loadtest --async`` for two seconds: every accepted request answered in S3, the
+    time to result measured."""
+    from mme.cli import main as mme
+
+    body = tmp_path / "body.json"
+    body.write_bytes(scale_request([1.0, 2.0, 3.0, 4.0]))
+    code = mme(["loadtest", "--async", "--url", world.url, "--endpoint-name", "async-ep",
+                "--s3-endpoint-url", world.s3.meta.endpoint_url, "--phase", "2:2",
+                "--think-time", "0.2",
+                "--body", str(body), "--content-type", "application/json",
+                "--result-timeout", "30", "--out", str(tmp_path / "report")])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    report = json.loads((tmp_path / "report" / "async-report.json").read_text())
+    assert report["accepted"] >= 2 and report["refused"] == {}
+    assert report["answered"] == report["accepted"]
+    assert (report["failed"], report["unfinished"]) == (0, 0)
+    assert report["time_to_result_ms"]["p50"] > 0
+    assert report["time_to_result_ms"]["p99"] >= report["time_to_result_ms"]["p50"]
+    assert "time to result in S3" in printed
+    _messages(world.sqs, world.success_queue, report["accepted"])
+    # Refusals are counted by their code (here: no such endpoint).
+    code = mme(["loadtest", "--async", "--url", world.url, "--endpoint-name", "nowhere",
+                "--phase", "1:1", "--body", str(body), "--content-type", "application/json",
+                "--out", str(tmp_path / "refused")])
+    assert code == 1
+    refused = json.loads((tmp_path / "refused" / "async-report.json").read_text())
+    assert refused["accepted"] == 0 and refused["refused"]["ValidationError"] >= 1
+
+
+def _gone(sm: Any, name: str) -> bool:
+    try:
+        sm.describe_endpoint(EndpointName=name)
+    except ClientError:
+        return True
+    return False
+
+
+def _queue_of(url: str, endpoint: str) -> dict[str, Any] | None:
+    """The endpoint's asynchronous queue as ``/_emulator/models`` shows it (None: no queue)."""
+    with urllib.request.urlopen(f"{url}/_emulator/models", timeout=30) as response:
+        doc = json.loads(response.read())
+    queue = doc["Endpoints"].get(endpoint, {}).get("AsyncQueue")
+    return None if queue is None else {k: queue[k] for k in ("Waiting", "InFlight")}
+
+
 def test_backlog_and_invocation_metrics_reach_cloudwatch(world: World) -> None:
     cw = boto3.client("cloudwatch", endpoint_url=world.url, **DUMMY_CREDENTIALS)
     world.s3.put_object(Bucket=BUCKET, Key="inputs/metrics.json",

@@ -374,6 +374,13 @@ def test_invocations_on_an_endpoint_for_components(module: Module) -> None:
     for name in ("rt-zero", "rt-ic"):  # no copy: scaled to zero, or Failed
         code, message = invoke(InferenceComponentName=name)
         assert code == "ValidationError" and "has no capacity to process this request" in message
+    # InvokeEndpointAsync cannot name a component (botocore's request has no such member).
+    with pytest.raises(ClientError) as raised:
+        rt.invoke_endpoint_async(EndpointName="rt", ContentType="application/json", Body=b"{}")
+    error = raised.value.response["Error"]
+    assert error["Code"] == "ValidationError"
+    assert "no InferenceComponentName member" in error["Message"]
+    assert "InvokeEndpoint and InferenceComponentName" in error["Message"]
 
 
 def test_copies_that_fit_nowhere_stay_pending_until_room_frees(module: Module) -> None:

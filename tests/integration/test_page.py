@@ -263,3 +263,54 @@ def test_a_single_model_endpoints_start_up_load_is_on_the_page_before_any_call(
     events = get_json(f"{server.url}/_emulator/page/state")["Events"]
     steps = [e["step"] for e in events if e["endpoint"] == "single"]
     assert "loaded" in steps, f"no start-up load on the page: {events}"
+
+
+def test_page_shows_an_asynchronous_endpoints_queue(
+        start_emulator, store: Path, tmp_path: Path, s3_server: Any,  # type: ignore[no-untyped-def]
+        browser_page: Any) -> None:
+    """An asynchronous endpoint's card shows its queue: the backlog, what waits, what is in
+    flight and the oldest request's age; it empties once the model answers."""
+    from tests.multi_container_support import TRITON_IMAGE, sagemaker_client
+
+    gate = tmp_path / "gate"  # absent: the model holds its calls
+    tarball = package(write_scale_model(tmp_path / "held", "held", scale=2.0,
+                                        run_gate=str(gate)), store / "held.tar.gz", "folder")
+    s3_server.bucket("page-async")
+    server = start_emulator(s3_endpoint_url=s3_server.endpoint_url)
+    sm = sagemaker_client(server.url)
+    sm.create_model(ModelName="queued", PrimaryContainer={
+        "Image": TRITON_IMAGE, "Mode": "SingleModel", "ModelDataUrl": f"file://{tarball}"})
+    sm.create_endpoint_config(EndpointConfigName="queued", ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": "queued", "InstanceType": "ml.m5.xlarge",
+        "InitialInstanceCount": 1}], AsyncInferenceConfig={
+        "ClientConfig": {"MaxConcurrentInvocationsPerInstance": 1},
+        "OutputConfig": {"S3OutputPath": "s3://page-async/out/"}})
+    sm.create_endpoint(EndpointName="queued", EndpointConfigName="queued")
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="queued",
+                                              WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+    rt = runtime_client(server.url)
+    try:
+        for _ in range(3):
+            rt.invoke_endpoint_async(EndpointName="queued", ContentType="application/json",
+                                     Body=scale_request([1, 2, 3, 4]))
+        page = browser_page
+        page.goto(f"{server.url}/_emulator/")
+        page.wait_for_selector('#connection[data-connected="true"]', timeout=WAIT_MS)
+        card = '[data-endpoint="queued"] [data-async-queue]'
+        page.wait_for_function(f"""() => {{
+            const q = document.querySelector('{card}');
+            return q && q.querySelector('[data-figure="async-backlog"]').textContent === "3"
+                && q.querySelector('[data-figure="async-waiting"]').textContent === "2"
+                && q.querySelector('[data-figure="async-in-flight"]').textContent === "1"; }}""",
+                               timeout=WAIT_MS)
+        assert page.inner_text(f'{card} [data-figure="async-oldest"]').endswith(" s")
+        assert "in flight (of 1)" in page.inner_text(card)
+        queue = get_json(f"{server.url}/_emulator/models")["Endpoints"]["queued"]["AsyncQueue"]
+        assert (queue["Backlog"], queue["Waiting"], queue["InFlight"]) == (3, 2, 1)
+        assert queue["OldestRequestAgeSeconds"] >= 0
+        gate.touch()
+        page.wait_for_function(f"""() => document.querySelector(
+            '{card} [data-figure="async-backlog"]').textContent === "0" """, timeout=WAIT_MS)
+        assert page.inner_text(f'{card} [data-figure="async-oldest"]') == "–"
+    finally:
+        gate.touch()

@@ -20,6 +20,7 @@ from emulator.clock import Clock
 from emulator.contract import async_inference as wire
 from emulator.contract import control_plane, runtime_errors
 from emulator.contract.runtime import InvokeRequest
+from emulator.hosting.components import ComponentEndpoint
 from emulator.hosting.endpoint import InvokeResult
 from tests.support import wait_for_async
 
@@ -329,6 +330,19 @@ async def test_refusals() -> None:
         service.async_endpoint("ep")
 
 
+def test_an_endpoint_for_inference_components_is_refused_saying_why() -> None:
+    components = object.__new__(ComponentEndpoint)  # only its type is read
+    service = AsyncInference(FakeEndpoints({"ic": components}), RequestStore(), Clock(),
+                             region="us-east-1", account="123456789012", s3=FakeS3(),  # type: ignore[arg-type]
+                             notifier=FakeNotifier())  # type: ignore[arg-type]
+    with pytest.raises(runtime_errors.ValidationError) as caught:
+        service.async_endpoint("ic")
+    message = caught.value.message
+    assert "no InferenceComponentName member" in message
+    assert "InvokeEndpoint and InferenceComponentName" in message and "AsyncInferenceConfig" in \
+        message
+
+
 @run
 async def test_a_reset_forgets_what_is_queued() -> None:
     endpoint = _endpoint(instances=0)
@@ -340,3 +354,62 @@ async def test_a_reset_forgets_what_is_queued() -> None:
         assert (service.backlog("ep"), store.count()) == (3, 3)
         service.clear()
         assert (service.backlog("ep"), store.count()) == (0, 0)
+
+
+@run
+async def test_a_deleted_endpoints_queued_requests_fail_and_its_queue_shows() -> None:
+    endpoint = _endpoint(instances=1, concurrency=1)
+    endpoint.spec.async_config["OutputConfig"]["NotificationConfig"]["ErrorTopic"] = \
+        "arn:aws:sns:us-east-1:123456789012:failed"
+    store = RequestStore()
+    service, s3, notifier, sink = _service(endpoint, store)
+    async with service.running():
+        accepted = [service.accept(_parse({wire.H_INFERENCE_ID: f"id-{i}"}, b"x"), b"x")
+                    for i in range(3)]
+        await wait_for_async(lambda: endpoint.in_flight == 1, 5, "1 in flight")
+        queue = service.queue(endpoint)
+        assert queue is not None
+        assert (queue["Backlog"], queue["Waiting"], queue["InFlight"]) == (3, 2, 1)
+        assert queue["MaxConcurrentInvocationsPerInstance"] == 1
+        service.endpoint_deleted("ep")
+        for answer in accepted[1:]:
+            await wait_for_async(lambda a=answer: a.failure_location in s3.objects, 5, "failed")
+            assert b"was deleted before" in s3.objects[str(answer.failure_location)]
+        failed = [m for topic, m in notifier.sent if topic.endswith(":failed")]
+        assert sorted(m["inferenceId"] for m in failed) == ["id-1", "id-2"]
+        assert sink.last("InvocationFailures") == 1
+        assert store.count() == 1  # the one in flight ends with its call
+        queue = service.queue(endpoint)
+        assert queue is not None and queue["Backlog"] == 0  # a new queue for the name
+        with pytest.raises(runtime_errors.ValidationError, match="Endpoint ep of account"):
+            service.accept(_parse({}, b"x"), b"x")  # Deleting: as if it were gone
+        endpoint.gate.set()
+        await wait_for_async(lambda: store.count() == 0, 5, "the call in flight ended")
+    endpoint.spec.async_config = None
+    assert service.queue(endpoint) is None
+
+
+@run
+async def test_queued_requests_are_exported_and_loaded_as_old_as_they_were() -> None:
+    endpoint = _endpoint(instances=0)
+    clock = Clock()
+    service, _, _, _ = _service(endpoint, RequestStore(), clock)
+    async with service.running():
+        service.accept(_parse({wire.H_INFERENCE_ID: "inline"}, b"\xffbytes"), b"\xffbytes")
+        service.accept(_parse({wire.H_INPUT_LOCATION: "s3://bucket/in/x.json",
+                               wire.H_INFERENCE_ID: "from-s3"}, b""), None)
+        await clock.advance(30)
+        saved = json.loads(json.dumps(service.export()))  # as a snapshot holds it
+    assert [s["doc"]["inference_id"] for s in saved] == ["inline", "from-s3"]
+    assert saved[0]["age_s"] >= 30 and saved[1]["body"] is None
+    other = _endpoint(instances=1)
+    other.gate.set()
+    again, s3, _, _ = _service(other, RequestStore(), Clock())
+    async with again.running():
+        skipped = again.load([*saved, {**saved[0], "endpoint": "gone"}], {"ep"})
+        assert skipped == ["inline"]  # the one for an endpoint the snapshot has not
+        queue = again.queue(other)
+        assert queue is not None and queue["OldestRequestAgeSeconds"] >= 30
+        await wait_for_async(lambda: again.backlog("ep") == 0, 5, "the loaded queue drained")
+    assert sorted(r.inference_id for r in other.calls) == ["from-s3", "inline"]
+    assert [r.body for r in other.calls if r.inference_id == "inline"] == [b"\xffbytes"]

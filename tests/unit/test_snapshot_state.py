@@ -136,3 +136,18 @@ def test_an_ephemeral_server_writes_no_state_file(tmp_path: Path) -> None:
                 .list_models()["Models"]] == ["m"]
         written = sorted(p.name for p in cache.iterdir())
     assert not {"control-plane.sqlite3", "alarms.db", "autoscaling.json"} & set(written), written
+
+
+def test_queued_asynchronous_requests_round_trip_through_a_folder(tmp_path: Path) -> None:
+    queued = [{"endpoint": "ep", "age_s": 12.5, "received_wall": 1.0, "body": "eA==",
+               "doc": {"endpoint_name": "ep", "inference_id": "id-1"}},
+              {"endpoint": "ep", "age_s": 0, "received_wall": 2.0, "body": None,
+               "doc": {"endpoint_name": "ep", "inference_id": "id-2"}}]
+    doc = fmt.document({"models": [ROW]}, [], {"targets": [], "policies": []}, None, queued)
+    files = fmt.write_folder(doc, tmp_path / "snap")
+    assert "async-requests.json" in files
+    assert fmt.read_folder(tmp_path / "snap")["async_requests"] == queued
+    # None queued: no such part (a snapshot an emulator without it reads).
+    assert "async_requests" not in fmt.document({}, [], {}, None, [])
+    with pytest.raises(SnapshotError, match='async_requests: each is {"endpoint": str'):
+        fmt.check({**doc, "async_requests": [{"endpoint": "ep"}]})

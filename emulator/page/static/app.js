@@ -83,6 +83,20 @@ function meter(label, used, capacity, unit) {
     el("span", { class: "meter-text" }, text));
 }
 
+// An asynchronous endpoint's queue (InvokeEndpointAsync): its backlog, what waits, what is in
+// flight (at most MaxConcurrentInvocationsPerInstance per instance in service), the oldest
+// request's age on the emulated clock.
+function asyncQueue(queue, figure) {
+  if (!queue) return null;
+  const capacity = queue.MaxConcurrentInvocationsPerInstance * queue.InstancesInService;
+  return el("div", { class: "figures async-queue", "data-async-queue": "true",
+    title: `asynchronous queue: at most ${queue.MaxConcurrentInvocationsPerInstance} in flight per instance, ${queue.InstancesInService} in service` },
+    figure("async backlog", queue.Backlog, "async-backlog"),
+    figure("waiting", queue.Waiting, "async-waiting"),
+    figure(`in flight (of ${capacity})`, queue.InFlight, "async-in-flight"),
+    figure("oldest request", queue.Backlog ? `${queue.OldestRequestAgeSeconds.toFixed(1)} s` : "–", "async-oldest"));
+}
+
 function renderSummary() {
   const cards = Object.entries(state.Endpoints).map(([name, ep]) => {
     const m = ep.Metrics.Metrics;
@@ -108,6 +122,7 @@ function renderSummary() {
         figure("errors", errors, "errors"),
         figure("model latency (avg)", m.ModelLatency.SampleCount ? micros(m.ModelLatency.Average) : "–", "latency"),
         figure("load wait (avg)", m.ModelLoadingWaitTime.SampleCount ? micros(m.ModelLoadingWaitTime.Average) : "–", "wait")),
+      asyncQueue(ep.AsyncQueue, figure),
       last ? el("p", { class: `last-deployment kind-${last.kind}`, "data-kind": last.kind },
         el("span", { class: `badge activity-${last.kind}` }, ACTIVITY_LABELS[last.kind] || last.kind),
         ` ${clock(last.time)} · ${last.text}`) : null);
