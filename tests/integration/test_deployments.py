@@ -229,8 +229,16 @@ def test_canary_rolled_back_by_an_alarm_on_a_published_metric(emulator: Module) 
         wait_for(lambda: baking(sm), "the canary's bake")
         mark = len(traffic.factors)
         wait_for(lambda: FACTOR[other] in traffic.factors[mark:], "a call on the canary")
-        cw.put_metric_data(Namespace="CI/Health",
-                           MetricData=[{"MetricName": "Failures", "Value": 1.0}])
+
+        def failing() -> bool:
+            """The CI job reports its failure each time it looks (as a health check publishes
+            every period) until the deployment stops: a period the alarm was late to evaluate
+            on a busy machine still has the failure in the next one."""
+            cw.put_metric_data(Namespace="CI/Health",
+                               MetricData=[{"MetricName": "Failures", "Value": 1.0}])
+            return str(sm.describe_endpoint(EndpointName="ep")["EndpointStatus"]) != "Updating"
+
+        wait_for(failing, "the deployment stopped by the alarm", timeout=120)
         described = in_service_on(sm, running)  # through RollingBack
         assert '"ci-health"' in described["FailureReason"]
         assert "PendingDeploymentSummary" not in described
