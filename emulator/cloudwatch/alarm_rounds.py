@@ -35,7 +35,8 @@ class Alarms(Protocol):
     metrics: MetricStore
     actions: AlarmActions
 
-    def take_due(self, now: float, every: bool) -> list[tuple[Alarm, Compiled]]: ...
+    def take_due(self, now: float,
+                 every: bool) -> list[tuple[Alarm, Compiled, list[float]]]: ...
 
     def transition(self, name: str, state: str, reason: str, reason_data: str | None,
                    value: float | None, manual: bool = False) -> bool: ...
@@ -64,23 +65,28 @@ class AlarmRounds:
         store = self._store
         now = store.clock.now()
         with store.lock:
-            work = [(a.name, dict(a.config), a.state, compiled)
-                    for a, compiled in store.take_due(now, every)]
-        outcomes = await asyncio.to_thread(self._evaluate_all, work, now) if work else []
+            work = [(a.name, dict(a.config), a.state, compiled, ends)
+                    for a, compiled, ends in store.take_due(now, every)]
+        outcomes = await asyncio.to_thread(self._evaluate_all, work) if work else []
         changed = False
-        for (name, _config, _state, _compiled), outcome in zip(work, outcomes, strict=True):
-            try:
-                changed |= self._settle(name, outcome)
-            except Exception as exc:
-                log.exception("alarm %s: its new state could not be stored", name)
-                changed |= self._failed(name, exc)
+        for (name, *_), evaluations in zip(work, outcomes, strict=True):
+            for index, outcome in enumerate(evaluations):
+                try:
+                    changed |= self._settle(name, outcome,
+                                            repeat=index == len(evaluations) - 1)
+                except Exception as exc:
+                    log.exception("alarm %s: its new state could not be stored", name)
+                    changed |= self._failed(name, exc)
         if self._evaluate_composites():
             changed = True
         if changed:
             await asyncio.to_thread(store.save)  # off the event loop
         await store.actions.run()
 
-    def _settle(self, name: str, outcome: evaluation.Outcome | Exception | None) -> bool:
+    def _settle(self, name: str, outcome: evaluation.Outcome | Exception | None,
+                repeat: bool) -> bool:
+        """Store one evaluation's outcome; ``repeat``: an alarm that stays in ALARM runs its
+        repeating actions again (once a round, however many windows it caught up on)."""
         if isinstance(outcome, Exception):
             return self._failed(name, outcome)
         if outcome is None:
@@ -91,7 +97,7 @@ class AlarmRounds:
             return True
         with store.lock:
             still = store.alarms.get(name)
-            if still is not None and still.state == ALARM and still.actions_enabled:
+            if repeat and still is not None and still.state == ALARM and still.actions_enabled:
                 store.actions.queue(still, True, ALARM)
         return False
 
@@ -112,18 +118,27 @@ class AlarmRounds:
                 return True
         return store.transition(name, INSUFFICIENT_DATA, reason, None, None)
 
-    def _evaluate_all(self, work: list[tuple[str, dict[str, Any], str, Compiled]],
-                      now: float) -> list[evaluation.Outcome | Exception | None]:
+    def _evaluate_all(self, work: list[tuple[str, dict[str, Any], str, Compiled, list[float]]]
+                      ) -> list[list[evaluation.Outcome | Exception | None]]:
+        """Each alarm's outcome at the end of each of its windows, oldest first (the state each
+        one leaves is the next one's current state); an alarm that fails stops at its error."""
         store = self._store
-        out: list[evaluation.Outcome | Exception | None] = []
-        for name, config, state, compiled in work:
-            try:
-                out.append(evaluation.evaluate(config, store.metrics, store.clock, now, state,
-                                               compiled.expressions))
-            except Exception as exc:  # noqa: BLE001 - recorded on this alarm alone
-                log.warning("alarm %s could not be evaluated: %s: %s", name,
-                            type(exc).__name__, exc)
-                out.append(exc)
+        out: list[list[evaluation.Outcome | Exception | None]] = []
+        for name, config, state, compiled, ends in work:
+            outcomes: list[evaluation.Outcome | Exception | None] = []
+            for end in ends:
+                try:
+                    outcome = evaluation.evaluate(config, store.metrics, store.clock, end,
+                                                  state, compiled.expressions)
+                except Exception as exc:  # noqa: BLE001 - recorded on this alarm alone
+                    log.warning("alarm %s could not be evaluated: %s: %s", name,
+                                type(exc).__name__, exc)
+                    outcomes.append(exc)
+                    break
+                outcomes.append(outcome)
+                if outcome is not None:
+                    state = outcome.state
+            out.append(outcomes)
         return out
 
     def _evaluate_composites(self) -> bool:

@@ -255,17 +255,22 @@ class AlarmStore:
             return
         self._due.schedule(alarm.name, due)
 
-    def take_due(self, now: float, every: bool) -> list[tuple[Alarm, Compiled]]:
+    def take_due(self, now: float, every: bool) -> list[tuple[Alarm, Compiled, list[float]]]:
         """The metric alarms due now (all of them with ``every``) that have a rule to evaluate,
-        each scheduled again one interval on (under the lock)."""
+        with the ends of the windows to evaluate (``DueQueue.windows``), each scheduled again
+        one interval on (under the lock)."""
         if every:
             due = [a for a in self.alarms.values() if a.alarm_type == METRIC_ALARM]
         else:
             due = [a for a in map(self.alarms.get, self._due.take(now)) if a is not None]
+        taken: list[tuple[Alarm, Compiled, list[float]]] = []
         for alarm in due:
-            self._schedule(alarm, now + self.clock.real_duration(
-                evaluation_interval(alarm.config)))
-        return [(a, self._compiled[a.name]) for a in due if a.name in self._compiled]
+            interval = self.clock.real_duration(evaluation_interval(alarm.config))
+            self._schedule(alarm, now + interval)
+            ends = self._due.windows(alarm.name, now, interval)
+            if alarm.name in self._compiled:
+                taken.append((alarm, self._compiled[alarm.name], ends))
+        return taken
 
     def compiled(self, name: str) -> Compiled | None:
         """The alarm's parsed rule or expressions; None when it has none that parses."""
@@ -334,6 +339,7 @@ class AlarmStore:
                 alarm, kind = existing, "Update"
             self._set_compiled(name, compiled)
             self._writes.touched(name)
+            self._due.forget(name)  # a new rule: its windows start now
             self._schedule(alarm, 0.0)
             self._wake()
             self._record(alarm, "ConfigurationUpdate", f'Alarm "{name}" '

@@ -61,6 +61,21 @@ def test_m_out_of_n_and_the_listeners() -> None:
     assert len(rig.changes) == 2  # unsubscribed: told nothing more
 
 
+def test_a_late_round_still_sees_a_datapoint_in_a_window_it_skipped() -> None:
+    """CloudWatch evaluates every period: a round that runs two periods late (a busy machine)
+    evaluates the windows it skipped, so one breaching datapoint among them is not lost."""
+    rig = Rig()
+    rig.put(EvaluationPeriods=1, DatapointsToAlarm=1)
+    assert rig.minute(0.0) == "OK"
+    rig.time.now += 0.5
+    rig.metrics.record("CI", "m", {}, 5.0, "None")  # in the next window only
+    rig.time.now += 2.0  # the rounds of the next two minutes did not run
+    asyncio.run(rig.alarms.evaluate_due())
+    assert [c[1:] for c in rig.changes] == [("INSUFFICIENT_DATA", "OK"), ("OK", "ALARM"),
+                                            ("ALARM", "INSUFFICIENT_DATA")]
+    # the window that ends now has no datapoint (TreatMissingData "missing")
+
+
 @pytest.mark.parametrize(("treat", "states"), [
     ("missing", ["ALARM", "ALARM", "OK", "INSUFFICIENT_DATA"]),
     ("ignore", ["ALARM", "ALARM", "ALARM", "ALARM"]),
