@@ -10,7 +10,7 @@ import heapq
 # A round later than this (in evaluation intervals) evaluates the windows it skipped too.
 _LATE = 0.5
 # At most this many windows caught up at once (a server stopped for an hour does not replay it).
-MAX_CATCH_UP = 10
+MAX_CATCH_UP = 60
 
 
 class DueQueue:
