@@ -48,6 +48,7 @@ BENCHMARKS = {
     "miss": "mme.bench_miss",
     "reset": "mme.bench_reset",
     "routing": "mme.bench_routing",
+    "replay": "mme.bench_replay",
     "ensemble": "mme.ensembles_cli",
     "loadgen": "harness.loadtest.bench",  # mme bench loadgen
     "lint": "harness.lint.cli",  # mme bench lint

@@ -94,6 +94,7 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
     "snapshot load": [([MISSING], "no such folder")],
     "bench reset": [(["--endpoints", "-1"], "--endpoints")],
     "bench routing": [(["--calls", "-1"], "--calls")],
+    "bench replay": [(["--rate", "0"], "--rate")],
 }
 
 

@@ -210,3 +210,19 @@ def test_calls_without_bodies_get_them_from_the_models_config(recording: Path, s
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((tmp_path / "r" / "replay.json").read_text())
     assert summary["counts_match"] and summary["errors"] == {}
+
+
+def test_the_replay_benchmark_prints_its_lateness_against_the_timers_alone(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``mme bench replay``: every call of its Poisson trace leaves and is answered, and the
+    figure (how late against the trace, p50/p99/max) is printed beside its baseline's."""
+    from mme.cli import main
+
+    assert main(["bench", "replay", "--calls", "300", "--rate", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "sent 300 calls, 300 answered" in out
+    rows = {line.split()[0]: line.split()[-3:] for line in out.splitlines()
+            if line.startswith(("timers alone ", "replay  "))}
+    assert set(rows) == {"timers", "replay"}
+    assert all(float(v) >= 0 for row in rows.values() for v in row)
+    assert "replay / timers alone: p50 x" in out
