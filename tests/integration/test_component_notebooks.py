@@ -280,8 +280,13 @@ def test_scale_down_to_zero_and_back_as_the_notebook_waits_for_it(module: Module
 
     # The notebook's wait after the failed call: the alarm's step scaling puts the component
     # in Updating; once InService again its copy answers the very next call.
-    wait_until(lambda: sm.describe_inference_component(InferenceComponentName="zero-ic")[
-        "RuntimeConfig"]["DesiredCopyCount"] == 1, 30, "the scale-out from zero begun")
+    try:
+        wait_until(lambda: sm.describe_inference_component(InferenceComponentName="zero-ic")[
+            "RuntimeConfig"]["DesiredCopyCount"] == 1, 30, "the scale-out from zero begun")
+    except AssertionError as exc:  # what the alarm and Auto Scaling did, to read the failure
+        history = cw.describe_alarm_history(AlarmName="scale-from-zero-zero-ic")
+        activities = asg.describe_scaling_activities(ServiceNamespace="sagemaker")
+        raise AssertionError(f"{exc}; alarm history: {[(h['HistoryItemType'], h['HistorySummary']) for h in history['AlarmHistoryItems']]}; scaling: {[(a['Description'], a['StatusCode'], a.get('StatusMessage')) for a in activities['ScalingActivities']]}") from None  # noqa: E501
     woken = _status_when_settled(sm, "zero-ic")
     assert (woken["InferenceComponentStatus"], woken["RuntimeConfig"]["CurrentCopyCount"]) == (
         "InService", 1)
