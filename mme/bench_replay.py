@@ -99,11 +99,17 @@ def _load() -> str:
         return "?"
 
 
+_FLAGS: tuple[tuple[str, type, float, str], ...] = (
+    ("--calls", int, 6000, "calls in the trace"),
+    ("--rate", float, 200.0, "calls/s of the trace"),
+    ("--seed", int, 1, "the trace's random seed"),
+)
+
+
 def add_bench_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "replay", help="how late mme loadtest --trace sends against its trace's offsets, "
                        "against the event loop's timers alone")
-    parser.add_argument("--calls", type=int, default=6000)
-    parser.add_argument("--rate", type=float, default=200.0, help="calls/s of the trace")
-    parser.add_argument("--seed", type=int, default=1)
+    for flag, kind, default, text in _FLAGS:
+        parser.add_argument(flag, type=kind, default=kind(default), help=text)
     parser.set_defaults(func=run)
