@@ -24,7 +24,7 @@ from botocore.config import Config
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from tests import support
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.client_support import DUMMY_CREDENTIALS, create_generation_configs, runtime_client
 from tests.integration import test_page
 from tests.support import output_of, package, scale_request, write_scale_model
 
@@ -79,12 +79,7 @@ class Module:
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     module = Module(tmp_path_factory.mktemp("deployments"))
     sm = module.client("sagemaker")
-    for name, store in module.stores.items():
-        sm.create_model(ModelName=f"m-{name}", ExecutionRoleArn=ROLE, PrimaryContainer={
-            "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": store.as_uri() + "/"})
-        sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
-            "VariantName": "AllTraffic", "ModelName": f"m-{name}", "InstanceType": "ml.m5.xlarge",
-            "InitialInstanceCount": 1}])
+    create_generation_configs(sm, module.stores, ROLE)
     sm.create_endpoint(EndpointName="ep", EndpointConfigName="blue")
     sm.get_waiter("endpoint_in_service").wait(EndpointName="ep", WaiterConfig=FAST)
     cw = module.client("cloudwatch")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.client_support import runtime_client
+from tests.client_support import create_generation_configs, runtime_client
 from tests.integration import test_page
 from tests.integration.test_deployments import (
     ROLE,
@@ -43,13 +43,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     # failed load and the alarm on a busy machine before the bake would promote it.
     module = Module(tmp_path_factory.mktemp("story"), clock_scale=20)
     sm = module.client("sagemaker")
-    for name, store in module.stores.items():
-        sm.create_model(ModelName=f"m-{name}", ExecutionRoleArn=ROLE,
-                        PrimaryContainer={"Image": "triton", "Mode": "MultiModel",
-                                          "ModelDataUrl": store.as_uri() + "/"})
-        sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
-            "VariantName": "AllTraffic", "ModelName": f"m-{name}",
-            "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1}])
+    create_generation_configs(sm, module.stores, ROLE)
     sm.create_endpoint(EndpointName="ep", EndpointConfigName="blue")
     sm.get_waiter("endpoint_in_service").wait(EndpointName="ep",
                                               WaiterConfig={"Delay": 0.25, "MaxAttempts": 480})
