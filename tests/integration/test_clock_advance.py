@@ -36,7 +36,7 @@ from tests.integration.test_deployments import (
     running_and_other,
 )
 from tests.multi_container_support import triton_tarball
-from tests.support import scale_request, wait_for
+from tests.support import scale_request, stopped_after, wait_for
 
 pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
@@ -75,10 +75,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     sm.create_endpoint(EndpointName="ep", EndpointConfigName="blue")
     sm.get_waiter("endpoint_in_service").wait(EndpointName="ep", WaiterConfig=FAST)
     put_model_errors_alarm(module.client("cloudwatch"))
-    try:
-        yield module
-    finally:
-        module.server.stop()
+    yield from stopped_after(module)
 
 
 @pytest.fixture

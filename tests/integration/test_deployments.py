@@ -26,7 +26,7 @@ from emulator.settings import Settings
 from tests import support
 from tests.client_support import DUMMY_CREDENTIALS, create_generation_configs, runtime_client
 from tests.integration import test_page
-from tests.support import output_of, package, scale_request, write_scale_model
+from tests.support import output_of, package, scale_request, stopped_after, write_scale_model
 
 pytestmark = pytest.mark.slow
 browser_page = test_page.browser_page  # the page test's headless Chromium, as a fixture here
@@ -88,10 +88,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
                         Statistic="Sum", Period=60, EvaluationPeriods=1, Threshold=0,
                         ComparisonOperator="GreaterThanThreshold", TreatMissingData="notBreaching")
     put_model_errors_alarm(cw)
-    try:
-        yield module
-    finally:
-        module.server.stop()
+    yield from stopped_after(module)
 
 
 def put_model_errors_alarm(cw: Any) -> None:

@@ -29,7 +29,7 @@ from tests.integration.test_deployments import (
     wait_for,
 )
 from tests.prometheus_support import get_json, scrape
-from tests.support import scale_request
+from tests.support import scale_request, stopped_after
 
 pytestmark = pytest.mark.slow
 browser_page = test_page.browser_page  # the page tests' headless Chromium, as a fixture here
@@ -49,10 +49,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
                                               WaiterConfig={"Delay": 0.25, "MaxAttempts": 480})
     # A model error on either fleet of the variant rolls a deployment back.
     put_model_errors_alarm(module.client("cloudwatch"))
-    try:
-        yield module
-    finally:
-        module.server.stop()
+    yield from stopped_after(module)
 
 
 def _instance_ids(fleet: dict[str, Any]) -> list[str]:

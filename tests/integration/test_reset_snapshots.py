@@ -31,7 +31,14 @@ from tests.client_support import (
 )
 from tests.fault_support import pid_alive
 from tests.prometheus_support import get_json
-from tests.support import output_of, package, scale_request, wait_for, write_scale_model
+from tests.support import (
+    output_of,
+    package,
+    scale_request,
+    stopped_after,
+    wait_for,
+    write_scale_model,
+)
 
 pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
@@ -69,10 +76,7 @@ class Module:
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     module = Module(tmp_path_factory.mktemp("reset"))
-    try:
-        yield module
-    finally:
-        module.server.stop()
+    yield from stopped_after(module)
 
 
 @pytest.fixture
