@@ -16,7 +16,9 @@ bad flag.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 from typing import Any
 
 COMPARISONS = {
@@ -121,25 +123,32 @@ def _client(args: argparse.Namespace) -> Any:
     return session.client("cloudwatch", **kwargs)
 
 
-def _run(args: argparse.Namespace, work: Any) -> int:
-    from botocore.exceptions import BotoCoreError, ClientError
+def _command(work: Callable[[argparse.Namespace, Any], None]
+             ) -> Callable[[argparse.Namespace], int]:
+    """A subcommand: ``work(args, cloudwatch)``; a refusal of AWS or of the deployer is
+    printed as an error (exit status 1)."""
+    @functools.wraps(work)
+    def run(args: argparse.Namespace) -> int:
+        from botocore.exceptions import BotoCoreError, ClientError
 
-    from harness.deployment import DeployError
+        from harness.deployment import DeployError
 
-    try:
-        work(_client(args))
-    except DeployError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        print(f"error: {exc.operation_name} failed: {error.get('Code')}: "
-              f"{error.get('Message')}", file=sys.stderr)
-        return 1
-    except BotoCoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        try:
+            work(args, _client(args))
+        except DeployError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            print(f"error: {exc.operation_name} failed: {error.get('Code')}: "
+                  f"{error.get('Message')}", file=sys.stderr)
+            return 1
+        except BotoCoreError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
+
+    return run
 
 
 def alarm_request(args: argparse.Namespace) -> dict[str, Any]:
@@ -156,59 +165,56 @@ def alarm_request(args: argparse.Namespace) -> dict[str, Any]:
             "TreatMissingData": args.treat_missing_data}
 
 
+def _metric(alarm: dict[str, Any], separator: str) -> str:
+    """An alarm's metric as the commands show it: NAMESPACE METRIC (NAME=VALUE, ...)."""
+    dims = separator.join(f"{d['Name']}={d['Value']}" for d in alarm.get("Dimensions", []))
+    return f"{alarm.get('Namespace', '')} {alarm.get('MetricName', '')} ({dims})"
+
+
 def run_put(args: argparse.Namespace) -> int:
     if not args.endpoint_name and not args.dimension and args.namespace is None:
         print("error: name the metric's endpoint (--endpoint-name NAME) or its namespace and "
               "dimensions (--namespace NS --dimension NAME=VALUE)", file=sys.stderr)
         return 2
+    return _put(args)
+
+
+@_command
+def _put(args: argparse.Namespace, cloudwatch: Any) -> None:
     request = alarm_request(args)
-
-    def work(cloudwatch: Any) -> None:
-        cloudwatch.put_metric_alarm(**request)
-        shown = ", ".join(f"{d['Name']}={d['Value']}" for d in request["Dimensions"])
-        print(f"alarm {args.name}: {request['Statistic']} of {request['Namespace']} "
-              f"{request['MetricName']} ({shown}) {request['ComparisonOperator']} "
-              f"{request['Threshold']:g} for {request['EvaluationPeriods']} period(s) of "
-              f"{request['Period']} s")
-
-    return _run(args, work)
+    cloudwatch.put_metric_alarm(**request)
+    print(f"alarm {args.name}: {request['Statistic']} of {_metric(request, ', ')} "
+          f"{request['ComparisonOperator']} {request['Threshold']:g} for "
+          f"{request['EvaluationPeriods']} period(s) of {request['Period']} s")
 
 
-def run_list(args: argparse.Namespace) -> int:
-    def work(cloudwatch: Any) -> None:
-        params = {"AlarmNamePrefix": args.name_prefix} if args.name_prefix else {}
-        for page in cloudwatch.get_paginator("describe_alarms").paginate(**params):
-            for alarm in page.get("MetricAlarms", []):
-                dims = ",".join(f"{d['Name']}={d['Value']}" for d in alarm.get("Dimensions", []))
-                print(f"{alarm['AlarmName']}\t{alarm['StateValue']}\t"
-                      f"{alarm.get('Namespace', '')} {alarm.get('MetricName', '')} ({dims}) "
-                      f"{alarm.get('Statistic', '')} {alarm.get('ComparisonOperator', '')} "
-                      f"{alarm.get('Threshold', 0):g}")
-
-    return _run(args, work)
+@_command
+def run_list(args: argparse.Namespace, cloudwatch: Any) -> None:
+    params = {"AlarmNamePrefix": args.name_prefix} if args.name_prefix else {}
+    for page in cloudwatch.get_paginator("describe_alarms").paginate(**params):
+        for alarm in page.get("MetricAlarms", []):
+            print(f"{alarm['AlarmName']}\t{alarm['StateValue']}\t{_metric(alarm, ',')} "
+                  f"{alarm.get('Statistic', '')} {alarm.get('ComparisonOperator', '')} "
+                  f"{alarm.get('Threshold', 0):g}")
 
 
-def run_set_state(args: argparse.Namespace) -> int:
-    def work(cloudwatch: Any) -> None:
-        cloudwatch.set_alarm_state(AlarmName=args.name, StateValue=args.state,
-                                   StateReason=args.reason)
-        print(f"alarm {args.name}: {args.state}")
-
-    return _run(args, work)
+@_command
+def run_set_state(args: argparse.Namespace, cloudwatch: Any) -> None:
+    cloudwatch.set_alarm_state(AlarmName=args.name, StateValue=args.state,
+                               StateReason=args.reason)
+    print(f"alarm {args.name}: {args.state}")
 
 
-def run_delete(args: argparse.Namespace) -> int:
-    def work(cloudwatch: Any) -> None:
-        found = cloudwatch.describe_alarms(AlarmNames=args.names)
-        known = {a["AlarmName"] for a in found.get("MetricAlarms", [])
-                 + found.get("CompositeAlarms", [])}
-        missing = [n for n in args.names if n not in known]
-        if missing:
-            from harness.deployment import DeployError
+@_command
+def run_delete(args: argparse.Namespace, cloudwatch: Any) -> None:
+    found = cloudwatch.describe_alarms(AlarmNames=args.names)
+    known = {a["AlarmName"] for a in found.get("MetricAlarms", [])
+             + found.get("CompositeAlarms", [])}
+    missing = [n for n in args.names if n not in known]
+    if missing:
+        from harness.deployment import DeployError
 
-            raise DeployError(f"no alarm named {', '.join(missing)} (mme alarm list shows "
-                              "them); nothing was deleted")
-        cloudwatch.delete_alarms(AlarmNames=args.names)
-        print(f"deleted {', '.join(args.names)}")
-
-    return _run(args, work)
+        raise DeployError(f"no alarm named {', '.join(missing)} (mme alarm list shows "
+                          "them); nothing was deleted")
+    cloudwatch.delete_alarms(AlarmNames=args.names)
+    print(f"deleted {', '.join(args.names)}")

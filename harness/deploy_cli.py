@@ -199,20 +199,17 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "components, created or reused; docs/deploy.md)")
     component.add_argument("--inference-component", metavar="NAME",
                            help="deploy the one artifact as this inference component")
-    component.add_argument("--copies", type=int, default=None,
-                           help="RuntimeConfig.CopyCount (default 1)")
-    component.add_argument("--cpus", type=float, default=None,
-                           help="NumberOfCpuCoresRequired per copy (default 1, at least 0.25)")
-    component.add_argument("--memory-mb", type=int, default=None,
-                           help="MinMemoryRequiredInMb per copy (default 1024, at least 128)")
-    component.add_argument("--max-memory-mb", type=int, default=None,
-                           help="MaxMemoryRequiredInMb per copy")
-    component.add_argument("--accelerators", type=int, default=None,
-                           help="NumberOfAcceleratorDevicesRequired per copy")
-    component.add_argument("--min-instances", type=int, default=None,
-                           help="a new endpoint's ManagedInstanceScaling MinInstanceCount")
-    component.add_argument("--max-instances", type=int, default=None,
-                           help="a new endpoint's ManagedInstanceScaling MaxInstanceCount")
+    numbers: tuple[tuple[str, type[float], str], ...] = (  # each None unless given
+        ("--copies", int, "RuntimeConfig.CopyCount (default 1)"),
+        ("--cpus", float, "NumberOfCpuCoresRequired per copy (default 1, at least 0.25)"),
+        ("--memory-mb", int, "MinMemoryRequiredInMb per copy (default 1024, at least 128)"),
+        ("--max-memory-mb", int, "MaxMemoryRequiredInMb per copy"),
+        ("--accelerators", int, "NumberOfAcceleratorDevicesRequired per copy"),
+        ("--min-instances", int, "a new endpoint's ManagedInstanceScaling MinInstanceCount"),
+        ("--max-instances", int, "a new endpoint's ManagedInstanceScaling MaxInstanceCount"),
+    )
+    for flag, kind, text in numbers:
+        component.add_argument(flag, type=kind, default=None, help=text)
     component.add_argument("--routing", type=str.upper, default=None,
                            choices=ROUTING_STRATEGIES,
                            help="a new endpoint's RoutingConfig.RoutingStrategy")

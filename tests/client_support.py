@@ -11,6 +11,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -56,6 +57,18 @@ def create_mme_endpoint(sm: Any, name: str, model_data_url: str, instance_type: 
     sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
     sm.get_waiter("endpoint_in_service").wait(
         EndpointName=name, WaiterConfig=waiter or {"Delay": 1, "MaxAttempts": 120})
+
+
+def create_generation_configs(sm: Any, stores: dict[str, Path], role: str) -> None:
+    """For each store NAME: model ``m-NAME``, the multi-model container of the store's folder,
+    and endpoint config ``NAME``, one ml.m5.xlarge instance of it (the generations a guarded
+    deployment moves between)."""
+    for name, store in stores.items():
+        sm.create_model(ModelName=f"m-{name}", ExecutionRoleArn=role, PrimaryContainer={
+            "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": store.as_uri() + "/"})
+        sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
+            "VariantName": "AllTraffic", "ModelName": f"m-{name}",
+            "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1}])
 
 
 def put_target_tracking(asg: Any, key: dict[str, str], policy: str, target: float,

@@ -10,9 +10,9 @@ import io
 import json
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -21,7 +21,8 @@ from ensembles.packaging import package
 from harness.testmodels import SCALE_MODEL_PY, write_scale_model, write_two_step_ensemble
 
 __all__ = ["SCALE_MODEL_PY", "package", "write_scale_model", "write_scale_ensemble",
-           "scale_request", "output_of", "tar_bytes", "wait_until", "wait_for", "wait_for_async"]
+           "scale_request", "output_of", "tar_bytes", "wait_until", "wait_for", "wait_for_async",
+           "stopped_after"]
 
 T = TypeVar("T")
 
@@ -110,3 +111,20 @@ async def wait_for_async(condition: Callable[[], T], timeout: float = 60, what: 
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}")
         await asyncio.sleep(interval_s)
     return value
+
+
+class _Serving(Protocol):
+    @property
+    def server(self) -> Any: ...
+
+
+S = TypeVar("S", bound=_Serving)
+
+
+def stopped_after(module: S) -> Iterator[S]:
+    """A module fixture's end: ``module`` to the module's tests, then its emulator stopped (its
+    ``server`` as it is then: a test may have restarted it)."""
+    try:
+        yield module
+    finally:
+        module.server.stop()

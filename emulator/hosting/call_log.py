@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import logging
 import time
@@ -35,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from emulator.background import cancel_and_wait
 from emulator.contract.runtime import InvokeRequest
 
 log = logging.getLogger(__name__)
@@ -176,9 +176,7 @@ class CallLog:
     async def close(self) -> None:
         """Stop the task, write what is left and close the file."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
         if self._writing is not None:
             await self._writing

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
@@ -12,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from emulator.background import cancel_and_wait
 from emulator.clock import Clock
 from emulator.faults.table import FaultTable
 from emulator.hosting.call_log import CallLog
@@ -358,9 +358,7 @@ class EndpointRegistry:
 
     async def close(self) -> None:
         if self._sampler_task is not None:
-            self._sampler_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sampler_task
+            await cancel_and_wait(self._sampler_task)
         await asyncio.gather(*(self.delete(name) for name in self.names()))
         while self._stopping:  # stops whose callers were cancelled (a DeleteEndpoint at shutdown)
             await asyncio.gather(*self._stopping, return_exceptions=True)

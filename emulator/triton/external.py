@@ -26,6 +26,7 @@ from pathlib import Path
 
 import aiohttp
 
+from emulator.background import cancel_and_wait
 from emulator.supervision import LauncherError, RestartCallback
 from emulator.triton.launcher import TritonOptions, wait_until_ready
 
@@ -115,8 +116,6 @@ class ExternalLauncher:
 
     async def stop(self) -> None:
         if self._watchdog is not None:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
+            await cancel_and_wait(self._watchdog)
             self._watchdog = None
         self._alive = False

@@ -71,33 +71,26 @@ def process_start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+class _InState:
+    """A file or folder of the state folder, by its name (the list above says what each holds)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, state: StateDir, owner: type[StateDir] | None = None) -> Path:
+        return state.path / self.name
+
+
 class StateDir:
+    record_path = _InState("server.json")
+    log_path = _InState("server.log")
+    stats_path = _InState("model-stats.json")
+    exit_path = _InState("exit.json")
+    results_dir = _InState("results")
+    own_cache_dir = _InState("cache")
+
     def __init__(self, path: Path) -> None:
         self.path = path
-
-    @property
-    def record_path(self) -> Path:
-        return self.path / "server.json"
-
-    @property
-    def log_path(self) -> Path:
-        return self.path / "server.log"
-
-    @property
-    def stats_path(self) -> Path:
-        return self.path / "model-stats.json"
-
-    @property
-    def exit_path(self) -> Path:
-        return self.path / "exit.json"
-
-    @property
-    def results_dir(self) -> Path:
-        return self.path / "results"
-
-    @property
-    def own_cache_dir(self) -> Path:
-        return self.path / "cache"
 
     def record(self) -> ServerRecord | None:
         try:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, WaiterError
 
-from tests.client_support import runtime_client
+from tests.client_support import create_generation_configs, runtime_client
 from tests.component_support import RESOURCES, create_component_endpoint
 from tests.integration.test_deployments import (
     FAST,
@@ -36,7 +36,7 @@ from tests.integration.test_deployments import (
     running_and_other,
 )
 from tests.multi_container_support import triton_tarball
-from tests.support import scale_request, wait_for
+from tests.support import scale_request, stopped_after, wait_for
 
 pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
@@ -68,23 +68,14 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     root = tmp_path_factory.mktemp("clock")
     module = Module(root, clock_scale=1.0)
     sm = module.client("sagemaker")
-    for name in ("blue", "green", "broken"):
-        sm.create_model(ModelName=f"m-{name}", ExecutionRoleArn=ROLE, PrimaryContainer={
-            "Image": "triton", "Mode": "MultiModel",
-            "ModelDataUrl": module.stores[name].as_uri() + "/"})
-        sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
-            "VariantName": "AllTraffic", "ModelName": f"m-{name}",
-            "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1}])
+    create_generation_configs(sm, module.stores, ROLE)  # blue, green and broken
     tarball = triton_tarball(root / "work", root / "components", "double", 2.0)
     sm.create_model(ModelName="double", ExecutionRoleArn=ROLE,
                     PrimaryContainer={"Image": "triton", "ModelDataUrl": tarball.as_uri()})
     sm.create_endpoint(EndpointName="ep", EndpointConfigName="blue")
     sm.get_waiter("endpoint_in_service").wait(EndpointName="ep", WaiterConfig=FAST)
     put_model_errors_alarm(module.client("cloudwatch"))
-    try:
-        yield module
-    finally:
-        module.server.stop()
+    yield from stopped_after(module)
 
 
 @pytest.fixture

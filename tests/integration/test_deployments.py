@@ -24,9 +24,9 @@ from botocore.config import Config
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from tests import support
-from tests.client_support import DUMMY_CREDENTIALS, runtime_client
+from tests.client_support import DUMMY_CREDENTIALS, create_generation_configs, runtime_client
 from tests.integration import test_page
-from tests.support import output_of, package, scale_request, write_scale_model
+from tests.support import output_of, package, scale_request, stopped_after, write_scale_model
 
 pytestmark = pytest.mark.slow
 browser_page = test_page.browser_page  # the page test's headless Chromium, as a fixture here
@@ -79,12 +79,7 @@ class Module:
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     module = Module(tmp_path_factory.mktemp("deployments"))
     sm = module.client("sagemaker")
-    for name, store in module.stores.items():
-        sm.create_model(ModelName=f"m-{name}", ExecutionRoleArn=ROLE, PrimaryContainer={
-            "Image": "triton", "Mode": "MultiModel", "ModelDataUrl": store.as_uri() + "/"})
-        sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
-            "VariantName": "AllTraffic", "ModelName": f"m-{name}", "InstanceType": "ml.m5.xlarge",
-            "InitialInstanceCount": 1}])
+    create_generation_configs(sm, module.stores, ROLE)
     sm.create_endpoint(EndpointName="ep", EndpointConfigName="blue")
     sm.get_waiter("endpoint_in_service").wait(EndpointName="ep", WaiterConfig=FAST)
     cw = module.client("cloudwatch")
@@ -93,10 +88,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
                         Statistic="Sum", Period=60, EvaluationPeriods=1, Threshold=0,
                         ComparisonOperator="GreaterThanThreshold", TreatMissingData="notBreaching")
     put_model_errors_alarm(cw)
-    try:
-        yield module
-    finally:
-        module.server.stop()
+    yield from stopped_after(module)
 
 
 def put_model_errors_alarm(cw: Any) -> None:

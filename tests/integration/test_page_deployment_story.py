@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.client_support import runtime_client
+from tests.client_support import create_generation_configs, runtime_client
 from tests.integration import test_page
 from tests.integration.test_deployments import (
     ROLE,
@@ -29,7 +29,7 @@ from tests.integration.test_deployments import (
     wait_for,
 )
 from tests.prometheus_support import get_json, scrape
-from tests.support import scale_request
+from tests.support import scale_request, stopped_after
 
 pytestmark = pytest.mark.slow
 browser_page = test_page.browser_page  # the page tests' headless Chromium, as a fixture here
@@ -43,22 +43,13 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     # failed load and the alarm on a busy machine before the bake would promote it.
     module = Module(tmp_path_factory.mktemp("story"), clock_scale=20)
     sm = module.client("sagemaker")
-    for name, store in module.stores.items():
-        sm.create_model(ModelName=f"m-{name}", ExecutionRoleArn=ROLE,
-                        PrimaryContainer={"Image": "triton", "Mode": "MultiModel",
-                                          "ModelDataUrl": store.as_uri() + "/"})
-        sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
-            "VariantName": "AllTraffic", "ModelName": f"m-{name}",
-            "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1}])
+    create_generation_configs(sm, module.stores, ROLE)
     sm.create_endpoint(EndpointName="ep", EndpointConfigName="blue")
     sm.get_waiter("endpoint_in_service").wait(EndpointName="ep",
                                               WaiterConfig={"Delay": 0.25, "MaxAttempts": 480})
     # A model error on either fleet of the variant rolls a deployment back.
     put_model_errors_alarm(module.client("cloudwatch"))
-    try:
-        yield module
-    finally:
-        module.server.stop()
+    yield from stopped_after(module)
 
 
 def _instance_ids(fleet: dict[str, Any]) -> list[str]:

@@ -23,10 +23,22 @@ from harness.emulator_routes import call
 from harness.faults import FaultRules
 from harness.server_state import ServerState, StateRequestRefused
 from mme.cli import main as mme
-from tests.client_support import DUMMY_CREDENTIALS, put_target_tracking, runtime_client
+from tests.client_support import (
+    DUMMY_CREDENTIALS,
+    create_generation_configs,
+    put_target_tracking,
+    runtime_client,
+)
 from tests.fault_support import pid_alive
 from tests.prometheus_support import get_json
-from tests.support import output_of, package, scale_request, wait_for, write_scale_model
+from tests.support import (
+    output_of,
+    package,
+    scale_request,
+    stopped_after,
+    wait_for,
+    write_scale_model,
+)
 
 pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
@@ -64,10 +76,7 @@ class Module:
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     module = Module(tmp_path_factory.mktemp("reset"))
-    try:
-        yield module
-    finally:
-        module.server.stop()
+    yield from stopped_after(module)
 
 
 @pytest.fixture
@@ -98,13 +107,7 @@ def build_fleet(emulator: Module) -> None:
     """An endpoint updated by a guarded deployment from blue to green, a model loaded on it,
     an alarm in ALARM, a target-tracking policy (two alarms of its own) and a fault rule."""
     sm, cw = client("sagemaker", emulator.url), client("cloudwatch", emulator.url)
-    for name in ("blue", "green"):
-        sm.create_model(ModelName=f"m-{name}", ExecutionRoleArn=ROLE, PrimaryContainer={
-            "Image": "triton", "Mode": "MultiModel",
-            "ModelDataUrl": emulator.stores[name].as_uri() + "/"})
-        sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
-            "VariantName": "AllTraffic", "ModelName": f"m-{name}",
-            "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 1}])
+    create_generation_configs(sm, {n: emulator.stores[n] for n in ("blue", "green")}, ROLE)
     # Missing data leaves its state as set: it stays in ALARM until put OK.
     cw.put_metric_alarm(AlarmName="ep-errors", Namespace="CI/Health", MetricName="Failures",
                         Statistic="Sum", Period=60, EvaluationPeriods=1, Threshold=0,

@@ -211,20 +211,25 @@ def run(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
     return sync
 
 
-def _service(endpoint: FakeEndpoint, store: RequestStore, clock: Clock | None = None
+def _service(endpoint: FakeEndpoint, store: RequestStore
              ) -> tuple[AsyncInference, FakeS3, FakeNotifier, Sink]:
+    """The service on an emulated clock of its own (``service.clock``)."""
     s3, notifier, sink = FakeS3(), FakeNotifier(), Sink()
-    service = AsyncInference(FakeEndpoints({endpoint.name: endpoint}), store, clock or Clock(),
+    service = AsyncInference(FakeEndpoints({endpoint.name: endpoint}), store, Clock(),
                              region="us-east-1", account="123456789012", s3=s3,  # type: ignore[arg-type]
                              notifier=notifier, sink=sink)  # type: ignore[arg-type]
     return service, s3, notifier, sink
 
 
-def _endpoint(instances: int, concurrency: int = 2) -> FakeEndpoint:
-    return FakeEndpoint("ep", [FakeVariant(instances)], FakeSpec({
+def _endpoint(instances: int, concurrency: int = 2, answering: bool = False) -> FakeEndpoint:
+    """``answering``: its calls are answered at once (else each waits for ``gate``)."""
+    endpoint = FakeEndpoint("ep", [FakeVariant(instances)], FakeSpec({
         "ClientConfig": {"MaxConcurrentInvocationsPerInstance": concurrency},
         "OutputConfig": {**OUTPUT, "NotificationConfig": {
             "SuccessTopic": "arn:aws:sns:us-east-1:123456789012:ok"}}}))
+    if answering:
+        endpoint.gate.set()
+    return endpoint
 
 
 @run
@@ -249,8 +254,7 @@ async def test_at_most_the_concurrency_per_instance_in_flight() -> None:
 
 @run
 async def test_no_instance_no_call_until_one_comes() -> None:
-    endpoint = _endpoint(instances=0)
-    endpoint.gate.set()
+    endpoint = _endpoint(instances=0, answering=True)
     service, s3, _, sink = _service(endpoint, RequestStore())
     async with service.running():
         accepted = service.accept(_parse({}, b"x"), b"x")
@@ -268,11 +272,10 @@ async def test_no_instance_no_call_until_one_comes() -> None:
 @run
 async def test_a_request_past_its_ttl_fails_as_expired() -> None:
     endpoint = _endpoint(instances=0)
-    clock = Clock()
-    service, s3, _, sink = _service(endpoint, RequestStore(), clock)
+    service, s3, _, sink = _service(endpoint, RequestStore())
     async with service.running():
         accepted = service.accept(_parse({wire.H_TTL: "60"}, b"x"), b"x")
-        await clock.advance(61)
+        await service.clock.advance(61)
         await wait_for_async(lambda: accepted.failure_location in s3.objects, 5, "the expiry")
     assert b"RequestTTLSeconds (60 seconds)" in s3.objects[str(accepted.failure_location)]
     assert sink.last("ExpiredRequests") == 1 and sink.last("InvocationFailures") == 1
@@ -281,8 +284,7 @@ async def test_a_request_past_its_ttl_fails_as_expired() -> None:
 
 @run
 async def test_a_missing_input_fails_with_a_download_failure() -> None:
-    endpoint = _endpoint(instances=1)
-    endpoint.gate.set()
+    endpoint = _endpoint(instances=1, answering=True)
     service, s3, _, sink = _service(endpoint, RequestStore())
     async with service.running():
         ok = service.accept(_parse({wire.H_INPUT_LOCATION: "s3://bucket/in/x.json"}, b""),
@@ -308,8 +310,7 @@ async def test_queued_requests_come_back_from_the_store(tmp_path: Path) -> None:
     store.close()  # stopped with 2 in flight and 3 waiting: all 5 stay stored
     again = RequestStore(tmp_path / "async.sqlite3")
     assert again.count() == 5
-    endpoint = _endpoint(instances=1)
-    endpoint.gate.set()
+    endpoint = _endpoint(instances=1, answering=True)
     service, s3, _, _ = _service(endpoint, again)
     async with service.running():
         await wait_for_async(lambda: again.count() == 0, 5, "the restored queue drained")
@@ -392,19 +393,17 @@ async def test_a_deleted_endpoints_queued_requests_fail_and_its_queue_shows() ->
 @run
 async def test_queued_requests_are_exported_and_loaded_as_old_as_they_were() -> None:
     endpoint = _endpoint(instances=0)
-    clock = Clock()
-    service, _, _, _ = _service(endpoint, RequestStore(), clock)
+    service, _, _, _ = _service(endpoint, RequestStore())
     async with service.running():
         service.accept(_parse({wire.H_INFERENCE_ID: "inline"}, b"\xffbytes"), b"\xffbytes")
         service.accept(_parse({wire.H_INPUT_LOCATION: "s3://bucket/in/x.json",
                                wire.H_INFERENCE_ID: "from-s3"}, b""), None)
-        await clock.advance(30)
+        await service.clock.advance(30)
         saved = json.loads(json.dumps(service.export()))  # as a snapshot holds it
     assert [s["doc"]["inference_id"] for s in saved] == ["inline", "from-s3"]
     assert saved[0]["age_s"] >= 30 and saved[1]["body"] is None
-    other = _endpoint(instances=1)
-    other.gate.set()
-    again, s3, _, _ = _service(other, RequestStore(), Clock())
+    other = _endpoint(instances=1, answering=True)
+    again, s3, _, _ = _service(other, RequestStore())
     async with again.running():
         skipped = again.load([*saved, {**saved[0], "endpoint": "gone"}], {"ep"})
         assert skipped == ["inline"]  # the one for an endpoint the snapshot has not
