@@ -55,8 +55,10 @@ def package(repo_dir: Path, tarball: Path, layout: str = "flat") -> Path:
     tarball.parent.mkdir(parents=True, exist_ok=True)
     partial = tarball.with_name(tarball.name + ".part")
     try:
+        # Level 1: a model's weights barely compress at any level (the text ensemble's 87 MiB
+        # are 0.5 % larger than at level 9), and it takes a third less time than level 9.
         with partial.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0,
-                                                      filename="") as gz, \
+                                                      filename="", compresslevel=1) as gz, \
                 tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
             root = tarfile.TarInfo(prefix)
             root.type = tarfile.DIRTYPE
