@@ -6,6 +6,7 @@ The emulator with a real embedded (or docker) Triton, a real HTTP S3 server, bot
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -29,6 +30,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--no-docker", action="store_true",
                      help="skip the docker suites (refused with CI=true: CI runs them)")
 
+
+# The Ctrl-C tests send SIGINT to the commands they start. A suite started in the background of
+# a non-interactive shell (``make test &``) inherits SIGINT ignored, and so would every command
+# it starts: they must see Ctrl-C as a terminal sends it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TESTS = Path(__file__).parent
 KINDS = ("unit", "integration")
