@@ -253,21 +253,6 @@ def _request(args: argparse.Namespace, tarball: Path | None) -> Request:
     return auto_request(tarball, binary=args.binary, batch_size=args.batch_size)
 
 
-def _emulator_settings(args: argparse.Namespace) -> dict[str, str]:
-    settings = {}
-    if args.launcher:
-        settings["MME_LAUNCHER"] = args.launcher
-    if args.memory_budget:
-        settings["MME_MEMORY_BUDGET"] = args.memory_budget
-    if args.max_loaded_models is not None:
-        settings["MME_MAX_LOADED_MODELS"] = str(args.max_loaded_models)
-    if getattr(args, "instances", None) is not None:
-        settings["MME_INSTANCES"] = str(args.instances)
-    if getattr(args, "clock_scale", None):
-        settings["MME_CLOCK_SCALE"] = str(args.clock_scale)
-    return settings
-
-
 def _out_dir(args: argparse.Namespace, command: str) -> Path:
     return args.out or Path(f"mme-{command}-{time.strftime('%Y%m%d-%H%M%S')}")
 
@@ -462,7 +447,7 @@ async def _loadtest(
 ) -> Any:
     from harness.loadtest.locust_run import Target, run_load
     from harness.loadtest.scaling import ScalingWatch, autoscale
-    from harness.loadtest.session import emulator, run_http
+    from harness.loadtest.session import emulator, emulator_settings, run_http
 
     def scaling(url: str | None) -> ScalingWatch:
         if args.autoscale:
@@ -483,7 +468,7 @@ async def _loadtest(
         return await run_http(url, args.endpoint_name, plan, request, label=args.endpoint_name,
                               scaling=scaling(url), **extra)
     assert store is not None
-    with emulator(store, work, _emulator_settings(args), args.endpoint_name) as url:
+    with emulator(store, work, emulator_settings(args), args.endpoint_name) as url:
         # Once the emulator serves: while it starts, Ctrl-C stops the start at once.
         extra["interrupt"] = _interruptible()
         return await run_http(url, args.endpoint_name, plan, request, label=args.endpoint_name,
@@ -493,7 +478,7 @@ async def _loadtest(
 def run_sweep(args: argparse.Namespace) -> int:
     from harness.loadtest.config import PlanError
     from harness.loadtest.report import write_report
-    from harness.loadtest.session import auto_request, emulator, npz_request
+    from harness.loadtest.session import auto_request, emulator, emulator_settings, npz_request
     from harness.model_config import ModelRepositoryError
     from harness.sweep import (
         BASE,
@@ -535,7 +520,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         async def go(url: str) -> Any:
             return await run_variants(url, "local", variants, plan_for, request, on_result=progress)
 
-        with emulator(work / "store", work, _emulator_settings(args)) as url:
+        with emulator(work / "store", work, emulator_settings(args)) as url:
             rows = asyncio.run(go(url))
     except (PlanError, ModelRepositoryError) as exc:
         print(f"mme sweep: {exc}", file=sys.stderr)

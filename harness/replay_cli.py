@@ -65,7 +65,7 @@ def run_trace(args: argparse.Namespace) -> int:
     calls failed to leave); 2: a bad trace or flags (nothing sent); 130: interrupted."""
     from harness.loadtest.aiperf_export import from_replay, write_export
     from harness.loadtest.replay import bodies_for, replay, summarize, to_markdown, write_summary
-    from harness.loadtest.session import emulator
+    from harness.loadtest.session import emulator, emulator_settings
     from harness.loadtest.trace import TraceError, read_trace
     from harness.model_store import StoreError, prepare_store
 
@@ -85,10 +85,8 @@ def run_trace(args: argparse.Namespace) -> int:
                   f"{args.speed:g}", file=sys.stderr)
             started_at = time.time()
             if store is not None:
-                from harness.cli import _emulator_settings
-
                 name = args.endpoint_name or "local"
-                with emulator(store, work, _emulator_settings(args), name) as url:
+                with emulator(store, work, emulator_settings(args), name) as url:
                     started_at = time.time()
                     sent = asyncio.run(replay(url, trace, bodies, speed=args.speed,
                                               endpoint=name))

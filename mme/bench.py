@@ -118,7 +118,8 @@ def run_fleet(args: argparse.Namespace) -> int:
 
 def add_bench_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``mme bench overhead`` and ``mme bench fleet``."""
-    bench_overhead.add_parser(commands, compare_with=bench_baseline.compare_with)
+    bench_overhead.add_parser(commands, compare_with=bench_baseline.compare_with,
+                              compare_record=bench_baseline.compare_record)
     f = commands.add_parser("fleet", help="a 3-instance endpoint vs 1 instance with the same "
                                           "total memory, on one Zipf workload")
     f.add_argument("--instances", type=int, default=3)

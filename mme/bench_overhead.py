@@ -492,13 +492,17 @@ def _per_call(m: Measure) -> str:
     return f"{ms(m.proxy_cpu_s):>9}{ms(m.triton_cpu_s):>11}"
 
 
-# ``--baseline``: the whole run against another revision (``mme.bench_baseline.compare_with``,
-# handed in by ``mme/bench.py``: that module builds on this one).
+# ``--baseline``: the whole run against another revision (``mme.bench_baseline.compare_with``),
+# and ``--record``: this tree with and without ``--record FILE``
+# (``mme.bench_baseline.compare_record``); both handed in by ``mme/bench.py``: that module builds
+# on this one.
 CompareWith = Callable[[str, Callable[[Path], Workload], str, list[int], float, int,
                         list[dict[str, Any]]], int]
+CompareRecord = Callable[[Callable[[Path], Workload], str, list[int], float, int, bool], int]
 
 
-def run_overhead(args: argparse.Namespace, compare_with: CompareWith | None = None) -> int:
+def run_overhead(args: argparse.Namespace, compare_with: CompareWith | None = None,
+                 compare_record: CompareRecord | None = None) -> int:
     driver = args.driver
     if driver == "auto":
         driver = "wrk" if shutil.which("wrk") else "python"
@@ -511,8 +515,9 @@ def run_overhead(args: argparse.Namespace, compare_with: CompareWith | None = No
               "(apt-get install -y wrk)", file=sys.stderr)
         return 2
     if getattr(args, "record", False):
-        from mme.bench_baseline import compare_record  # that module builds on this one
-
+        if compare_record is None:
+            print("mme bench overhead: --record is not available here", file=sys.stderr)
+            return 2
         if args.baseline is not None:
             print("mme bench overhead: --record compares this tree with itself; leave "
                   "--baseline out", file=sys.stderr)
@@ -585,7 +590,8 @@ def _size(text: str) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
-               compare_with: CompareWith | None = None) -> None:
+               compare_with: CompareWith | None = None,
+               compare_record: CompareRecord | None = None) -> None:
     p = commands.add_parser("overhead", help="emulator vs direct Triton on one warm model, "
                                              "driven by wrk")
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="trivial")
@@ -613,4 +619,5 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                    help="a fault rule (docs/faults.md) put in force on this tree's server before "
                         "it is measured (repeat); with --baseline on this tree's side only, so "
                         "a rule that matches nothing measures what a rule in force costs")
-    p.set_defaults(func=functools.partial(run_overhead, compare_with=compare_with))
+    p.set_defaults(func=functools.partial(run_overhead, compare_with=compare_with,
+                                          compare_record=compare_record))

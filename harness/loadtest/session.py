@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import tarfile
 import tempfile
@@ -95,3 +96,20 @@ async def run_http(
     fleet = EmulatorFleet(url, endpoint) if metrics else None
     return await run_load(plan, Target(endpoint, url), request, metrics=source, fleet=fleet,
                           poll_s=poll_s, label=label, engine=engine or Engine(), **kwargs)
+
+
+def emulator_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The ``MME_*`` settings a load test's own emulator gets from its command line (the
+    flags ``mme loadtest`` shares with ``mme serve``)."""
+    settings = {}
+    if args.launcher:
+        settings["MME_LAUNCHER"] = args.launcher
+    if args.memory_budget:
+        settings["MME_MEMORY_BUDGET"] = args.memory_budget
+    if args.max_loaded_models is not None:
+        settings["MME_MAX_LOADED_MODELS"] = str(args.max_loaded_models)
+    if getattr(args, "instances", None) is not None:
+        settings["MME_INSTANCES"] = str(args.instances)
+    if getattr(args, "clock_scale", None):
+        settings["MME_CLOCK_SCALE"] = str(args.clock_scale)
+    return settings
