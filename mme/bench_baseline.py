@@ -106,15 +106,31 @@ class Compared:
     baseline: Measure
     current: Measure
     ratios: tuple[float, ...]  # current/baseline calls/s, per pair of rounds
+    # A third side identical to the baseline (``--record``): its ratio to the baseline is the
+    # measurement's own noise, printed beside the ratio that is claimed.
+    control: Measure | None = None
+    control_ratios: tuple[float, ...] = ()
 
     @property
     def ratio(self) -> float:
         return self.current.per_second / max(self.baseline.per_second, 1e-9)
 
+    @property
+    def control_ratio(self) -> float | None:
+        if self.control is None:
+            return None
+        return self.control.per_second / max(self.baseline.per_second, 1e-9)
 
-def alternate(workload: Workload, sides: tuple[Side, Side], driver: str, concurrencies: list[int],
+
+def _per_round(base: list[Measure], other: list[Measure]) -> tuple[float, ...]:
+    return tuple(o.per_second / max(b.per_second, 1e-9) for b, o in zip(base, other,
+                                                                           strict=True))
+
+
+def alternate(workload: Workload, sides: tuple[Side, ...], driver: str, concurrencies: list[int],
               seconds: float, rounds: int, work: Path) -> list[Compared]:
-    """wrk rounds alternating between the two sides (ABBA), per concurrency."""
+    """wrk rounds alternating between the sides (ABBA; ABCCBA with a control third), per
+    concurrency: the baseline, the current side, and the control when given."""
     driven = run_wrk if driver == "wrk" else run_python
     headers = {**workload.emulator_headers, "X-Amzn-SageMaker-Target-Model": workload.target}
     results = []
@@ -126,10 +142,11 @@ def alternate(workload: Workload, sides: tuple[Side, Side], driver: str, concurr
             for side in (sides if index % 2 == 0 else sides[::-1]):
                 runs[side.name].append(_accounted(driven, side.pids, side.url, workload.body,
                                                   headers, concurrency, seconds, work))
-        baseline, current = (runs[side.name] for side in sides)
-        results.append(Compared(concurrency, _median(baseline), _median(current), tuple(
-            c.per_second / max(b.per_second, 1e-9) for b, c in zip(baseline, current,
-                                                                   strict=True))))
+        baseline, current, *control = (runs[side.name] for side in sides)
+        results.append(Compared(
+            concurrency, _median(baseline), _median(current), _per_round(baseline, current),
+            _median(control[0]) if control else None,
+            _per_round(baseline, control[0]) if control else ()))
     return results
 
 
@@ -152,7 +169,10 @@ def report(workload: Workload, sides: tuple[Side, Side], driver: str, results: l
              f"{'conc':>4} {'side':<9}{'p50 ms':>9}{'p99 ms':>9}{'calls/s':>10}{'errors':>8}"
              f"{'own CPU ms/call':>17}{'Triton CPU':>12}"]
     for row in results:
-        for name, m in (("baseline", row.baseline), ("current", row.current)):
+        measured = [("baseline", row.baseline), ("current", row.current)]
+        if row.control is not None:
+            measured.append(("control", row.control))
+        for name, m in measured:
             lines.append(f"{row.concurrency:>4} {name:<9}{m.p50_ms:>9.3f}{m.p99_ms:>9.3f}"
                          f"{m.per_second:>10.0f}{m.errors:>8}{_shown(_cpu_ms(m), 17)}"
                          f"{_shown(_cpu_ms(m, m.triton_cpu_s), 12)}")
@@ -162,6 +182,10 @@ def report(workload: Workload, sides: tuple[Side, Side], driver: str, results: l
         lines.append(f"{'':>4} current/baseline: calls/s x{row.ratio:.2f} (rounds "
                      f"x{min(row.ratios):.2f} to x{max(row.ratios):.2f}), p50 "
                      f"{(row.current.p50_ms - row.baseline.p50_ms) * 1e3:+.0f} us{cpu_ratio}")
+        if row.control is not None and row.control_ratio is not None:
+            lines.append(f"{'':>4} control/baseline (the same server twice: the noise): "
+                         f"calls/s x{row.control_ratio:.2f} (rounds "
+                         f"x{min(row.control_ratios):.2f} to x{max(row.control_ratios):.2f})")
     return "\n".join(lines)
 
 
@@ -221,14 +245,14 @@ def compare_with(rev: str, make_workload: Callable[[Path], Workload], driver: st
     return 0 if errors == 0 else 1
 
 
-
 def compare_record(make_workload: Callable[[Path], Workload], driver: str,
                    concurrencies: list[int], seconds: float, rounds: int,
                    with_bodies: bool = False) -> int:
     """``mme bench overhead --record``: this tree's ``mme serve`` without ``--record`` (the
     baseline) against the same tree with ``--record FILE`` (``--record-bodies`` too when
-    ``with_bodies``), alternating rounds as ``--baseline`` does; the recorded lines are counted
-    against the calls the driver made."""
+    ``with_bodies``), alternating rounds as ``--baseline`` does, and a third server without it
+    (the control: how far two identical servers differ here, the noise a cost must stand out
+    of); the recorded lines are counted against the calls the driver made."""
     label = describe()
     loads_start = _load_average()
     with contextlib.ExitStack() as stack:
@@ -239,16 +263,21 @@ def compare_record(make_workload: Callable[[Path], Workload], driver: str,
         current, server = _side(stack, "current", f"{label}, --record on"
                                 + (" with bodies" if with_bodies else ""), REPO, work,
                                 workload, flags)
+        control, _ = _side(stack, "control", f"{label}, --record off", REPO, work, workload)
         pair = (baseline, current)
-        results = alternate(workload, pair, driver, concurrencies, seconds, rounds, work)
+        results = alternate(workload, (*pair, control), driver, concurrencies, seconds, rounds,
+                            work)
         stop_process(server)  # the recording's last lines are written as it stops
         lines = sum(1 for _ in recording.open()) if recording.exists() else 0
     print(report(workload, pair, driver, results, seconds, rounds,
                  (loads_start, _load_average())))
     for row in results:
+        noise = (f" (two identical servers differ by {(1 - (row.control_ratio or 1)) * 100:+.1f}"
+                 " % in the same rounds)")
         print(f"concurrency {row.concurrency}: --record costs {(1 - row.ratio) * 100:+.1f} % "
-              "of calls/s")
+              f"of calls/s{noise}")
     print(f"recorded lines: {lines:,} (every call the recording server answered, the warm-up's "
           "included)")
-    errors = sum(m.errors for row in results for m in (row.baseline, row.current))
+    errors = sum(m.errors for row in results
+                 for m in (row.baseline, row.current, row.control) if m is not None)
     return 0 if errors == 0 and lines > 0 else 1

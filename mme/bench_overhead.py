@@ -609,8 +609,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                         "worktree), alternating rounds (mme/bench_baseline.py)")
     p.add_argument("--record", action="store_true",
                    help="instead of the paths table: mme serve from this tree with --record "
-                        "FILE against the same without it, alternating rounds (what recording "
-                        "every call costs)")
+                        "FILE against the same without it and a control without it, "
+                        "alternating rounds (what recording every call costs, beside the "
+                        "noise of two identical servers)")
     p.add_argument("--record-bodies", action="store_true",
                    help="with --record: the recording server also writes every body")
     p.add_argument("--serve-flag", action="append", metavar="FLAG",

@@ -53,11 +53,14 @@ def test_a_large_binary_body_is_measured_through_shared_memory() -> None:
 
 
 def test_record_on_against_off_in_one_run() -> None:
-    """``--record``: the same tree with and without ``--record FILE``, rounds alternating; the
-    recording server wrote a line for every call it answered."""
+    """``--record``: the same tree with and without ``--record FILE`` and a control server
+    without it, rounds alternating; the noise (control against baseline) printed beside the
+    cost; the recording server wrote a line for every call it answered."""
     out = _bench("--record", "--record-bodies", "--driver", "python", "--concurrency", "2")
     assert "--record off (baseline)" in out and "--record on with bodies (current)" in out
-    assert re.search(r"concurrency 2: --record costs [+-][\d.]+ % of calls/s", out), out
+    assert re.search(r"concurrency 2: --record costs [+-][\d.]+ % of calls/s \(two identical "
+                     r"servers differ by [+-][\d.]+ % in the same rounds\)", out), out
+    assert re.search(r"^\s+2 control\s+[\d.]+\s+[\d.]+\s+\d+\s+0\b", out, re.MULTILINE), out
     calls = {side: int(n) for side, n in re.findall(r"^\s+2 (baseline|current)\s+[\d.]+\s+"
                                                    r"[\d.]+\s+(\d+)\s+0\b", out, re.MULTILINE)}
     lines = int(re.search(r"recorded lines: ([\d,]+)", out).group(1).replace(",", ""))
