@@ -70,10 +70,12 @@ def apply(fault: InstanceFault, unit: object, unit_id: str) -> None:
                     "its own on this machine (an external Triton)\"", unit_id)
         return
     if fault.kill:
+        log.info("instance=%s fault=instance killed pid=%d", unit_id, pid)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         return
     started = _started(pid)
+    log.info("instance=%s fault=instance stopped pid=%d for=%gs", unit_id, pid, fault.hang_s)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGSTOP)
 
