@@ -412,7 +412,7 @@ def test_an_instance_hung_holds_its_calls_until_it_resumes(
         start_emulator: Any, store: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
     own, client, triton = _serving_one_model(start_emulator, store, tmp_path)
     faults = FaultRules(own.url)
-    rule = faults.add({"instance": {"hang_s": 2}}, count=1)
+    faults.add({"instance": {"hang_s": 2}}, count=1)
     started = time.monotonic()
     with caplog.at_level(logging.INFO, logger="emulator"):
         assert _invoke(client, "a.tar.gz")["Values"] == [2.0, 4.0, 6.0, 8.0]
