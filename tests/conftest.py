@@ -15,6 +15,7 @@ from typing import Any
 
 import boto3
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from emulator.processes import free_port
 from emulator.server import EmulatorServer
@@ -41,28 +42,32 @@ TESTS = Path(__file__).parent
 KINDS = ("unit", "integration")
 
 
-def xdist_group_of(item: pytest.Item) -> str:
-    """Which tests must share a worker under ``--dist loadgroup`` (make test).
+class ModuleScopes(LoadScopeScheduling):
+    """``--dist loadscope`` (make test) by module: a module's tests share one worker, so its
+    module-scoped emulator starts once; a module's docker half is a scope of its own (it shares
+    nothing with the embedded half), so the two halves of a module parametrised by
+    ``triton_launcher`` can run side by side.
 
-    A module's tests stay together (its module-scoped emulator starts once); a module's docker
-    run is a group of its own (it shares nothing with the embedded run), so the two halves of
-    a module parametrised by ``triton_launcher`` can run side by side.
+    Scopes are read from node ids alone, as xdist's schedulers read them (xdist's ``loadgroup``
+    marks cannot be relied on: it renames nodes by an attribute newer pytest no longer reads, and
+    then spreads a module's tests over every worker, each setting its fixtures up again).
     """
-    group = str(item.path.relative_to(TESTS)) if item.path.is_relative_to(TESTS) else item.nodeid
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None and callspec.params.get("triton_launcher") == DOCKER:
-        group += "[docker]"
-    return group
+
+    def _split_scope(self, nodeid: str) -> str:
+        module, _, rest = nodeid.partition("::")
+        params = rest[rest.find("[") + 1:rest.rfind("]")] if rest.endswith("]") else ""
+        return f"{module}[{DOCKER}]" if DOCKER in params.split("-") else module
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group markers
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleScopes | None:
+    return ModuleScopes(config, log) if config.getvalue("dist") == "loadscope" else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:  # the folder says what a test is: -m unit / -m integration select it
         folder = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
         if folder in KINDS:
             item.add_marker(folder)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
     if not config.getoption("--no-docker"):
         return
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
