@@ -43,7 +43,8 @@ KINDS = ("unit", "integration")
 
 
 class ModuleScopes(LoadScopeScheduling):
-    """``--dist loadscope`` (make test) by module: a module's tests share one worker, so its
+    """``--dist loadscope --no-loadscope-reorder`` (make test) by module, in the collection's
+    order (``slow_scopes_first``): a module's tests share one worker, so its
     module-scoped emulator starts once; a module's docker half is a scope of its own (it shares
     nothing with the embedded half), so the two halves of a module parametrised by
     ``triton_launcher`` can run side by side.
@@ -54,9 +55,31 @@ class ModuleScopes(LoadScopeScheduling):
     """
 
     def _split_scope(self, nodeid: str) -> str:
-        module, _, rest = nodeid.partition("::")
-        params = rest[rest.find("[") + 1:rest.rfind("]")] if rest.endswith("]") else ""
-        return f"{module}[{DOCKER}]" if DOCKER in params.split("-") else module
+        return scope_of(nodeid)
+
+
+def scope_of(nodeid: str) -> str:
+    """The test's module, or its module's docker half."""
+    module, _, rest = nodeid.partition("::")
+    params = rest[rest.find("[") + 1:rest.rfind("]")] if rest.endswith("]") else ""
+    return f"{module}[{DOCKER}]" if DOCKER in params.split("-") else module
+
+
+def slow_scopes_first(items: list[pytest.Item]) -> None:
+    """Order the modules (their tests kept together, in order) so that the slow kinds start
+    first and the quick ones fill the workers' last minutes: docker halves, then integration
+    modules, fewest tests first (a module of one or two tests is one long scenario: a load
+    test, a notebook), then the unit tests. Started last, one 90-second module would hold the
+    whole run while the other workers idle."""
+    scopes: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        scopes.setdefault(scope_of(item.nodeid), []).append(item)
+
+    def rank(scope: str) -> tuple[int, int]:
+        kind = 0 if scope.endswith(f"[{DOCKER}]") else 1 if "/integration/" in scope else 2
+        return kind, len(scopes[scope])
+
+    items[:] = [item for scope in sorted(scopes, key=rank) for item in scopes[scope]]
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleScopes | None:
@@ -68,6 +91,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         folder = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
         if folder in KINDS:
             item.add_marker(folder)
+    slow_scopes_first(items)
     if not config.getoption("--no-docker"):
         return
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
