@@ -1,0 +1,41 @@
+"""How ``make test`` spreads the suite over its workers (tests/conftest.py): a module's tests
+stay together, a module's docker half is apart, and the slow kinds of module start first."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from tests.conftest import scope_of, slow_scopes_first
+
+
+def test_a_module_is_one_scope_and_its_docker_half_another() -> None:
+    lifecycle = "tests/integration/test_lifecycle.py"
+    assert scope_of(f"{lifecycle}::test_lru[embedded]") == lifecycle
+    assert scope_of(f"{lifecycle}::Eviction::test_lru[embedded-2]") == lifecycle
+    assert scope_of(f"{lifecycle}::test_lru[docker]") == f"{lifecycle}[docker]"
+    assert scope_of(f"{lifecycle}::test_lru[docker-2]") == f"{lifecycle}[docker]"
+    # a parameter that only mentions docker is not the docker launcher
+    walk = "tests/integration/test_readme_walk.py"
+    assert scope_of(f"{walk}::test_every_block[docs/docker.md]") == walk
+
+
+def _items(*nodeids: str) -> list[Any]:
+    return [SimpleNamespace(nodeid=nodeid) for nodeid in nodeids]
+
+
+def test_docker_halves_then_short_integration_modules_then_unit_tests_each_kept_in_order() -> None:
+    items = _items("tests/unit/test_a.py::test_1",
+                   "tests/integration/test_many.py::test_1[embedded]",
+                   "tests/integration/test_many.py::test_2[embedded]",
+                   "tests/integration/test_many.py::test_1[docker]",
+                   "tests/integration/test_one_scenario.py::test_it",
+                   "tests/unit/test_a.py::test_2")
+    slow_scopes_first(items)
+    assert [item.nodeid for item in items] == [
+        "tests/integration/test_many.py::test_1[docker]",
+        "tests/integration/test_one_scenario.py::test_it",
+        "tests/integration/test_many.py::test_1[embedded]",
+        "tests/integration/test_many.py::test_2[embedded]",
+        "tests/unit/test_a.py::test_1",
+        "tests/unit/test_a.py::test_2"]
