@@ -1,8 +1,8 @@
 """Tiny real Triton models (Python backend) for benchmarks and self-checks: ``Y = X * scale``,
 and a one-vector model whose model.py the caller writes.
 
-Its parameters make it slow to load (wait for a gate file), slow to run, or fail to load, so the
-test suite can observe lifecycle behaviour through conditions rather than timings.
+Its parameters make it slow to load (wait for a gate file), slow to run, hold memory, or fail to
+load, so the test suite can observe lifecycle behaviour through conditions rather than timings.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class TritonPythonModel:
             while not os.path.exists(gate) and time.time() < deadline:
                 time.sleep(0.02)
         time.sleep(float(params.get("load_seconds", "0")))
+        # Memory the model really holds once loaded (written, so resident): a plan's measure.
+        self.ballast = np.ones(int(params.get("ballast_mib", "0")) * 1024 * 1024 // 8)
 
     def execute(self, requests):
         if self.run_gate:

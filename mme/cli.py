@@ -49,6 +49,7 @@ BENCHMARKS = {
     "reset": "mme.bench_reset",
     "routing": "mme.bench_routing",
     "replay": "mme.bench_replay",
+    "trace": "mme.bench_trace",
     "ensemble": "mme.ensembles_cli",
     "loadgen": "harness.loadtest.bench",  # mme bench loadgen
     "lint": "harness.lint.cli",  # mme bench lint

@@ -95,6 +95,7 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
     "bench reset": [(["--endpoints", "-1"], "--endpoints")],
     "bench routing": [(["--calls", "-1"], "--calls")],
     "bench replay": [(["--rate", "0"], "--rate")],
+    "bench trace": [(["--users", "-1"], "--users"), (["--models", "1"], "--models")],
 }
 
 

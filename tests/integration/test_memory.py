@@ -23,17 +23,12 @@ from tests.support import package, wait_until, write_scale_model
 
 pytestmark = pytest.mark.slow
 MIB = 1024**2
-BALLAST_MIB = 300
-# Filled, not only reserved: np.ones writes every page, so the stub really holds them.
-BALLAST = f'        self.ballast = np.ones({BALLAST_MIB} * 1024 * 1024 // 8)\n'
-LOAD_LINE = '        time.sleep(float(params.get("load_seconds", "0")))\n'
+BALLAST_MIB = 300  # filled, not only reserved: the stub really holds them
 
 
 def _ballast_store(store: Path, work: Path) -> None:
     for name, scale in (("big1", 2), ("big2", 3)):
-        folder = write_scale_model(work / name, name, scale=scale)
-        model_py = folder / "1" / "model.py"
-        model_py.write_text(model_py.read_text().replace(LOAD_LINE, LOAD_LINE + BALLAST))
+        folder = write_scale_model(work / name, name, scale=scale, ballast_mib=str(BALLAST_MIB))
         package(folder, store / f"{name}.tar.gz", "folder")
 
 

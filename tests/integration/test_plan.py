@@ -19,8 +19,6 @@ from tests.support import package, write_scale_model
 
 pytestmark = pytest.mark.slow
 MODELS = [f"m{i}.tar.gz" for i in range(4)]
-LOAD_LINE = '        time.sleep(float(params.get("load_seconds", "0")))\n'
-BALLAST = "        self.ballast = np.ones(100 * 1024 * 1024 // 8)\n"  # written: really held
 SHAPE = ["--memory-budget", "440MiB", "--popularity", "zipf:2.5", "--seed", "0"]
 
 
@@ -33,10 +31,8 @@ def _mme(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 def test_the_predicted_hit_ratio_is_the_load_tests(store: Path, tmp_path: Path) -> None:
     for i, name in enumerate(MODELS):
-        folder = write_scale_model(tmp_path / "w", f"m{i}", scale=i + 1)
-        model_py = folder / "1" / "model.py"
-        model_py.write_text(model_py.read_text().replace(LOAD_LINE, LOAD_LINE + BALLAST))
-        package(tmp_path / "w" / f"m{i}", store / name, "folder")
+        folder = write_scale_model(tmp_path / "w", f"m{i}", scale=i + 1, ballast_mib="100")
+        package(folder, store / name, "folder")
     targets = [arg for name in MODELS for arg in ("--target-model", name)]
 
     planned = _mme("plan", "--model-data", str(store), *targets, *SHAPE, "--rps", "5",
