@@ -14,6 +14,11 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 4
 XDIST := $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder)
+# Thousands of the suite's processes import numpy (pytest workers, mme commands, every Python stub
+# Triton starts for a model). OpenBLAS starts its thread pool as numpy is imported, which costs
+# each of them more CPU than the tests' small arrays ever win back on a machine whose cores the
+# workers already fill; the tests' behaviour does not depend on it.
+test test-unit test-fast: export OPENBLAS_NUM_THREADS := 1
 
 .PHONY: setup wrk demo test test-fast lint docker-prepare clean
 
