@@ -82,10 +82,12 @@ def put_target_tracking(asg: Any, key: dict[str, str], policy: str, target: floa
 
 
 class CallLoop:
-    """Calls through one sagemaker-runtime client, back to back in a thread until ``stop()``:
-    a subclass makes one call (and keeps what it needs of it) in ``call``."""
+    """Calls through one sagemaker-runtime client in a thread until ``stop()``, ``pause_s``
+    apart (0: back to back): a subclass makes one call (and keeps what it needs of it) in
+    ``call``."""
 
     stop_timeout_s = 30.0
+    pause_s = 0.0
 
     def __init__(self, url: str) -> None:
         self._stop = threading.Event()
@@ -96,6 +98,8 @@ class CallLoop:
     def _run(self, rt: Any) -> None:
         while not self._stop.is_set():
             self.call(rt)
+            if self.pause_s:
+                self._stop.wait(self.pause_s)
 
     def call(self, rt: Any) -> None:
         raise NotImplementedError

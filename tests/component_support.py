@@ -27,6 +27,8 @@ ROLE = "arn:aws:iam::123456789012:role/sagemaker"
 RESOURCES = {"NumberOfCpuCoresRequired": 0.5, "MinMemoryRequiredInMb": 512}
 # One-line Triton scale models (X -> X * scale): a copy of one starts in about a second.
 DOUBLE_AND_TRIPLE = {"double": 2.0, "triple": 3.0}
+# Between a call stream's calls: a hundred or more a second, without taking a core for it.
+PAUSE_S = 0.005
 
 
 class ComponentServer:
@@ -180,7 +182,7 @@ def put_scale_from_zero(asg: Any, cw: Any, key: dict[str, str], component: str, 
 
 
 class CallStream:
-    """Calls to component ``name`` of endpoint ``name``, one after the other in a thread until
+    """Calls to component ``name`` of endpoint ``name``, ``PAUSE_S`` apart in a thread until
     ``stop()``: each answer's values and the copy that gave it (X-Mme-Instance, emulator-only)
     kept in order, and every failure (an answer other than ``expected``, if given, is one)."""
 
@@ -207,6 +209,7 @@ class CallStream:
                 self.copies.append(answer["ResponseMetadata"]["HTTPHeaders"]["x-mme-instance"])
             except BaseException as exc:  # noqa: BLE001 - every failure is the test's finding
                 self.failures.append(exc)
+            self._stop.wait(PAUSE_S)
 
     def stop(self) -> None:
         self._stop.set()

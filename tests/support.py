@@ -6,6 +6,7 @@ The ``scale`` model lives in ``harness/testmodels.py`` (the benchmarks use it to
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import io
 import json
 import tarfile
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
+import pytest
 
 from emulator import processes
 from ensembles.packaging import package
@@ -23,6 +25,17 @@ from harness.testmodels import SCALE_MODEL_PY, write_scale_model, write_two_step
 __all__ = ["SCALE_MODEL_PY", "package", "write_scale_model", "write_scale_ensemble",
            "scale_request", "output_of", "tar_bytes", "wait_until", "wait_for", "wait_for_async",
            "stopped_after"]
+
+
+def skip_module_unless_installed(*modules: str) -> None:
+    """Skip the calling test module when one of ``modules`` is not installed, without importing
+    them (``pytest.importorskip`` imports): every xdist worker collects every module, and
+    importing sentence_transformers (torch, transformers) costs each worker seconds of CPU for
+    tests that only one of them runs, which imports what it needs as it runs."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"not installed: {', '.join(missing)}", allow_module_level=True)
+
 
 T = TypeVar("T")
 

@@ -35,10 +35,9 @@ from tests.ensemble_support import (
     seed_images,
 )
 from tests.launcher_support import TritonLauncher
-from tests.support import wait_for
+from tests.support import skip_module_unless_installed, wait_for
 
-pytest.importorskip("nvidia.dali")
-pytest.importorskip("sentence_transformers")
+skip_module_unless_installed("nvidia.dali", "sentence_transformers")
 server_module = pytest.importorskip("emulator.server")
 from emulator.settings import Settings  # noqa: E402
 

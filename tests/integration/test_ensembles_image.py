@@ -10,10 +10,9 @@ import pytest
 
 from tests.ensemble_helpers import RunningTriton, built_repository, triton_session
 from tests.ensemble_support import in_process_reference, seed_images
+from tests.support import skip_module_unless_installed
 
-pytest.importorskip("nvidia.dali")
-pytest.importorskip("onnxruntime")
-pytest.importorskip("PIL")
+skip_module_unless_installed("nvidia.dali", "onnxruntime", "PIL")
 
 pytestmark = pytest.mark.slow
 

