@@ -1,8 +1,9 @@
 """Tiny real Triton models (Python backend) for benchmarks and self-checks: ``Y = X * scale``,
 and a one-vector model whose model.py the caller writes.
 
-Its parameters make it slow to load (wait for a gate file), slow to run, hold memory, or fail to
-load, so the test suite can observe lifecycle behaviour through conditions rather than timings.
+Its parameters make it slow to load (wait for a gate file), slow to run, hold memory
+(``ballast_mib``: float64 ones, written, so resident once loaded), or fail to load, so the test
+suite can observe lifecycle behaviour through conditions rather than timings.
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ class TritonPythonModel:
             while not os.path.exists(gate) and time.time() < deadline:
                 time.sleep(0.02)
         time.sleep(float(params.get("load_seconds", "0")))
-        # Memory the model really holds once loaded (written, so resident): a plan's measure.
-        self.ballast = np.ones(int(params.get("ballast_mib", "0")) * 1024 * 1024 // 8)
+        self.ballast = np.ones(int(params.get("ballast_mib", "0")) * 2**17)
 
     def execute(self, requests):
         if self.run_gate:

@@ -67,17 +67,19 @@ def scope_of(nodeid: str) -> str:
 
 def slow_scopes_first(items: list[pytest.Item]) -> None:
     """Order the modules (their tests kept together, in order) so that the slow kinds start
-    first and the quick ones fill the workers' last minutes: docker halves, then integration
-    modules, fewest tests first (a module of one or two tests is one long scenario: a load
-    test, a notebook), then the unit tests. Started last, one 90-second module would hold the
-    whole run while the other workers idle."""
+    first and the quick ones fill the workers' last minutes: docker halves, then the integration
+    modules marked ``starts_first`` (many tests, minutes on one worker: the docs walk), then
+    the other integration modules, fewest tests first (a module of one or two tests is one long
+    scenario: a load test, a notebook), then the unit tests. Started last, one 90-second module
+    would hold the whole run while the other workers idle."""
     scopes: dict[str, list[pytest.Item]] = {}
     for item in items:
         scopes.setdefault(scope_of(item.nodeid), []).append(item)
 
-    def rank(scope: str) -> tuple[int, int]:
+    def rank(scope: str) -> tuple[int, bool, int]:
         kind = 0 if scope.endswith(f"[{DOCKER}]") else 1 if "/integration/" in scope else 2
-        return kind, len(scopes[scope])
+        marked = scopes[scope][0].get_closest_marker("starts_first") is not None
+        return kind, not marked, len(scopes[scope])
 
     items[:] = [item for scope in sorted(scopes, key=rank) for item in scopes[scope]]
 
@@ -102,31 +104,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-# Seconds spent per module (setup, call and teardown of its tests, summed over workers).
+# Seconds spent per module (setup, call and teardown of its tests, summed over workers), when
+# its first test started and its last ended (epoch s), and the worker that ran it.
 _MODULE_SECONDS: dict[str, float] = defaultdict(float)
+_MODULE_SPANS: dict[str, tuple[float, float]] = {}
+_MODULE_WORKERS: dict[str, str] = {}
 DURATIONS_FILE = "test-durations.txt"
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     half = " [docker]" if "docker" in report.keywords else ""
-    _MODULE_SECONDS[report.nodeid.split("::")[0] + half] += report.duration
+    module = report.nodeid.split("::")[0] + half
+    _MODULE_SECONDS[module] += report.duration
+    first, last = _MODULE_SPANS.get(module, (report.start, report.stop))
+    _MODULE_SPANS[module] = (min(first, report.start), max(last, report.stop))
+    gateway = getattr(getattr(report, "node", None), "gateway", None)  # set by xdist
+    if gateway is not None:
+        _MODULE_WORKERS[module] = gateway.id
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """Where the suite's time goes, per module: the slowest in the log, all in a file."""
+    """Where the suite's time goes, per module: the slowest in the log, all in a file, with
+    when each module ran (seconds from the first test's start) and on which worker, so that
+    the module holding the run's end shows too."""
     if hasattr(config, "workerinput") or not _MODULE_SECONDS:
         return  # an xdist worker: the controller sums every worker's reports
     ranked = sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])
     total = sum(seconds for _, seconds in ranked)
-    lines = [f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  {module}"
-             for module, seconds in ranked]
+    began = min(first for first, _ in _MODULE_SPANS.values())
+
+    def line(module: str, seconds: float) -> str:
+        first, last = _MODULE_SPANS[module]
+        return (f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  {first - began:5.0f}-"
+                f"{last - began:4.0f} s  {_MODULE_WORKERS.get(module, '-'):>4}  {module}")
+
+    lines = [line(module, seconds) for module, seconds in ranked]
     Path(config.rootpath, DURATIONS_FILE).write_text(
-        f"{total:8.1f} s  100.0 %  all modules (test-seconds summed over workers)\n"
-        + "\n".join(lines) + "\n")
+        f"{total:8.1f} s  100.0 %  {'ran (s from the start)':>13}  worker  all modules "
+        "(test-seconds summed over workers)\n" + "\n".join(lines) + "\n")
     terminalreporter.write_sep("=", f"slowest modules ({total:.0f} test-seconds in all; "
                                     f"every module in {DURATIONS_FILE})")
-    for line in lines[:15]:
-        terminalreporter.write_line(line)
+    for text in lines[:15]:
+        terminalreporter.write_line(text)
+    terminalreporter.write_sep("-", "the modules that ended last")
+    for module in sorted(_MODULE_SPANS, key=lambda m: -_MODULE_SPANS[m][1])[:5]:
+        terminalreporter.write_line(line(module, _MODULE_SECONDS[module]))
 
 
 @pytest.fixture

@@ -31,7 +31,8 @@ from emulator.processes import free_port, stop_process
 from tests import doc_support
 from tests.support import wait_until
 
-pytestmark = pytest.mark.slow
+# Minutes on one worker (its quick start is built once): started first, it cannot end the run.
+pytestmark = [pytest.mark.slow, pytest.mark.starts_first]
 
 ROOT = Path(__file__).parents[2]
 TIMEOUT_S = 600  # a build, a server start, a load test: each well under this

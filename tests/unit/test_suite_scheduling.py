@@ -20,8 +20,14 @@ def test_a_module_is_one_scope_and_its_docker_half_another() -> None:
     assert scope_of(f"{walk}::test_every_block[docs/docker.md]") == walk
 
 
-def _items(*nodeids: str) -> list[Any]:
-    return [SimpleNamespace(nodeid=nodeid) for nodeid in nodeids]
+class _Item(SimpleNamespace):
+    def get_closest_marker(self, name: str) -> object | None:
+        return name if name in self.markers else None
+
+
+def _items(*nodeids: str, marked: str = "") -> list[Any]:
+    return [_Item(nodeid=nodeid, markers={"starts_first"} if marked and nodeid.startswith(marked)
+                  else set()) for nodeid in nodeids]
 
 
 def test_docker_halves_then_short_integration_modules_then_unit_tests_each_kept_in_order() -> None:
@@ -39,3 +45,15 @@ def test_docker_halves_then_short_integration_modules_then_unit_tests_each_kept_
         "tests/integration/test_many.py::test_2[embedded]",
         "tests/unit/test_a.py::test_1",
         "tests/unit/test_a.py::test_2"]
+
+
+def test_a_module_marked_starts_first_leads_the_integration_modules() -> None:
+    walk = "tests/integration/test_walk.py"
+    items = _items("tests/integration/test_one_scenario.py::test_it",
+                   *(f"{walk}::test_page[{n}]" for n in range(3)),
+                   "tests/integration/test_many.py::test_1[docker]", marked=walk)
+    slow_scopes_first(items)
+    assert [item.nodeid for item in items] == [
+        "tests/integration/test_many.py::test_1[docker]",
+        *(f"{walk}::test_page[{n}]" for n in range(3)),
+        "tests/integration/test_one_scenario.py::test_it"]
