@@ -73,6 +73,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports that are free now (``free_port``'s, none twice: a child told two
+    ports that happen to be the same refuses to start)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port(host)
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def bound_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     """A listening TCP socket on ``host`` (port 0: the OS picks one), to hand to a server: unlike
     ``free_port`` no other process can take the port between the choice and the bind."""

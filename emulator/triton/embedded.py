@@ -33,7 +33,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from emulator.processes import dies_with_parent, free_port
+from emulator.processes import dies_with_parent, free_ports
 from emulator.supervision import (
     STOPPING_AT_ONCE,
     LauncherError,
@@ -212,6 +212,7 @@ class EmbeddedLauncher(SupervisedLauncher, TritonAddresses):
         self._host = host
         self._http_port = 0
         self._grpc_port = 0
+        self._metrics_port = 0
         self._process: asyncio.subprocess.Process | None = None
         self._log_task: asyncio.Task[None] | None = None
 
@@ -242,7 +243,7 @@ class EmbeddedLauncher(SupervisedLauncher, TritonAddresses):
             # model reads it from ``request.parameters()``) [U].
             f"--http-header-forward-pattern={SESSION_HEADER_PATTERN}",
             "--allow-metrics=true",
-            f"--metrics-port={free_port(self._host)}",
+            f"--metrics-port={self._metrics_port}",
             "--exit-on-error=false",
             f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
             *self.options.extra_args,
@@ -280,8 +281,9 @@ class EmbeddedLauncher(SupervisedLauncher, TritonAddresses):
                     await self._clean_up_after(self._process)
 
     async def _spawn_on_a_free_port(self) -> None:
-        self._http_port = free_port(self._host)
-        self._grpc_port = free_port(self._host)
+        # Three distinct ports: Triton refuses two of its servers on one port (and prints its
+        # whole usage, which hides why).
+        self._http_port, self._grpc_port, self._metrics_port = free_ports(3, self._host)
         cmd, preexec_fn = dies_with_parent(
             [*await asyncio.to_thread(private_shm_wrapper), *self.command()])
         # The whole command is long (paths, a dozen flags): shown with --log-level DEBUG.
