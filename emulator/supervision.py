@@ -28,6 +28,7 @@ STOPPING_AT_ONCE: contextvars.ContextVar[bool] = contextvars.ContextVar("stoppin
 
 # Lines of a serving process's output kept for the messages that say why it died.
 LOG_TAIL_LINES = 60
+USAGE_LINE = b"Usage: "  # the first line of a usage text (tritonserver's, among others)
 # Triton runs with --log-verbose=true (SageMaker's default): a few lines per inference, about
 # 1.6 KB per call of the trivial model, 10 KB of the text ensemble. Its output is read at most
 # once per LOG_BATCH_S, in chunks, not line by line as it is written: per-line wake-ups cost the
@@ -209,18 +210,21 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 def _take_lines(complete: bytes, tail: deque[str], logger: logging.Logger) -> None:
     """``complete``: whole lines without the last newline. Without DEBUG logging only the lines
-    the tail keeps are split off and decoded (a batch holds hundreds)."""
+    the tail keeps are split off and decoded (a batch holds hundreds). A usage text is not kept:
+    a child that refuses a flag says why in one line, then prints its usage (Triton's runs to
+    390 lines), which would push that one line out of the tail."""
     if logger.isEnabledFor(logging.DEBUG):
-        lines = complete.split(b"\n")
-        for raw in lines:
+        for raw in complete.split(b"\n"):
             logger.debug("%s", raw.decode(errors="replace").rstrip())
-    else:
-        start = len(complete)
-        for _ in range(tail.maxlen if tail.maxlen is not None else len(complete) + 1):
-            start = complete.rfind(b"\n", 0, start)
-            if start < 0:
-                break
-        lines = complete[start + 1:].split(b"\n")
+    usage = 0 if complete.startswith(USAGE_LINE) else complete.find(b"\n" + USAGE_LINE)
+    if usage >= 0:
+        complete = complete[:usage] + (b"\n" if usage else b"") + b"(its usage text left out)"
+    start = len(complete)
+    for _ in range(tail.maxlen if tail.maxlen is not None else len(complete) + 1):
+        start = complete.rfind(b"\n", 0, start)
+        if start < 0:
+            break
+    lines = complete[start + 1:].split(b"\n")
     tail.extend(raw.decode(errors="replace").rstrip() for raw in lines[-(tail.maxlen or 0):])
 
 

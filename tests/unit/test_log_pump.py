@@ -35,6 +35,25 @@ def test_every_line_is_logged_and_the_last_ones_kept(caplog: pytest.LogCaptureFi
     assert list(tail) == logged[-5:]
 
 
+def test_a_refused_flags_reason_stays_in_the_tail_its_usage_text_does_not() -> None:
+    """Triton refusing a flag: one line says why, then 390 lines of usage."""
+    async def main() -> deque[str]:
+        read_end, write_end = output_pipe()
+        tail: deque[str] = deque(maxlen=5)
+        pump = asyncio.create_task(pump_output(read_end, tail, logging.getLogger("t.usage")))
+        usage = b"".join(b"  --flag-%d <integer>\n\tWhat it does.\n" % i for i in range(200))
+        os.write(write_end, b"The server cannot listen to HTTP requests and metrics requests at "
+                            b"the same address and port 0.0.0.0:23456\n\nUsage: tritonserver "
+                            b"[options]\n" + usage)
+        os.close(write_end)
+        await asyncio.wait_for(pump, 10)
+        return tail
+
+    tail = list(asyncio.run(main()))
+    assert tail[-3:] == ["The server cannot listen to HTTP requests and metrics requests at the "
+                         "same address and port 0.0.0.0:23456", "", "(its usage text left out)"]
+
+
 def test_without_debug_logging_only_the_tail_is_decoded(caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> deque[str]:
         read_end, write_end = output_pipe()
