@@ -55,7 +55,7 @@ def test_real_tritonserver_accepts_every_translated_flag(tmp_path: Path) -> None
 
 def test_a_port_taken_before_triton_binds_it_is_replaced(tmp_path: Path,
                                                          monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """free_port's choice can be taken by another process before Triton binds it: Triton then
+    """free_ports' choice can be taken by another process before Triton binds it: Triton then
     exits at once ("already in use"), and the launcher starts it again on other ports."""
     import socket
 
@@ -66,10 +66,17 @@ def test_a_port_taken_before_triton_binds_it_is_replaced(tmp_path: Path,
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     taken_port = taken.getsockname()[1]
-    ports = iter([taken_port])
-    real_free_port = embedded.free_port
-    monkeypatch.setattr(embedded, "free_port",
-                        lambda host="127.0.0.1": next(ports, None) or real_free_port(host))
+    starts: list[list[int]] = []
+    real_free_ports = embedded.free_ports
+
+    def ports_with_the_taken_one_first(count: int, host: str = "127.0.0.1") -> list[int]:
+        ports = real_free_ports(count, host)
+        if not starts:  # the first start's HTTP port is the taken one
+            ports[0] = taken_port
+        starts.append(ports)
+        return ports
+
+    monkeypatch.setattr(embedded, "free_ports", ports_with_the_taken_one_first)
     options = TritonOptions(repository=tmp_path / "repo", startup_timeout_s=60)
 
     async def run() -> tuple[str, int]:
@@ -86,3 +93,4 @@ def test_a_port_taken_before_triton_binds_it_is_replaced(tmp_path: Path,
         url, status = asyncio.run(run())
     assert status == 200
     assert not url.endswith(f":{taken_port}")
+    assert len(starts) == 2  # started again, on other ports
