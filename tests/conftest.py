@@ -70,8 +70,8 @@ def slow_scopes_first(items: list[pytest.Item]) -> None:
     first and the quick ones fill the workers' last minutes: docker halves, then the integration
     modules marked ``starts_first`` (many tests, minutes on one worker: the docs walk), then
     the other integration modules, fewest tests first (a module of one or two tests is one long
-    scenario: a load test, a notebook), then the unit tests. Started last, one 90-second module
-    would hold the whole run while the other workers idle."""
+    scenario: a load test, a notebook), then the unit tests, most tests first. Started last, one
+    90-second module would hold the whole run while the other workers idle."""
     scopes: dict[str, list[pytest.Item]] = {}
     for item in items:
         scopes.setdefault(scope_of(item.nodeid), []).append(item)
@@ -79,7 +79,9 @@ def slow_scopes_first(items: list[pytest.Item]) -> None:
     def rank(scope: str) -> tuple[int, bool, int]:
         kind = 0 if scope.endswith(f"[{DOCKER}]") else 1 if "/integration/" in scope else 2
         marked = scopes[scope][0].get_closest_marker("starts_first") is not None
-        return kind, not marked, len(scopes[scope])
+        tests = len(scopes[scope])
+        # A unit module's seconds grow with its tests: the largest first, the smallest last.
+        return kind, not marked, -tests if kind == 2 else tests
 
     items[:] = [item for scope in sorted(scopes, key=rank) for item in scopes[scope]]
 

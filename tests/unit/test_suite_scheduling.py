@@ -30,8 +30,9 @@ def _items(*nodeids: str, marked: str = "") -> list[Any]:
                   else set()) for nodeid in nodeids]
 
 
-def test_docker_halves_then_short_integration_modules_then_unit_tests_each_kept_in_order() -> None:
+def test_docker_halves_then_short_integration_modules_then_large_unit_modules_in_order() -> None:
     items = _items("tests/unit/test_a.py::test_1",
+                   "tests/unit/test_small.py::test_1",
                    "tests/integration/test_many.py::test_1[embedded]",
                    "tests/integration/test_many.py::test_2[embedded]",
                    "tests/integration/test_many.py::test_1[docker]",
@@ -44,7 +45,8 @@ def test_docker_halves_then_short_integration_modules_then_unit_tests_each_kept_
         "tests/integration/test_many.py::test_1[embedded]",
         "tests/integration/test_many.py::test_2[embedded]",
         "tests/unit/test_a.py::test_1",
-        "tests/unit/test_a.py::test_2"]
+        "tests/unit/test_a.py::test_2",
+        "tests/unit/test_small.py::test_1"]
 
 
 def test_a_module_marked_starts_first_leads_the_integration_modules() -> None:
