@@ -65,10 +65,12 @@ ZOMBIE_GRACE_S = 1.5
 # half-way, and the map then stays torn for milliseconds (at 1,000 models, three resends in a
 # row met it).
 LOOKUP_RACE_DELAYS_S = (0.0, 0.01, 0.05, 0.2, 0.5, 1.0)
-# The answer's text (``ModelRepositoryManager::FindModelIdentifier``), for the model's name,
-# and its statuses: 400 as a rule, 404 where the lookup fails on a path that maps Triton's
-# NOT_FOUND to HTTP's (met on a busy machine: the same text, answered 404).
-LOOKUP_RACE_ANSWER = "Request for unknown model: '{name}' is not found"
+# The answer's text (``ModelRepositoryManager::FindModelIdentifier``: "Request for unknown
+# model: '<name>' is not found") and its statuses: 400 as a rule, 404 where the lookup fails on
+# a path that maps Triton's NOT_FOUND to HTTP's (met on a busy machine: the same text, answered
+# 404). Only its start is matched: the name in it is read from the map being re-assigned, and
+# was once a few bytes of garbage, the rest of the text cut off ('f\ufffd6...').
+LOOKUP_RACE_ANSWER = b"Request for unknown model: '"
 LOOKUP_RACE_STATUSES = (400, 404)
 # Triton 2.51 runs at most this many model loads at once (the default of its
 # --model-load-thread-count; measured: with four loads that never end, a fifth never starts).
@@ -406,10 +408,11 @@ class TritonSide:
                 # answers that refusal 400, where its KServe frontend answers 501.
                 return dataclasses.replace(response, status=400)
             return response
-        race = LOOKUP_RACE_ANSWER.format(name=entry).encode()
         for pause in LOOKUP_RACE_DELAYS_S:
+            # The request holds the model loaded: whatever name the answer says is unknown,
+            # the lookup raced.
             if not (response.status in LOOKUP_RACE_STATUSES and still_held()
-                    and race in response.body) \
+                    and LOOKUP_RACE_ANSWER in response.body) \
                     or loop.time() + pause >= deadline:
                 break
             self.lookup_retries += 1

@@ -1,8 +1,9 @@
 """The model manager's answers to races (two of them Triton's), against scripted Triton clients.
 
 - Triton's lookup race: an inference for a loaded model answered "Request for unknown model:
-  '<name>' is not found" is sent again while the request's lease holds the model loaded, and only
-  then (tests/integration/test_triton_lookup_race.py provokes the race in a real Triton).
+  '<name>' is not found" (whatever name it gives) is sent again while the request's lease holds
+  the model loaded, and only then (tests/integration/test_triton_lookup_race.py provokes the
+  race in a real Triton).
 - The unload's wait: a repository index that fails after Triton accepted the unload (a model
   folder removed while Triton listed them) does not end the wait; a refused unload does.
 - A load whose waiters gave up goes on; its files are not a disk eviction's victim meanwhile.
@@ -29,6 +30,8 @@ from tests.manager_support import InstantTriton
 
 ENTRY = "model--0123456789ab"
 RACE = b'{"error":"Request for unknown model: \'' + ENTRY.encode() + b'\' is not found"}'
+# The same race once named the model with a few bytes of garbage, the rest of its text cut off.
+GARBLED_RACE = '{"error":"Request for unknown model: \'f\ufffd6\u05f4"}'.encode()
 OK = b'{"outputs":[]}'
 
 
@@ -77,9 +80,11 @@ def loaded_lease(manager: ModelManager, pinned: bool = True) -> Lease:
     return Lease(record, True, ENTRY, 0)
 
 
-@pytest.mark.parametrize("status", [400, 404])  # 404: the same text, on a busy machine
-def test_a_lookup_race_answer_is_sent_again(tmp_path: Path, status: int) -> None:
-    triton = ScriptedTriton([(status, RACE), (400, RACE), (200, OK)])
+@pytest.mark.parametrize(("status", "first"), [
+    (400, RACE), (404, RACE),  # 404: the same text, on a busy machine
+    (404, GARBLED_RACE)])  # the name read from the map while it was re-assigned
+def test_a_lookup_race_answer_is_sent_again(tmp_path: Path, status: int, first: bytes) -> None:
+    triton = ScriptedTriton([(status, first), (400, RACE), (200, OK)])
     manager = manager_with(triton, tmp_path)
     response = asyncio.run(manager.infer(loaded_lease(manager), b"{}", {}, timeout=5))
     assert (response.status, response.body) == (200, OK)
