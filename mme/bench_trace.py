@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
               "--seconds above 0", file=sys.stderr)
         return 2
     # A loaded model holds its ballast and about 20 MiB more (its stub): room for all but one,
-    # with two thirds of a model to spare (440 MiB for four of 100 MiB).
+    # with two thirds of a model to spare (453 MiB for six of 60 MiB).
     budget = args.memory_budget or f"{round((args.models - 1 / 3) * (args.ballast_mib + 20))}MiB"
     serve_flags = ["--memory-budget", budget, *ENDPOINT_FLAGS]
     print(f"{args.models} Python models holding {args.ballast_mib} MiB each under "
@@ -175,9 +175,9 @@ def add_bench_subcommands(commands: argparse._SubParsersAction[argparse.Argument
     parser = commands.add_parser(
         "trace", help="a mixed load recorded by mme serve --record, replayed by mme loadtest "
                       "--trace and planned by mme plan --trace: hit ratios side by side")
-    parser.add_argument("--models", type=int, default=4, help="models in the store (4)")
-    parser.add_argument("--ballast-mib", type=int, default=100,
-                        help="MiB each model holds once loaded (100)")
+    parser.add_argument("--models", type=int, default=6, help="models in the store (6)")
+    parser.add_argument("--ballast-mib", type=int, default=60,
+                        help="MiB each model holds once loaded (60)")
     parser.add_argument("--memory-budget", default=None,
                         help="the endpoint's budget (default: room for all models but one)")
     parser.add_argument("--users", type=int, default=8, help="Locust users (8)")
