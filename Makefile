@@ -19,6 +19,13 @@ XDIST := $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadsco
 # each of them more CPU than the tests' small arrays ever win back on a machine whose cores the
 # workers already fill; the tests' behaviour does not depend on it.
 test test-unit test-fast: export OPENBLAS_NUM_THREADS := 1
+# The suite starts hundreds of Python processes (pytest workers, mme commands, servers), each
+# importing this project's packages and, for the workers, its tests. They compile them once into
+# __pycache__ (gitignored) and read them from there after, even where the environment asks Python
+# not to write bytecode (PYTHONDONTWRITEBYTECODE, set on some CI machines and sandboxes):
+# compiling the emulator anew cost each process about 0.3 CPU-seconds, rewriting the tests'
+# asserts each worker about 3.5.
+test test-unit test-fast: export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: setup wrk demo test test-fast lint docker-prepare clean
 
@@ -60,6 +67,7 @@ test: $(STAMP) wrk
 	bash tests/install-chromium.sh
 	$(BIN)/mypy  # strict over emulator, harness, mme, ensembles: pyproject's [tool.mypy]
 	$(BIN)/lint-imports  # the layers: .importlinter
+	$(BIN)/python -m pytest --collect-only -q > /dev/null  # compiles the tests once (see above)
 ifeq ($(SKIP_DOCKER),1)
 	$(BIN)/python -m pytest --no-docker $(XDIST) $(PYTEST_ARGS)
 else

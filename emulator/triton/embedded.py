@@ -41,7 +41,7 @@ from emulator.supervision import (
     output_pipe,
     pump_output,
 )
-from emulator.triton import stubs
+from emulator.triton import python_envs, stubs
 from emulator.triton.launcher import (
     TritonAddresses,
     TritonOptions,
@@ -343,6 +343,10 @@ class EmbeddedLauncher(SupervisedLauncher, TritonAddresses):
         if removed:
             log.info("%s: removed %d shared-memory region(s) left behind", self._name,
                      len(removed))
+        envs = await asyncio.to_thread(python_envs.remove_orphans)
+        if envs:
+            log.info("%s: removed %d Python backend folder(s) left in /tmp by killed Tritons",
+                     self._name, len(envs))
 
     async def _kill(self) -> None:
         process = self._process
