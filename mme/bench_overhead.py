@@ -504,6 +504,11 @@ CompareRecord = Callable[[Callable[[Path], Workload], str, list[int], float, int
 def run_overhead(args: argparse.Namespace, compare_with: CompareWith | None = None,
                  compare_record: CompareRecord | None = None) -> int:
     driver = args.driver
+    if driver != "python" and not float(args.seconds).is_integer() and (
+            driver == "wrk" or shutil.which("wrk")):
+        print(f"mme bench overhead: --seconds {args.seconds:g}: wrk runs for whole seconds "
+              "only; give a whole number, or --driver python", file=sys.stderr)
+        return 2
     if driver == "auto":
         driver = "wrk" if shutil.which("wrk") else "python"
         if driver == "python":
@@ -599,7 +604,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                    help="comma-separated concurrencies (default 1,8,32; with --baseline 1,8)")
     p.add_argument("--binary-size", type=_size, default=BINARY_BYTES, metavar="SIZE",
                    help="the binary workload's tensor bytes (default 5MiB; e.g. 256KiB)")
-    p.add_argument("--seconds", type=float, default=3.0, help="per path and round")
+    p.add_argument("--seconds", type=float, default=3.0,
+                   help="per path and round (whole seconds with wrk)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per concurrency")
     p.add_argument("--driver", choices=("auto", "wrk", "python"), default="auto",
                    help="auto: wrk when installed, else the Python client")
