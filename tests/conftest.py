@@ -65,45 +65,23 @@ def scope_of(nodeid: str) -> str:
     return f"{module}[{DOCKER}]" if DOCKER in params.split("-") else module
 
 
-# Each module's test-seconds in a recent full run (a copy of the test-durations.txt that run
-# wrote). make test starts the longest modules first, so that the last minutes go to short ones
-# and the workers end together: on two cores the suite is CPU-bound, and one long module started
-# last would hold the run while the other workers idle. After modules change much, refresh it:
-# make test && cp test-durations.txt tests/module-seconds.txt
-RECORDED_SECONDS = TESTS / "module-seconds.txt"
-# A module the record does not name yet (a new one) is taken as this long: started early.
-UNRECORDED_S = {"integration": 60.0, "unit": 5.0}
-
-
-def recorded_seconds(path: Path = RECORDED_SECONDS) -> dict[str, float]:
-    """Scope (module, or module[docker]) -> test-seconds, from a test-durations.txt."""
-    seconds: dict[str, float] = {}
-    try:
-        lines = path.read_text().splitlines()[1:]  # the first line is the total
-    except OSError:
-        return seconds
-    for line in lines:
-        at = line.find("tests/")
-        if at > 0:
-            module = line[at:].strip().replace(f" [{DOCKER}]", f"[{DOCKER}]")
-            seconds[module] = float(line.split()[0])
-    return seconds
-
-
-def slow_scopes_first(items: list[pytest.Item],
-                      recorded: dict[str, float] | None = None) -> None:
-    """Order the modules (their tests kept together, in order): the integration modules (a
-    module's docker half is one of its own) before the unit ones, those marked ``starts_first``
-    ahead of their kind, and within a kind the longest first by ``RECORDED_SECONDS``."""
-    seconds = recorded_seconds() if recorded is None else recorded
+def slow_scopes_first(items: list[pytest.Item]) -> None:
+    """Order the modules (their tests kept together, in order) so that the slow kinds start
+    first and the quick ones fill the workers' last minutes: docker halves, then the integration
+    modules marked ``starts_first`` (many tests, minutes on one worker: the docs walk), then
+    the other integration modules, fewest tests first (a module of one or two tests is one long
+    scenario: a load test, a notebook), then the unit tests, most tests first. Started last, one
+    90-second module would hold the whole run while the other workers idle."""
     scopes: dict[str, list[pytest.Item]] = {}
     for item in items:
         scopes.setdefault(scope_of(item.nodeid), []).append(item)
 
-    def rank(scope: str) -> tuple[bool, bool, float]:
-        kind = "integration" if "/integration/" in scope else "unit"
+    def rank(scope: str) -> tuple[int, bool, int]:
+        kind = 0 if scope.endswith(f"[{DOCKER}]") else 1 if "/integration/" in scope else 2
         marked = scopes[scope][0].get_closest_marker("starts_first") is not None
-        return kind == "unit", not marked, -seconds.get(scope, UNRECORDED_S[kind])
+        tests = len(scopes[scope])
+        # A unit module's seconds grow with its tests: the largest first, the smallest last.
+        return kind, not marked, -tests if kind == 2 else tests
 
     items[:] = [item for scope in sorted(scopes, key=rank) for item in scopes[scope]]
 

@@ -1,12 +1,12 @@
 """How ``make test`` spreads the suite over its workers (tests/conftest.py): a module's tests
-stay together, a module's docker half is apart, and the longest modules start first."""
+stay together, a module's docker half is apart, and the slow kinds of module start first."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
-from tests.conftest import recorded_seconds, scope_of, slow_scopes_first
+from tests.conftest import scope_of, slow_scopes_first
 
 
 def test_a_module_is_one_scope_and_its_docker_half_another() -> None:
@@ -30,11 +30,7 @@ def _items(*nodeids: str, marked: str = "") -> list[Any]:
                   else set()) for nodeid in nodeids]
 
 
-def test_integration_modules_longest_first_then_unit_modules_longest_first() -> None:
-    recorded = {"tests/integration/test_many.py": 30.0,
-                "tests/integration/test_many.py[docker]": 90.0,
-                "tests/integration/test_one_scenario.py": 60.0,
-                "tests/unit/test_a.py": 2.0, "tests/unit/test_small.py": 0.1}
+def test_docker_halves_then_short_integration_modules_then_large_unit_modules_in_order() -> None:
     items = _items("tests/unit/test_a.py::test_1",
                    "tests/unit/test_small.py::test_1",
                    "tests/integration/test_many.py::test_1[embedded]",
@@ -42,7 +38,7 @@ def test_integration_modules_longest_first_then_unit_modules_longest_first() -> 
                    "tests/integration/test_many.py::test_1[docker]",
                    "tests/integration/test_one_scenario.py::test_it",
                    "tests/unit/test_a.py::test_2")
-    slow_scopes_first(items, recorded)
+    slow_scopes_first(items)
     assert [item.nodeid for item in items] == [
         "tests/integration/test_many.py::test_1[docker]",
         "tests/integration/test_one_scenario.py::test_it",
@@ -53,33 +49,13 @@ def test_integration_modules_longest_first_then_unit_modules_longest_first() -> 
         "tests/unit/test_small.py::test_1"]
 
 
-def test_a_module_not_yet_recorded_is_taken_as_long() -> None:
-    recorded = {"tests/integration/test_old.py": 30.0, "tests/unit/test_old.py": 1.0}
-    items = _items("tests/unit/test_old.py::test_1", "tests/unit/test_new.py::test_1",
-                   "tests/integration/test_old.py::test_1",
-                   "tests/integration/test_new.py::test_1")
-    slow_scopes_first(items, recorded)
-    assert [item.nodeid for item in items] == [
-        "tests/integration/test_new.py::test_1", "tests/integration/test_old.py::test_1",
-        "tests/unit/test_new.py::test_1", "tests/unit/test_old.py::test_1"]
-
-
 def test_a_module_marked_starts_first_leads_the_integration_modules() -> None:
     walk = "tests/integration/test_walk.py"
     items = _items("tests/integration/test_one_scenario.py::test_it",
                    *(f"{walk}::test_page[{n}]" for n in range(3)),
                    "tests/integration/test_many.py::test_1[docker]", marked=walk)
-    slow_scopes_first(items, {"tests/integration/test_many.py[docker]": 90.0,
-                              "tests/integration/test_one_scenario.py": 60.0,
-                              walk: 10.0})
+    slow_scopes_first(items)
     assert [item.nodeid for item in items] == [
-        *(f"{walk}::test_page[{n}]" for n in range(3)),
         "tests/integration/test_many.py::test_1[docker]",
+        *(f"{walk}::test_page[{n}]" for n in range(3)),
         "tests/integration/test_one_scenario.py::test_it"]
-
-
-def test_the_committed_record_names_the_suite_s_modules() -> None:
-    recorded = recorded_seconds()
-    assert recorded["tests/integration/test_readme_walk.py"] > 0
-    assert any(scope.endswith("[docker]") for scope in recorded)
-    assert all(scope.startswith("tests/") and seconds >= 0 for scope, seconds in recorded.items())
