@@ -15,7 +15,9 @@ Two things that are not obvious, both checked on a CPU machine:
 Leftovers: Triton leads its own process group, which its stubs share, so ending the group ends
 them all (a stub can outlive a SIGKILLed Triton and ignore SIGTERM). The stubs are started through
 a recording wrapper (``emulator/triton/stubs.py``) so that, once the group is gone, the
-``/dev/shm`` regions they used can be removed, and so the model manager can see a stub die.
+``/dev/shm`` regions they used can be removed, and so the model manager can see a stub die. A
+killed Triton also leaves its Python backend's ``/tmp/python_env_*`` folder: those no running
+Triton can own are removed as each Triton exits (``emulator/triton/python_envs.py``).
 """
 
 from __future__ import annotations

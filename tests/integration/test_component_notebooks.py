@@ -282,7 +282,7 @@ def test_scale_down_to_zero_and_back_as_the_notebook_waits_for_it(module: Module
     # in Updating; once InService again its copy answers the very next call.
     try:
         wait_until(lambda: sm.describe_inference_component(InferenceComponentName="zero-ic")[
-            "RuntimeConfig"]["DesiredCopyCount"] == 1, 30, "the scale-out from zero begun")
+            "RuntimeConfig"]["DesiredCopyCount"] == 1, 60, "the scale-out from zero begun")
     except AssertionError as exc:  # what the alarm and Auto Scaling did, to read the failure
         history = cw.describe_alarm_history(AlarmName="scale-from-zero-zero-ic")
         activities = asg.describe_scaling_activities(ServiceNamespace="sagemaker")

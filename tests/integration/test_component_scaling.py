@@ -133,7 +133,7 @@ def test_scale_to_zero_and_back_through_the_no_capacity_alarm(module: ComponentS
             rt.invoke_endpoint(EndpointName="zero", InferenceComponentName="zero-ic",
                                ContentType="application/json", Body=b"{}")
         assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
-        wait_until(lambda: _copies(sm, "zero-ic") == (1, 1), 30, "zero-ic back to 1 copy")
+        wait_until(lambda: _copies(sm, "zero-ic") == (1, 1), 60, "zero-ic back to 1 copy")
         assert _instances(sm, "zero") == 1
     finally:
         stop.set()
