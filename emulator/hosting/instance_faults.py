@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 
 from emulator.faults.rules import CallFacts, CapacityFault, InstanceFault
@@ -63,6 +64,26 @@ def _started(pid: int) -> str | None:
         return None
 
 
+def _state(stat: Path) -> str:
+    """The kernel's one-letter state in a ``/proc/.../stat`` file (``T``: stopped), or ``gone``."""
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
+def _wait_stopped(pid: int, limit_s: float = 0.5) -> str:
+    """Wait (at most ``limit_s``) until every thread of ``pid`` shows as stopped; their states."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        states = {_state(Path(f"/proc/{pid}/stat"))}
+        with contextlib.suppress(OSError):
+            states |= {_state(task / "stat") for task in Path(f"/proc/{pid}/task").iterdir()}
+        if states <= {"T", "t", "gone"} or time.monotonic() >= deadline:
+            return "".join(sorted(states))
+        time.sleep(0.001)
+
+
 def apply(fault: InstanceFault, unit: object, unit_id: str) -> None:
     pid = triton_pid(unit)
     if pid is None:
@@ -75,9 +96,13 @@ def apply(fault: InstanceFault, unit: object, unit_id: str) -> None:
             os.kill(pid, signal.SIGKILL)
         return
     started = _started(pid)
-    log.info("instance=%s fault=instance stopped pid=%d for=%gs", unit_id, pid, fault.hang_s)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGSTOP)
+    # The kernel stops each of Triton's threads as it next runs: the call this fault holds is
+    # sent only once the process shows as stopped, so none of its threads can still answer it.
+    stopped = _wait_stopped(pid)
+    log.info("instance=%s fault=instance stopped pid=%d for=%gs state=%s", unit_id, pid,
+             fault.hang_s, stopped)
 
     def resume() -> None:
         if started is not None and _started(pid) == started:
