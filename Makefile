@@ -23,8 +23,8 @@ test test-unit test-fast: export OPENBLAS_NUM_THREADS := 1
 # importing this project's packages and, for the workers, its tests. They compile them once into
 # __pycache__ (gitignored) and read them from there after, even where the environment asks Python
 # not to write bytecode (PYTHONDONTWRITEBYTECODE, set on some CI machines and sandboxes):
-# compiling the emulator anew cost each process about 0.3 CPU-seconds, rewriting the tests'
-# asserts each worker about 3.5.
+# importing the emulator cost each process 0.94 CPU-seconds uncached, 0.68 cached, and collecting
+# the suite (asserts rewritten) each worker 8.4, against 3.6.
 test test-unit test-fast: export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: setup wrk demo test test-fast lint docker-prepare clean
