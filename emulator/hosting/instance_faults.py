@@ -56,20 +56,22 @@ def triton_pid(unit: object) -> int | None:
     return None
 
 
-def _started(pid: int) -> str | None:
-    """The process's start time in clock ticks: a pid reused since is another process."""
+def _stat_field(stat: Path, index: int) -> str | None:
+    """Field ``index`` after the command name of a ``/proc/.../stat`` file; None once gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        return stat.read_text().rsplit(")", 1)[1].split()[index]
     except (OSError, IndexError):
         return None
 
 
+def _started(pid: int) -> str | None:
+    """The process's start time in clock ticks: a pid reused since is another process."""
+    return _stat_field(Path(f"/proc/{pid}/stat"), 19)
+
+
 def _state(stat: Path) -> str:
     """The kernel's one-letter state in a ``/proc/.../stat`` file (``T``: stopped), or ``gone``."""
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "gone"
+    return _stat_field(stat, 0) or "gone"
 
 
 def _wait_stopped(pid: int, limit_s: float = 0.5) -> str:
