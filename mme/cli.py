@@ -148,6 +148,17 @@ def _stop_on_sigterm(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _forget_interrupt_seen_by_string_exec() -> None:
+    """Let a handled Ctrl-C end the process with 130, not by the signal.
+
+    CPython marks a KeyboardInterrupt that leaves code run from a string (``exec``/``eval`` of
+    source: every dataclass and namedtuple a lazy import defines) as unhandled, even when a
+    caller catches it; under ``python -m`` the interpreter then ends itself by SIGINT at exit,
+    whatever code ``sys.exit`` was given. Each string ``exec`` clears that mark as it starts.
+    """
+    exec("pass", {})  # a constant string: its only effect is that reset
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(words).parse_args(words)
@@ -182,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mme {args.command}: {type(exc).__name__}: {exc} (MME_LOG_LEVEL=DEBUG shows "
               "the traceback)", file=sys.stderr)
         return 1
+    finally:  # a Ctrl-C met by now was handled, here or by the command (mme loadtest, deploy)
+        _forget_interrupt_seen_by_string_exec()
 
 
 if __name__ == "__main__":

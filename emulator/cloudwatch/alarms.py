@@ -258,7 +258,7 @@ class AlarmStore:
     def take_due(self, now: float, every: bool) -> list[tuple[Alarm, Compiled, list[float]]]:
         """The metric alarms due now (all of them with ``every``) that have a rule to evaluate,
         with the ends of the windows to evaluate (``DueQueue.windows``), each scheduled again
-        one interval on (under the lock)."""
+        for the end of its next window (under the lock)."""
         if every:
             due = [a for a in self.alarms.values() if a.alarm_type == METRIC_ALARM]
         else:
@@ -266,8 +266,8 @@ class AlarmStore:
         taken: list[tuple[Alarm, Compiled, list[float]]] = []
         for alarm in due:
             interval = self.clock.real_duration(evaluation_interval(alarm.config))
-            self._schedule(alarm, now + interval)
-            ends = self._due.windows(alarm.name, now, interval)
+            ends = self._due.windows(alarm.name, now, interval, every)
+            self._schedule(alarm, self._due.next_end(alarm.name, now, interval))
             if alarm.name in self._compiled:
                 taken.append((alarm, self._compiled[alarm.name], ends))
         return taken

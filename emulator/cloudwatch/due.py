@@ -1,14 +1,12 @@
 """When each metric alarm is evaluated next: a heap of (time, name), soonest first, so a round
-costs the alarms that are due, not every alarm stored; and up to when each was evaluated, so a
-round that runs late also evaluates the windows it would otherwise skip. Not thread-safe: the
+costs the alarms that are due, not every alarm stored; and the end of each one's last window, so
+the windows a round evaluates follow on from it whenever the round runs. Not thread-safe: the
 alarm store calls it under its lock."""
 
 from __future__ import annotations
 
 import heapq
 
-# A round later than this (in evaluation intervals) evaluates the windows it skipped too.
-_LATE = 0.5
 # At most this many windows caught up at once (a server stopped for an hour does not replay it).
 MAX_CATCH_UP = 60
 
@@ -30,20 +28,31 @@ class DueQueue:
         self._when.pop(name, None)
         self._evaluated.pop(name, None)
 
-    def windows(self, name: str, now: float, interval: float) -> list[float]:
-        """The ends of the windows to evaluate now, oldest first: ``now``, after the end of each
-        interval since the last evaluation that a late round would skip. CloudWatch evaluates
-        every interval; a round that runs late (a busy machine, a fast emulated clock) must
-        still see a datapoint that fell in a window it did not evaluate on time."""
+    def windows(self, name: str, now: float, interval: float, every: bool = False
+                ) -> list[float]:
+        """The ends of the windows to evaluate now, oldest first. An alarm's windows end on
+        its own grid, one interval after another from its first evaluation, so they tile time:
+        however late a round runs (a busy machine, a fast emulated clock), every datapoint falls
+        in a window that is evaluated, as each falls in one of CloudWatch's periods. A round
+        catches up on every grid end it passed (at most ``MAX_CATCH_UP``); ``every`` (a round
+        that evaluates every alarm, after a step of a test's clock) also evaluates the present
+        when it is past the last grid end."""
         last = self._evaluated.get(name)
-        self._evaluated[name] = now
-        ends: list[float] = []
-        if last is not None and interval > 0:
-            end = last + interval
-            while end <= now - _LATE * interval:
-                ends.append(end)
-                end += interval
-        return [*ends[-MAX_CATCH_UP:], now]
+        if last is None or interval <= 0 or now < last:  # the first, or the clock went back
+            self._evaluated[name] = now
+            return [now]
+        passed = int((now - last) // interval)
+        ends = [last + k * interval for k in range(max(1, passed - MAX_CATCH_UP + 1), passed + 1)]
+        if ends:
+            self._evaluated[name] = ends[-1]
+        if not ends or (every and now > ends[-1]):
+            ends.append(now)
+        return ends
+
+    def next_end(self, name: str, now: float, interval: float) -> float:
+        """When the alarm's next window ends: one interval after its last grid end."""
+        last = self._evaluated.get(name)
+        return (last if last is not None else now) + interval
 
     def take(self, now: float) -> list[str]:
         """The alarms due at ``now``, each once; they stay unscheduled until scheduled again."""

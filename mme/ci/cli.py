@@ -162,8 +162,8 @@ def run_up(args: argparse.Namespace, stdout: TextIO | None = None,
         pid=process.pid, start_ticks=process_start_ticks(process.pid) or 0, url=url,
         region=region, auth=settings.auth, endpoint_name=settings.endpoint_name,
         cache_dir=str(cache_dir), own_cache=own_cache, started_at=time.time())
-    state.save(record)
     try:
+        state.save(record)
         failure = _wait_ready(process, record, args.ready_timeout)
     except BaseException:  # Ctrl-C, or the CI's SIGTERM, while waiting: leave nothing behind
         _stop_failed_start(process, record, state)

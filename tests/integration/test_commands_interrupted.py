@@ -92,3 +92,44 @@ def test_ctrl_c_while_mme_ci_up_waits_stops_the_server_it_started(tmp_path: Path
     assert "Traceback" not in err and "mme ci: interrupted" in err
     assert out == ""  # nothing exported: no emulator serves
     assert running(started) == [] and not (state / "server.json").exists()
+
+
+
+PROBE = '''
+import argparse
+import sys
+import mme.cli
+
+def raises(args):
+    exec("raise KeyboardInterrupt")  # where a dataclass being defined meets Ctrl-C
+
+def handles(args):  # as mme loadtest and mme deploy do: their own words, then 130
+    try:
+        exec("raise KeyboardInterrupt")
+    except KeyboardInterrupt:
+        print("mme probe: stopped by its own handler", file=sys.stderr)
+        return 130
+
+def parser(words):
+    parser = argparse.ArgumentParser(prog="mme")
+    parser.set_defaults(command="probe", func=raises if sys.argv[1] == "raises" else handles)
+    return parser
+
+mme.cli.build_parser = parser
+raise SystemExit(mme.cli.main([]))
+'''
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    ("raises", "mme probe: interrupted; what it started was stopped\n"),
+    ("handles", "mme probe: stopped by its own handler\n")])
+def test_ctrl_c_met_inside_code_run_from_a_string_still_exits_130(
+        tmp_path: Path, command: str, said: str) -> None:
+    """Under ``python -m``, CPython ends the process by SIGINT at exit when a KeyboardInterrupt
+    left code run by a string ``exec`` (a dataclass a lazy import defines), even if it was
+    caught. Ctrl-C must read as 130 whatever the command was doing when it came."""
+    (tmp_path / "interrupted_probe.py").write_text(PROBE)
+    run = subprocess.run([sys.executable, "-m", "interrupted_probe", command],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert (run.returncode, run.stderr) == (130, said), run.stderr

@@ -13,6 +13,7 @@ from emulator.clock import Clock
 from emulator.cloudwatch import alarm_rule, metric_math
 from emulator.cloudwatch.alarms import AlarmStore
 from emulator.cloudwatch.cloudwatch_errors import CloudWatchError
+from emulator.cloudwatch.due import DueQueue
 from emulator.cloudwatch.series import MetricStore
 from emulator.cloudwatch.service import CloudWatchService
 from tests.clock_support import FakeTime
@@ -74,6 +75,30 @@ def test_a_late_round_still_sees_a_datapoint_in_a_window_it_skipped() -> None:
     assert [c[1:] for c in rig.changes] == [("INSUFFICIENT_DATA", "OK"), ("OK", "ALARM"),
                                             ("ALARM", "INSUFFICIENT_DATA")]
     # the window that ends now has no datapoint (TreatMissingData "missing")
+
+
+def test_a_round_that_runs_a_little_late_loses_no_datapoint() -> None:
+    """Each alarm's windows follow on from one another: a round that runs part of a period late
+    (a loaded machine; a fast emulated clock makes every millisecond seconds) still evaluates
+    the window holding a datapoint recorded just after the last one ended."""
+    rig = Rig()
+    rig.put(EvaluationPeriods=1, DatapointsToAlarm=1)
+    assert rig.minute(0.0) == "OK"
+    rig.time.now += 0.1
+    rig.metrics.record("CI", "m", {}, 5.0, "None")  # just after the window evaluated last
+    rig.time.now += 1.3  # the next round runs 0.4 of a period after its window ended
+    asyncio.run(rig.alarms.evaluate_due())
+    assert rig.alarms.state("a") == "ALARM"
+
+
+def test_windows_tile_time_however_late_the_rounds_run() -> None:
+    due = DueQueue()
+    now, ends = 1000.0, due.windows("a", 1000.0, 30.0)
+    for lateness in (0.0, 4.0, 13.0, 29.0, 31.0, 45.0, 0.1, 89.0, 2.0):
+        now = due.next_end("a", now, 30.0) + lateness
+        ends += due.windows("a", now, 30.0)
+    assert all(later - earlier == 30.0 for earlier, later in zip(ends, ends[1:], strict=False))
+    assert now - ends[-1] < 30.0  # nothing older than one window waits for the next round
 
 
 @pytest.mark.parametrize(("treat", "states"), [
