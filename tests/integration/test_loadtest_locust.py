@@ -255,7 +255,9 @@ def test_the_web_ui_serves_while_the_plan_runs(endpoint: FakeEndpoint, tmp_path:
 
 @pytest.mark.slow
 def test_the_benchmark_prints_each_engine(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "loadgen", "--users", "2", "--seconds", "1"]) == 0
+    # Two seconds: on a loaded runner a Locust worker's users take most of one to build their
+    # boto3 clients, and a one-second phase can end before the first call.
+    assert main(["bench", "loadgen", "--users", "2", "--seconds", "2"]) == 0
     printed = capsys.readouterr().out
     for engine in ("asyncio + aiohttp (before Locust)", "Locust + boto3, 1 process",
                    "Locust + boto3, 2 processes"):
