@@ -28,7 +28,6 @@ import functools
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -348,17 +347,22 @@ def _floor_to(module: str, direct_url: str, upstream: str) -> Iterator[tuple[str
             [sys.executable, "-m", module, "--fd", str(listening.fileno()), "--to", upstream],
             pass_fds=(listening.fileno(),))
         port = listening.getsockname()[1]
+    url = urllib.parse.urlsplit(direct_url)._replace(netloc=f"127.0.0.1:{port}").geturl()
     try:
-        def accepts() -> bool:
+        def answers() -> bool:
+            # Any HTTP answer (Triton's 400 for an empty body) means the floor relays. A connection
+            # alone proves nothing: the socket listened before the floor's process started.
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"),
+                                            timeout=5):
                     return True
+            except urllib.error.HTTPError:
+                return True
             except OSError:
                 return False
 
-        _wait_started(floor, module, accepts, 60, interval_s=0.05)
-        netloc = f"127.0.0.1:{port}"
-        yield urllib.parse.urlsplit(direct_url)._replace(netloc=netloc).geturl(), floor.pid
+        _wait_started(floor, module, answers, 60, interval_s=0.05)
+        yield url, floor.pid
     finally:
         stop_process(floor, 30)
 
