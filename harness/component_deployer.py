@@ -177,6 +177,17 @@ def deploy_component(deployer: DeploySteps, config: DeployConfig,
             raise
 
 
+def _following_stopped(config: DeployConfig, spec: ComponentSpec, action: str) -> Interrupted:
+    """What a Ctrl-C says once the component's change was asked (``action``: created,
+    updated, unchanged): the change goes on in the endpoint without this command."""
+    kind = {"created": "component-create", "updated": "component-update"}.get(action, "done")
+    doing = {"component-create": "creation", "component-update": "update"}.get(kind)
+    if doing is None:
+        return Interrupted(f"inference component {spec.name} was not changed", kind)
+    return Interrupted(f"stopped following; the {doing} of inference component {spec.name} "
+                       f"continues in endpoint {config.endpoint_name}", kind)
+
+
 def _remove_copy(copied: Path) -> None:
     copied.unlink(missing_ok=True)
     # the version's folder, the component's, the endpoint's
@@ -224,13 +235,7 @@ def _deploy(deployer: DeploySteps, config: DeployConfig, spec: ComponentSpec, ar
         described = wait_for_component(deployer, spec.name, config.wait_delay_s,
                                        config.wait_max_attempts)
     except KeyboardInterrupt:
-        kind = {"created": "component-create", "updated": "component-update"}.get(action,
-                                                                                 "done")
-        doing = {"component-create": "creation", "component-update": "update"}.get(kind)
-        raise Interrupted(
-            f"stopped following; the {doing} of inference component {spec.name} continues in "
-            f"endpoint {config.endpoint_name}" if doing else
-            f"inference component {spec.name} was not changed", kind) from None
+        raise _following_stopped(config, spec, action) from None
     if config.smoke:
         try:
             result.smoke = [_smoke(deployer, config, spec, artifact, described)]
@@ -306,7 +311,13 @@ def _ensure_endpoint(deployer: DeploySteps, config: DeployConfig, spec: Componen
                              ProductionVariants=[variant]):
         created.add(f"endpoint config {config_name}", lambda: deployer._mutate(
             sm, "DeleteEndpointConfig", EndpointConfigName=config_name))
-    deployer._mutate(sm, "CreateEndpoint", EndpointName=name, EndpointConfigName=config_name)
+    endpoint_creating = Interrupted(f"stopped following; the creation of endpoint {name} "
+                                    f"continues; inference component {spec.name} is not "
+                                    "created yet", "endpoint-create")
+    if not deployer._ask("CreateEndpoint", lambda: deployer._exists(
+            "DescribeEndpoint", EndpointName=name) is not None,
+            EndpointName=name, EndpointConfigName=config_name):
+        raise endpoint_creating
 
     def delete_endpoint() -> None:
         deployer._mutate(sm, "DeleteEndpoint", EndpointName=name)
@@ -319,9 +330,7 @@ def _ensure_endpoint(deployer: DeploySteps, config: DeployConfig, spec: Componen
     try:
         deployer._wait(config, name)
     except KeyboardInterrupt:
-        raise Interrupted(f"stopped following; the creation of endpoint {name} continues; "
-                          f"inference component {spec.name} is not created yet",
-                          "endpoint-create") from None
+        raise endpoint_creating from None
     return config_name
 
 
@@ -332,9 +341,12 @@ def _ensure_component(deployer: DeploySteps, config: DeployConfig, spec: Compone
     runtime_config = {"CopyCount": spec.copies}
     current = deployer._exists("DescribeInferenceComponent", InferenceComponentName=spec.name)
     if current is None:
-        deployer._mutate(sm, "CreateInferenceComponent", InferenceComponentName=spec.name,
-                         EndpointName=config.endpoint_name, VariantName=config.variant_name,
-                         Specification=specification, RuntimeConfig=runtime_config)
+        if not deployer._ask("CreateInferenceComponent", lambda: deployer._exists(
+                "DescribeInferenceComponent", InferenceComponentName=spec.name) is not None,
+                InferenceComponentName=spec.name, EndpointName=config.endpoint_name,
+                VariantName=config.variant_name, Specification=specification,
+                RuntimeConfig=runtime_config):
+            raise _following_stopped(config, spec, "created")
 
         def delete_component() -> None:
             deployer._mutate(sm, "DeleteInferenceComponent", InferenceComponentName=spec.name)
@@ -365,9 +377,17 @@ def _ensure_component(deployer: DeploySteps, config: DeployConfig, spec: Compone
     if same:
         deployer._say(f"unchanged inference component {spec.name}")
         return "unchanged"
-    deployer._mutate(sm, "UpdateInferenceComponent", InferenceComponentName=spec.name,
-                     Specification=specification, RuntimeConfig=runtime_config)
+
+    def took() -> bool:
+        now = deployer._read(sm, "DescribeInferenceComponent", InferenceComponentName=spec.name)
+        return bool(now["InferenceComponentStatus"] == "Updating"
+                    or now.get("Specification", {}).get("ModelName") == model_name)
+
+    answered = deployer._ask("UpdateInferenceComponent", took, InferenceComponentName=spec.name,
+                             Specification=specification, RuntimeConfig=runtime_config)
     created.keep()  # the component (not ours to delete) now runs the new model
+    if not answered:  # a Ctrl-C after SageMaker took it: the update goes on
+        raise _following_stopped(config, spec, "updated")
     return "updated"
 
 

@@ -243,6 +243,25 @@ class Deployer:
         response: dict[str, Any] = getattr(client, xform_name(operation))(**params)
         return response
 
+    def _ask(self, operation: str, took: Callable[[], bool], **params: Any) -> bool:
+        """A change asked of SageMaker: True once answered, False when a Ctrl-C cut the call
+        short after SageMaker took the change (the caller says what goes on in the endpoint).
+        A Ctrl-C while the call is in flight leaves its outcome unknown (the service may have
+        taken the change before its answer came back), so ``took``, a read, tells; where the
+        change was not taken, or the read fails, the KeyboardInterrupt goes on (nothing was
+        asked: what this run made is undone)."""
+        try:
+            self._mutate(self.clients.sagemaker, operation, **params)
+        except KeyboardInterrupt:
+            try:
+                taken = not self._dry_run and took()
+            except Exception:  # noqa: BLE001 - no answer: as if not taken, the Ctrl-C goes on
+                taken = False
+            if not taken:
+                raise
+            return False
+        return True
+
     def _read(self, client: Any, operation: str, **params: Any) -> dict[str, Any]:
         """A read: made even in a dry run, so the plan reflects what exists."""
         response: dict[str, Any] = getattr(client, xform_name(operation))(**params)
@@ -603,27 +622,28 @@ class Deployer:
                 self._wait_deleted(config, name)
             current, action = None, "recreated"
         if current is None:
-            self._mutate(
-                self.clients.sagemaker,
-                "CreateEndpoint",
-                EndpointName=name,
-                EndpointConfigName=config_name,
-            )
+            answered = self._ask("CreateEndpoint", lambda: self._exists(
+                "DescribeEndpoint", EndpointName=name) is not None,
+                EndpointName=name, EndpointConfigName=config_name)
             self._asked = "create"
+            if not answered:  # a Ctrl-C after SageMaker took it: the creation goes on
+                raise KeyboardInterrupt
         elif current.get("EndpointConfigName") == config_name:
             self._say(f"unchanged endpoint {name} (config {config_name})")
             return "unchanged"
         else:
             guarded = ({"DeploymentConfig": dict(config.deployment_config)}
                        if config.deployment_config else {})
-            self._mutate(
-                self.clients.sagemaker,
-                "UpdateEndpoint",
-                EndpointName=name,
-                EndpointConfigName=config_name,
-                **guarded,
-            )
+            def took() -> bool:
+                now = self._read(self.clients.sagemaker, "DescribeEndpoint", EndpointName=name)
+                return (now["EndpointStatus"] == "Updating"
+                        or now.get("EndpointConfigName") == config_name)
+
+            answered = self._ask("UpdateEndpoint", took, EndpointName=name,
+                                 EndpointConfigName=config_name, **guarded)
             self._asked = "guarded" if guarded else "update"
+            if not answered:  # a Ctrl-C after SageMaker took it: the update goes on
+                raise KeyboardInterrupt
             action = "updated"
         if config.dry_run:
             self._say(f"would wait for endpoint {name} to be InService")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tarfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -142,6 +142,8 @@ class DeploySteps(Protocol):
     def _say(self, text: str) -> None: ...
 
     def _mutate(self, client: Any, operation: str, **params: Any) -> dict[str, Any]: ...
+
+    def _ask(self, operation: str, took: Callable[[], bool], **params: Any) -> bool: ...
 
     def _read(self, client: Any, operation: str, **params: Any) -> dict[str, Any]: ...
 

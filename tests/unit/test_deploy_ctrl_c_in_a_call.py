@@ -1,0 +1,113 @@
+"""A Ctrl-C while a change's call is in flight: SageMaker may have taken the change before its
+answer came back. The deployer asks the service, and says the change goes on where it was taken
+(nothing of it undone), or that nothing was changed where it was not. The interrupt is raised by
+botocore's own events, after the (stubbed) service answered or before the request left."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any, cast
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from harness import component_deployer
+from harness.deployer import Clients, Deployer
+from harness.deployment import ComponentSpec, DeployConfig, Interrupted
+from harness.model_versions import ModelStore
+
+NOW = datetime(2026, 11, 25, tzinfo=timezone.utc)
+ARN = "arn:aws:sagemaker:us-east-1:123456789012"
+NOT_FOUND = "Could not find inference component"
+
+
+def _ctrl_c(**_: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _deployer(stage: str, operation: str) -> tuple[Deployer, Any, Stubber]:
+    """A deployer whose ``operation`` call is cut by a Ctrl-C at ``stage``: ``after-call`` (the
+    service answered) or ``provide-client-params`` (the request never left)."""
+    sm = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="x",
+                      aws_secret_access_key="x")
+    stub = Stubber(sm)
+    # after-call: the Stubber has answered; provide-client-params: before the Stubber sees the call
+    sm.meta.events.register(f"{stage}.sagemaker.{operation}", _ctrl_c)
+    deployer = Deployer(Clients(sm, None, None, "us-east-1", "aws"), out=io.StringIO(),
+                        progress=False)
+    return deployer, sm, stub
+
+
+def _component(status: str) -> dict[str, Any]:
+    return {"InferenceComponentName": "slow", "InferenceComponentArn": f"{ARN}:ic/slow",
+            "EndpointName": "shared", "EndpointArn": f"{ARN}:endpoint/shared",
+            "VariantName": "AllTraffic", "InferenceComponentStatus": status,
+            "CreationTime": NOW, "LastModifiedTime": NOW,
+            "Specification": {"ModelName": "m1"}}
+
+
+def _create_component(deployer: Deployer) -> None:
+    config = DeployConfig("shared", [], wait_delay_s=0)
+    created = component_deployer._Created(deployer)
+    component_deployer._ensure_component(deployer, config, ComponentSpec("slow"), "m1", created)
+
+
+def _outcome(step: Callable[[], object]) -> BaseException | None:
+    """What ``step`` raised: a KeyboardInterrupt is caught here, never left to end pytest."""
+    try:
+        step()
+    except BaseException as exc:  # noqa: BLE001 - the Ctrl-C is the subject
+        return exc
+    return None
+
+
+@pytest.mark.parametrize("stage", ["after-call", "provide-client-params"])
+def test_ctrl_c_in_create_inference_component_says_what_the_service_took(stage: str) -> None:
+    deployer, _, stub = _deployer(stage, "CreateInferenceComponent")
+    with stub:
+        stub.add_client_error("describe_inference_component", "ValidationException", NOT_FOUND)
+        if stage == "after-call":
+            stub.add_response("create_inference_component",
+                              {"InferenceComponentArn": f"{ARN}:ic/slow"})
+            stub.add_response("describe_inference_component", _component("Creating"))
+        else:
+            stub.add_client_error("describe_inference_component", "ValidationException",
+                                  NOT_FOUND)
+        raised = _outcome(lambda: _create_component(deployer))
+        stub.assert_no_pending_responses()
+    if stage == "after-call":  # taken: it goes on, and nothing of it is undone
+        assert isinstance(raised, Interrupted) and raised.kind == "component-create", raised
+        assert "the creation of inference component slow continues in endpoint shared" in (
+            str(raised))
+    else:  # nothing asked: the Ctrl-C goes on, and the run undoes what it made
+        assert type(raised) is KeyboardInterrupt
+
+
+@pytest.mark.parametrize("stage", ["after-call", "provide-client-params"])
+def test_ctrl_c_in_create_endpoint_leaves_the_creation_asked_only_where_taken(stage: str) -> None:
+    deployer, _, stub = _deployer(stage, "CreateEndpoint")
+    config = DeployConfig("demo", [], wait_delay_s=0)
+    with stub:
+        stub.add_client_error("describe_endpoint", "ValidationException",
+                              "Could not find endpoint")
+        if stage == "after-call":
+            stub.add_response("create_endpoint", {"EndpointArn": f"{ARN}:endpoint/demo"})
+            stub.add_response("describe_endpoint", {
+                "EndpointName": "demo", "EndpointArn": f"{ARN}:endpoint/demo",
+                "EndpointConfigName": "new", "EndpointStatus": "Creating",
+                "CreationTime": NOW, "LastModifiedTime": NOW})
+        else:
+            stub.add_client_error("describe_endpoint", "ValidationException",
+                                  "Could not find endpoint")
+        raised = _outcome(lambda: deployer._ensure_endpoint(config, "new"))
+        stub.assert_no_pending_responses()
+    assert type(raised) is KeyboardInterrupt
+    if stage == "after-call":  # what the interrupted run then says
+        interrupted = deployer._interrupted(config, "new", cast(ModelStore, None), [])
+        assert interrupted.kind == "create"
+        assert "the creation of endpoint demo to new continues" in str(interrupted)
+    else:  # the run's own clean-up follows (it deletes what it made): nothing was asked
+        assert deployer._asked is None
