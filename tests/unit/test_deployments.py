@@ -479,6 +479,7 @@ def test_delete_during_a_deployment_stops_both_generations(sm, runtimes: FakeGen
     assert ("delete", "ep") in runtimes.calls
 
 
+@pytest.mark.parametrize("scale", [900.0])  # the deadline 3.9 s away, not 1 s: a busy runner
 def test_a_deployment_past_its_maximum_execution_time_rolls_back(  # type: ignore[no-untyped-def]
         sm, runtimes: FakeGenerations) -> None:
     # Two bakes of 1,800 s cannot finish within 3,500 s: the second step is cut at the deadline
