@@ -372,16 +372,24 @@ class EndpointRegistry:
     async def _sample_forever(self) -> None:
         """Each endpoint's utilization every MetricPublishFrequencyInSeconds (emulated; 60 s
         unless its config says otherwise): the loop ticks at the largest period that divides
-        every endpoint's, and samples those whose period has run out."""
+        every endpoint's, and samples those whose period has run out. The ticks keep to their
+        own grid, not to the end of the last sample: on a busy machine (or a fast clock) a
+        sample that runs late still leaves one sample per period, where sleeping a whole tick
+        after each would stretch every period by the sample's own time."""
         real_per_emulated_s = self._sample_period_s / DEFAULT_PUBLISH_PERIOD_S
         waited: dict[str, int] = {}  # emulated seconds since each endpoint's last sample
+        now = self._clock.now if self._clock is not None else time.time
+        tick_at = now()
         while True:
             periods = {e.name: publish_period_s(e) for e in self.all()}
             tick = math.gcd(*periods.values()) if periods else DEFAULT_PUBLISH_PERIOD_S
+            tick_at += tick * real_per_emulated_s
+            if tick_at < now() - tick * real_per_emulated_s:  # a whole tick behind (or an advance)
+                tick_at = now()
             if self._clock is not None:
-                await self._clock.sleep(self._clock.emulated_duration(tick * real_per_emulated_s))
+                await self._clock.sleep_until(tick_at)
             else:
-                await asyncio.sleep(tick * real_per_emulated_s)
+                await asyncio.sleep(max(0.0, tick_at - time.time()))
             due = []
             for name, period in periods.items():
                 waited[name] = waited.get(name, 0) + tick
