@@ -64,6 +64,26 @@ _QUIET_TURNS = 8
 _MAX_STEPS = 1_000_000  # timers woken by one advance, at most (a timer re-armed at 0 s loops)
 
 
+class Ticks:
+    """The moments of a periodic job on a grid of its own: each tick one period after the
+    previous tick, not after the job's last run ended, so a run that takes part of a period
+    (a busy machine, a fast clock) does not stretch every period after it. A tick more than a
+    whole period in the past (the job ran very late, or an advance jumped the timeline) is
+    dropped: the grid starts again from now. ``now`` is the timeline the periods are read on."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+        self._at = now()
+
+    def next(self, period: float) -> float:
+        """When the next tick is due, ``period`` after the last (on ``now``'s timeline)."""
+        self._at += period
+        now = self._now()
+        if self._at < now - period:
+            self._at = now
+        return self._at
+
+
 class ClockError(ValueError):
     """An advance the clock cannot make (the message says what to fix)."""
 

@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.clock import Clock
+from emulator.clock import Clock, Ticks
 from emulator.contract import runtime
 from emulator.contract.routing_config import PrefixAwareConfig
 from emulator.faults.table import FaultTable
@@ -374,9 +374,11 @@ class ComponentCopies:
 
     async def _publish_concurrency(self, clock: Clock) -> None:
         """ConcurrentRequestsPerCopy every CONCURRENCY_TICK_S emulated seconds while the
-        component has ready copies (0 when none is in flight)."""
+        component has ready copies (0 when none is in flight), on a grid of its own: at a fast
+        clock the period is a few real milliseconds, and a late tick must not shift the rest."""
+        ticks = Ticks(clock.now)
         while True:
-            await clock.sleep(CONCURRENCY_TICK_S)
+            await clock.sleep_until(ticks.next(clock.real_duration(CONCURRENCY_TICK_S)))
             if self.ready:
                 self.metrics.record_now(
                     [("ConcurrentRequestsPerCopy", self.in_flight / len(self.ready))])

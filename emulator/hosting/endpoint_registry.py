@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from emulator.background import cancel_and_wait
-from emulator.clock import Clock
+from emulator.clock import Clock, Ticks
 from emulator.faults.table import FaultTable
 from emulator.hosting.call_log import CallLog
 from emulator.hosting.component_copies import CopyTarget
@@ -373,19 +373,14 @@ class EndpointRegistry:
         """Each endpoint's utilization every MetricPublishFrequencyInSeconds (emulated; 60 s
         unless its config says otherwise): the loop ticks at the largest period that divides
         every endpoint's, and samples those whose period has run out. The ticks keep to their
-        own grid, not to the end of the last sample: on a busy machine (or a fast clock) a
-        sample that runs late still leaves one sample per period, where sleeping a whole tick
-        after each would stretch every period by the sample's own time."""
+        own grid (``Ticks``): a sample that runs late does not stretch the periods after it."""
         real_per_emulated_s = self._sample_period_s / DEFAULT_PUBLISH_PERIOD_S
         waited: dict[str, int] = {}  # emulated seconds since each endpoint's last sample
-        now = self._clock.now if self._clock is not None else time.time
-        tick_at = now()
+        ticks = Ticks(self._clock.now if self._clock is not None else time.time)
         while True:
             periods = {e.name: publish_period_s(e) for e in self.all()}
             tick = math.gcd(*periods.values()) if periods else DEFAULT_PUBLISH_PERIOD_S
-            tick_at += tick * real_per_emulated_s
-            if tick_at < now() - tick * real_per_emulated_s:  # a whole tick behind (or an advance)
-                tick_at = now()
+            tick_at = ticks.next(tick * real_per_emulated_s)
             if self._clock is not None:
                 await self._clock.sleep_until(tick_at)
             else:

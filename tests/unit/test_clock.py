@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from emulator.clock import Clock
+from emulator.clock import Clock, Ticks
 from tests.clock_support import FakeTime
 
 
@@ -154,3 +154,19 @@ def test_an_advance_refuses_what_is_not_a_duration(seconds: object) -> None:
 
     with pytest.raises(ClockError):
         asyncio.run(Clock(1).advance(seconds))  # type: ignore[arg-type]
+
+
+def test_ticks_keep_to_their_grid_however_long_each_run_takes() -> None:
+    now = [100.0]
+    ticks = Ticks(lambda: now[0])
+    due = []
+    for _ in range(4):
+        due.append(ticks.next(10.0))
+        now[0] = due[-1] + 4.0  # each run ends 4 s after its tick: no drift from it
+    assert due == [110.0, 120.0, 130.0, 140.0]
+    now[0] = 155.0  # the last run ended half a period after the next tick was due
+    assert ticks.next(10.0) == 150.0  # due at once, still on the grid
+    assert ticks.next(10.0) == 160.0
+    now[0] = 500.0  # far behind (a stalled machine, an advance): the grid starts again from now
+    assert ticks.next(10.0) == 500.0
+    assert ticks.next(10.0) == 510.0
