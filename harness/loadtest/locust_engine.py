@@ -8,11 +8,23 @@ their calls to the master with Locust's stats reports (``report_to_master``, eve
 last batch when the master drains them; the master feeds each call to the ``Controller`` (phases,
 stopping conditions, aborts) that ``PlanShape.tick`` asks, and writes the one result.
 
+Starting a run: the master sends every worker the plan and waits until each has built its engine
+(its boto3 client) before the phase clock starts. Workers connect before they are ready to call,
+and on a busy machine a worker takes seconds to get there: a clock started when they connected
+would spend the plan's first phases (a short plan: all of it) on workers that cannot call yet.
+
 Ending a run: the master tells every worker to drain (no new calls; the ones in flight finish and
 are sent), waits for their last batches, writes the result, then lets Locust quit. So every call
-a worker made is counted once, and none is cut short. A worker that stops reporting (Locust
-marks it missing after ~3 s without heartbeat) ends the run: its calls since its last report are
-lost, the report says which worker and when, and holds what the others measured.
+a worker made is counted once, and none is cut short. A worker that stops reporting during the
+phases (Locust marks it missing after ~10 s without heartbeat) ends the run: its calls since its
+last report are lost, the report says which worker and when, and holds what the others measured.
+
+Missing is not dead: a worker starved of CPU (a loaded machine) sends no heartbeat either, and
+comes back, as does a master too starved to read the heartbeats waiting for it. Hence ~10 s
+rather than Locust's default ~3 s; and while the master waits for a worker's answer (its engine
+before the phases, its last calls after them), a worker marked missing is waited for
+``MISSING_GRACE_S`` more. One that does not answer is named in the stop reason (``aborted: ...``):
+a report never lacks calls without saying so.
 
 Waits go through ``emulator.processes.wait_until``: its ``time.sleep`` is gevent's here (patched),
 so a wait lets the other greenlets run.
@@ -37,7 +49,7 @@ from locust.argument_parser import LocustArgumentParser
 from locust.env import Environment
 from locust.event import EventHook
 from locust.rpc import Message
-from locust.runners import STATE_MISSING, MasterRunner, Runner, WorkerRunner
+from locust.runners import STATE_MISSING, MasterRunner, Runner, WorkerNode, WorkerRunner
 
 from emulator.processes import wait_until
 from harness.loadtest.config import PlanError
@@ -56,8 +68,19 @@ log = logging.getLogger("mme.loadtest")
 
 # Calls reach the master's stopping conditions within a second (Locust's default is 3 s).
 locust.runners.WORKER_REPORT_INTERVAL = 1.0
+# Heartbeats (one a second) the master misses before it marks a worker missing, which ends the run
+# (Locust's default is 3): a worker, or the master, without CPU for a few seconds is not dead.
+locust.runners.HEARTBEAT_LIVENESS = 10
+PREPARE, READY = "mme_prepare", "mme_ready"
 DRAIN, DRAINED = "mme_drain", "mme_drained"
 PROGRESS_EVERY_S = 2.0
+# How long the master waits on a worker that Locust marks missing while it awaits that worker's
+# answer, before it takes the worker as gone: a starved worker comes back (its answer, then its
+# heartbeat), a dead one stays missing.
+MISSING_GRACE_S = 10.0
+# How long workers may take to build their engines (a boto3 client each) before the run is given
+# up: a worker that answers heartbeats but never the plan (another version of this engine).
+READY_TIMEOUT_S = 120.0
 
 
 _SESSION: Any = None
@@ -74,8 +97,10 @@ def _session() -> Any:
 
 
 def _warm_up_boto3() -> None:
-    """A worker reads botocore's sagemaker-runtime model before the plan arrives, so its users
-    start calling as soon as the master spawns them (not a second into the first phase)."""
+    """Import boto3 and read botocore's sagemaker-runtime model (about half a second of one core,
+    in which no greenlet runs) when Locust imports the locustfile: before it forks its
+    ``--processes`` workers, which inherit both, and before a worker connects to its master, which
+    would otherwise see it send no heartbeat for seconds on a busy machine."""
     _session().client("sagemaker-runtime", region_name="us-east-1", aws_access_key_id="x",
                       aws_secret_access_key="x")
 
@@ -138,10 +163,12 @@ class LoadProcess:
         rows, self.pending = self.pending, []
         return {"samples": rows, "messages": dict(self.messages)}
 
-    def drain(self) -> None:
-        """No new calls; returns once the calls in flight have finished (or the timeout)."""
+    def drain(self) -> int:
+        """No new calls; returns once the calls in flight have finished (or the timeout), with
+        the number still in flight (their calls end after the result is written)."""
         self.draining = True
         wait_until(lambda: not self.in_flight, self.spec.drain_timeout_s, interval_s=0.02)
+        return self.in_flight
 
 
 class _Failure(Exception):
@@ -152,15 +179,20 @@ class _Failure(Exception):
 
 ENGINE: LoadProcess | None = None
 RUN: Run | None = None
+# This worker was told to drain: an engine it builds afterwards never calls (Locust spawns users
+# on a worker that connects, or comes back from missing, whenever it does; the master may have
+# written the result by the time such calls reach it).
+DRAINING = False
 
 
 class Run:
     """The master's (or the local runner's) view: every call, the controller, the result."""
 
     def __init__(self, environment: Environment, spec: Spec, result_path: Path | None,
-                 report_dir: Path | None) -> None:
+                 report_dir: Path | None, spec_text: str = "") -> None:
         self.environment = environment
         self.spec = spec
+        self.spec_text = spec_text  # what the master sends its workers
         self.result_path = result_path
         self.report_dir = report_dir
         self.start: float | None = None
@@ -170,7 +202,9 @@ class Run:
         self.users: list[list[float]] = []
         self.events: list[list[Any]] = []
         self.interrupted = False
+        self.draining = False
         self.finished = False
+        self.ready: dict[str, str | None] = {}  # worker: None, or why it cannot call
         self.drained: set[str] = set()
         self.lost: set[str] = set()
         self._progress_at = 0.0
@@ -191,6 +225,73 @@ class Run:
             controller.record(t1, ok, latency, code, answered=status != 0,
                               error_message=self.messages.get(code or str(status)),
                               cold=cache is False)
+
+    def prepare(self) -> str | None:
+        """Distributed: every worker builds its engine from the plan; returns once each has (and
+        is not marked missing, which would abort the first step), or why the run cannot start.
+
+        The phase clock starts after this: a worker connects to the master before it has built
+        its boto3 client, which on a busy machine takes seconds, so a clock started when the
+        workers connected spent the first phases (a short plan: all of them) with no worker able
+        to call. Locust's own ``spawning_complete`` waits likewise for the workers' users, but
+        gives up after a second."""
+        runner = self._runner()
+        if not isinstance(runner, MasterRunner):
+            return None
+        if not runner.clients:
+            return "aborted: no worker is connected to the master"
+        unanswered = self._ask_workers(
+            runner, PREPARE, self.spec_text,
+            lambda c: c.id in self.ready and (c.state != STATE_MISSING or bool(self.ready[c.id])),
+            READY_TIMEOUT_S, give_up=lambda: any(self.ready.values()))
+        failed = [(worker, error) for worker, error in self.ready.items() if error]
+        if failed:
+            return f"aborted: worker {failed[0][0]} cannot call the endpoint: {failed[0][1]}"
+        if unanswered:
+            worker, gone = next(iter(unanswered.items()))
+            if gone:
+                return f"aborted: worker {worker} stopped reporting before the run began"
+            return (f"aborted: worker {worker} did not get ready to call within "
+                    f"{READY_TIMEOUT_S:g} s")
+        return None
+
+    def _ask_workers(self, runner: MasterRunner, message: str, data: Any,
+                     answered: Callable[[WorkerNode], bool], timeout_s: float,
+                     give_up: Callable[[], bool] = lambda: False) -> dict[str, bool]:
+        """Send ``message`` to every worker (one that connects meanwhile too; not to those the run
+        already gave up on) and wait until ``answered`` holds for each (or ``give_up``, or the run
+        is finished). Returns those that did not answer: True for gone (missing for
+        ``MISSING_GRACE_S``, or disconnected), False for those still silent at ``timeout_s``."""
+        asked: set[str] = set()
+        done: set[str] = set()
+        gone: set[str] = set()
+        missing_since: dict[str, float] = {}
+
+        def settled() -> bool:
+            now = time.monotonic()
+            clients = {c.id: c for c in runner.clients.all}
+            for worker in clients.keys() - asked - self.lost:
+                asked.add(worker)
+                runner.send_message(message, data, worker)
+            waiting = False
+            for worker in asked - done - gone:
+                client = clients.get(worker)
+                if client is None:  # it quit, or Locust dropped it
+                    gone.add(worker)
+                elif answered(client):
+                    done.add(worker)
+                elif client.state != STATE_MISSING:
+                    missing_since.pop(worker, None)
+                    waiting = True
+                elif now - missing_since.setdefault(worker, now) >= MISSING_GRACE_S:
+                    gone.add(worker)
+                else:  # missing for now: a starved worker comes back
+                    waiting = True
+            return not waiting or self.finished or give_up()
+
+        wait_until(settled, timeout_s)
+        silent = asked - done - gone
+        return {**{worker: True for worker in gone}, **{worker: False for worker in silent}}
 
     def begin(self) -> None:
         self.start = time.time()
@@ -243,18 +344,35 @@ class Run:
         self._progress_at, self._progress_count = now, len(self.samples)
 
     # -- the end --
-    def drain(self) -> None:
-        """Every worker stops calling and sends its last calls; the master waits for them."""
+    def drain(self) -> str | None:
+        """Every worker stops calling and sends its last calls; the master waits for them (a
+        worker marked missing too: see ``_ask_workers``). Returns the abort reason when a worker
+        never sent them, so the report does not lack calls without saying so."""
+        self.draining = True
         runner = self._runner()
-        if isinstance(runner, MasterRunner):
-            live = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
-            for client_id in live:
-                runner.send_message(DRAIN, None, client_id)
-            wait_until(lambda: {c.id for c in runner.clients.all
-                                if c.state != STATE_MISSING} <= self.drained,
-                       self.spec.drain_timeout_s + 10)
-        elif ENGINE is not None:
-            ENGINE.drain()
+        if not isinstance(runner, MasterRunner):
+            if ENGINE is not None:
+                self.left_in_flight("this process", ENGINE.drain())
+            return None
+        unanswered = self._ask_workers(runner, DRAIN, None, lambda c: c.id in self.drained,
+                                       self.spec.drain_timeout_s + 10)
+        reason = None
+        for worker in unanswered:
+            now = time.time()
+            self.events.append([now, "worker", f"worker {worker} stopped reporting before it "
+                                               "sent its last calls"])
+            reason = reason or (
+                f"aborted: worker {worker} stopped reporting {now - (self.start or now):.1f} s "
+                "into the run, as it drained (its calls since its last report are lost; the "
+                "report holds what the workers sent)")
+        return reason
+
+    def left_in_flight(self, who: str, calls: int) -> None:
+        """Calls still in flight when the drain timeout passed end after the result is written."""
+        if calls:
+            self.events.append([time.time(), "worker",
+                                f"{who}: {calls} call(s) still in flight after the "
+                                f"{self.spec.drain_timeout_s:g} s drain timeout, not counted"])
 
     def finish(self, reason: str) -> None:
         if self.finished:
@@ -291,7 +409,8 @@ class PlanShape(LoadTestShape):
     Locust asks ``tick`` about once a second; a phase that adds a user every half second, or a
     run that must abort after its first 50 failures, needs finer steps, so the tick watches the
     plan for ~1 s in 50 ms steps, applies each change to the runner itself (the first too), and
-    returns the count it ended on (Locust then finds nothing to change).
+    returns the count it ended on (Locust then finds nothing to change). On a master, the first
+    tick waits for the workers' engines (``Run.prepare``) before the phase clock starts.
     """
 
     def tick(self) -> tuple[int, float] | None:
@@ -299,13 +418,21 @@ class PlanShape(LoadTestShape):
         if run is None or run.finished:
             return None
         if run.start is None:
+            problem = run.prepare()
+            if run.finished:  # interrupted while the workers got ready
+                return None
+            if problem is not None:
+                run.finish(problem)
+                return None
             run.begin()
         deadline = time.monotonic() + 0.95
         runner = _runner_of(run.environment)
         while True:
             users, stop = run.step()
             if stop is not None:
-                run.drain()
+                lost = run.drain()
+                if lost is not None and not stop.startswith(("aborted", INTERRUPTED)):
+                    stop = lost  # an abort or interrupt keeps its reason (the loss is an event)
                 run.finish(stop)
                 return None
             rate = _spawn_rate(runner, users)
@@ -376,9 +503,9 @@ def _init(environment: Environment, **_: Any) -> None:
     global ENGINE, RUN
     options = environment.parsed_options
     runner = environment.runner
-    if isinstance(runner, WorkerRunner):  # the plan comes with the master's spawn message
+    if isinstance(runner, WorkerRunner):  # the plan comes from the master
+        runner.register_message(PREPARE, _on_prepare)
         runner.register_message(DRAIN, _on_drain)
-        _warm_up_boto3()
         return
     if options is None or not options.mme_plan:
         _refuse("give the load-test spec with --mme-plan FILE (mme loadtest writes one)")
@@ -389,8 +516,9 @@ def _init(environment: Environment, **_: Any) -> None:
         _refuse(f"{options.mme_plan}: {exc}")
     options.mme_spec = text  # Locust sends custom options to each worker with every spawn
     RUN = Run(environment, spec, Path(options.mme_result) if options.mme_result else None,
-              Path(options.mme_report) if options.mme_report else None)
+              Path(options.mme_report) if options.mme_report else None, spec_text=text)
     if isinstance(runner, MasterRunner):
+        runner.register_message(READY, _on_ready)
         runner.register_message(DRAINED, _on_drained)
     else:
         from botocore.exceptions import BotoCoreError
@@ -423,9 +551,36 @@ def _watch_parent(pid: int) -> None:
     _interrupt()
 
 
+def _engine(environment: Environment, text: str) -> LoadProcess:
+    """This worker's engine, built once, from the plan the master sent."""
+    global ENGINE
+    if ENGINE is None:
+        runner = _runner_of(environment)
+        ENGINE = LoadProcess(Spec.parse(text), seed_offset=int(getattr(runner, "worker_index", 0)))
+        ENGINE.draining = DRAINING
+    return ENGINE
+
+
+def _on_prepare(environment: Environment, msg: Message, **_: Any) -> None:
+    """The plan, before the phases: build the engine, then tell the master (or why not)."""
+    from botocore.exceptions import BotoCoreError
+
+    error = None
+    try:
+        _engine(environment, msg.data)
+    except (BotoCoreError, PlanError, ValueError) as exc:  # no region, a bad URL: the master
+        error = str(exc) or type(exc).__name__  # ends the run before any load
+    _runner_of(environment).send_message(READY, {"error": error})
+
+
+def _on_ready(environment: Environment, msg: Message, **_: Any) -> None:
+    if RUN is not None:
+        RUN.ready[msg.node_id] = (msg.data or {}).get("error")
+
+
 @_on(events.test_start)
 def _test_start(environment: Environment, **_: Any) -> None:
-    global ENGINE
+    """A worker that joins once the run has begun gets the plan with Locust's spawn message."""
     runner = environment.runner
     if isinstance(runner, WorkerRunner) and ENGINE is None:
         options = environment.parsed_options
@@ -433,7 +588,7 @@ def _test_start(environment: Environment, **_: Any) -> None:
         if not text:
             log.error("the master sent no load-test spec: is it `mme loadtest --master`?")
             return
-        ENGINE = LoadProcess(Spec.parse(text), seed_offset=int(getattr(runner, "worker_index", 0)))
+        _engine(environment, text)
 
 
 @_on(events.report_to_master)
@@ -450,12 +605,15 @@ def _worker_report(client_id: str, data: dict[str, Any], **_: Any) -> None:
 
 
 def _on_drain(environment: Environment, msg: Message, **_: Any) -> None:
+    global DRAINING
+    DRAINING = True
+
     def drain() -> None:
         if ENGINE is not None:
-            ENGINE.drain()
-            batch = ENGINE.take()
+            in_flight = ENGINE.drain()
+            batch = {**ENGINE.take(), "in_flight": in_flight}
         else:
-            batch = {"samples": [], "messages": {}}
+            batch = {"samples": [], "messages": {}, "in_flight": 0}
         _runner_of(environment).send_message(DRAINED, batch)
 
     gevent.spawn(drain)
@@ -464,7 +622,19 @@ def _on_drain(environment: Environment, msg: Message, **_: Any) -> None:
 def _on_drained(environment: Environment, msg: Message, **_: Any) -> None:
     if RUN is not None:
         RUN.add(msg.data["samples"], msg.data["messages"])
+        RUN.left_in_flight(f"worker {msg.node_id}", int(msg.data.get("in_flight") or 0))
         RUN.drained.add(msg.node_id)
+
+
+@_on(events.test_stopping)
+def _test_stopping(environment: Environment, **_: Any) -> None:
+    """Locust stops the test itself when it marks every worker missing, and tells the workers to
+    stop, which ends their calls in flight uncounted. While the run drains, a missing worker is
+    more likely a starved one about to send its last calls: the drain (in the shape's greenlet)
+    finishes first, and writes the result."""
+    run = RUN
+    if run is not None and run.draining and not run.finished:
+        wait_until(lambda: run.finished, run.spec.drain_timeout_s + 10 + MISSING_GRACE_S)
 
 
 @_on(events.test_stop)
@@ -489,3 +659,6 @@ def _test_stop(environment: Environment, **_: Any) -> None:
 @_on(events.quitting)
 def _quitting(environment: Environment, **_: Any) -> None:
     _test_stop(environment)
+
+
+_warm_up_boto3()

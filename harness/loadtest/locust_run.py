@@ -11,7 +11,8 @@ written what it measured (``--mme-result``, JSON with epoch times).
 The same child serves the three ways to run: one process (Locust's LocalRunner), ``--processes
 N`` (Locust forks N workers under a master), and ``--master --expect-workers N`` with workers on
 other machines (``mme loadtest --worker --master-host HOST``); workers get the plan from the
-master inside Locust's own spawn message, so nothing is copied by hand.
+master (a message before the phases start; Locust's spawn message for a worker that joins
+later), so nothing is copied by hand.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from emulator.processes import free_port
+from harness.loadtest import locust_run
 from harness.loadtest.locust_run import LOCUSTFILE
 from mme.cli import main
 from tests.loadtest_support import Answer, FakeEndpoint, served
@@ -146,7 +147,62 @@ def test_one_process_all_cores_and_many_machines_give_the_same_report(
     assert _shape(reports["one"]) == _shape(reports["cores"]) == _shape(reports["machines"])
 
 
-@pytest.mark.slow  # ~10 s: Locust marks a worker missing after ~3 s without heartbeat
+# The engine as a starved worker runs it: a process that gets no CPU for seconds (a loaded
+# machine) runs none of its greenlets, so it sends no heartbeat and handles no message. Each stall
+# is a blocking sleep (gevent's patched one would let the other greenlets run). Locust's default
+# liveness makes each stall long enough for the master to mark the worker missing.
+STARVED_LOCUSTFILE = """
+import gevent.monkey
+import locust.runners
+
+from harness.loadtest import locust_engine as engine
+from harness.loadtest.locust_engine import PlanShape, SageMakerUser
+
+locust.runners.HEARTBEAT_LIVENESS = 3
+stall = gevent.monkey.get_original("time", "sleep")
+
+
+class SlowToBuild(engine.LoadProcess):
+    def __init__(self, *args, **kwargs):
+        if engine.RUN is None:  # a worker (the master holds the run)
+            stall({build_s})
+        super().__init__(*args, **kwargs)
+
+
+engine.LoadProcess = SlowToBuild
+drain = engine._on_drain
+
+
+def slow_to_drain(environment, msg, **kwargs):
+    if environment.runner.worker_index == 0:
+        stall({drain_s})
+    drain(environment, msg, **kwargs)
+
+
+engine._on_drain = slow_to_drain
+"""
+
+
+@pytest.mark.slow  # ~25 s: two stalls longer than Locust's ~4 s to mark a worker missing
+def test_starved_workers_lose_no_call_and_start_the_phases_when_they_can_call(
+        endpoint: FakeEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both workers take longer to build their boto3 client than the whole plan lasts, and long
+    # enough for Locust to mark them missing; then worker 0 is silent for 7 s when told to drain
+    # (missing again, while its last calls are not sent yet). Neither is a dead worker.
+    locustfile = tmp_path / "starved_locustfile.py"
+    locustfile.write_text(STARVED_LOCUSTFILE.format(build_s=6, drain_s=7))
+    monkeypatch.setattr(locust_run, "LOCUSTFILE", locustfile)
+    out = tmp_path / "report"
+    assert main(_args(endpoint, tmp_path, out, "--processes", "2", "--no-png",
+                      phases=["2:2"])) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["stop_reason"] == "phases complete"
+    # The phases ran once the workers could call, and every call is in the report.
+    assert report["invocations"] == endpoint.total > 0
+    assert "2 worker(s)" in report["generator"]
+
+
+@pytest.mark.slow  # ~20 s: Locust marks a worker missing after ~10 s without heartbeat
 def test_a_worker_that_dies_is_reported_and_the_run_keeps_what_was_measured(
         endpoint: FakeEndpoint, tmp_path: Path) -> None:
     port = free_port()
