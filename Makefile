@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 EXTRAS := ensembles,harness,docker,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 PYTEST_ARGS ?=
-PYTEST_WORKERS ?= 6
+PYTEST_WORKERS ?= 4
 XDIST := $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder)
 # Thousands of the suite's processes import numpy (pytest workers, mme commands, every Python stub
 # Triton starts for a model). OpenBLAS starts its thread pool as numpy is imported, which costs
