@@ -63,6 +63,7 @@ PORT_ATTEMPTS = 3  # starts on fresh ports when the chosen one was taken meanwhi
 
 
 @functools.cache
+@functools.cache  # the machine's answer for this process's life: probed once
 def private_shm_wrapper() -> tuple[str, ...]:
     """A command prefix that runs Triton with a /dev/shm of its own, or () where none can be made.
 
@@ -259,7 +260,7 @@ class EmbeddedLauncher(SupervisedLauncher, TritonAddresses):
     async def start(self) -> None:
         self.options.repository.mkdir(parents=True, exist_ok=True)
         # A previous run's leftovers (this emulator may have been SIGKILLed mid-run).
-        await asyncio.to_thread(stubs.clean_up, self.stub_registry)
+        await asyncio.to_thread(stubs.clean_up, self.stub_registry, await self._regions_dir())
         stale = await asyncio.to_thread(stubs.sweep_stale, self._work_dir / "backends")
         if stale:
             log.warning("%s: killed %d process(es) a previous run left behind", self._name,
@@ -341,7 +342,8 @@ class EmbeddedLauncher(SupervisedLauncher, TritonAddresses):
         """Triton has exited: end what is left of its process group, remove its shm regions."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)  # surviving stubs keep Triton's pgid
-        removed = await asyncio.to_thread(stubs.clean_up, self.stub_registry)
+        removed = await asyncio.to_thread(stubs.clean_up, self.stub_registry,
+                                          await self._regions_dir())
         if removed:
             log.info("%s: removed %d shared-memory region(s) left behind", self._name,
                      len(removed))
@@ -349,6 +351,12 @@ class EmbeddedLauncher(SupervisedLauncher, TritonAddresses):
         if envs:
             log.info("%s: removed %d Python backend folder(s) left in /tmp by killed Tritons",
                      self._name, len(envs))
+
+    @staticmethod
+    async def _regions_dir() -> Path | None:
+        """Where this Triton's stubs make their shm regions, as seen from here; None when it
+        has a private /dev/shm: they go with it, and the machine's /dev/shm is other Tritons'."""
+        return None if await asyncio.to_thread(private_shm_wrapper) else stubs.SHM_DIR
 
     async def _kill(self) -> None:
         process = self._process

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 SHM_PREFIX = "triton_python_backend_shm_region"
+SHM_DIR = Path("/dev/shm")  # the machine's, as a Triton without a private one uses it
 
 
 def registry_for(repository: Path) -> Path:
@@ -94,8 +95,14 @@ def _is_stub(pid: int) -> bool:
         return False
 
 
-def clean_up(registry: Path) -> list[str]:
+def clean_up(registry: Path, shm_dir: Path | None = SHM_DIR) -> list[str]:
     """After its Triton is gone: kill surviving stubs, unlink their shm regions. Returns them.
+
+    ``shm_dir`` is the ``/dev/shm`` the stubs made their regions in, as this process sees it;
+    None where their Triton had a private one (``embedded.private_shm_wrapper``): the regions
+    went with it, and the same names in the machine's ``/dev/shm`` are then another Triton's
+    (a user's own server numbers its regions the same way, and its stub dies, leaving the
+    model LOADING for ever, when its region is unlinked before the stub opens it).
 
     Only call this when the Triton that started these stubs has exited: a live stub's region is
     in use. Surviving stubs are checked to still be stubs (a pid may have been reused).
@@ -105,9 +112,9 @@ def clean_up(registry: Path) -> list[str]:
         if process_state(stub.pid) not in (None, "Z") and _is_stub(stub.pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(stub.pid, signal.SIGKILL)
-        if stub.shm_region:
+        if stub.shm_region and shm_dir is not None:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"/dev/shm/{stub.shm_region}")
+                (shm_dir / stub.shm_region).unlink()
                 removed.append(stub.shm_region)
         (registry / str(stub.pid)).unlink(missing_ok=True)
     return removed
@@ -130,7 +137,7 @@ def sweep_stale(backends_dir: Path) -> list[int]:
     Only a server that holds its cache folder's lock (emulator/cache_lock.py) may call this:
     what it finds there is then a dead server's, never a live one's.
     """
-    killed, regions = [], []
+    killed = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -140,13 +147,15 @@ def sweep_stale(backends_dir: Path) -> list[int]:
             continue
         if not any(names_folder(arg, backends_dir) for arg in args):
             continue
-        regions += [a.decode() for a in args if a.startswith(SHM_PREFIX.encode())]
+        # Through the process's own root, while it lives: a stub of a Triton with a private
+        # /dev/shm has its region there, and the same name in the machine's /dev/shm may be
+        # another Triton's.
+        for region in (a.decode() for a in args if a.startswith(SHM_PREFIX.encode())):
+            with contextlib.suppress(FileNotFoundError, PermissionError):
+                (entry / "root" / "dev" / "shm" / region).unlink()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(int(entry.name), signal.SIGKILL)
             killed.append(int(entry.name))
-    for region in regions:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"/dev/shm/{region}")
     return killed
 
 

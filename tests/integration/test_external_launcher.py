@@ -4,22 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import textwrap
+import urllib.request
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from emulator.processes import free_port
+from emulator.processes import dies_with_parent, free_port
 from emulator.supervision import LauncherError
-from emulator.triton.embedded import assemble_backends, child_environment, find_tritonserver
+from emulator.triton import python_envs, stubs
+from emulator.triton.embedded import (
+    EmbeddedLauncher,
+    assemble_backends,
+    child_environment,
+    find_tritonserver,
+    private_shm_wrapper,
+)
 from emulator.triton.external import ExternalLauncher
 from emulator.triton.launcher import TritonOptions
 from harness.testmodels import write_vector_model
+from tests.fault_support import SHM, process_group_members
 from tests.launcher_support import restarted_event
-from tests.support import wait_for_async
+from tests.support import wait_for_async, wait_until
 
 MODEL = textwrap.dedent("""
     import triton_python_backend_utils as pb_utils
@@ -32,6 +42,12 @@ MODEL = textwrap.dedent("""
                 out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x * 2)]))
             return out
     """)
+# A call to the user's Triton (a model's load, an inference). Loading this model takes about two
+# seconds, on a 2-core machine beside six CPU-bound processes too (Triton starts the Python
+# stub, which imports numpy); the bound is far above that and well below aiohttp's default five
+# minutes, so a load that never ends (a stub that died: Triton keeps the model LOADING) fails
+# with Triton's log.
+CALL_TIMEOUT_S = 120
 
 
 class UserTriton:
@@ -53,16 +69,40 @@ class UserTriton:
                "--model-control-mode=explicit", f"--backend-directory={self.backends}",
                "--http-address=127.0.0.1", f"--http-port={self.port}", "--allow-grpc=false",
                "--allow-metrics=false"]
+        # It ends with the test's process even when that is killed (no teardown runs then).
+        cmd, preexec_fn = dies_with_parent(cmd)
         log = open(self.work / "triton.log", "ab")  # noqa: SIM115 - closed with the process
         self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                         env=child_environment({}, self.backends),
-                                        start_new_session=True)
+                                        start_new_session=True, preexec_fn=preexec_fn)
         log.close()
 
+    def log_tail(self) -> str:
+        return (self.work / "triton.log").read_text(errors="replace")[-3000:]
+
+    def regions(self) -> list[str]:
+        """The shm regions its Python stubs use: in the machine's /dev/shm, as any Triton
+        started without a /dev/shm of its own makes them."""
+        names = []
+        for pid in process_group_members(self.process.pid) if self.process else []:
+            try:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            names += [a.decode() for a in args if a.startswith(stubs.SHM_PREFIX.encode())]
+        return names
+
     def kill(self) -> None:
+        """SIGKILL its process group (its stubs too), as a crash would; then remove what a
+        killed Triton leaves on the machine (its stubs' shm regions, its python_env folder in
+        /tmp), which other Tritons and tests on this machine would meet."""
         if self.process and self.process.poll() is None:
+            regions = self.regions()
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+            for name in regions:
+                (SHM / name).unlink(missing_ok=True)
+            python_envs.remove_orphans()
 
 
 @pytest.fixture
@@ -103,7 +143,8 @@ def test_waits_for_the_server_then_serves_its_repository(user_triton: UserTriton
         await asyncio.wait_for(starting, 120)
         try:
             assert launcher.is_running()
-            async with aiohttp.ClientSession() as session:
+            timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
                 url = launcher.http_url
                 async with session.post(f"{url}/v2/repository/models/double/load") as resp:
                     assert resp.status == 200, await resp.text()
@@ -111,6 +152,9 @@ def test_waits_for_the_server_then_serves_its_repository(user_triton: UserTriton
                                     "data": [1.5, -2]}]}
                 async with session.post(f"{url}/v2/models/double/infer", json=body) as resp:
                     return (await resp.json())["outputs"][0]["data"]
+        except asyncio.TimeoutError:
+            pytest.fail(f"the user's Triton did not answer within {CALL_TIMEOUT_S}s; its log "
+                        f"ends:\n{user_triton.log_tail()}")
         finally:
             await launcher.stop()
 
@@ -140,3 +184,52 @@ def test_a_restarted_server_triggers_on_restart(user_triton: UserTriton) -> None
 
     asyncio.run(scenario())
     assert launcher.restarts == 1
+
+
+def _post(url: str) -> int:
+    request = urllib.request.Request(url, data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=CALL_TIMEOUT_S) as resp:
+        return int(resp.status)
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=5) as resp:
+            return int(resp.status) == 200
+    except OSError:
+        return False
+
+
+def test_an_emulators_triton_leaves_the_users_shared_memory_alone(user_triton: UserTriton,
+                                                                 tmp_path: Path) -> None:
+    """The user's Triton and the emulator's number their stubs' shm regions alike
+    (``triton_python_backend_shm_region_<n>``), the user's in the machine's /dev/shm, the
+    emulator's in a /dev/shm of its own Triton's. Cleaning up after its Triton, the emulator
+    must not unlink those names in the machine's: a user's stub whose region is gone before it
+    opens it dies, and Triton then keeps that model LOADING for ever."""
+    if not private_shm_wrapper():
+        pytest.skip("no private /dev/shm for the emulator's Triton here (unshare): the two "
+                    "Tritons' regions share one folder and clash anyway")
+    user_triton.start()
+    wait_until(lambda: _ready(user_triton.url), 120, "the user's Triton ready")
+    assert _post(f"{user_triton.url}/v2/repository/models/double/load") == 200
+    regions = user_triton.regions()
+    assert regions and all((SHM / name).exists() for name in regions)
+
+    repository = tmp_path / "emulator" / "repo"
+    shutil.copytree(user_triton.repository, repository)
+    launcher = EmbeddedLauncher(TritonOptions(repository=repository), tmp_path / "emulator")
+
+    async def start_load_stop() -> None:
+        await launcher.start()
+        try:
+            status = await asyncio.to_thread(
+                _post, f"{launcher.http_url}/v2/repository/models/double/load")
+            assert status == 200
+            # Its stubs took the same numbers as the user's.
+            assert {s.shm_region for s in stubs.read(launcher.stub_registry)} & set(regions)
+        finally:
+            await launcher.stop()
+
+    asyncio.run(start_load_stop())
+    assert [name for name in regions if not (SHM / name).exists()] == []

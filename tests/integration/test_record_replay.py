@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from emulator.cloudwatch.statistics import percentile
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
+from harness.loadtest.trace import inter_arrivals, ks_distance
 from tests.client_support import S3, runtime_client
 from tests.support import package, scale_request, wait_until, write_scale_model
 
@@ -82,9 +84,36 @@ def recording(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _replay(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mme", "loadtest", *args], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, **(env or {})})
+# ``mme loadtest`` as its command line runs it, also writing each call's scheduled and actual
+# send time (``replay.Sent``, seconds from the replay's start) to the file named first: the
+# report gives distributions only, and the timing claims below tell what the replayer decides
+# (when each call is due) from what the machine did (how late it let the process run).
+_KEEPING_CALLS = """
+import json, sys
+from harness.loadtest import replay
+from mme.cli import main
+
+def keeping(run_replay):
+    async def run(*args, **kwargs):
+        sent = await run_replay(*args, **kwargs)
+        with open(sys.argv[1], "w") as out:
+            json.dump([[s.scheduled_s, s.sent_s] for s in sent], out)
+        return sent
+    return run
+
+replay.replay = keeping(replay.replay)
+raise SystemExit(main(["loadtest", *sys.argv[2:]]))
+"""
+# A call that left within this of its offset left on time.
+ON_TIME_MS = 5.0
+
+
+def _replay(*args: str, env: dict[str, str] | None = None, calls: Path | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    command = ([sys.executable, "-c", _KEEPING_CALLS, str(calls)] if calls is not None
+               else [sys.executable, "-m", "mme", "loadtest"])
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +152,7 @@ def test_a_recording_replays_with_the_same_calls_per_model(
         client.invoke_endpoint(EndpointName="local", TargetModel=target,
                                ContentType="application/json", Body=scale_request([1, 2, 3, 4]))
     done = _replay("--trace", str(recording), "--url", replaying_server.url, "--out",
-                   str(tmp_path), "--report-format", "aiperf")
+                   str(tmp_path), "--report-format", "aiperf", calls=tmp_path / "calls.json")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     summary = json.loads((tmp_path / "replay.json").read_text())
     recorded = [json.loads(line) for line in recording.read_text().splitlines()]
@@ -132,14 +161,44 @@ def test_a_recording_replays_with_the_same_calls_per_model(
         x["target_model"] == "missing.tar.gz" for x in recorded)
     assert summary["errors"] == {"ValidationError": summary["per_model"]["missing.tar.gz"][
         "replayed"]}  # the recorded errors, and no other
-    # The loop's timers resolve a millisecond and a busy machine delays some more: the gaps
-    # move a little, the distribution stays (a KS distance of 1 would be no overlap at all).
-    assert summary["inter_arrival_ks"] < 0.3
-    assert summary["offset_error_ms"]["p50"] < 5
     hits = summary["cache_hit_ratio"]  # the recording's first calls of each model missed
     assert abs(hits["recorded"] - hits["replayed"]) < 0.1
-    print(f"\n[replay] {summary['calls']} calls, KS {summary['inter_arrival_ks']}, late "
-          f"{summary['offset_error_ms']}, hits {hits}")
+
+    # The timing. Each call is due at its recorded offset after the start; when it leaves also
+    # depends on when the machine runs the replayer: a busy one holds it for milliseconds (tens,
+    # at times hundreds), and the calls due meanwhile leave together as it catches up. Over
+    # all calls the gaps then measure the machine (a KS distance of 0.3 to 0.55 on a 2-core
+    # machine beside six CPU-bound processes; 0.08 on an idle one), so the claims are on what
+    # the replayer decides, each call's send time against its due time.
+    calls = json.loads((tmp_path / "calls.json").read_text())  # [due, sent], by due time
+    times = sorted(x["time"] for x in recorded)
+    assert [due for due, _ in calls] == pytest.approx([t - times[0] for t in times], abs=1e-6)
+    late_ms = [(sent - due) * 1e3 for due, sent in calls]
+    assert min(late_ms) > -0.001  # none leaves before it is due
+    # The schedule is absolute (start + offset): a call that was due well before the call
+    # ahead of it left goes right behind that one, less late than it: the replayer catches up
+    # (83 to 98 % of such pairs beside six CPU-bound processes; the machine may still hold it
+    # between two sends). One that slept each gap in turn would carry every delay on to all
+    # later calls, each later than the one ahead (1 such pair in 300 catches up, idle or busy).
+    behind = [(late_ms[i], late_ms[i + 1]) for i in range(len(calls) - 1)
+              if (calls[i][1] - calls[i + 1][0]) * 1e3 > 2]  # due 2 ms before the one ahead left
+    caught_up = sum(late_b < late_a for late_a, late_b in behind)
+    assert caught_up >= len(behind) // 2 - 1, (caught_up, len(behind))
+    # Where the machine let the calls leave on time, the gaps between them are the recording's
+    # (a distance of 1 would be no overlap at all; measured 0.08 idle, 0.08 to 0.21 busy). The
+    # loop's timers resolve a millisecond: the gaps move a little, the distribution stays.
+    on_time = [call for call, late in zip(calls, late_ms, strict=True) if late <= ON_TIME_MS]
+    assert len(on_time) >= max(20, len(calls) // 10), (len(on_time), summary["offset_error_ms"])
+    ks_on_time = ks_distance(inter_arrivals([due for due, _ in on_time]),
+                             inter_arrivals([sent for _, sent in on_time]))
+    assert ks_on_time < 0.3
+    # The report's figures are these calls'.
+    assert summary["inter_arrival_ks"] == round(ks_distance(
+        inter_arrivals([due for due, _ in calls]), inter_arrivals([sent for _, sent in calls])), 4)
+    assert summary["offset_error_ms"]["p50"] == round(percentile(late_ms, 50), 3)
+    print(f"\n[replay] {summary['calls']} calls, KS {summary['inter_arrival_ks']} (over the "
+          f"{len(on_time)} on time: {ks_on_time:.4f}), late {summary['offset_error_ms']}, "
+          f"caught up {caught_up}/{len(behind)}, hits {hits}")
     aiperf = json.loads((tmp_path / "profile_export_aiperf.json").read_text())
     assert aiperf["request_latency"]["unit"] == "ms"
     assert aiperf["request_count"]["avg"] + aiperf["error_request_count"]["avg"] == len(recorded)
