@@ -15,7 +15,7 @@ import pytest
 from botocore.stub import Stubber
 
 from harness import component_deployer
-from harness.deployer import Clients, Deployer
+from harness.deployer import Clients, Deployer, deployment_config
 from harness.deployment import ComponentSpec, DeployConfig, Interrupted
 from harness.model_versions import ModelStore
 
@@ -111,3 +111,55 @@ def test_ctrl_c_in_create_endpoint_leaves_the_creation_asked_only_where_taken(st
         assert "the creation of endpoint demo to new continues" in str(interrupted)
     else:  # the run's own clean-up follows (it deletes what it made): nothing was asked
         assert deployer._asked is None
+
+
+def _endpoint(status: str, config: str) -> dict[str, Any]:
+    return {"EndpointName": "demo", "EndpointArn": f"{ARN}:endpoint/demo",
+            "EndpointConfigName": config, "EndpointStatus": status, "CreationTime": NOW,
+            "LastModifiedTime": NOW}
+
+
+@pytest.mark.parametrize("stage", ["after-call", "provide-client-params"])
+def test_ctrl_c_in_a_guarded_update_endpoint_leaves_it_asked_only_where_taken(stage: str) -> None:
+    deployer, _, stub = _deployer(stage, "UpdateEndpoint")
+    guarded = deployment_config("canary", 600, canary_size="10%", termination_wait_s=120,
+                                rollback_alarms=["demo-5xx"])
+    config = DeployConfig("demo", [], wait_delay_s=0, deployment_config=guarded)
+    with stub:
+        stub.add_response("describe_endpoint", _endpoint("InService", "old"))
+        if stage == "after-call":
+            stub.add_response("update_endpoint", {"EndpointArn": f"{ARN}:endpoint/demo"})
+            stub.add_response("describe_endpoint", _endpoint("Updating", "old"))
+        else:
+            stub.add_response("describe_endpoint", _endpoint("InService", "old"))
+        raised = _outcome(lambda: deployer._ensure_endpoint(config, "new"))
+        stub.assert_no_pending_responses()
+    assert type(raised) is KeyboardInterrupt
+    if stage == "after-call":  # taken: it goes on, its rollback alarms watching it
+        interrupted = deployer._interrupted(config, "new", cast(ModelStore, None), [])
+        assert interrupted.kind == "guarded" and interrupted.alarms == ["demo-5xx"]
+        assert "the guarded update of endpoint demo to new continues" in str(interrupted)
+    else:
+        assert deployer._asked is None
+
+
+@pytest.mark.parametrize("stage", ["after-call", "provide-client-params"])
+def test_ctrl_c_in_update_inference_component_says_what_the_service_took(stage: str) -> None:
+    deployer, _, stub = _deployer(stage, "UpdateInferenceComponent")
+    running = {**_component("InService"), "Specification": {"ModelName": "m0"}}
+    with stub:
+        stub.add_response("describe_inference_component", running)
+        if stage == "after-call":
+            stub.add_response("update_inference_component",
+                              {"InferenceComponentArn": f"{ARN}:ic/slow"})
+            stub.add_response("describe_inference_component", _component("Updating"))
+        else:
+            stub.add_response("describe_inference_component", running)
+        raised = _outcome(lambda: _create_component(deployer))
+        stub.assert_no_pending_responses()
+    if stage == "after-call":
+        assert isinstance(raised, Interrupted) and raised.kind == "component-update", raised
+        assert "the update of inference component slow continues in endpoint shared" in (
+            str(raised))
+    else:
+        assert type(raised) is KeyboardInterrupt
