@@ -106,18 +106,48 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-# Seconds spent per module (setup, call and teardown of its tests, summed over workers), when
-# its first test started and its last ended (epoch s), and the worker that ran it.
+# Seconds spent per module (setup, call and teardown of its tests, summed over workers), the
+# CPU-seconds it used, when its first test started and its last ended (epoch s), and the worker
+# that ran it.
 _MODULE_SECONDS: dict[str, float] = defaultdict(float)
+_MODULE_CPU: dict[str, float] = defaultdict(float)
 _MODULE_SPANS: dict[str, tuple[float, float]] = {}
 _MODULE_WORKERS: dict[str, str] = {}
 DURATIONS_FILE = "test-durations.txt"
+
+
+_CPU_MARK = pytest.StashKey[float]()
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU-seconds and those of its children that have ended and been waited for:
+    the servers' Tritons with their Python stubs, the ``mme`` commands. A docker container's
+    processes are not counted, nor a stop that ends while the next module runs."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_CPU_MARK] = _cpu_seconds()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Each phase's report carries the CPU-seconds the phase used (as a user property, which
+    xdist sends to the controller with the report)."""
+    report = yield
+    now = _cpu_seconds()
+    report.user_properties.append(("cpu_s", now - item.stash.get(_CPU_MARK, now)))
+    item.stash[_CPU_MARK] = now
+    return report
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     half = " [docker]" if "docker" in report.keywords else ""
     module = report.nodeid.split("::")[0] + half
     _MODULE_SECONDS[module] += report.duration
+    _MODULE_CPU[module] += float(dict(report.user_properties).get("cpu_s", 0.0))
     first, last = _MODULE_SPANS.get(module, (report.start, report.stop))
     _MODULE_SPANS[module] = (min(first, report.start), max(last, report.stop))
     gateway = getattr(getattr(report, "node", None), "gateway", None)  # set by xdist
@@ -135,17 +165,21 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     total = sum(seconds for _, seconds in ranked)
     began = min(first for first, _ in _MODULE_SPANS.values())
 
+    cpu = sum(_MODULE_CPU.values())
+
     def line(module: str, seconds: float) -> str:
         first, last = _MODULE_SPANS[module]
-        return (f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  {first - began:5.0f}-"
-                f"{last - began:4.0f} s  {_MODULE_WORKERS.get(module, '-'):>4}  {module}")
+        return (f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  {_MODULE_CPU[module]:7.1f}  "
+                f"{first - began:5.0f}-{last - began:4.0f} s  "
+                f"{_MODULE_WORKERS.get(module, '-'):>4}  {module}")
 
     lines = [line(module, seconds) for module, seconds in ranked]
     Path(config.rootpath, DURATIONS_FILE).write_text(
-        f"{total:8.1f} s  100.0 %  {'ran (s from the start)':>13}  worker  all modules "
-        "(test-seconds summed over workers)\n" + "\n".join(lines) + "\n")
-    terminalreporter.write_sep("=", f"slowest modules ({total:.0f} test-seconds in all; "
-                                    f"every module in {DURATIONS_FILE})")
+        f"{total:8.1f} s  100.0 %  {cpu:7.1f}  {'ran (s from the start)':>13}  worker  "
+        "all modules (test-seconds summed over workers; CPU-seconds of the worker and of the "
+        "processes it waited for)\n" + "\n".join(lines) + "\n")
+    terminalreporter.write_sep("=", f"slowest modules ({total:.0f} test-seconds and {cpu:.0f} "
+                                    f"CPU-seconds in all; every module in {DURATIONS_FILE})")
     for text in lines[:15]:
         terminalreporter.write_line(text)
     terminalreporter.write_sep("-", "the modules that ended last")
