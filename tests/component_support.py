@@ -27,8 +27,8 @@ ROLE = "arn:aws:iam::123456789012:role/sagemaker"
 RESOURCES = {"NumberOfCpuCoresRequired": 0.5, "MinMemoryRequiredInMb": 512}
 # One-line Triton scale models (X -> X * scale): a copy of one starts in about a second.
 DOUBLE_AND_TRIPLE = {"double": 2.0, "triple": 3.0}
-# Between a call stream's calls: a hundred or more a second, without taking a core for it.
-PAUSE_S = 0.005
+# Between a call stream's calls: dozens a second, without taking most of a core for it.
+PAUSE_S = 0.02
 
 
 class ComponentServer:
