@@ -12,10 +12,12 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from emulator.settings import InvalidSettings, Settings, add_flags, flag_fields
 from mme.arguments import check_paths, refuse_negative_numbers
+
+if TYPE_CHECKING:
+    from emulator.settings import Settings
 
 log = logging.getLogger("mme.cli")
 
@@ -78,12 +80,16 @@ def add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         description="Run a local SageMaker multi-model endpoint. Each flag may also be given as "
                     "an MME_<FLAG> environment variable (e.g. MME_MEMORY_BUDGET=2GiB).",
     )
+    from emulator.settings import add_flags  # here: pydantic-settings is 0.4 CPU-s to import
+
     add_flags(p)
     p.set_defaults(func=run_serve)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Flags given win over ``MME_*`` variables; raises ``InvalidSettings`` naming the flag."""
+    from emulator.settings import Settings, flag_fields
+
     return Settings.from_env(**{name: getattr(args, name, None) for name, _, _ in flag_fields()})
 
 
@@ -93,6 +99,7 @@ def run_serve(args: argparse.Namespace,
     from emulator.malloc import tune_malloc
 
     tune_malloc()  # this process is the server: large bodies reused, one arena (before threads)
+    from emulator.settings import InvalidSettings
     from mme.serve import serve
 
     try:

@@ -59,3 +59,21 @@ def test_mme_lint_loads_neither_the_load_tests_nor_the_benchmarks() -> None:
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             check=True).stdout.strip()
     assert loaded == "[]"
+
+
+@pytest.mark.parametrize("command", [["package", "x"], ["build", "x"], ["alarm", "list"]])
+def test_a_command_without_serve_flags_does_not_load_the_settings(command: list[str]) -> None:
+    """pydantic-settings (the ``mme serve`` flags) costs 0.4 CPU-s to import: a command that
+    takes none of them, and every mistake it stops on, starts without it."""
+    probe = (f"import sys; from mme.cli import build_parser; build_parser({command!r}); "
+             "print(sorted(m for m in sys.modules if m.startswith(('pydantic_settings', "
+             "'emulator.settings'))))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert loaded == "[]"
+
+
+def test_serve_still_takes_its_flags_from_the_settings() -> None:
+    args = build_parser(["serve", "--memory-budget", "2GiB"]).parse_args(
+        ["serve", "--memory-budget", "2GiB"])
+    assert args.memory_budget == "2GiB"
