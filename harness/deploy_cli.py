@@ -33,7 +33,6 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from emulator.settings import DeprecatedVariable
 from harness.component_deployer import ROUTING_STRATEGIES, check_component
 from harness.deploy_checks import check_container, check_guarded, check_instance_type
 from harness.deployer import (
@@ -254,6 +253,8 @@ def emulator_url(flag: str | None, env: Mapping[str, str] = os.environ) -> str:
     if env.get("MME_EMULATOR_URL"):
         return env["MME_EMULATOR_URL"]
     if env.get("MME_URL"):
+        from emulator.settings import DeprecatedVariable  # here: the settings load pydantic
+
         warnings.warn("MME_URL is deprecated: set MME_EMULATOR_URL instead (same value)",
                       DeprecatedVariable, stacklevel=2)
         return env["MME_URL"]
