@@ -61,7 +61,8 @@ def test_mme_lint_loads_neither_the_load_tests_nor_the_benchmarks() -> None:
     assert loaded == "[]"
 
 
-@pytest.mark.parametrize("command", [["package", "x"], ["build", "x"], ["alarm", "list"]])
+@pytest.mark.parametrize("command", [["package", "x"], ["build", "x"], ["alarm", "list"],
+                                     ["deploy", "x"]])
 def test_a_command_without_serve_flags_does_not_load_the_settings(command: list[str]) -> None:
     """pydantic-settings (the ``mme serve`` flags) costs 0.4 CPU-s to import: a command that
     takes none of them, and every mistake it stops on, starts without it."""
