@@ -184,10 +184,16 @@ def result_from_json(data: dict[str, Any], plan: LoadPlan, label: str = "") -> L
 # --- running Locust as a child --------------------------------------------------------------
 
 
+# A user that a phase's ramp-down stops finishes the call it has in flight, up to the client's
+# read timeout (70 s), and that call is counted. Without it Locust kills the user mid-call: the
+# endpoint serves the call, the report never sees it. The master passes it to its workers.
+USER_STOP_TIMEOUT_S = 75
+
+
 def locust_command(spec_path: Path, result_path: Path, engine: Engine) -> list[str]:
     cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--mme-plan", str(spec_path),
            "--mme-result", str(result_path), "--loglevel", "WARNING", "--only-summary",
-           "--exit-code-on-error", "0"]
+           "--exit-code-on-error", "0", "--stop-timeout", str(USER_STOP_TIMEOUT_S)]
     if engine.web:  # the web UI, started at once and closed when the plan is over
         cmd += ["--autostart", "--autoquit", "0"]
         if engine.web_port:

@@ -22,6 +22,7 @@ from harness.loadtest.report import summarize, write_report
 from harness.loadtest.runner import PHASES_COMPLETE
 from harness.loadtest.session import auto_request, emulator, run_http
 from harness.model_store import package_repository
+from tests.support import package, write_scale_model
 
 pytestmark = pytest.mark.slow
 
@@ -205,3 +206,22 @@ def test_mme_sweep_measures_each_variant(
     # 8 users on one instance: unbatched, one request per 20 ms; batched, up to 8.
     assert batched > 1.5 * base
     assert (out / "batched" / "report.json").is_file()
+
+
+def test_a_user_stopped_by_a_ramp_down_finishes_its_call_and_it_is_counted(
+        tmp_path: Path) -> None:
+    """Three users whose calls take 1.5 s, then one: the two users the second phase stops are
+    mid-call; their calls end and are in the report (Locust alone would kill them mid-call: the
+    endpoint served them, the report would not say so)."""
+    store = tmp_path / "store"
+    store.mkdir()
+    package(write_scale_model(tmp_path / "w", "slow", run_seconds="1.5"),
+            store / "slow.tar.gz", "folder")
+    plan = LoadPlan(phases=(Phase(3, 100, 1.0), Phase(1, 0, 1.0)),
+                    target_models=("slow.tar.gz",), popularity=Popularity("uniform"))
+    with emulator(store, tmp_path / "emulator", {}) as base_url:
+        request = auto_request(store / "slow.tar.gz")
+        asyncio.run(run_http(base_url, "local", plan, request, poll_s=0.2))  # a cold load first
+        result = asyncio.run(run_http(base_url, "local", plan, request, poll_s=0.2))
+    first_second = [s for s in result.samples if s.start < 1.0]
+    assert len(first_second) >= 3 and all(s.status == 200 for s in first_second), result.samples
