@@ -14,6 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# A load client's read timeout on one InvokeEndpoint call: SageMaker gives a model 60 s to answer.
+CALL_TIMEOUT_S = 70.0
+# How long the calls in flight are waited for when a ramp-down stops their users or the run ends:
+# a whole call and a margin, so every call the endpoint served is counted.
+IN_FLIGHT_WAIT_S = CALL_TIMEOUT_S + 5.0
+
 
 class PlanError(ValueError):
     """A phase, stopping condition or popularity that cannot be run."""

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from harness.loadtest.config import CALL_TIMEOUT_S
+
 # Per-request figures the emulator may add to its responses (not part of SageMaker's contract).
 MODEL_LATENCY_HEADER = "X-Mme-Model-Latency-Us"
 CACHE_HIT_HEADER = "X-Mme-Model-Cache-Hit"
@@ -118,7 +120,7 @@ class HttpInvoker:
         body: bytes,
         content_type: str,
         *,
-        timeout_s: float = 70.0,
+        timeout_s: float = CALL_TIMEOUT_S,
         accept: str | None = None,
     ) -> None:
         self._url = f"{url.rstrip('/')}/endpoints/{endpoint_name}/invocations"

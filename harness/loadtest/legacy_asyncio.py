@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from harness.loadtest.config import LoadPlan
+from harness.loadtest.config import IN_FLIGHT_WAIT_S, LoadPlan
 from harness.loadtest.invokers import Invoker
 from harness.loadtest.popularity import Chooser
 from harness.loadtest.runner import INTERRUPTED, PHASES_COMPLETE, Controller, LoadResult, Sample
@@ -19,7 +19,7 @@ __all__ = ["INTERRUPTED", "PHASES_COMPLETE", "run_asyncio_load"]
 
 
 async def run_asyncio_load(plan: LoadPlan, invoker: Invoker, *, tick_s: float = 0.05,
-                           drain_timeout_s: float = 75.0) -> LoadResult:
+                           drain_timeout_s: float = IN_FLIGHT_WAIT_S) -> LoadResult:
     loop = asyncio.get_running_loop()
     clock = loop.time
     start = clock()

@@ -52,7 +52,7 @@ from locust.rpc import Message
 from locust.runners import STATE_MISSING, MasterRunner, Runner, WorkerNode, WorkerRunner
 
 from emulator.processes import wait_until
-from harness.loadtest.config import PlanError
+from harness.loadtest.config import CALL_TIMEOUT_S, IN_FLIGHT_WAIT_S, PlanError
 from harness.loadtest.invokers import Outcome, call_boto3
 from harness.loadtest.locust_run import (
     END_SIGNAL,
@@ -118,7 +118,7 @@ def _client(spec: Spec, pool: int) -> Any:
     elif spec.target.region:
         extra["region_name"] = spec.target.region
     return session.client("sagemaker-runtime", config=Config(
-        max_pool_connections=pool, read_timeout=70, connect_timeout=10,
+        max_pool_connections=pool, read_timeout=CALL_TIMEOUT_S, connect_timeout=10,
         retries={"total_max_attempts": 1, "mode": "standard"}), **extra)
 
 
@@ -503,7 +503,7 @@ def _init(environment: Environment, **_: Any) -> None:
     global ENGINE, RUN
     options = environment.parsed_options
     runner = environment.runner
-    if isinstance(runner, WorkerRunner):  # the plan comes from the master
+    if isinstance(runner, WorkerRunner):  # the plan comes from the master, and the stop timeout
         runner.register_message(PREPARE, _on_prepare)
         runner.register_message(DRAIN, _on_drain)
         return
@@ -515,6 +515,12 @@ def _init(environment: Environment, **_: Any) -> None:
     except (OSError, PlanError) as exc:  # refused before any load is sent
         _refuse(f"{options.mme_plan}: {exc}")
     options.mme_spec = text  # Locust sends custom options to each worker with every spawn
+    if not environment.stop_timeout:
+        # A user that a phase's ramp-down stops finishes the call it has in flight, and the call
+        # is counted; Locust's default kills it mid-call: the endpoint served it, the report
+        # would not know. Locust's spawner waits for it, so the next user-count change can come
+        # up to that call's length late. An explicit --stop-timeout is kept.
+        environment.stop_timeout = IN_FLIGHT_WAIT_S
     RUN = Run(environment, spec, Path(options.mme_result) if options.mme_result else None,
               Path(options.mme_report) if options.mme_report else None, spec_text=text)
     if isinstance(runner, MasterRunner):

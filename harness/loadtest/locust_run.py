@@ -31,6 +31,7 @@ from typing import Any
 
 from emulator.processes import dies_with_parent, free_port
 from harness.loadtest.config import (
+    IN_FLIGHT_WAIT_S,
     LoadPlan,
     PlanError,
     StoppingConditions,
@@ -115,7 +116,7 @@ def plan_from_dict(data: dict[str, Any]) -> LoadPlan:
 
 
 def spec_json(plan: LoadPlan, target: Target, request: Request, *, think_s: float = 0.0,
-              label: str = "", drain_timeout_s: float = 75.0) -> str:
+              label: str = "", drain_timeout_s: float = IN_FLIGHT_WAIT_S) -> str:
     return json.dumps({
         "plan": plan_to_dict(plan),
         "endpoint": target.endpoint, "url": target.url, "region": target.region,
@@ -143,7 +144,7 @@ class Spec:
                 target=Target(data["endpoint"], data.get("url"), data.get("region")),
                 request=Request(base64.b64decode(data["body"]), data["content_type"]),
                 think_s=float(data.get("think_s") or 0.0), label=str(data.get("label") or ""),
-                drain_timeout_s=float(data.get("drain_timeout_s") or 75.0))
+                drain_timeout_s=float(data.get("drain_timeout_s") or IN_FLIGHT_WAIT_S))
         except PlanError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
@@ -184,16 +185,10 @@ def result_from_json(data: dict[str, Any], plan: LoadPlan, label: str = "") -> L
 # --- running Locust as a child --------------------------------------------------------------
 
 
-# A user that a phase's ramp-down stops finishes the call it has in flight, up to the client's
-# read timeout (70 s), and that call is counted. Without it Locust kills the user mid-call: the
-# endpoint serves the call, the report never sees it. The master passes it to its workers.
-USER_STOP_TIMEOUT_S = 75
-
-
 def locust_command(spec_path: Path, result_path: Path, engine: Engine) -> list[str]:
     cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--mme-plan", str(spec_path),
            "--mme-result", str(result_path), "--loglevel", "WARNING", "--only-summary",
-           "--exit-code-on-error", "0", "--stop-timeout", str(USER_STOP_TIMEOUT_S)]
+           "--exit-code-on-error", "0"]
     if engine.web:  # the web UI, started at once and closed when the plan is over
         cmd += ["--autostart", "--autoquit", "0"]
         if engine.web_port:
@@ -237,7 +232,7 @@ async def run_load(
     label: str = "",
     engine: Engine = Engine(),
     interrupt: asyncio.Event | None = None,
-    drain_timeout_s: float = 75.0,
+    drain_timeout_s: float = IN_FLIGHT_WAIT_S,
     locust_log: Path | None = None,
 ) -> LoadResult:
     """Run ``plan`` on Locust against ``target``; ``interrupt`` set (Ctrl-C) asks Locust to end
