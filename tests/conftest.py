@@ -6,7 +6,10 @@ The emulator with a real embedded (or docker) Triton, a real HTTP S3 server, bot
 from __future__ import annotations
 
 import os
+import resource
 import signal
+import subprocess
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -155,6 +158,20 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _MODULE_WORKERS[module] = gateway.id
 
 
+def machine_gauge(runs: int = 3) -> float:
+    """CPU-seconds this machine takes to start Python and import numpy (the median of ``runs``):
+    what the suite does hundreds of times (each Triton stub, each command). It tells a slow day
+    of a shared VM from a slower suite: on one 2-vCPU VM, a stub took about 0.1 on a quick day
+    and 0.4 on a slow one, while a pure-Python loop ran just as fast on the slow day."""
+    spent = []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-c", "import numpy"], check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        spent.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return sorted(spent)[len(spent) // 2]
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Where the suite's time goes, per module: the slowest in the log, all in a file, with
     when each module ran (seconds from the first test's start) and on which worker, so that
@@ -174,12 +191,15 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                 f"{_MODULE_WORKERS.get(module, '-'):>4}  {module}")
 
     lines = [line(module, seconds) for module, seconds in ranked]
+    gauge = (f"the machine: {machine_gauge():.2f} CPU-seconds to start Python and import numpy, "
+             "measured after the run")
     Path(config.rootpath, DURATIONS_FILE).write_text(
         f"{total:8.1f} s  100.0 %  {cpu:7.1f}  {'ran (s from the start)':>13}  worker  "
         "all modules (test-seconds summed over workers; CPU-seconds of the worker and of the "
-        "processes it waited for)\n" + "\n".join(lines) + "\n")
+        f"processes it waited for); {gauge}\n" + "\n".join(lines) + "\n")
     terminalreporter.write_sep("=", f"slowest modules ({total:.0f} test-seconds and {cpu:.0f} "
                                     f"CPU-seconds in all; every module in {DURATIONS_FILE})")
+    terminalreporter.write_line(gauge)
     for text in lines[:15]:
         terminalreporter.write_line(text)
     terminalreporter.write_sep("-", "the modules that ended last")
