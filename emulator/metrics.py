@@ -17,6 +17,7 @@ import bisect
 import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -98,12 +99,22 @@ class ExtraSeries:
         return HOST_METRICS if self.host_metrics else frozenset()
 
 
+# The moment the samples recorded in this context are stamped with, on the emulator's timeline
+# (None: the moment they are recorded). The utilization sampler sets it to its tick: a tick
+# that runs late (a busy machine, a queue for threads) still gives the period it belongs to its
+# one datapoint, as SageMaker's publishing does, instead of two in the next period and none in
+# its own (an alarm would read missing data). Set per task or thread, so calls recorded
+# meanwhile are stamped when they end.
+SAMPLED_AT: ContextVar[float | None] = ContextVar("SAMPLED_AT", default=None)
+
+
 class MetricSink(Protocol):
     """Where every sample also goes (the CloudWatch API's store, ``emulator/cloudwatch``)."""
 
     def record_many(self, dimensions: Mapping[str, str],
                     samples: Sequence[SinkSample]) -> None:
-        """Samples under one set of dimensions, in order, stamped now."""
+        """Samples under one set of dimensions, in order, stamped now (at ``SAMPLED_AT``
+        where it is set)."""
 
 
 @dataclass

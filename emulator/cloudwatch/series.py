@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from emulator.clock import Clock
+from emulator.metrics import SAMPLED_AT
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +117,12 @@ class MetricStore:
     def record_many(self, dimensions: Mapping[str, str],
                     samples: Sequence[tuple[str, str, str, float]]) -> None:
         """The fleet's metric sink (``emulator.metrics.MetricSink``): samples (namespace, unit,
-        metric name, value) under one set of dimensions, stamped now. An invocation records
-        six to nine at once, so they share one clock reading and one lock."""
+        metric name, value) under one set of dimensions, stamped now (at ``SAMPLED_AT`` where
+        it is set: a periodic sample's tick). An invocation records six to nine at once, so
+        they share one clock reading and one lock."""
         dims: Dimensions = tuple(sorted(dimensions.items()))
-        now = self.clock.now()
+        at = SAMPLED_AT.get()
+        now = self.clock.now() if at is None else at
         series_of = self._series
         with self._lock:
             for namespace, unit, metric_name, value in samples:

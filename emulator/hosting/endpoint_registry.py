@@ -29,7 +29,7 @@ from emulator.hosting.spec import (
 from emulator.hosting.utilization import UtilizationSampler
 from emulator.manager.model_manager import ModelManager
 from emulator.manager.sources import source_for
-from emulator.metrics import MetricSink
+from emulator.metrics import SAMPLED_AT, MetricSink
 from emulator.settings import Settings
 from emulator.supervision import STOPPING_AT_ONCE
 from emulator.transitions import TransitionTable
@@ -394,10 +394,13 @@ class EndpointRegistry:
             waited = {name: waited[name] for name in periods}
             if not due:
                 continue
+            stamp = SAMPLED_AT.set(tick_at)  # to_thread runs the sample in this context
             try:
                 await asyncio.to_thread(self.sample_utilization, due)
             except Exception:  # a failed sample must not stop the next ones
                 log.exception("utilization sample failed")
+            finally:
+                SAMPLED_AT.reset(stamp)
 
     def sample_utilization(self, names: list[str] | None = None) -> None:
         """One sample of the utilization metrics of every instance (of the endpoints named;
