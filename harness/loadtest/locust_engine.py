@@ -519,7 +519,7 @@ def _init(environment: Environment, **_: Any) -> None:
         # A user that a phase's ramp-down stops finishes the call it has in flight, and the call
         # is counted; Locust's default kills it mid-call: the endpoint served it, the report
         # would not know. Locust's spawner waits for it, so the next user-count change can come
-        # up to that call's length late. An explicit --stop-timeout is kept.
+        # up to that call's length late. A --stop-timeout given is kept (0 is Locust's default).
         environment.stop_timeout = IN_FLIGHT_WAIT_S
     RUN = Run(environment, spec, Path(options.mme_result) if options.mme_result else None,
               Path(options.mme_report) if options.mme_report else None, spec_text=text)
