@@ -44,8 +44,16 @@ def test_real_tritonserver_accepts_every_translated_flag(tmp_path: Path) -> None
         await launcher.start()
         try:
             metrics_url = f"http://127.0.0.1:{env['SAGEMAKER_TRITON_METRICS_PORT']}/metrics"
-            async with aiohttp.ClientSession() as session, session.get(metrics_url) as resp:
-                return resp.status
+            async with aiohttp.ClientSession() as session:
+                # Readiness is answered on the HTTP port; the metrics port is polled rather
+                # than tried once (a single refused connection failed this on a loaded runner).
+                for _ in range(300):
+                    try:
+                        async with session.get(metrics_url) as resp:
+                            return resp.status
+                    except aiohttp.ClientConnectorError:
+                        await asyncio.sleep(0.1)
+            raise AssertionError(f"nothing listened on {metrics_url} within 30 s of ready")
         finally:
             await launcher.stop()
 
