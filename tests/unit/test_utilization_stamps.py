@@ -32,7 +32,7 @@ def test_a_sample_that_runs_late_is_stamped_at_its_tick_and_a_call_meanwhile_at_
     settings = Settings.from_env(env={})
     registry = EndpointRegistry(settings, InstanceFactory(settings).build, sink=store,
                                 sample_period_s=PERIOD_S, clock=clock)
-    registry.all = lambda: [SimpleNamespace(name="e", publish_period_s=60)]  # type: ignore[method-assign]
+    registry.all = lambda: [SimpleNamespace(name="e", publish_period_s=60)]  # type: ignore[method-assign, list-item]
     ran_at: list[float] = []
     call_recorded = threading.Event()
     call_stamp: list[float] = []
@@ -56,7 +56,7 @@ def test_a_sample_that_runs_late_is_stamped_at_its_tick_and_a_call_meanwhile_at_
             store.record_many({"EndpointName": "e"},
                               ((NAMESPACE, "Percent", "CPUUtilization", 50.0),))
 
-        registry.sample_utilization = late_sample  # type: ignore[method-assign]
+        registry.sample_utilization = late_sample  # type: ignore[method-assign, list-item]
         request = asyncio.create_task(invocation())
         registry._ensure_sampler()
         try:
