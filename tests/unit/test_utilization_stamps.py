@@ -56,7 +56,7 @@ def test_a_sample_that_runs_late_is_stamped_at_its_tick_and_a_call_meanwhile_at_
             store.record_many({"EndpointName": "e"},
                               ((NAMESPACE, "Percent", "CPUUtilization", 50.0),))
 
-        registry.sample_utilization = late_sample  # type: ignore[method-assign, list-item]
+        registry.sample_utilization = late_sample  # type: ignore[method-assign]
         request = asyncio.create_task(invocation())
         registry._ensure_sampler()
         try:
