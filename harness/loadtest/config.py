@@ -21,6 +21,13 @@ CALL_TIMEOUT_S = 70.0
 IN_FLIGHT_WAIT_S = CALL_TIMEOUT_S + 5.0
 
 
+def user_stop_timeout(given: float | None) -> float:
+    """How long a user that a ramp-down stops may finish the call it has in flight (Locust's
+    ``stop_timeout``): the one given, else a whole call and its margin, so the call is counted.
+    Locust's default, 0 (kill it mid-call), cannot be told from none, so 0 counts as none."""
+    return given if given else IN_FLIGHT_WAIT_S
+
+
 class PlanError(ValueError):
     """A phase, stopping condition or popularity that cannot be run."""
 

@@ -52,7 +52,7 @@ from locust.rpc import Message
 from locust.runners import STATE_MISSING, MasterRunner, Runner, WorkerNode, WorkerRunner
 
 from emulator.processes import wait_until
-from harness.loadtest.config import CALL_TIMEOUT_S, IN_FLIGHT_WAIT_S, PlanError
+from harness.loadtest.config import CALL_TIMEOUT_S, PlanError, user_stop_timeout
 from harness.loadtest.invokers import Outcome, call_boto3
 from harness.loadtest.locust_run import (
     END_SIGNAL,
@@ -515,12 +515,11 @@ def _init(environment: Environment, **_: Any) -> None:
     except (OSError, PlanError) as exc:  # refused before any load is sent
         _refuse(f"{options.mme_plan}: {exc}")
     options.mme_spec = text  # Locust sends custom options to each worker with every spawn
-    if not environment.stop_timeout:
-        # A user that a phase's ramp-down stops finishes the call it has in flight, and the call
-        # is counted; Locust's default kills it mid-call: the endpoint served it, the report
-        # would not know. Locust's spawner waits for it, so the next user-count change can come
-        # up to that call's length late. A --stop-timeout given is kept (0 is Locust's default).
-        environment.stop_timeout = IN_FLIGHT_WAIT_S
+    # A user that a phase's ramp-down stops finishes the call it has in flight, and the call is
+    # counted; Locust's default kills it mid-call: the endpoint served it, the report would not
+    # know. Locust's spawner waits for it, so the next user-count change can come up to that
+    # call's length late.
+    environment.stop_timeout = user_stop_timeout(environment.stop_timeout)
     RUN = Run(environment, spec, Path(options.mme_result) if options.mme_result else None,
               Path(options.mme_report) if options.mme_report else None, spec_text=text)
     if isinstance(runner, MasterRunner):

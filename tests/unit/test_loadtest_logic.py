@@ -12,6 +12,7 @@ import pytest
 
 from emulator.cloudwatch.statistics import percentile
 from harness.loadtest.config import (
+    IN_FLIGHT_WAIT_S,
     LatencyThreshold,
     LoadPlan,
     Phase,
@@ -21,6 +22,7 @@ from harness.loadtest.config import (
     parse_phase,
     parse_threshold,
     plan_from_api,
+    user_stop_timeout,
 )
 from harness.loadtest.invokers import error_code_from, find_endpoint_snapshot
 from harness.loadtest.locust_run import Target, run_load
@@ -339,3 +341,13 @@ def test_load_events_come_from_metric_deltas() -> None:
         ("load", "2 model load(s)"),
         ("unload", "1 model unload(s)"),
     ]
+
+
+def test_a_stop_timeout_given_to_locust_is_kept_and_none_waits_for_a_whole_call() -> None:
+    """The locustfile's users finish the call in flight when a ramp-down stops them: Locust's
+    default (0, the same as none) becomes a whole call's wait; a ``--stop-timeout`` given stays."""
+    assert user_stop_timeout(30.0) == 30.0
+    assert user_stop_timeout(0.5) == 0.5
+    assert user_stop_timeout(0) == IN_FLIGHT_WAIT_S
+    assert user_stop_timeout(None) == IN_FLIGHT_WAIT_S
+    assert IN_FLIGHT_WAIT_S > 60  # longer than SageMaker gives a model to answer
