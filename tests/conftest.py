@@ -191,14 +191,19 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                 f"{_MODULE_WORKERS.get(module, '-'):>4}  {module}")
 
     lines = [line(module, seconds) for module, seconds in ranked]
+    # The record and the machine's gauge (three Python starts) are for a run of the whole suite:
+    # a run of a few files leaves the last whole run's record in place.
+    whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS
     gauge = (f"the machine: {machine_gauge():.2f} CPU-seconds to start Python and import numpy, "
-             "measured after the run")
-    Path(config.rootpath, DURATIONS_FILE).write_text(
-        f"{total:8.1f} s  100.0 %  {cpu:7.1f}  {'ran (s from the start)':>13}  worker  "
-        "all modules (test-seconds summed over workers; CPU-seconds of the worker and of the "
-        f"processes it waited for); {gauge}\n" + "\n".join(lines) + "\n")
+             "measured after the run") if whole else "a part of the suite: the record is kept"
+    if whole:
+        Path(config.rootpath, DURATIONS_FILE).write_text(
+            f"{total:8.1f} s  100.0 %  {cpu:7.1f}  {'ran (s from the start)':>13}  worker  "
+            "all modules (test-seconds summed over workers; CPU-seconds of the worker and of "
+            f"the processes it waited for); {gauge}\n" + "\n".join(lines) + "\n")
+    where = f"every module in {DURATIONS_FILE}" if whole else "the whole suite writes them all"
     terminalreporter.write_sep("=", f"slowest modules ({total:.0f} test-seconds and {cpu:.0f} "
-                                    f"CPU-seconds in all; every module in {DURATIONS_FILE})")
+                                    f"CPU-seconds in all; {where})")
     terminalreporter.write_line(gauge)
     for text in lines[:15]:
         terminalreporter.write_line(text)
