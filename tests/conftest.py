@@ -191,8 +191,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                 f"{_MODULE_WORKERS.get(module, '-'):>4}  {module}")
 
     lines = [line(module, seconds) for module, seconds in ranked]
-    # The record and the machine's gauge (three Python starts) are for a run of the whole suite:
-    # a run of a few files leaves the last whole run's record in place.
+    # The record and the machine's gauge (three Python starts) are for a run of the whole suite
+    # (no file or folder named, as make test runs it): a run of a few files keeps the record.
     whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS
     gauge = (f"the machine: {machine_gauge():.2f} CPU-seconds to start Python and import numpy, "
              "measured after the run") if whole else "a part of the suite: the record is kept"
