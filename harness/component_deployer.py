@@ -314,9 +314,7 @@ def _ensure_endpoint(deployer: DeploySteps, config: DeployConfig, spec: Componen
     endpoint_creating = Interrupted(f"stopped following; the creation of endpoint {name} "
                                     f"continues; inference component {spec.name} is not "
                                     "created yet", "endpoint-create")
-    if not deployer._ask("CreateEndpoint", lambda: deployer._exists(
-            "DescribeEndpoint", EndpointName=name) is not None,
-            EndpointName=name, EndpointConfigName=config_name):
+    if not deployer._ask_create_endpoint(name, config_name):
         raise endpoint_creating
 
     def delete_endpoint() -> None:

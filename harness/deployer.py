@@ -600,6 +600,13 @@ class Deployer:
         self._mutate(self.clients.sagemaker, f"Create{kind}", **key, **params)
         return True
 
+    def _ask_create_endpoint(self, name: str, config_name: str) -> bool:
+        """CreateEndpoint of ``name`` with ``config_name``: False where a Ctrl-C came after
+        SageMaker took it (DescribeEndpoint finds the endpoint), so its creation goes on."""
+        return self._ask("CreateEndpoint", lambda: self._exists(
+            "DescribeEndpoint", EndpointName=name) is not None,
+            EndpointName=name, EndpointConfigName=config_name)
+
     def _settled_endpoint(self, config: DeployConfig, name: str) -> dict[str, Any] | None:
         """Endpoint ``name`` as DescribeEndpoint shows it (None: there is none), once it is no
         longer Creating or Updating (a dry run only says it would wait)."""
@@ -622,9 +629,7 @@ class Deployer:
                 self._wait_deleted(config, name)
             current, action = None, "recreated"
         if current is None:
-            answered = self._ask("CreateEndpoint", lambda: self._exists(
-                "DescribeEndpoint", EndpointName=name) is not None,
-                EndpointName=name, EndpointConfigName=config_name)
+            answered = self._ask_create_endpoint(name, config_name)
             self._asked = "create"
             if not answered:  # a Ctrl-C after SageMaker took it: the creation goes on
                 raise KeyboardInterrupt
