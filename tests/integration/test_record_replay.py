@@ -151,11 +151,21 @@ def test_a_recording_replays_with_the_same_calls_per_model(
     for target in MODELS:
         client.invoke_endpoint(EndpointName="local", TargetModel=target,
                                ContentType="application/json", Body=scale_request([1, 2, 3, 4]))
-    done = _replay("--trace", str(recording), "--url", replaying_server.url, "--out",
-                   str(tmp_path), "--report-format", "aiperf", calls=tmp_path / "calls.json")
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    summary = json.loads((tmp_path / "replay.json").read_text())
     recorded = [json.loads(line) for line in recording.read_text().splitlines()]
+    # The gaps are compared over the calls that left on time (below), so a replay needs enough
+    # of them: a runner busy through most of a replay's seconds (p50 25 ms late, measured)
+    # leaves too few, and the replay is run again, up to three times.
+    on_time_wanted = max(20, len(recorded) // 10)
+    for attempt in range(1, 4):
+        out = tmp_path / f"replay-{attempt}"
+        out.mkdir()
+        done = _replay("--trace", str(recording), "--url", replaying_server.url, "--out",
+                       str(out), "--report-format", "aiperf", calls=out / "calls.json")
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        calls = json.loads((out / "calls.json").read_text())  # [due, sent], by due time
+        if sum((sent - due) * 1e3 <= ON_TIME_MS for due, sent in calls) >= on_time_wanted:
+            break
+    summary = json.loads((out / "replay.json").read_text())
     assert summary["counts_match"] and summary["calls"] == len(recorded)
     assert summary["per_model"]["missing.tar.gz"]["replayed"] == sum(
         x["target_model"] == "missing.tar.gz" for x in recorded)
@@ -170,7 +180,6 @@ def test_a_recording_replays_with_the_same_calls_per_model(
     # all calls the gaps then measure the machine (a KS distance of 0.3 to 0.55 on a 2-core
     # machine beside six CPU-bound processes; 0.08 on an idle one), so the claims are on what
     # the replayer decides, each call's send time against its due time.
-    calls = json.loads((tmp_path / "calls.json").read_text())  # [due, sent], by due time
     times = sorted(x["time"] for x in recorded)
     assert [due for due, _ in calls] == pytest.approx([t - times[0] for t in times], abs=1e-6)
     late_ms = [(sent - due) * 1e3 for due, sent in calls]
@@ -188,7 +197,7 @@ def test_a_recording_replays_with_the_same_calls_per_model(
     # (a distance of 1 would be no overlap at all; measured 0.08 idle, 0.08 to 0.21 busy). The
     # loop's timers resolve a millisecond: the gaps move a little, the distribution stays.
     on_time = [call for call, late in zip(calls, late_ms, strict=True) if late <= ON_TIME_MS]
-    assert len(on_time) >= max(20, len(calls) // 10), (len(on_time), summary["offset_error_ms"])
+    assert len(on_time) >= on_time_wanted, (len(on_time), summary["offset_error_ms"], attempt)
     ks_on_time = ks_distance(inter_arrivals([due for due, _ in on_time]),
                              inter_arrivals([sent for _, sent in on_time]))
     assert ks_on_time < 0.3
@@ -199,7 +208,7 @@ def test_a_recording_replays_with_the_same_calls_per_model(
     print(f"\n[replay] {summary['calls']} calls, KS {summary['inter_arrival_ks']} (over the "
           f"{len(on_time)} on time: {ks_on_time:.4f}), late {summary['offset_error_ms']}, "
           f"caught up {caught_up}/{len(behind)}, hits {hits}")
-    aiperf = json.loads((tmp_path / "profile_export_aiperf.json").read_text())
+    aiperf = json.loads((out / "profile_export_aiperf.json").read_text())
     assert aiperf["request_latency"]["unit"] == "ms"
     assert aiperf["request_count"]["avg"] + aiperf["error_request_count"]["avg"] == len(recorded)
 
