@@ -350,7 +350,7 @@ def test_up_with_a_server_that_never_serves_gives_up_and_stops_it(runner: Runner
     it and never serves; up stops it after --ready-timeout and says where it was."""
     # Long enough for the server to log how far it got even on a loaded runner (its imports
     # alone took over 2 s on a 2-core machine running the suite beside other work).
-    ready_timeout_s = 8.0
+    ready_timeout_s = 15.0
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()

@@ -149,7 +149,8 @@ class FakeFleet:
 
 
 def test_generator_samples_the_fleet_and_the_report_shows_it(tmp_path: Path) -> None:
-    plan = LoadPlan(phases=(Phase(2, 0, 0.5),), target_models=("a", "b", "c"))
+    # Long enough for every (model, instance) pair to be drawn on a starved runner too.
+    plan = LoadPlan(phases=(Phase(2, 0, 1.5),), target_models=("a", "b", "c"))
     invoker = FleetInvoker()
     with FakeEndpoint(invoker).running() as endpoint:
         result = asyncio.run(run_load(plan, Target("local", endpoint.url), json_body(),

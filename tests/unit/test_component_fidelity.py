@@ -227,8 +227,9 @@ def test_a_copy_that_exceeds_a_startup_timeout_fails_naming_it(
 
 def test_the_download_does_not_count_against_the_health_check(tmp_path: Path) -> None:
     # The download takes longer than the health check's timeout, the rest does not: it starts.
-    copies, built = _slow_copies(tmp_path, download_s=0.4, rest_s=0.05)
-    asyncio.run(copies.apply(_target(5.0, 0.3)))
+    # A second of health check for 0.05 s of start: room for a runner that holds the loop.
+    copies, built = _slow_copies(tmp_path, download_s=1.2, rest_s=0.05)
+    asyncio.run(copies.apply(_target(5.0, 1.0)))
     assert copies.ready == built and copies.failure is None
 
 

@@ -307,10 +307,10 @@ def _one_second_periods(samples: int) -> float:
     params = {"StartTime": began, "EndTime": began + samples, "MaxDatapoints": samples,
               "MetricDataQueries": [_data_query("q", "Latency", "p99")]}
     best = float("inf")
-    for _ in range(2):
-        started = time.perf_counter()
+    for _ in range(2):  # this thread's CPU time: a runner that preempts it does not count
+        started = time.thread_time()
         values = service.get_metric_data(params)["MetricDataResults"][0]["Values"]
-        best = min(best, time.perf_counter() - started)
+        best = min(best, time.thread_time() - started)
     assert len(values) == samples // 2
     return best
 

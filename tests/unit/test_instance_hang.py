@@ -14,7 +14,7 @@ def test_a_stopped_process_shows_as_stopped_and_a_running_one_does_not() -> None
     try:
         assert "T" not in _wait_stopped(process.pid, limit_s=0.05)  # running: gives up
         os.kill(process.pid, signal.SIGSTOP)
-        assert _wait_stopped(process.pid) == "T"
+        assert _wait_stopped(process.pid, limit_s=30) == "T"  # returns once it is stopped
         os.kill(process.pid, signal.SIGCONT)
     finally:
         process.kill()

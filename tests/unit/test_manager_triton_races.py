@@ -105,7 +105,10 @@ def test_the_resending_stops_at_the_requests_deadline(tmp_path: Path) -> None:
     triton = ScriptedTriton([(400, RACE)] * (len(LOOKUP_RACE_DELAYS_S) + 1))
     manager = manager_with(triton, tmp_path)
     response = asyncio.run(manager.infer(loaded_lease(manager), b"{}", {}, timeout=0.1))
-    assert response.status == 400 and triton.infers == 4  # sent after 0, 0.01 and 0.05 s
+    # Sent at 0, then after pauses of 0, 0.01 and 0.05 s; the next pause (0.2 s) would end
+    # past the deadline. A runner that holds the loop for tens of milliseconds meets the
+    # deadline a pause or two sooner; without the deadline all seven would be sent.
+    assert response.status == 400 and 2 <= triton.infers <= 4
 
 
 @pytest.mark.parametrize("case", ["other error", "not pinned", "not loaded", "new generation"])
