@@ -277,7 +277,7 @@ class FakeMetrics:
 
 def test_generator_runs_the_phases_and_reports(tmp_path: Path) -> None:
     plan = LoadPlan(
-        phases=(Phase(2, 0, 1.0), Phase(4, 0, 1.0)),
+        phases=(Phase(2, 0, 2.0), Phase(4, 0, 2.0)),  # room for a starved runner's calls
         target_models=("a", "b", "bad"),
         popularity=Popularity("zipf", 1.0),
     )
