@@ -113,6 +113,37 @@ def test_ctrl_c_in_create_endpoint_leaves_the_creation_asked_only_where_taken(st
         assert deployer._asked is None
 
 
+@pytest.mark.parametrize("stage", ["after-call", "provide-client-params"])
+def test_ctrl_c_in_create_endpoint_for_components_says_what_the_service_took(stage: str) -> None:
+    deployer, _, stub = _deployer(stage, "CreateEndpoint")
+    config = DeployConfig("shared", [], wait_delay_s=0)
+    with stub:
+        stub.add_client_error("describe_endpoint", "ValidationException",
+                              "Could not find endpoint")
+        stub.add_client_error("describe_endpoint_config", "ValidationException",
+                              "Could not find endpoint configuration")
+        stub.add_response("create_endpoint_config",
+                          {"EndpointConfigArn": f"{ARN}:endpoint-config/shared"})
+        if stage == "after-call":
+            stub.add_response("create_endpoint", {"EndpointArn": f"{ARN}:endpoint/shared"})
+            stub.add_response("describe_endpoint", {
+                "EndpointName": "shared", "EndpointArn": f"{ARN}:endpoint/shared",
+                "EndpointConfigName": "shared-config", "EndpointStatus": "Creating",
+                "CreationTime": NOW, "LastModifiedTime": NOW})
+        else:
+            stub.add_client_error("describe_endpoint", "ValidationException",
+                                  "Could not find endpoint")
+        created = component_deployer._Created(deployer)
+        raised = _outcome(lambda: component_deployer._ensure_endpoint(
+            deployer, config, ComponentSpec("slow"), f"{ARN}:role/r", created))
+        stub.assert_no_pending_responses()
+    if stage == "after-call":  # taken: it goes on, and the component is not created yet
+        assert isinstance(raised, Interrupted) and raised.kind == "endpoint-create", raised
+        assert "the creation of endpoint shared continues" in str(raised)
+    else:  # nothing asked: the Ctrl-C goes on, and the run undoes what it made
+        assert type(raised) is KeyboardInterrupt
+
+
 def _endpoint(status: str, config: str) -> dict[str, Any]:
     return {"EndpointName": "demo", "EndpointArn": f"{ARN}:endpoint/demo",
             "EndpointConfigName": config, "EndpointStatus": status, "CreationTime": NOW,
