@@ -318,6 +318,8 @@ class Settings(BaseSettings):
     """under `--max-loaded-models` alone, start a load once Triton has accepted its victim's unload; `false`: wait for the unload to end (`mme bench scale` compares the two)"""  # noqa: E501
     overlap_byte_evictions: Annotated[bool, Flag(env_only=True)] = True
     """under a memory budget, start a load beside its victims' unloads where their memory may be held a moment longer (docs/memory.md); `false`: wait for the unloads to end (`mme bench miss` compares the two)"""  # noqa: E501
+    triton_auto_complete: Annotated[bool, Flag(env_only=True)] = True
+    """Triton completes each model's configuration as it loads it, as SageMaker's Triton does (a Python model's `auto_complete_config` runs in a process started for it alone: about a second of every load); `false` starts Triton with `--disable-auto-complete-config`, for model repositories whose every `config.pbtxt` is complete (the test suite's). Triton then takes each `config.pbtxt` as written"""  # noqa: E501
     triton_shared_memory: Annotated[Size, Flag(default_text="`64MiB`")] = 64 * 1024**2
     """shared memory through which binary request bodies of 64 KiB or more reach Triton without its socket (embedded; docker when run as root; `0`: every body over HTTP). When it is full a body waits for room (first come, first served; within the call's timeout); only a body longer than the whole region goes over HTTP"""  # noqa: E501
     max_extracted_bytes: Annotated[Size, Flag(default_text="`50GiB`")] = 50 * 1024**3

@@ -21,7 +21,7 @@ from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from tests.client_support import runtime_client, shared_client
 from tests.multi_container_support import triton_tarball
-from tests.support import output_of, scale_request, wait_until
+from tests.support import SUITE_ENV, output_of, scale_request, wait_until
 
 ROLE = "arn:aws:iam::123456789012:role/sagemaker"
 RESOURCES = {"NumberOfCpuCoresRequired": 0.5, "MinMemoryRequiredInMb": 512}
@@ -49,7 +49,7 @@ class ComponentServer:
         self.created: list[str] = []  # components of the test running, for delete_created()
 
     def start(self) -> EmulatorServer:
-        return EmulatorServer(Settings.from_env(env={}, cache_dir=self.cache, port=0,
+        return EmulatorServer(Settings.from_env(env=SUITE_ENV, cache_dir=self.cache, port=0,
                                                 clock_scale=self.clock_scale)).start()
 
     def restart(self) -> None:

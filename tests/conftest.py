@@ -28,6 +28,7 @@ from tests.client_support import DUMMY_CREDENTIALS, S3
 # Fixtures defined in a helper module, made visible to every test module.
 from tests.docker_support import docker_client, triton_cpu_image  # noqa: F401
 from tests.launcher_support import DOCKER, LAUNCHER_PARAMS, TritonLauncher
+from tests.support import SUITE_ENV
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,6 +44,9 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 TESTS = Path(__file__).parent
 KINDS = ("unit", "integration")
+
+# Every command a test starts reads the suite's settings (tests/support.py SUITE_ENV).
+os.environ.update(SUITE_ENV)
 
 
 class ModuleScopes(LoadScopeScheduling):
@@ -245,7 +249,7 @@ def start_emulator(tmp_path: Path,
         overrides.setdefault("cache_dir", tmp_path / f"cache{len(servers)}")
         overrides.setdefault("port", 0)
         settings = launcher.overrides(mounts=[tmp_path], **overrides)
-        server = EmulatorServer(Settings.from_env(env={}, **settings)).start()
+        server = EmulatorServer(Settings.from_env(env=SUITE_ENV, **settings)).start()
         servers.append(server)
         return server
 

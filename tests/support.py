@@ -9,6 +9,7 @@ import asyncio
 import importlib.util
 import io
 import json
+import os
 import tarfile
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,16 @@ from harness.testmodels import SCALE_MODEL_PY, write_scale_model, write_two_step
 __all__ = ["SCALE_MODEL_PY", "package", "write_scale_model", "write_scale_ensemble",
            "scale_request", "output_of", "tar_bytes", "wait_until", "wait_for", "wait_for_async",
            "stopped_after"]
+
+
+# The MME_* variables of every emulator the suite starts. Every model the suite serves has a
+# complete config.pbtxt, so its Tritons skip auto-completion: a process started only to run a
+# model's `auto_complete_config`, about a second and a Python start on every load. Emulators
+# started in the test process read this (``Settings.from_env(env=SUITE_ENV)``: nothing else of the
+# machine's environment); tests/conftest.py puts it in the environment of every command the tests
+# start. The docs walk does not (it runs as a user would), nor do the tests of auto-completion
+# itself. `MME_TRITON_AUTO_COMPLETE=true make test` loads every model as SageMaker's Triton does.
+SUITE_ENV = {"MME_TRITON_AUTO_COMPLETE": os.environ.get("MME_TRITON_AUTO_COMPLETE", "false")}
 
 
 def skip_module_unless_installed(*modules: str) -> None:

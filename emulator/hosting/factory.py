@@ -238,6 +238,8 @@ class InstanceFactory:
                          metrics: InstanceMetrics, label: str) -> Instance:
         settings = self.settings
         options = TritonOptions(repository=work_dir / "triton-repo")
+        if not settings.triton_auto_complete:
+            options.extra_args.append("--disable-auto-complete-config")
         launcher = self.make_launcher(endpoint, variant, options, work_dir, name, container)
         triton = TritonClient(launcher.http_url if launcher.is_running() else "http://0",
                               shared_memory_bytes=settings.triton_shared_memory or 0)

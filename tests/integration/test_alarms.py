@@ -21,7 +21,7 @@ from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from tests.client_support import DUMMY_CREDENTIALS, S3
 from tests.integration.test_cloudwatch import _raw
-from tests.support import wait_for
+from tests.support import SUITE_ENV, wait_for
 
 NAMESPACE = "CI/Health"
 SCALE = 60
@@ -29,7 +29,8 @@ SCALE = 60
 
 def _start(cache: Path, sns_url: str | None = None) -> EmulatorServer:
     return EmulatorServer(Settings.from_env(
-        env={}, cache_dir=cache, port=0, clock_scale=SCALE, sns_endpoint_url=sns_url)).start()
+        env=SUITE_ENV, cache_dir=cache, port=0, clock_scale=SCALE,
+        sns_endpoint_url=sns_url)).start()
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from harness.deployer import triton_image_uri
 from harness.live_endpoint import EmulatorProcess
 from tests.client_support import DUMMY_CREDENTIALS, S3, runtime_client
 from tests.component_support import put_step_scale_out
-from tests.support import output_of, package, scale_request, wait_for, write_scale_model
+from tests.support import SUITE_ENV, output_of, package, scale_request, wait_for, write_scale_model
 
 pytestmark = pytest.mark.slow
 ACCOUNT = "123456789012"
@@ -126,7 +126,7 @@ def world(s3_server: S3, tmp_path_factory: pytest.TempPathFactory) -> Iterator[W
     success_topic, success_queue = _topic_with_queue(sns, sqs, "async-success")
     error_topic, error_queue = _topic_with_queue(sns, sqs, "async-error")
     server = EmulatorServer(Settings.from_env(
-        env={}, cache_dir=root / "cache", port=0, s3_endpoint_url=s3_server.endpoint_url,
+        env=SUITE_ENV, cache_dir=root / "cache", port=0, s3_endpoint_url=s3_server.endpoint_url,
         sns_endpoint_url=s3_server.endpoint_url)).start()
     sm = _sm(server.url)
     model_data = f"s3://{BUCKET}/models/scale.tar.gz"
@@ -349,7 +349,8 @@ def test_a_snapshot_holds_the_requests_not_yet_answered(
         doc["async_requests"].append({**saved[0], "endpoint": "gone",
                                       "doc": {**saved[0]["doc"], "inference_id": "orphan"}})
         restored = EmulatorServer(Settings.from_env(
-            env={}, cache_dir=tmp_path / "cache", port=0, s3_endpoint_url=s3_server.endpoint_url,
+            env=SUITE_ENV, cache_dir=tmp_path / "cache", port=0,
+            s3_endpoint_url=s3_server.endpoint_url,
             sns_endpoint_url=s3_server.endpoint_url)).start()
         request = urllib.request.Request(
             f"{restored.url}/_emulator/snapshot", data=json.dumps(doc).encode(),

@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from tests.page_support import CHROMIUM, FLAGS
-from tests.support import output_of, package, scale_request, write_scale_model
+from tests.support import SUITE_ENV, output_of, package, scale_request, write_scale_model
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 ENDPOINT_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:endpoint/mme"
@@ -91,7 +91,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]
     policies.mkdir()
     for name, document in POLICIES.items():
         (policies / f"{name}.json").write_text(json.dumps(document))
-    settings = Settings.from_env(env={}, model_data=str(store), endpoint_name="mme", port=0,
+    settings = Settings.from_env(env=SUITE_ENV, model_data=str(store), endpoint_name="mme", port=0,
                                  cache_dir=root / "cache", auth="sigv4", credentials=creds,
                                  policies=policies, region=REGION, account_id=ACCOUNT)
     with EmulatorServer(settings) as running:

@@ -18,7 +18,7 @@ from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from harness.loadtest.invokers import HttpInvoker
 from tests.client_support import DUMMY_CREDENTIALS
-from tests.support import package, scale_request, wait_for, write_scale_model
+from tests.support import SUITE_ENV, package, scale_request, wait_for, write_scale_model
 
 KEY = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/mme/variant/AllTraffic",
        "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
@@ -33,7 +33,7 @@ def emulator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulat
     store.mkdir()
     package(write_scale_model(tmp_path / "work", "m", 2.0), store / "m.tar.gz", "folder")
     server = EmulatorServer(Settings.from_env(
-        env={}, model_data=str(store), cache_dir=tmp_path / "cache", port=0,
+        env=SUITE_ENV, model_data=str(store), cache_dir=tmp_path / "cache", port=0,
         endpoint_name="mme", clock_scale=60)).start()
     yield server
     server.stop()

@@ -36,7 +36,7 @@ from tests.integration.test_deployments import (
     running_and_other,
 )
 from tests.multi_container_support import triton_tarball
-from tests.support import scale_request, stopped_after, wait_for
+from tests.support import SUITE_ENV, scale_request, stopped_after, wait_for
 
 pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
@@ -418,7 +418,7 @@ def test_transition_rules_from_a_file_are_in_force_from_the_start(tmp_path: Any)
     rules = tmp_path / "transitions.json"
     rules.write_text(json.dumps([{"resource": "endpoint", "name": "held-*",
                                   "status": "Creating", "never": True}]))
-    with EmulatorServer(Settings.from_env(env={}, cache_dir=tmp_path / "cache", port=0,
+    with EmulatorServer(Settings.from_env(env=SUITE_ENV, cache_dir=tmp_path / "cache", port=0,
                                           transitions=rules)) as served:
         _, listed = emulator_call(served.url, "GET", "/_emulator/transitions")
         assert listed == {"transitions": [{"resource": "endpoint", "name": "held-*",

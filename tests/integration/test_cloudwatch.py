@@ -20,7 +20,7 @@ from emulator.cloudwatch.series import MAX_SAMPLES_PER_SERIES, MetricStore
 from emulator.cloudwatch.service import CloudWatchService
 from tests.client_support import DUMMY_CREDENTIALS, cloudwatch_call, runtime_client
 from tests.clock_support import FakeTime
-from tests.support import package, scale_request, write_scale_model
+from tests.support import SUITE_ENV, package, scale_request, write_scale_model
 
 DIMS = {"EndpointName": "e", "VariantName": "AllTraffic"}
 DIM_LIST = [{"Name": k, "Value": v} for k, v in DIMS.items()]
@@ -152,7 +152,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
     store.mkdir()
     package(write_scale_model(tmp / "work", "m", 2.0), store / "m.tar.gz", "folder")
     server = EmulatorServer(Settings.from_env(
-        env={}, model_data=str(store), cache_dir=tmp / "cache", port=0,
+        env=SUITE_ENV, model_data=str(store), cache_dir=tmp / "cache", port=0,
         endpoint_name="cw")).start()
     runtime = runtime_client(server.url)
     for _ in range(12):

@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from tests.client_support import DUMMY_CREDENTIALS, S3, cloudwatch_call, runtime_client
-from tests.support import output_of, package, scale_request, wait_for, write_scale_model
+from tests.support import SUITE_ENV, output_of, package, scale_request, wait_for, write_scale_model
 
 PROTOCOLS = ["smithy-rpc-v2-cbor", "json", "query"]
 NAMESPACE = "CI/Holds"
@@ -34,7 +34,7 @@ TOPIC = "arn:aws:sns:us-east-1:123456789012:holds"
 def _start(cache: Path, sns_url: str | None = None,
            model_data: Path | None = None) -> EmulatorServer:
     return EmulatorServer(Settings.from_env(
-        env={}, cache_dir=cache, port=0, clock_scale=60, sns_endpoint_url=sns_url,
+        env=SUITE_ENV, cache_dir=cache, port=0, clock_scale=60, sns_endpoint_url=sns_url,
         model_data=str(model_data) if model_data else None)).start()
 
 

@@ -26,7 +26,7 @@ from harness.deployer import Deployer, deployment_config, make_clients
 from harness.deployment import DeployConfig
 from tests import support
 from tests.client_support import DUMMY_CREDENTIALS, CallLoop, runtime_client
-from tests.support import output_of, scale_request, write_scale_model
+from tests.support import SUITE_ENV, output_of, scale_request, write_scale_model
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +39,9 @@ def _client(url: str, service: str) -> Any:
 
 
 def _server(cache: Path, **settings: Any) -> EmulatorServer:
-    return EmulatorServer(Settings.from_env(env={}, cache_dir=cache, port=0, clock_scale=60.0,
-                                            routing_seed=7, **settings)).start()
+    return EmulatorServer(Settings.from_env(env=SUITE_ENV, cache_dir=cache, port=0,
+                                            clock_scale=60.0, routing_seed=7,
+                                            **settings)).start()
 
 
 def _factor(url: str, target: str = "scale.tar.gz") -> tuple[float, str]:

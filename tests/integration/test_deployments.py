@@ -26,7 +26,14 @@ from emulator.settings import Settings
 from tests import support
 from tests.client_support import DUMMY_CREDENTIALS, create_generation_configs, runtime_client
 from tests.integration import test_page
-from tests.support import output_of, package, scale_request, stopped_after, write_scale_model
+from tests.support import (
+    SUITE_ENV,
+    output_of,
+    package,
+    scale_request,
+    stopped_after,
+    write_scale_model,
+)
 
 pytestmark = pytest.mark.slow
 browser_page = test_page.browser_page  # the page test's headless Chromium, as a fixture here
@@ -62,7 +69,7 @@ class Module:
 
     def _start(self) -> EmulatorServer:
         return EmulatorServer(Settings.from_env(
-            env={}, cache_dir=self.cache, port=0, clock_scale=self.clock_scale,
+            env=SUITE_ENV, cache_dir=self.cache, port=0, clock_scale=self.clock_scale,
             routing_seed=7)).start()
 
     def restart(self) -> None:

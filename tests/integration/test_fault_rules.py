@@ -24,7 +24,7 @@ from harness.faults import FaultRuleRefused, FaultRules
 from tests.client_support import DUMMY_CREDENTIALS, cloudwatch_call, runtime_client
 from tests.integration.test_deployments import ROLE
 from tests.prometheus_support import get_json
-from tests.support import output_of, package, scale_request, wait_for, write_scale_model
+from tests.support import SUITE_ENV, output_of, package, scale_request, wait_for, write_scale_model
 
 pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
@@ -46,7 +46,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]
                         ("g", 8.0)):
         package(write_scale_model(root / "work" / name, "scale", scale), store / f"{name}.tar.gz",
                 "folder")
-    with EmulatorServer(Settings.from_env(env={}, cache_dir=root / "cache", port=0,
+    with EmulatorServer(Settings.from_env(env=SUITE_ENV, cache_dir=root / "cache", port=0,
                                           model_data=str(store),
                                           invocation_timeout_s=INVOCATION_TIMEOUT_S)) as served:
         for target in ("a.tar.gz", "b.tar.gz"):  # both loaded: every test's calls are hits

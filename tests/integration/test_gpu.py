@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from emulator.triton.launcher import count_gpus
+from tests.support import SUITE_ENV
 
 pytestmark = [
     pytest.mark.gpu,
@@ -31,7 +32,7 @@ def _serve(tmp_path: Path, tarballs: dict[str, Path]) -> Any:
     store.mkdir()
     for name, tarball in tarballs.items():
         (store / name).write_bytes(tarball.read_bytes())
-    return EmulatorServer(Settings.from_env(env={}, model_data=str(store), port=0,
+    return EmulatorServer(Settings.from_env(env=SUITE_ENV, model_data=str(store), port=0,
                                             cache_dir=tmp_path / "cache")).start()
 
 
@@ -99,7 +100,7 @@ def _serve_repos(tmp_path: Path, repos: dict[str, Any], **settings: Any) -> Any:
         write(tmp_path / "repos" / name)
         package(tmp_path / "repos" / name, store / f"{name}.tar.gz")
     return EmulatorServer(Settings.from_env(
-        env={}, model_data=str(store), port=0, cache_dir=tmp_path / "cache",
+        env=SUITE_ENV, model_data=str(store), port=0, cache_dir=tmp_path / "cache",
         instance_type="ml.g5.xlarge", **settings)).start()
 
 

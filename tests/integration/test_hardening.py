@@ -40,6 +40,7 @@ from tests.fault_support import (
     write_patched_model,
 )
 from tests.support import (
+    SUITE_ENV,
     output_of,
     package,
     wait_until,
@@ -127,8 +128,10 @@ def test_a_stub_dying_at_import_is_a_prompt_model_error(  # type: ignore[no-unty
     package(broken, store / "crashes.tar.gz")
     package(write_scale_model(tmp_path / "ok", "ok", scale=3), store / "ok.tar.gz")
     # Without the fix the client gets ModelNotReady after 30 s, and again until the load timeout.
+    # The stub that dies is the one Triton starts to auto-complete the config, as SageMaker's
+    # Triton does (without it, Triton notices the instance's stub dying on its own).
     server = start_emulator(model_data=str(store), invocation_timeout_s=30,
-                            model_load_timeout_s=300)
+                            model_load_timeout_s=300, triton_auto_complete=True)
     rt = runtime_client(server.url)
     for _ in range(2):  # the second attempt loads afresh and fails the same way, not stuck
         with pytest.raises(ClientError) as caught:
@@ -432,7 +435,7 @@ def test_a_delete_cancelled_by_shutdown_still_stops_the_endpoint(
     from emulator.hosting.factory import InstanceFactory
     from emulator.hosting.spec import single_variant
 
-    settings = Settings.from_env(env={}, cache_dir=tmp_path / "cache", model_data=str(store))
+    settings = Settings.from_env(env=SUITE_ENV, cache_dir=tmp_path / "cache", model_data=str(store))
 
     async def scenario() -> tuple[Path, list[int]]:
         registry = EndpointRegistry(settings, InstanceFactory(settings).build)

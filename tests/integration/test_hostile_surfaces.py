@@ -35,7 +35,7 @@ from emulator.settings import Settings
 from harness.live_endpoint import EmulatorProcess, EmulatorStartError
 from tests.client_support import DUMMY_CREDENTIALS, runtime_client
 from tests.multi_container_support import TRITON_IMAGE, deploy
-from tests.support import package, scale_request, wait_until, write_scale_model
+from tests.support import SUITE_ENV, package, scale_request, wait_until, write_scale_model
 
 KEY = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/local/variant/AllTraffic",
        "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}
@@ -59,7 +59,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]
     single = package(write_scale_model(root / "add_one", "add_one", 1.0),
                      root / "single" / "add_one.tar.gz", "folder")
     server = EmulatorServer(Settings.from_env(
-        env={}, model_data=str(store), endpoint_name="local", cache_dir=root / "cache",
+        env=SUITE_ENV, model_data=str(store), endpoint_name="local", cache_dir=root / "cache",
         port=0)).start()
     try:
         deploy(_client("sagemaker", server.url), "single", [
@@ -384,7 +384,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer
     policies.mkdir()
     (policies / "admin.json").write_text(json.dumps({"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
-    with EmulatorServer(Settings.from_env(env={}, cache_dir=root / "cache", port=0,
+    with EmulatorServer(Settings.from_env(env=SUITE_ENV, cache_dir=root / "cache", port=0,
                                           auth="sigv4", credentials=credentials,
                                           policies=policies)) as server:
         yield server

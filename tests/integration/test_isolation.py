@@ -35,7 +35,7 @@ from tests.fault_support import (
     stub_records,
     write_patched_model,
 )
-from tests.support import package, wait_until
+from tests.support import SUITE_ENV, package, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -51,8 +51,11 @@ HEALTHY = "h0.tar.gz"
 class Server:
     def __init__(self, store: Path, cache: Path) -> None:
         settings = Settings.from_env(
-            env={}, model_data=str(store), cache_dir=cache, port=0, max_loaded_models=3,
-            invocation_timeout_s=INVOCATION_TIMEOUT_S, model_load_timeout_s=LOAD_TIMEOUT_S)
+            env=SUITE_ENV, model_data=str(store), cache_dir=cache, port=0, max_loaded_models=3,
+            invocation_timeout_s=INVOCATION_TIMEOUT_S, model_load_timeout_s=LOAD_TIMEOUT_S,
+            # A model that dies or hangs at import meets the stub Triton starts to auto-complete
+            # its config first, as on SageMaker.
+            triton_auto_complete=True)
         self.emulator = EmulatorServer(settings).start()
         self.url = self.emulator.url
         self.rt = runtime_client(self.url)

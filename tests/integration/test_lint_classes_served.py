@@ -27,7 +27,13 @@ from tests.client_support import runtime_client
 from tests.fault_support import get_json
 from tests.integration.test_sagemaker_triton_loads import BLS_MODEL_PY
 from tests.lint_support import env_tarball, model_files, tar, with_env
-from tests.support import output_of, scale_request, write_scale_model, write_two_step_ensemble
+from tests.support import (
+    SUITE_ENV,
+    output_of,
+    scale_request,
+    write_scale_model,
+    write_two_step_ensemble,
+)
 
 INSTANCE_TYPE = "ml.g5.xlarge"
 # A conda-pack environment holds an activate script; the Python backend sources it.
@@ -97,7 +103,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmulatorS
     store.mkdir()
     _build(work, store)
     server = EmulatorServer(Settings.from_env(
-        env={}, cache_dir=work / "cache", port=0, model_data=str(store),
+        env=SUITE_ENV, cache_dir=work / "cache", port=0, model_data=str(store),
         instance_type=INSTANCE_TYPE)).start()
     try:
         yield server, store

@@ -25,7 +25,7 @@ from emulator.server import EmulatorServer
 from emulator.settings import Settings
 from harness.loadtest.trace import inter_arrivals, ks_distance
 from tests.client_support import S3, runtime_client
-from tests.support import package, scale_request, wait_until, write_scale_model
+from tests.support import SUITE_ENV, package, scale_request, wait_until, write_scale_model
 
 pytestmark = pytest.mark.slow
 MODELS = ("hot.tar.gz", "cold.tar.gz")
@@ -46,7 +46,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _server(store: Path, root: Path, **more: object) -> EmulatorServer:
     return EmulatorServer(Settings.from_env(
-        env={}, model_data=str(store), cache_dir=root / "cache", port=0, **more)).start()
+        env=SUITE_ENV, model_data=str(store), cache_dir=root / "cache", port=0, **more)).start()
 
 
 @pytest.fixture(scope="module")

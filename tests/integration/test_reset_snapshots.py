@@ -32,6 +32,7 @@ from tests.client_support import (
 from tests.fault_support import pid_alive
 from tests.prometheus_support import get_json
 from tests.support import (
+    SUITE_ENV,
     output_of,
     package,
     scale_request,
@@ -64,7 +65,7 @@ class Module:
                     "folder")
         self.cache = root / "cache"
         self.server = EmulatorServer(Settings.from_env(
-            env={}, cache_dir=self.cache, port=0, clock_scale=60.0,
+            env=SUITE_ENV, cache_dir=self.cache, port=0, clock_scale=60.0,
             model_data=str(self.stores["default"]))).start()
         self.fresh = files_under(self.cache)  # the cache folder as a new server has it
 
@@ -224,8 +225,8 @@ def test_a_snapshot_restarts_into_a_warm_fleet_with_its_deployment_alarms_and_po
         state.load(folder)
     assert refused.value.status == 409
 
-    settings = Settings.from_env(env={}, cache_dir=tmp_path / "cache", port=0, clock_scale=60.0,
-                                 restore=str(folder))
+    settings = Settings.from_env(env=SUITE_ENV, cache_dir=tmp_path / "cache", port=0,
+                                 clock_scale=60.0, restore=str(folder))
     with EmulatorServer(settings) as restored:
         sm = client("sagemaker", restored.url)
         described = sm.describe_endpoint(EndpointName="ep")

@@ -18,6 +18,7 @@ from tests.client_support import runtime_client
 from tests.launcher_support import TritonLauncher
 from tests.prometheus_support import scrape, value
 from tests.support import (
+    SUITE_ENV,
     output_of,
     package,
     scale_request,
@@ -41,7 +42,7 @@ def served(tmp_path_factory: pytest.TempPathFactory,  # type: ignore[no-untyped-
     package(write_scale_model(root / "bad", "broken", fail_load="weights are corrupt"),
             store / "broken.tar.gz", "folder")
     (store / "garbage.tar.gz").write_bytes(b"not a tarball")
-    settings = Settings.from_env(env={}, **triton_launcher.overrides(
+    settings = Settings.from_env(env=SUITE_ENV, **triton_launcher.overrides(
         model_data=str(store), cache_dir=root / "cache", port=0))
     with EmulatorServer(settings) as server:
         triton_launcher.of(server)

@@ -32,7 +32,7 @@ from emulator.settings import Settings
 from emulator.triton.launcher import count_gpus
 from tests.client_support import DUMMY_CREDENTIALS, create_mme_endpoint, runtime_client
 from tests.fault_support import get_json
-from tests.support import output_of, package, scale_request, tar_bytes, write_scale_model
+from tests.support import SUITE_ENV, output_of, package, scale_request, tar_bytes, write_scale_model
 
 FAST = {"Delay": 1, "MaxAttempts": 120}
 
@@ -92,7 +92,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmulatorS
             members.append((info, data))
     (store / "newline.tar.gz").write_bytes(tar_bytes(members))
     server = EmulatorServer(Settings.from_env(
-        env={}, cache_dir=work / "cache", port=0, model_data=str(store),
+        env=SUITE_ENV, cache_dir=work / "cache", port=0, model_data=str(store),
         instance_type="ml.m5.xlarge")).start()
     try:
         yield server, store

@@ -25,7 +25,7 @@ from emulator.settings import Settings
 from tests.client_support import runtime_client
 from tests.fault_support import SHM, get_json, instance_of
 from tests.launcher_support import TritonLauncher
-from tests.support import package, wait_until
+from tests.support import SUITE_ENV, package, wait_until
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 TARGET = "stats.tar.gz"
@@ -137,7 +137,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """One emulator with a region that holds two large bodies at once (1 MiB)."""
     root = tmp_path_factory.mktemp("shm")
     server = EmulatorServer(Settings.from_env(
-        env={}, model_data=str(_store(root)), cache_dir=root / "cache", port=0,
+        env=SUITE_ENV, model_data=str(_store(root)), cache_dir=root / "cache", port=0,
         triton_shared_memory="1MiB")).start()
     rt = runtime_client(server.url)
     try:

@@ -21,6 +21,7 @@ from emulator.settings import Settings
 from emulator.state import snapshot_format as fmt
 from emulator.state.snapshot_format import SnapshotError
 from tests.client_support import DUMMY_CREDENTIALS
+from tests.support import SUITE_ENV
 
 ROW = {"name": "m", "created": 1.0, "doc": {"ModelName": "m"}}
 
@@ -122,7 +123,7 @@ def test_each_state_route_is_an_iam_action(method: str, path: str, action: str) 
 
 def test_an_ephemeral_server_writes_no_state_file(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    with EmulatorServer(Settings.from_env(env={}, cache_dir=cache, port=0,
+    with EmulatorServer(Settings.from_env(env=SUITE_ENV, cache_dir=cache, port=0,
                                           ephemeral=True)) as server:
         kwargs: dict[str, Any] = {"endpoint_url": server.url, **DUMMY_CREDENTIALS}
         boto3.client("sagemaker", **kwargs).create_model(
