@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
 from tests.client_support import runtime_client
 from tests.prometheus_support import get_json, get_text, scrape, value
-from tests.support import package, scale_request, write_scale_model
+from tests.support import package, scale_request, wait_for, write_scale_model
 
 
 def test_metrics_are_typed_families_that_match_the_traffic_sent(
@@ -34,7 +35,16 @@ def test_metrics_are_typed_families_that_match_the_traffic_sent(
     rt.invoke_endpoint(EndpointName="local", TargetModel="b.tar.gz",  # evicts a
                        Body=scale_request([1, 2, 3, 4]))
 
-    types, samples = scrape(server.url)
+    variant = {"endpoint_name": "local", "variant_name": "AllTraffic"}
+
+    def with_the_unload_counted() -> tuple[dict[str, str], dict[Any, float]] | None:
+        # b's load starts once Triton has accepted a's unload, which ends (and is counted) a
+        # second or so later: b's answer can come first.
+        types, samples = scrape(server.url)
+        unloads = samples.get(("sagemaker_model_unloads_total", frozenset(variant.items())))
+        return (types, samples) if unloads else None
+
+    types, samples = wait_for(with_the_unload_counted, 30, "a's unload to be counted")
     # Every family is typed: nothing parses as "unknown" (the old _min/_max/_current samples did).
     assert set(types.values()) <= {"histogram", "counter", "gauge"}, types
     for family in ("sagemaker_model_latency_seconds", "sagemaker_overhead_latency_seconds",
@@ -47,7 +57,6 @@ def test_metrics_are_typed_families_that_match_the_traffic_sent(
         assert types[family] == "counter", family
     assert types["sagemaker_loaded_models"] == "gauge"
 
-    variant = {"endpoint_name": "local", "variant_name": "AllTraffic"}
     instance = {**variant, "instance_id": "i-1"}
     assert value(samples, "sagemaker_invocations_total", **variant) == 8
     assert value(samples, "sagemaker_invocation_4xx_errors_total", **variant) == 2  # 400, 400
