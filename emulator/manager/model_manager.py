@@ -43,7 +43,8 @@ The lifecycle:
   model-load threads (TRITON_LOAD_THREADS) for as long as it runs. The manager then asks the
   instance to recycle its Triton (``request_recycle``): at once after a timeout, and once dead
   stubs hold every load thread. Meanwhile loads wait for the new Triton (``triton_recycling``,
-  ``triton_restarted``) and a load the recycle cut short is asked again of the new one.
+  ``triton_restarted``) and a load the recycle cut short, or that the old one completed while
+  it was measured, is asked again of the new one.
 - Failures outside the model (no disk, the store down) are ModelErrors saying what to fix
   (``failures.py``, which holds every [U] decision of the manager).
 - Inferences go through ``infer(lease, ...)``, which resends the one answer that Triton gives
@@ -372,7 +373,7 @@ class ModelManager:
         gpu_before = await self._triton.triton_gpu_bytes() if self.gpus_available else None
         try:
             await injected.loaded_as_the_fault_says(load_fault)
-            await self._triton.load(record)
+            epoch = await self._triton.load(record)
         except LOAD_ERRORS as exc:
             self._memory.release(record.target)
             self.disk.unpin(record.target)
@@ -388,6 +389,17 @@ class ModelManager:
         elapsed = time.monotonic() - started
         await _measure(self._triton, self._memory, record, before, gpu_before, tearing_down)
         await self._refuse_if_too_large(record)
+        if not self._triton.serves(epoch):
+            # Its Triton was replaced while it was measured, and the recycle, which leaves
+            # every loaded model on disk, found it still loading: on disk too. The requests
+            # waiting for it load it again, in the new Triton.
+            log.info("model=%s step=load outcome=again reason=\"Triton was recycled while the "
+                     "load was measured\"", self.name_of(record.target))
+            self._memory.release(record.target)
+            self.disk.unpin(record.target)
+            record.state = ModelState.ON_DISK
+            self._memory.changed.notify()
+            return record
         self.metrics.record("ModelLoadingTime", elapsed * 1e6)
         record.state = ModelState.LOADED
         self.loads += 1

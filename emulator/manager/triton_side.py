@@ -179,25 +179,33 @@ class TritonSide:
 
     # --- loads ------------------------------------------------------------------------------
 
-    async def load(self, record: ModelRecord) -> None:
+    async def load(self, record: ModelRecord) -> int:
         """Load ``record`` once a Triton is up to take it; a load that a recycle of Triton cut
-        short (the old one was ended under it) is asked again of the new one, once.
+        short (the old one was ended under it) is asked again of the new one, once. Returns
+        the epoch of the Triton that loaded it (``serves``).
 
         Raises one of LOAD_ERRORS."""
-        for attempt in (1, 2):
+        attempts = 2
+        for attempt in range(1, attempts + 1):
             epoch = await self._ready()
             try:
                 await self._load_in_triton(record)
             except TritonUnreachable:
-                if attempt == 2 or self._epoch == epoch:
+                if attempt == attempts or self._epoch == epoch:
                     raise
             else:
                 # Loaded, unless by a Triton that a recycle has meanwhile given up (it is ended
                 # once the requests under way are done): then by the new one too.
-                if attempt == 2 or self._epoch == epoch:
-                    return
+                if attempt == attempts or self._epoch == epoch:
+                    return epoch
             log.info("model=%s step=load outcome=again reason=\"Triton was recycled during "
                      "the load\"", self.events.name_of(record.target))
+        raise AssertionError("the last attempt returns or raises")
+
+    def serves(self, epoch: int) -> bool:
+        """Whether the Triton of ``epoch`` (``load``'s answer) is still the one serving: no
+        recycle or restart since."""
+        return self._epoch == epoch
 
     async def _ready(self) -> int:
         """Wait while Triton is being recycled (within the load timeout); its epoch then."""

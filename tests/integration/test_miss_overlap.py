@@ -166,3 +166,43 @@ def test_an_evicted_ensemble_is_unloaded_once_its_steps_are(  # type: ignore[no-
     np.testing.assert_allclose(invoke(rt, "next.tar.gz"), [3, 6, 9, 12])
     wait_until(lambda: ("unloaded", "ens.tar.gz") in events, what="the ensemble's unload")
     assert running_at_unloaded == [[]]
+
+
+def test_a_load_measured_while_triton_is_replaced_loads_again_in_the_new_one(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    # Triton has loaded next, and the manager waits for the victim's teardown to measure it,
+    # when the instance replaces its Triton (as it does after a load that never ends): next is
+    # not in the new Triton, so the call loads it there.
+    gate = tmp_path / "finalize-gate"
+    write_gated_store(store, tmp_path / "w", gate, extra=BALLAST)  # ~100 MB each once loaded
+    server = start_emulator(model_data=str(store), memory_budget="160MiB")  # room for one
+    rt = runtime_client(server.url)
+    events = observe_steps(server)
+    invoke(rt, "next.tar.gz")  # measured: from now on it makes room before it loads
+    invoke(rt, "slow.tar.gz")
+    wait_until(lambda: ("unloaded", "next.tar.gz") in events, what="next's eviction")
+    instance = instance_of(server)
+    old_pid = instance.launcher.pid
+    answers: list[Any] = []
+    errors: list[str] = []
+
+    def call() -> None:
+        try:
+            answers.append(invoke(rt, "next.tar.gz"))
+        except Exception as exc:  # noqa: BLE001 - the test reports what the client got
+            errors.append(repr(exc))
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    try:
+        wait_until(lambda: _triton_state(server, "next") == "READY",
+                   what="next to load beside the victim's unload")
+        loop = instance.launcher._watchdog.get_loop()  # the server's event loop
+        loop.call_soon_threadsafe(instance._recycle_soon, "slow.tar.gz", "replaced by a test")
+        wait_until(lambda: instance.launcher.pid not in (None, old_pid), 60, "the new Triton")
+    finally:
+        gate.touch()
+        caller.join(timeout=120)
+    assert errors == []
+    np.testing.assert_allclose(answers[0], [3, 6, 9, 12])
+    assert _triton_state(server, "next") == "READY"  # in the new Triton
