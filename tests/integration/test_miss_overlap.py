@@ -109,16 +109,25 @@ def _triton_state(server: Any, target_prefix: str) -> str | None:
     return next((m.get("state") for m in index if m["name"].startswith(target_prefix)), None)
 
 
-def test_a_measured_model_is_read_once_its_victims_are_gone(  # type: ignore[no-untyped-def]
-        start_emulator, store: Path, tmp_path: Path) -> None:
+def _next_evicted_by_slow(start_emulator: Any, store: Path,
+                          tmp_path: Path) -> tuple[Any, Any, list[tuple[str, str]], Path]:
+    """The gated store with ballast (about 100 MB each once loaded) under a budget with room for
+    one, both models measured, ``slow`` loaded: (server, runtime client, the steps seen, the
+    gate that ends ``slow``'s unload)."""
     gate = tmp_path / "finalize-gate"
-    write_gated_store(store, tmp_path / "w", gate, extra=BALLAST)  # ~100 MB each once loaded
-    server = start_emulator(model_data=str(store), memory_budget="160MiB")  # room for one
+    write_gated_store(store, tmp_path / "w", gate, extra=BALLAST)
+    server = start_emulator(model_data=str(store), memory_budget="160MiB")
     rt = runtime_client(server.url)
     events = observe_steps(server)
     invoke(rt, "next.tar.gz")  # measured: from now on it makes room before it loads
     invoke(rt, "slow.tar.gz")  # measured after its first load; next evicted then
     wait_until(lambda: ("unloaded", "next.tar.gz") in events, what="next's eviction")
+    return server, rt, events, gate
+
+
+def test_a_measured_model_is_read_once_its_victims_are_gone(  # type: ignore[no-untyped-def]
+        start_emulator, store: Path, tmp_path: Path) -> None:
+    server, rt, events, gate = _next_evicted_by_slow(start_emulator, store, tmp_path)
     caller, answers = _call_in_background(rt, "next.tar.gz")
     try:
         # Loaded in Triton while the victim's finalize holds: the load went on beside it.
@@ -173,14 +182,7 @@ def test_a_load_measured_while_triton_is_replaced_loads_again_in_the_new_one(  #
     # Triton has loaded next, and the manager waits for the victim's teardown to measure it,
     # when the instance replaces its Triton (as it does after a load that never ends): next is
     # not in the new Triton, so the call loads it there.
-    gate = tmp_path / "finalize-gate"
-    write_gated_store(store, tmp_path / "w", gate, extra=BALLAST)  # ~100 MB each once loaded
-    server = start_emulator(model_data=str(store), memory_budget="160MiB")  # room for one
-    rt = runtime_client(server.url)
-    events = observe_steps(server)
-    invoke(rt, "next.tar.gz")  # measured: from now on it makes room before it loads
-    invoke(rt, "slow.tar.gz")
-    wait_until(lambda: ("unloaded", "next.tar.gz") in events, what="next's eviction")
+    server, rt, _events, gate = _next_evicted_by_slow(start_emulator, store, tmp_path)
     instance = instance_of(server)
     old_pid = instance.launcher.pid
     answers: list[Any] = []
