@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from emulator.triton import stubs
+from emulator.triton import embedded, stubs
 from harness.testmodels import write_scale_model
 from tests.support import output_of, package, scale_request
 
@@ -83,22 +83,33 @@ class Leftovers:
 
 @dataclass(frozen=True)
 class RecordedStub:
-    """A stub as its record named it, with the inode its shm region had when recorded: a
-    restarted Triton numbers its regions afresh, so a same-named region may be a new one."""
+    """A stub as its record named it, with the folder its shm region is in and the inode it
+    had when recorded: a restarted Triton numbers its regions afresh, so a same-named region may
+    be a new one."""
     pid: int
     model: str
     shm_region: str | None
+    region_dir: Path
     region_inode: int | None
+
+
+def regions_dir_of(launcher: Any) -> Path:
+    """Where this Triton's stubs make their regions: its private /dev/shm, reached through its
+    own root while it lives (gone with it), or the machine's. The machine's /dev/shm also holds
+    the regions of a user's own Triton another test runs, under the same names."""
+    return (Path(f"/proc/{launcher.pid}/root/dev/shm") if embedded.private_shm_wrapper()
+            else SHM)
 
 
 def stub_records(launcher: Any) -> list[RecordedStub]:
     recorded = []
+    folder = regions_dir_of(launcher)
     for stub in stubs.read(stubs.registry_for(launcher.repository)):
         inode = None
         if stub.shm_region:
             with contextlib.suppress(FileNotFoundError):
-                inode = (SHM / stub.shm_region).stat().st_ino
-        recorded.append(RecordedStub(stub.pid, stub.model, stub.shm_region, inode))
+                inode = (folder / stub.shm_region).stat().st_ino
+        recorded.append(RecordedStub(stub.pid, stub.model, stub.shm_region, folder, inode))
     return recorded
 
 
@@ -106,8 +117,8 @@ def _same_region_exists(stub: RecordedStub) -> bool:
     if not stub.shm_region:
         return False
     try:
-        return (SHM / stub.shm_region).stat().st_ino == stub.region_inode
-    except FileNotFoundError:
+        return (stub.region_dir / stub.shm_region).stat().st_ino == stub.region_inode
+    except OSError:  # gone, or its Triton's root with it
         return False
 
 

@@ -115,10 +115,11 @@ def triton_model_name(server: EmulatorServer) -> str:
 
 
 def region_files(server: EmulatorServer) -> list[str]:
-    """Region files left in Triton's /dev/shm or the machine's."""
+    """This process's region files left in Triton's /dev/shm or the machine's (where another
+    test's emulator may be making its own)."""
     triton_shm = instance_of(server).launcher.shared_memory_dir
     return [p.name for folder in {triton_shm, SHM} if folder is not None
-            for p in Path(folder).glob("mme-bodies-*")]
+            for p in Path(folder).glob(f"mme-bodies-{os.getpid()}-*")]
 
 
 def _store(root: Path) -> Path:
