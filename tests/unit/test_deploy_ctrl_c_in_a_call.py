@@ -86,6 +86,20 @@ def test_ctrl_c_in_create_inference_component_says_what_the_service_took(stage: 
         assert type(raised) is KeyboardInterrupt
 
 
+def _stub_create_endpoint(stub: Any, stage: str, name: str, config_name: str) -> None:
+    """What the service answers around CreateEndpoint of ``name``: where the Ctrl-C came after
+    the call, the endpoint is Creating; before it, there is still no endpoint."""
+    if stage == "after-call":
+        stub.add_response("create_endpoint", {"EndpointArn": f"{ARN}:endpoint/{name}"})
+        stub.add_response("describe_endpoint", {
+            "EndpointName": name, "EndpointArn": f"{ARN}:endpoint/{name}",
+            "EndpointConfigName": config_name, "EndpointStatus": "Creating",
+            "CreationTime": NOW, "LastModifiedTime": NOW})
+    else:
+        stub.add_client_error("describe_endpoint", "ValidationException",
+                              "Could not find endpoint")
+
+
 @pytest.mark.parametrize("stage", ["after-call", "provide-client-params"])
 def test_ctrl_c_in_create_endpoint_leaves_the_creation_asked_only_where_taken(stage: str) -> None:
     deployer, _, stub = _deployer(stage, "CreateEndpoint")
@@ -93,15 +107,7 @@ def test_ctrl_c_in_create_endpoint_leaves_the_creation_asked_only_where_taken(st
     with stub:
         stub.add_client_error("describe_endpoint", "ValidationException",
                               "Could not find endpoint")
-        if stage == "after-call":
-            stub.add_response("create_endpoint", {"EndpointArn": f"{ARN}:endpoint/demo"})
-            stub.add_response("describe_endpoint", {
-                "EndpointName": "demo", "EndpointArn": f"{ARN}:endpoint/demo",
-                "EndpointConfigName": "new", "EndpointStatus": "Creating",
-                "CreationTime": NOW, "LastModifiedTime": NOW})
-        else:
-            stub.add_client_error("describe_endpoint", "ValidationException",
-                                  "Could not find endpoint")
+        _stub_create_endpoint(stub, stage, "demo", "new")
         raised = _outcome(lambda: deployer._ensure_endpoint(config, "new"))
         stub.assert_no_pending_responses()
     assert type(raised) is KeyboardInterrupt
@@ -124,15 +130,7 @@ def test_ctrl_c_in_create_endpoint_for_components_says_what_the_service_took(sta
                               "Could not find endpoint configuration")
         stub.add_response("create_endpoint_config",
                           {"EndpointConfigArn": f"{ARN}:endpoint-config/shared"})
-        if stage == "after-call":
-            stub.add_response("create_endpoint", {"EndpointArn": f"{ARN}:endpoint/shared"})
-            stub.add_response("describe_endpoint", {
-                "EndpointName": "shared", "EndpointArn": f"{ARN}:endpoint/shared",
-                "EndpointConfigName": "shared-config", "EndpointStatus": "Creating",
-                "CreationTime": NOW, "LastModifiedTime": NOW})
-        else:
-            stub.add_client_error("describe_endpoint", "ValidationException",
-                                  "Could not find endpoint")
+        _stub_create_endpoint(stub, stage, "shared", "shared-config")
         created = component_deployer._Created(deployer)
         raised = _outcome(lambda: component_deployer._ensure_endpoint(
             deployer, config, ComponentSpec("slow"), f"{ARN}:role/r", created))
