@@ -360,7 +360,7 @@ class Endpoint:
                 fault.status, fault.message, self.name, self._region, self._account,
                 runtime_errors.log_stream_arn(self._region, self._account, self.name))
         if isinstance(fault, InstanceFault):  # its Triton crashes or hangs under the call
-            instance_faults.apply(fault, unit, unit.id)
+            await instance_faults.apply(fault, unit, unit.id)
             return await unit.invoke(request, target, started, timeout_s)
         if not isinstance(fault, Latency):  # a load or a download: drawn where they happen
             return await unit.invoke(request, target, started, timeout_s)

@@ -86,7 +86,7 @@ def _wait_stopped(pid: int, limit_s: float = 0.5) -> str:
         time.sleep(0.001)
 
 
-def apply(fault: InstanceFault, unit: object, unit_id: str) -> None:
+async def apply(fault: InstanceFault, unit: object, unit_id: str) -> None:
     pid = triton_pid(unit)
     if pid is None:
         log.warning("instance=%s fault=instance outcome=skipped reason=\"no Triton process of "
@@ -102,7 +102,9 @@ def apply(fault: InstanceFault, unit: object, unit_id: str) -> None:
         os.kill(pid, signal.SIGSTOP)
     # The kernel stops each of Triton's threads as it next runs: the call this fault holds is
     # sent only once the process shows as stopped, so none of its threads can still answer it.
-    stopped = _wait_stopped(pid)
+    # Polled in a thread: a thread that does not stop (uninterruptible I/O) would otherwise hold
+    # every other call of the endpoint for the whole limit.
+    stopped = await asyncio.to_thread(_wait_stopped, pid)
     log.info("instance=%s fault=instance stopped pid=%d for=%gs state=%s", unit_id, pid,
              fault.hang_s, stopped)
 
