@@ -76,7 +76,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     work = tmp_path_factory.mktemp("isolation")
     store = work / "store"
     store.mkdir()
-    for i in range(4):
+    for i in range(5):  # h4 is loaded once only: a cold load on a recycled Triton
         package(write_scale_model(work / f"h{i}", f"h{i}", scale=i + 1), store / f"h{i}.tar.gz")
     package(write_scale_model(work / "slow", "slow", load_seconds=str(SLOW_LOAD_S)),
             store / "slow.tar.gz")
@@ -243,7 +243,7 @@ def test_a_hung_load_times_out_and_triton_is_recycled_while_healthy_models_serve
                what="the recycle")
     recycle_s = events_of(server, "recycled", "hangs.tar.gz")[0]["details"]["seconds"]
     after_recycle = [timed_call(server, HEALTHY) for _ in range(5)]
-    after = [timed_call(server, "h1.tar.gz")]  # cold again: the recycle dropped every model
+    after = [timed_call(server, "h4.tar.gz")]  # never loaded before: a cold load on the new Triton
     said = watch.stop()
     figures(f"a load hung until the {LOAD_TIMEOUT_S:g} s load timeout (max: the reload after "
             "the recycle)", calls, baseline)
@@ -253,9 +253,12 @@ def test_a_hung_load_times_out_and_triton_is_recycled_while_healthy_models_serve
           f"{', '.join(f'{s:.2f} s' for s, _ in cold)}; after the recycle "
           f"{', '.join(f'{s:.2f} s' for s, _ in after)}")
     assert all(o == "ok" for _, o in after), after
-    # Healthy cold loads complete within the load timeout plus one recycle; a loaded model's
-    # call waits at most for the recycle and its own reload.
-    assert max(s for s, _ in cold + after) < LOAD_TIMEOUT_S + recycle_s
+    # A healthy cold load waits at most for the hung load's timeout, one recycle and its own
+    # load again on the new Triton. How long one cold load takes on this machine: the median of
+    # the three beside the hung load (the recycle catches one at most) or the one after it,
+    # whichever is slower. A loaded model's call waits at most for the recycle and its reload.
+    one_load_s = max(statistics.median(s for s, _ in cold), after[0][0])
+    assert max(s for s, _ in cold) < LOAD_TIMEOUT_S + recycle_s + one_load_s
     assert_all_answered(after_recycle, LOAD_TIMEOUT_S + recycle_s)
     # SageMaker replaces an instance behind the endpoint: it stays InService, /ping answers.
     assert said == {("ping", "200"), ("DescribeEndpoint", "InService")}, said
