@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from emulator import autoscaling, page_key, startup
 from emulator.async_inference import AsyncInference, RequestStore
-from emulator.async_inference.service import Notifier, S3Objects
+from emulator.async_inference.service import Notifier
 from emulator.auth import install_auth
 from emulator.clock import Clock
 from emulator.cloudwatch.alarms import AlarmStore
@@ -57,6 +57,7 @@ from emulator.routes.runtime import (
 )
 from emulator.routes.state import build_state_router
 from emulator.routes.table import lookup
+from emulator.s3_objects import S3Objects
 from emulator.settings import Settings, StartRefused
 from emulator.state import snapshot_format
 from emulator.state.server_state import ServerState
@@ -147,9 +148,11 @@ def build_app(settings: Settings) -> EmulatorApp:
     # --record FILE: every runtime call, one JSON line each, written beside the serving
     call_log = (CallLog(settings.record, settings.record_bodies)
                 if settings.record is not None else None)
+    # The server's S3 client: data capture's files, asynchronous inference's inputs and outputs.
+    s3 = S3Objects(settings.s3_endpoint_url, settings.region)
     registry = EndpointRegistry(settings, build_instance, sink=metric_store,
                                 sample_period_s=clock.real_duration(60), faults=faults,
-                                clock=clock, transitions=transitions, call_log=call_log)
+                                clock=clock, transitions=transitions, call_log=call_log, s3=s3)
     control = ControlPlaneService(
         store=ControlStore(state_dir / "control-plane.sqlite3" if state_dir else ":memory:"),
         registry=registry, region=settings.region, account=settings.account_id,
@@ -160,7 +163,7 @@ def build_app(settings: Settings) -> EmulatorApp:
         registry, RequestStore(state_dir / "async-inference.sqlite3" if state_dir
                                else ":memory:"),
         clock, region=settings.region, account=settings.account_id,
-        s3=S3Objects(settings.s3_endpoint_url, settings.region),
+        s3=s3,
         notifier=Notifier(settings.sns_endpoint_url), sink=metric_store)
     metrics_api = CloudWatchService(metric_store, clock, alarms)
     scaling = autoscaling.AutoScalingService(autoscaling.SageMakerVariants(control), clock,

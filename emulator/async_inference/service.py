@@ -27,7 +27,6 @@ import base64
 import contextlib
 import json
 import logging
-import threading
 import time
 import uuid
 from collections import deque
@@ -43,6 +42,7 @@ from emulator.contract import runtime, runtime_errors
 from emulator.hosting.components import ComponentEndpoint
 from emulator.hosting.endpoint import InvokeResult
 from emulator.metrics import MetricSink
+from emulator.s3_objects import S3_POOL, S3Objects
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,6 @@ TICK_S = 1.0
 # The backlog gauges' period, emulated seconds (AWS publishes them each minute [U: how many
 # samples a minute holds]).
 GAUGE_PERIOD_S = 10.0
-S3_POOL = 32
 
 
 class AsyncEndpoint(Protocol):
@@ -114,43 +113,6 @@ class _Lane:
 def _serving(endpoint: Any) -> int:
     """Instances in service across the endpoint's variants."""
     return sum(len(v.serving()) for v in getattr(endpoint, "variants", ()))
-
-
-class S3Objects:
-    """The emulator's S3 client (``--s3-endpoint-url``, ``--region``): blocking calls made in
-    threads."""
-
-    def __init__(self, endpoint_url: str | None, region: str) -> None:
-        self._endpoint_url = endpoint_url
-        self._region = region
-        self._client: Any = None
-        self._lock = threading.Lock()
-
-    def _s3(self) -> Any:
-        with self._lock:  # made once, by the first thread that needs it
-            if self._client is None:
-                import boto3
-                from botocore.config import Config
-
-                self._client = boto3.client(
-                    "s3", endpoint_url=self._endpoint_url, region_name=self._region,
-                    config=Config(retries={"max_attempts": 3, "mode": "standard"},
-                                  max_pool_connections=S3_POOL))
-            return self._client
-
-    async def get(self, url: str) -> bytes:
-        bucket, key = wire.split_s3_url(url)
-
-        def read() -> bytes:
-            body: bytes = self._s3().get_object(Bucket=bucket, Key=key)["Body"].read()
-            return body
-        return await asyncio.to_thread(read)
-
-    async def put(self, url: str, body: bytes, content_type: str | None) -> None:
-        bucket, key = wire.split_s3_url(url)
-        extra = {"ContentType": content_type} if content_type else {}
-        await asyncio.to_thread(
-            lambda: self._s3().put_object(Bucket=bucket, Key=key, Body=body, **extra))
 
 
 class Notifier:

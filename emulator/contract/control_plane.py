@@ -58,6 +58,7 @@ OPERATIONS = frozenset(
         "UpdateEndpoint",
         "DeleteEndpoint",
         "UpdateEndpointWeightsAndCapacities",
+        "ListTags",
     }
 )
 

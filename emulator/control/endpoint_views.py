@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from emulator.contract.data_capture import CaptureRules
 from emulator.control import component_endpoint_updates as endpoint_updates
 from emulator.control.component_views import variant_summaries
 from emulator.control.deployments import BAKING, STARTING, Progress
@@ -59,6 +60,8 @@ def describe(record: EndpointRecord, endpoint_arn: str, runtimes: Runtimes) -> d
         runtime = runtimes.get(record.name)
         if spec.async_config is not None:
             doc["AsyncInferenceConfig"] = spec.async_config
+        if spec.capture_config is not None:
+            doc["DataCaptureConfig"] = CaptureRules.of(spec.capture_config).summary()
         doc["ProductionVariants"] = [
             variant_summary(v, desired.variant(v.name) or v, runtime, record.current,
                             share=1.0 - share)

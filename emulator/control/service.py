@@ -43,6 +43,7 @@ from emulator.control.lifecycle import Lifecycle, Resumed, failure_reason
 from emulator.control.runtimes import EndpointRuntimes
 from emulator.control.state_db import AlreadyExists, ControlStore, Deployment, EndpointRecord
 from emulator.control.stored_resources import StoredResources, with_token
+from emulator.control.tags import Tags
 from emulator.hosting.spec import EndpointSpec
 from emulator.instance_types import MAX_INSTANCES_PER_ENDPOINT
 from emulator.transitions import TransitionTable
@@ -85,7 +86,9 @@ class ControlPlaneService:
         self.resources = StoredResources(store, self.arn, clock, image_problem)
         self.guarded = GuardedUpdates(self.lifecycle, self._save, registry, self.emulated_clock,
                                       alarms, region, clock)
-        stored = self.resources.handlers()  # models and endpoint configs
+        stored = {**self.resources.handlers(),  # models and endpoint configs
+                  **Tags(store, region, account,
+                       lambda name: self._unmanaged(name) is not None).handlers()}
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
             **stored,
             **{op: getattr(self, xform_name(op)) for op in wire.OPERATIONS - stored.keys()},

@@ -49,6 +49,11 @@ def deployment(resources: StoredResources, endpoint_name: str, config_name: str,
     config = resources.config(config_name)
     variants = config.doc["ProductionVariants"]
     if is_component_deployment(variants):
+        if config.doc.get("DataCaptureConfig") is not None:  # [U] what AWS answers
+            raise wire.validation_error(
+                f"Endpoint config {config.name} hosts inference components and has a "
+                "DataCaptureConfig: the emulator captures the calls of endpoints of models "
+                "only. Remove DataCaptureConfig from the config.")
         # Instances for inference components: bookkeeping, no runtime spec; the
         # same bound, as their copies will be processes on this machine.
         count = sum(int(v.get("InitialInstanceCount") or 0) for v in variants)
@@ -72,7 +77,8 @@ def deployment(resources: StoredResources, endpoint_name: str, config_name: str,
         endpoint_name, specs, config_name=config.name, enhanced_metrics=metrics.enhanced,
         detailed_observability=metrics.detailed_observability,
         publish_period_s=metrics.publish_period_s,
-        async_config=config.doc.get("AsyncInferenceConfig"))
+        async_config=config.doc.get("AsyncInferenceConfig"),
+        capture_config=config.doc.get("DataCaptureConfig"))
     return Resolved(Deployment(
         config_name=config.name,
         variants=variants,

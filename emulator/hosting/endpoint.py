@@ -40,6 +40,7 @@ from emulator.faults.table import FaultTable
 from emulator.hosting import affinity, instance_faults
 from emulator.hosting.call_log import CallLog
 from emulator.hosting.call_record import CallRecord
+from emulator.hosting.data_capture import DataCapture
 from emulator.hosting.instance import ContainerAnswer
 from emulator.hosting.multi_container import check_container_hostname, manages_sessions
 from emulator.hosting.routing import Router
@@ -154,6 +155,8 @@ class Endpoint:
     faults: FaultTable | None = None
     # ``mme serve --record``: where each call's line goes as it ends (None: not recording).
     call_log: CallLog | None = None
+    # The config's DataCaptureConfig at work (set by the registry; None: nothing captured).
+    capture: DataCapture | None = None
     # Stopped instances leave their folders (downloaded and extracted models) on disk: set by
     # the registry for a reset that keeps the model cache.
     keep_files: bool = False
@@ -252,6 +255,8 @@ class Endpoint:
         """Let requests in flight finish, then stop every instance."""
         await asyncio.gather(*(self._remove(v, i) for v in self.variants
                                for i in list(v.instances)), return_exceptions=True)
+        if self.capture is not None:  # every answered call is in: its last file is written
+            await self.capture.close()
 
     async def resize(self, spec: EndpointSpec) -> None:
         """Apply new weights and instance counts: start what is added, then drain what goes."""
@@ -333,6 +338,8 @@ class Endpoint:
         finally:
             group.leave()
         call.answered(answer, unit.id)
+        if self.capture is not None:
+            self.capture.offer(request, answer, variant)
         new_session = closed_session = None
         if session is not None:
             new_session, closed_session = session.settle(group.sessions, unit.id, answer)

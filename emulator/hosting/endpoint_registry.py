@@ -13,10 +13,12 @@ from typing import Any, Protocol
 
 from emulator.background import cancel_and_wait
 from emulator.clock import Clock, Ticks
+from emulator.contract.data_capture import CaptureRules
 from emulator.faults.table import FaultTable
 from emulator.hosting.call_log import CallLog
 from emulator.hosting.component_copies import CopyTarget
 from emulator.hosting.components import ComponentEndpoint, ComponentLookup
+from emulator.hosting.data_capture import DataCapture
 from emulator.hosting.deployment import SplitEndpoint
 from emulator.hosting.endpoint import Endpoint, InstanceBuilder
 from emulator.hosting.routing import Router
@@ -30,6 +32,7 @@ from emulator.hosting.utilization import UtilizationSampler
 from emulator.manager.model_manager import ModelManager
 from emulator.manager.sources import source_for
 from emulator.metrics import SAMPLED_AT, MetricSink
+from emulator.s3_objects import S3Objects
 from emulator.settings import Settings
 from emulator.supervision import STOPPING_AT_ONCE
 from emulator.transitions import TransitionTable
@@ -55,8 +58,10 @@ class EndpointRegistry:
                  sink: MetricSink | None = None, sample_period_s: float = 60.0,
                  faults: FaultTable | None = None, clock: Clock | None = None,
                  transitions: TransitionTable | None = None,
-                 call_log: CallLog | None = None) -> None:
+                 call_log: CallLog | None = None, s3: S3Objects | None = None) -> None:
         self.settings = settings
+        # Where data capture writes (the server's S3 client, shared with asynchronous inference).
+        self._s3 = s3 if s3 is not None else S3Objects(settings.s3_endpoint_url, settings.region)
         self.transitions = transitions  # a copy's start is held as its rule says
         self._clock = clock  # the utilization sampler waits on it (an advance wakes it)
         self.faults = faults  # the fault rules every endpoint's calls are checked against
@@ -104,6 +109,9 @@ class EndpointRegistry:
         endpoint.draw = self._generation_draw
         endpoint.faults = self.faults
         endpoint.call_log = self.call_log
+        if spec.capture_config is not None:
+            endpoint.capture = DataCapture(CaptureRules.of(spec.capture_config), spec.name,
+                                           self._s3.put, random.Random(s.routing_seed))
         try:
             await endpoint.start()
         except BaseException:

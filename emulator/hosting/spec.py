@@ -101,6 +101,8 @@ class EndpointSpec:
     publish_period_s: int = DEFAULT_PUBLISH_PERIOD_S
     # The config's AsyncInferenceConfig as sent (None: a real-time endpoint).
     async_config: dict[str, Any] | None = None
+    # The config's DataCaptureConfig as sent (None: nothing captured).
+    capture_config: dict[str, Any] | None = None
 
     def variant(self, name: str) -> VariantSpec | None:
         return next((v for v in self.variants if v.name == name), None)
@@ -142,7 +144,8 @@ class EndpointSpec:
                    detailed_observability=bool(doc.get("detailed_observability", False)),
                    publish_period_s=int(doc.get("publish_period_s",
                                                 DEFAULT_PUBLISH_PERIOD_S)),
-                   async_config=doc.get("async_config"))
+                   async_config=doc.get("async_config"),
+                   capture_config=doc.get("capture_config"))
 
 
 def single_variant(name: str, model_data: str, *, variant_name: str = "AllTraffic",

@@ -391,6 +391,34 @@ def test_list_models_and_configs(sm) -> None:  # type: ignore[no-untyped-def]
     )
 
 
+def test_list_tags_gives_each_resources_creation_tags(sm) -> None:  # type: ignore[no-untyped-def]
+    team = [{"Key": "team", "Value": "ml"}, {"Key": "cost-center", "Value": "42"}]
+    model_arn = sm.create_model(
+        ModelName="Tagged", ExecutionRoleArn=f"arn:aws:iam::{ACCOUNT}:role/x", Tags=team,
+        PrimaryContainer={"Image": IMAGE, "Mode": "MultiModel",
+                          "ModelDataUrl": "s3://bucket/models/"})["ModelArn"]
+    config_arn = sm.create_endpoint_config(
+        EndpointConfigName="tagged-config", Tags=team[:1], ProductionVariants=[{
+            "VariantName": "AllTraffic", "ModelName": "Tagged", "InstanceType": "ml.m5.xlarge",
+            "InitialInstanceCount": 1}])["EndpointConfigArn"]
+    endpoint_arn = sm.create_endpoint(EndpointName="tagged", EndpointConfigName="tagged-config",
+                                      Tags=team[1:])["EndpointArn"]
+    untagged_arn = make_config(sm, "untagged", "Tagged")
+    assert sm.list_tags(ResourceArn=model_arn)["Tags"] == team  # the ARN's name is lowercased
+    assert sm.list_tags(ResourceArn=config_arn)["Tags"] == team[:1]
+    assert sm.list_tags(ResourceArn=endpoint_arn, MaxResults=50)["Tags"] == team[1:]
+    assert sm.list_tags(ResourceArn=untagged_arn)["Tags"] == []
+    with pytest.raises(ClientError) as excinfo:
+        sm.list_tags(ResourceArn=model_arn.replace("tagged", "gone"))
+    assert error_of(excinfo)[:2] == (
+        "ValidationException",
+        f'Could not find model "arn:aws:sagemaker:{REGION}:{ACCOUNT}:model/gone".')
+    with pytest.raises(ClientError) as excinfo:
+        sm.list_tags(ResourceArn=f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/t")
+    assert "names no model, endpoint config, endpoint or inference component" in \
+        error_of(excinfo)[1]
+
+
 def test_unknown_operation_and_bad_json(server) -> None:  # type: ignore[no-untyped-def]
     import json
     import urllib.error

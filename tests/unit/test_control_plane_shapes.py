@@ -75,9 +75,14 @@ def test_every_output_matches_the_service_model(tmp_path: Path) -> None:
             Containers=[{**container, "ModelDataUrl": "s3://broken/"}],
             Tags=[{"Key": "team", "Value": "ml"}],
         )
+        # c2 captures its calls: DescribeEndpoint then carries a DataCaptureConfig summary.
+        capture = {"DataCaptureConfig": {
+            "InitialSamplingPercentage": 50, "DestinationS3Uri": "s3://bucket/capture",
+            "CaptureOptions": [{"CaptureMode": "InputAndOutput"}]}}
         for config, model in (("c", "m"), ("c2", "m"), ("c-broken", "m-broken")):
             await call(
                 "CreateEndpointConfig",
+                **(capture if config == "c2" else {}),
                 EndpointConfigName=config,
                 ProductionVariants=[
                     {
@@ -110,6 +115,9 @@ def test_every_output_matches_the_service_model(tmp_path: Path) -> None:
             await call(op, ModelName="m")
             await call(op, ModelName="m-broken")
         await call("DescribeEndpointConfig", EndpointConfigName="c")
+        tagged = await call("ListTags", ResourceArn=service.arn("model", "m-broken"))
+        assert tagged["Tags"] == [{"Key": "team", "Value": "ml"}]
+        await call("ListTags", ResourceArn=service.arn("endpoint", "ep"), MaxResults=50)
         await call("ListModels", MaxResults=1)
         await call("ListEndpointConfigs", SortBy="Name")
         await call("ListEndpoints", MaxResults=1, SortBy="Status")
@@ -123,6 +131,10 @@ def test_every_output_matches_the_service_model(tmp_path: Path) -> None:
     outputs = asyncio.run(scenario())
     assert {op for op, _ in outputs} == set(wire.OPERATIONS)
     statuses = {o["EndpointStatus"] for op, o in outputs if op == "DescribeEndpoint"}
+    assert any(o.get("DataCaptureConfig") == {
+        "EnableCapture": True, "CaptureStatus": "Started", "CurrentSamplingPercentage": 50,
+        "DestinationS3Uri": "s3://bucket/capture", "KmsKeyId": ""}
+        for op, o in outputs if op == "DescribeEndpoint")
     assert statuses == {"Creating", "InService", "Failed", "Updating", "Deleting"}
     for op, output in outputs:
         assert wire.check_output(op, output) == [], (op, output)
