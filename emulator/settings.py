@@ -247,7 +247,7 @@ class Settings(BaseSettings):
                              Flag(default_text="none")] = None
     """the default endpoint's InstanceType (`ml.m5.xlarge`): its memory less the platform's share is each instance's memory budget unless `--memory-budget` is given (docs/memory.md)"""  # noqa: E501
     routing_seed: Annotated[OptionalInt, Flag(default_text="random")] = None
-    """seeds the weighted choice of variant, so a run repeats exactly"""
+    """seeds the weighted choice of variant and data capture's sampling, so a run repeats exactly"""
     host: str = "127.0.0.1"
     """address the emulator listens on"""
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
