@@ -158,6 +158,35 @@ def test_describe_outputs_match_botocore(module: Module) -> None:
             assert check_output(operation, json.loads(response.read())) == []
 
 
+def test_a_components_tags_and_no_data_capture_for_components(module: Module) -> None:
+    sm = module.sm()
+    _model(module, "tags-model")
+    _component_endpoint(module, "tags")
+    team = [{"Key": "team", "Value": "ml"}]
+    arn = sm.create_inference_component(
+        InferenceComponentName="tags-ic", EndpointName="tags", VariantName="AllTraffic",
+        Specification={"ModelName": "tags-model", "ComputeResourceRequirements": RESOURCES},
+        RuntimeConfig={"CopyCount": 1}, Tags=team)["InferenceComponentArn"]
+    assert sm.list_tags(ResourceArn=arn)["Tags"] == team
+    assert 'Could not find inference component "' in validation_error(
+        sm.list_tags, ResourceArn=arn.replace("tags-ic", "gone-ic"))
+    # An endpoint for components does not capture its calls here: refused, not ignored.
+    sm.create_endpoint_config(
+        EndpointConfigName="tags-capture", ExecutionRoleArn=ROLE,
+        ProductionVariants=[{"VariantName": "AllTraffic", "InstanceType": "ml.g5.12xlarge",
+                             "InitialInstanceCount": 1}],
+        DataCaptureConfig={"InitialSamplingPercentage": 100,
+                           "DestinationS3Uri": "s3://bucket/capture",
+                           "CaptureOptions": [{"CaptureMode": "InputAndOutput"}]})
+    message = validation_error(sm.create_endpoint, EndpointName="tags-capture",
+                               EndpointConfigName="tags-capture")
+    assert "hosts inference components and has a DataCaptureConfig" in message
+    _wait_in_service(sm, "tags-ic")
+    sm.delete_inference_component(InferenceComponentName="tags-ic")
+    wait_until(lambda: not sm.list_inference_components(EndpointNameEquals="tags")[
+        "InferenceComponents"], 30, "the component gone")
+
+
 def test_list_filters_sort_and_pages(module: Module) -> None:
     sm = module.sm()
     _model(module, "list-model")
