@@ -138,6 +138,9 @@ class ComponentEndpoint(SplitEndpoint):
         self._components: dict[str, ComponentCopies] = {}  # by lowercased component name
         # The new specification's copies of a component in a rolling update, beside its own.
         self._incoming: dict[str, ComponentCopies] = {}
+        # Deleted components' copies stopping: a cancel of the delete (a shutdown) leaves them
+        # running here, and ``stop`` waits for them, so no Triton is left unreaped.
+        self._stopping: set[asyncio.Future[Any]] = set()
         self._update_ids = itertools.count(1)
         self._generation_draw = random.Random(seed)
         self._update_locks: dict[str, asyncio.Lock] = {}
@@ -187,7 +190,11 @@ class ComponentEndpoint(SplitEndpoint):
             async with self._update_lock(key):  # a rolling update's batch (or end) first
                 copies = self._components.pop(key, None)
                 incoming = self._incoming.pop(key, None)
-                await asyncio.gather(*(c.stop() for c in (copies, incoming) if c is not None))
+                stopping = asyncio.gather(*(c.stop() for c in (copies, incoming)
+                                            if c is not None))
+                self._stopping.add(stopping)
+                stopping.add_done_callback(self._stopping.discard)
+                await asyncio.shield(stopping)
                 self._forget_copies(key)  # a component of that name again numbers from 1
             return
         state = self._lookup(self.name, component)
@@ -255,6 +262,8 @@ class ComponentEndpoint(SplitEndpoint):
         components = [*self._components.values(), *self._incoming.values()]
         self._components, self._incoming = {}, {}
         await asyncio.gather(*(c.stop() for c in components), return_exceptions=True)
+        while self._stopping:  # deleted components' stops their delete no longer waits for
+            await asyncio.gather(*self._stopping, return_exceptions=True)
 
     def component_groups(self) -> list[ComponentGroup]:
         """Each component with copies here, what the control plane says of it, and its copies

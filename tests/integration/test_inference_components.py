@@ -15,12 +15,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from botocore.exceptions import ClientError
 
 from emulator.contract.control_plane import check_output
 from tests.client_support import runtime_client, validation_error
-from tests.component_support import ROLE, ComponentServer, create_component_endpoint
+from tests.component_support import (
+    ROLE,
+    ComponentServer,
+    create_component,
+    create_component_endpoint,
+)
 from tests.support import wait_until
 
 ACCOUNT = "123456789012"
@@ -185,6 +191,25 @@ def test_a_components_tags_and_no_data_capture_for_components(module: Module) ->
     sm.delete_inference_component(InferenceComponentName="tags-ic")
     wait_until(lambda: not sm.list_inference_components(EndpointNameEquals="tags")[
         "InferenceComponents"], 30, "the component gone")
+
+
+def test_a_stop_during_a_delete_still_stops_and_reaps_its_copies(tmp_path: Path) -> None:
+    """The server stops while a DeleteInferenceComponent's copies are stopping (its task is
+    cancelled): the stops finish all the same, and no Triton is left, not even unreaped."""
+    server = ComponentServer(tmp_path)
+    try:
+        server.create_models()
+        sm = server.client("sagemaker")
+        create_component_endpoint(sm, "bye")
+        create_component(sm, "bye-ic", "bye", ModelName="double",
+                         ComputeResourceRequirements=RESOURCES)
+        copies = [p.pid for p in server.tritons()]
+        assert copies  # the copy's Triton runs
+        sm.delete_inference_component(InferenceComponentName="bye-ic")
+    finally:
+        server.stop()  # at once: the copy is still stopping
+    # Gone, not a zombie this process never waited for.
+    assert [pid for pid in copies if psutil.pid_exists(pid)] == []
 
 
 def test_list_filters_sort_and_pages(module: Module) -> None:
