@@ -171,6 +171,7 @@ def retained(record: EndpointRecord, running: EndpointSpec, new: EndpointSpec,
             changes[variant.name] = (
                 None if "DesiredWeight" in excluded else kept.weight,
                 None if "DesiredInstanceCount" in excluded else kept.instance_count)
-    # DataCaptureConfig: the emulator captures no data, so there is nothing to retain.
+    # [U] DataCaptureConfig is always the new config's: AWS lists it as a VariantProperty
+    # "not currently supported", so excluding it changes nothing.
     spec = new.with_capacities(changes)
     return Resolved(dataclasses.replace(deployment, spec=spec.to_doc()), spec)
