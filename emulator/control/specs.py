@@ -49,11 +49,7 @@ def deployment(resources: StoredResources, endpoint_name: str, config_name: str,
     config = resources.config(config_name)
     variants = config.doc["ProductionVariants"]
     if is_component_deployment(variants):
-        if config.doc.get("DataCaptureConfig") is not None:  # [U] what AWS answers
-            raise wire.validation_error(
-                f"Endpoint config {config.name} hosts inference components and has a "
-                "DataCaptureConfig: the emulator captures the calls of endpoints of models "
-                "only. Remove DataCaptureConfig from the config.")
+        refuse_capture_for_components(config.name, config.doc)
         # Instances for inference components: bookkeeping, no runtime spec; the
         # same bound, as their copies will be processes on this machine.
         count = sum(int(v.get("InitialInstanceCount") or 0) for v in variants)
@@ -86,6 +82,15 @@ def deployment(resources: StoredResources, endpoint_name: str, config_name: str,
         images=[c.image for v in specs for c in v.containers],
         started=clock(),
     ), spec)
+
+
+def refuse_capture_for_components(config_name: str, config: dict[str, Any]) -> None:
+    """[U] what AWS answers: the emulator captures the calls of endpoints of models only."""
+    if config.get("DataCaptureConfig") is not None:
+        raise wire.validation_error(
+            f"Endpoint config {config_name} hosts inference components and has a "
+            "DataCaptureConfig: the emulator captures the calls of endpoints of models only. "
+            "Remove DataCaptureConfig from the config.")
 
 
 def metrics_options(metrics_config: dict[str, Any]) -> MetricsOptions:

@@ -18,7 +18,7 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from emulator.contract import data_capture as wire
 from emulator.contract.runtime import InvokeRequest
@@ -48,24 +48,24 @@ class _Call:
     target_model: str | None
 
 
+@dataclass(eq=False)
 class DataCapture:
-    def __init__(self, rules: wire.CaptureRules, endpoint_name: str, write: Writer,
-                 draw: random.Random) -> None:
-        self.rules = rules
-        self._endpoint = endpoint_name
-        self._write = write
-        self._draw = draw
-        self._kept: list[_Call] = []
-        self._dropped = 0
-        self._failing = False  # the last write failed (logged once until one succeeds)
-        self._closed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._flushing = asyncio.Lock()
+    rules: wire.CaptureRules
+    endpoint: str
+    write: Writer
+    draw: random.Random  # the sampling percentage's draw (seeded by --routing-seed)
+    _kept: list[_Call] = field(default_factory=list, init=False)
+    _dropped: int = field(default=0, init=False)
+    # The last write failed: said once in the log until one succeeds.
+    _failing: bool = field(default=False, init=False)
+    _closed: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _flushing: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     def offer(self, request: InvokeRequest, answer: ContainerAnswer, variant: str) -> None:
         """An answered call: kept when the sampling percentage draws it."""
         rules = self.rules
-        if not rules.enabled or self._draw.random() * 100 >= rules.sampling_percentage:
+        if not rules.enabled or self.draw.random() * 100 >= rules.sampling_percentage:
             return
         self._kept.append(_Call(
             time.time(), variant, request.content_type or DEFAULT_CONTENT_TYPE,
@@ -77,7 +77,7 @@ class DataCapture:
             self._dropped += 1
         if self._task is None and not self._closed.is_set():
             self._task = asyncio.create_task(self._flush_forever(),
-                                             name=f"data capture {self._endpoint}")
+                                             name=f"data capture {self.endpoint}")
 
     async def _flush_forever(self) -> None:
         closed = False
@@ -93,23 +93,23 @@ class DataCapture:
             calls, self._kept = self._kept, []
             files: dict[str, list[_Call]] = {}
             for call in calls:
-                files.setdefault(self.rules.folder(self._endpoint, call.variant, call.epoch_s),
+                files.setdefault(self.rules.folder(self.endpoint, call.variant, call.epoch_s),
                                  []).append(call)
             unwritten: list[_Call] = []
             for folder, group in files.items():
                 url = f"{folder}/{wire.file_name(group[0].epoch_s, str(uuid.uuid4()))}"
                 try:
-                    await self._write(url, self._lines(group), None, self.rules.kms_key_id)
+                    await self.write(url, self._lines(group), None, self.rules.kms_key_id)
                 except Exception as exc:  # noqa: BLE001 - S3's refusal is logged, the calls kept
                     unwritten += group
                     if not self._failing:
                         log.warning("endpoint=%s data capture could not write %s: %s; its calls "
-                                    "are kept and written at the next try", self._endpoint,
+                                    "are kept and written at the next try", self.endpoint,
                                     url, exc)
                     self._failing = True
                 else:
                     if self._failing:
-                        log.info("endpoint=%s data capture writes again (%s)", self._endpoint,
+                        log.info("endpoint=%s data capture writes again (%s)", self.endpoint,
                                  url)
                     self._failing = False
             self._kept[:0] = unwritten
@@ -132,4 +132,4 @@ class DataCapture:
         lost = len(self._kept) + self._dropped
         if lost:
             log.warning("endpoint=%s data capture lost %d calls: S3 refused their writes "
-                        "(see above)", self._endpoint, lost)
+                        "(see above)", self.endpoint, lost)
