@@ -4,7 +4,8 @@ sampled, written to S3 as SageMaker writes them (``contract.data_capture``).
 A call is drawn against the sampling percentage as it is answered; a drawn call keeps its
 bodies (the request's bytes copied: its buffer may be reused once the call ends) and nothing
 more is done on the call's path. Every ``FLUSH_INTERVAL_S`` a background task formats what
-gathered and writes it, one file per variant and hour; once more as the endpoint stops, so
+gathered (in a thread: base64 of large bodies would hold up the event loop) and writes it,
+one file per variant and hour; once more as the endpoint stops, so
 every answered call that was drawn is in a file. A write S3 refuses (no such bucket, no
 server) is logged with what it said and tried again at the next flush, with the calls since.
 """
@@ -99,7 +100,8 @@ class DataCapture:
             for folder, group in files.items():
                 url = f"{folder}/{wire.file_name(group[0].epoch_s, str(uuid.uuid4()))}"
                 try:
-                    await self.write(url, self._lines(group), None, self.rules.kms_key_id)
+                    lines = await asyncio.to_thread(self._lines, group)  # off the loop
+                    await self.write(url, lines, None, self.rules.kms_key_id)
                 except Exception as exc:  # noqa: BLE001 - S3's refusal is logged, the calls kept
                     unwritten += group
                     if not self._failing:
