@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError, WaiterError
 from fastapi import FastAPI
 
 from emulator.control import ControlPlaneService, ControlStore
+from emulator.hosting.spec import single_variant
 from emulator.processes import free_port
 from emulator.routes.control import build_control_router
 from tests.support import wait_for, wait_until
@@ -391,7 +392,7 @@ def test_list_models_and_configs(sm) -> None:  # type: ignore[no-untyped-def]
     )
 
 
-def test_list_tags_gives_each_resources_creation_tags(sm) -> None:  # type: ignore[no-untyped-def]
+def test_list_tags_gives_each_resources_creation_tags(sm, runtimes: FakeRuntimes) -> None:  # type: ignore[no-untyped-def]
     team = [{"Key": "team", "Value": "ml"}, {"Key": "cost-center", "Value": "42"}]
     model_arn = sm.create_model(
         ModelName="Tagged", ExecutionRoleArn=f"arn:aws:iam::{ACCOUNT}:role/x", Tags=team,
@@ -408,6 +409,10 @@ def test_list_tags_gives_each_resources_creation_tags(sm) -> None:  # type: igno
     assert sm.list_tags(ResourceArn=config_arn)["Tags"] == team[:1]
     assert sm.list_tags(ResourceArn=endpoint_arn, MaxResults=50)["Tags"] == team[1:]
     assert sm.list_tags(ResourceArn=untagged_arn)["Tags"] == []
+    # The endpoint of ``mme serve --model-data`` (no CreateEndpoint made it) has none.
+    runtimes.running["local"] = FakeEndpoint(single_variant("local", "s3://bucket/models/"))
+    local_arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:endpoint/local"
+    assert sm.list_tags(ResourceArn=local_arn)["Tags"] == []
     with pytest.raises(ClientError) as excinfo:
         sm.list_tags(ResourceArn=model_arn.replace("tagged", "gone"))
     assert error_of(excinfo)[:2] == (
