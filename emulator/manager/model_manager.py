@@ -8,6 +8,7 @@ each step's *how* is a part with one job:
   the store's same-key-new-bytes check;
 - ``triton_side.py`` (TritonSide): installing into Triton's repository, loads, unloads, stub
   deaths, the memory probe, recycling Triton, the inference Triton's lookup race answers wrongly;
+- ``unloads.py`` (Unloads): the unloads under way and when Triton accepted each;
 - ``recovery.py`` (Recovery): a stub that died while serving, a process killed for memory,
   Triton recycled or restarted;
 - ``usage.py``: the two budgets' use and a row per model, as the instance and the page read them;
@@ -91,6 +92,7 @@ from emulator.manager.triton_side import (
     StubDied,
     TritonSide,
 )
+from emulator.manager.unloads import Unloads
 from emulator.manager.usage import Usage, describe, usage_of
 from emulator.metrics import InstanceMetrics
 from emulator.triton.client import TritonClient, TritonResponse
@@ -171,9 +173,6 @@ class ModelManager:
         self.faults: UnitFaults | None = None  # the rules its loads ask (the composition root's)
         self.records: Records = {}
         self._loads: dict[str, asyncio.Task[ModelRecord]] = {}
-        self._unloads: dict[str, asyncio.Task[None]] = {}
-        # Set once Triton has accepted the unload of that target (it serves it no more).
-        self._unload_accepted: dict[str, asyncio.Future[None]] = {}
         self._events = Events(source)
         self._memory = ModelMemory(self.records, memory_budget, max_loaded_models,
                                    gpu_memory_budget)
@@ -190,12 +189,13 @@ class ModelManager:
         self.memory = self._memory.index
         self.disk = self._artifacts.index
         self.artifacts_dir = self._artifacts.dir
+        self._unloads = Unloads(self._memory, self.disk, self._triton, self._events, metrics)
+        self._start_unload = self._unloads.start
         self._recovery = Recovery(self.records, self._memory, self._artifacts, self._triton,
                                   self._events, metrics)
-        self._refresh = StoreRefresh(self._memory, self._artifacts, self._loads, self._unloads,
-                                     self._start_unload)
+        self._refresh = StoreRefresh(self._memory, self._artifacts, self._loads,
+                                     self._unloads.tasks, self._start_unload)
         self.loads = 0
-        self.unloads = 0
         # Every non-200 inference answer of our Triton passes by here (a stub that died).
         add_listener = getattr(triton, "add_infer_listener", None)
         if add_listener is not None:
@@ -206,6 +206,10 @@ class ModelManager:
     @property
     def downloads(self) -> int:
         return self._artifacts.downloads
+
+    @property
+    def unloads(self) -> int:
+        return self._unloads.completed
 
     @property
     def lookup_retries(self) -> int:
@@ -354,11 +358,12 @@ class ModelManager:
     # --- bringing a model in ----------------------------------------------------------------
 
     async def _bring_in(self, record: ModelRecord) -> ModelRecord:
-        pending_unload = self._unloads.get(record.target)
+        pending_unload = self._unloads.tasks.get(record.target)
         if pending_unload is not None:
             await asyncio.shield(pending_unload)
         load_fault = injected.load_fault(self.faults, record, self.artifacts_dir)
-        await self._artifacts.bring_to_disk(record, self.stream_downloads, self._unloads.values(),
+        await self._artifacts.bring_to_disk(record, self.stream_downloads,
+                                            self._unloads.tasks.values(),
                                             injected.download_fault(self.faults, record))
         await self._triton.install(record)
         try:
@@ -447,7 +452,7 @@ class ModelManager:
         if not unloads:
             return []
         if self._load_may_overlap_unloads([self.records[t] for t in victims]):
-            await asyncio.gather(*(self._unload_accepted[t] for t in victims))
+            await asyncio.gather(*(self._unloads.accepted[t] for t in victims))
             # A byte budget counts the model as it measures: read without the victims.
             counted_in_bytes = self._memory.budget_bytes is not None
             return [task for task in unloads if not task.done()] if counted_in_bytes else []
@@ -463,41 +468,6 @@ class ModelManager:
             hard_limit=self.hard_memory_limit)
 
     # --- taking models out ------------------------------------------------------------------
-
-    def _start_unload(self, record: ModelRecord, reason: str = "requested",
-                      making_room_for: str | None = None) -> asyncio.Task[None]:
-        self._memory.release(record.target)
-        record.state = ModelState.UNLOADING
-        self._events.emit("unloading", record.target, reason=reason, **(
-            {"for": making_room_for} if making_room_for is not None else {}))
-        accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(self._unload(record, accepted))
-        self._unloads[record.target] = task
-        self._unload_accepted[record.target] = accepted
-
-        def finished(_task: asyncio.Task[None]) -> None:
-            self._unloads.pop(record.target, None)
-            self._unload_accepted.pop(record.target, None)
-            if not accepted.done():  # cancelled before Triton answered
-                accepted.cancel()
-
-        task.add_done_callback(finished)
-        return task
-
-    async def _unload(self, record: ModelRecord, accepted: asyncio.Future[None]) -> None:
-        def accept() -> None:
-            if not accepted.done():
-                accepted.set_result(None)
-
-        elapsed = await self._triton.unload(record, accept)
-        record.state = ModelState.ON_DISK
-        self.disk.unpin(record.target)
-        self.unloads += 1
-        self.metrics.record("ModelUnloadingTime", elapsed * 1e6)
-        self.metrics.set_loaded_model_count(self.loaded_count())
-        log.info("model=%s step=unload seconds=%.3f", self.name_of(record.target), elapsed)
-        self._events.emit("unloaded", record.target, seconds=elapsed)
-        self._memory.changed.notify()
 
     async def _evict_completely(self, record: ModelRecord) -> None:
         async with self._memory.lock:
@@ -550,7 +520,7 @@ class ModelManager:
         return self._recovery.process_killed(triton_model, reason)
 
     async def close(self) -> None:
-        for task in list(self._loads.values()) + list(self._unloads.values()):
+        for task in list(self._loads.values()) + list(self._unloads.tasks.values()):
             task.cancel()
         self._triton.close()
         self._artifacts.close()
