@@ -8,6 +8,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -162,6 +163,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
     with pytest.raises(ClientError):  # one 4XX: an object that is not in the store
         runtime.invoke_endpoint(EndpointName="cw", TargetModel="absent.tar.gz",
                                 Body=scale_request([1, 2, 3, 4]))
+    runtime.close()
     yield server
     server.stop()
 
@@ -176,8 +178,12 @@ def _window() -> dict[str, dt.datetime]:
     return {"StartTime": now - dt.timedelta(hours=1), "EndTime": now + dt.timedelta(minutes=1)}
 
 
-def _cw(url: str) -> Any:
-    return boto3.client("cloudwatch", endpoint_url=url, **DUMMY_CREDENTIALS)
+@pytest.fixture(scope="module")
+def cw(served: Any) -> Iterator[Any]:
+    """One CloudWatch client for the module, closed at its end (no socket left to the GC)."""
+    client = boto3.client("cloudwatch", endpoint_url=served.url, **DUMMY_CREDENTIALS)
+    yield client
+    client.close()
 
 
 ENDPOINT_DIMS = [{"Name": "EndpointName", "Value": "cw"},
@@ -186,10 +192,9 @@ ENDPOINT_DIMS = [{"Name": "EndpointName", "Value": "cw"},
 
 @pytest.mark.parametrize("metric", ["Invocations", "ModelLatency", "Invocation4XXErrors",
                                     "ModelCacheHit", "InvocationsPerInstance"])
-def test_figures_equal_the_emulators_counters(served: Any, metric: str) -> None:
+def test_figures_equal_the_emulators_counters(served: Any, cw: Any, metric: str) -> None:
     counters = _counters(served.url)[metric]
     assert counters["SampleCount"] > 0
-    cw = _cw(served.url)
     stats = cw.get_metric_statistics(Namespace=counters["Namespace"], MetricName=metric,
                                      Dimensions=ENDPOINT_DIMS, Period=3600 * 2, **_window(),
                                      Statistics=["SampleCount", "Sum", "Minimum", "Maximum"])
@@ -204,8 +209,7 @@ def test_figures_equal_the_emulators_counters(served: Any, metric: str) -> None:
     assert sum(data["MetricDataResults"][0]["Values"]) == pytest.approx(counters["Sum"])
 
 
-def test_list_metrics_names_the_endpoints_metrics(served: Any) -> None:
-    cw = _cw(served.url)
+def test_list_metrics_names_the_endpoints_metrics(served: Any, cw: Any) -> None:
     listed = cw.list_metrics(Namespace="AWS/SageMaker",
                              Dimensions=[{"Name": "EndpointName", "Value": "cw"}])["Metrics"]
     names = {m["MetricName"] for m in listed}
@@ -216,8 +220,7 @@ def test_list_metrics_names_the_endpoints_metrics(served: Any) -> None:
     assert sum(len(p["Metrics"]) for p in paginator.paginate()) >= len(listed)
 
 
-def test_boto3_errors(served: Any) -> None:
-    cw = _cw(served.url)
+def test_boto3_errors(served: Any, cw: Any) -> None:
     now = dt.datetime.now(dt.timezone.utc)
     with pytest.raises(cw.exceptions.InvalidParameterValueException) as raised:
         cw.get_metric_statistics(Namespace="AWS/SageMaker", MetricName="Invocations",
