@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn
 
+from emulator.background import ShieldedTasks
 from emulator.clock import Clock
 from emulator.contract import runtime, runtime_errors
 from emulator.hosting.component_copies import (
@@ -140,7 +141,7 @@ class ComponentEndpoint(SplitEndpoint):
         self._incoming: dict[str, ComponentCopies] = {}
         # Deleted components' copies stopping: a cancel of the delete (a shutdown) leaves them
         # running here, and ``stop`` waits for them, so no Triton is left unreaped.
-        self._stopping: set[asyncio.Future[Any]] = set()
+        self._stopping = ShieldedTasks()
         self._update_ids = itertools.count(1)
         self._generation_draw = random.Random(seed)
         self._update_locks: dict[str, asyncio.Lock] = {}
@@ -190,11 +191,8 @@ class ComponentEndpoint(SplitEndpoint):
             async with self._update_lock(key):  # a rolling update's batch (or end) first
                 copies = self._components.pop(key, None)
                 incoming = self._incoming.pop(key, None)
-                stopping = asyncio.gather(*(c.stop() for c in (copies, incoming)
-                                            if c is not None))
-                self._stopping.add(stopping)
-                stopping.add_done_callback(self._stopping.discard)
-                await asyncio.shield(stopping)
+                await self._stopping.run(asyncio.gather(*(c.stop() for c in (copies, incoming)
+                                                          if c is not None)))
                 self._forget_copies(key)  # a component of that name again numbers from 1
             return
         state = self._lookup(self.name, component)
@@ -262,8 +260,7 @@ class ComponentEndpoint(SplitEndpoint):
         components = [*self._components.values(), *self._incoming.values()]
         self._components, self._incoming = {}, {}
         await asyncio.gather(*(c.stop() for c in components), return_exceptions=True)
-        while self._stopping:  # deleted components' stops their delete no longer waits for
-            await asyncio.gather(*self._stopping, return_exceptions=True)
+        await self._stopping.drain()  # stops of deleted components their delete left running
 
     def component_groups(self) -> list[ComponentGroup]:
         """Each component with copies here, what the control plane says of it, and its copies

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from emulator.background import cancel_and_wait
+from emulator.background import ShieldedTasks, cancel_and_wait
 from emulator.clock import Clock, Ticks
 from emulator.contract.data_capture import CaptureRules
 from emulator.faults.table import FaultTable
@@ -79,7 +79,7 @@ class EndpointRegistry:
         self._sampler_task: asyncio.Task[None] | None = None
         self._samplers: dict[int, UtilizationSampler] = {}
         # Stops under way: they outlive the request that started them (a shutdown cancels it).
-        self._stopping: set[asyncio.Task[None]] = set()
+        self._stopping = ShieldedTasks()
 
     def get(self, name: str) -> SplitEndpoint | None:
         return self._endpoints.get(name)
@@ -337,11 +337,8 @@ class EndpointRegistry:
         the stop, and ``close()`` waits for it, so no Triton or cache folder is left behind."""
         await asyncio.shield(self._stop_task(endpoint))
 
-    def _stop_task(self, endpoint: Endpoint) -> asyncio.Task[None]:
-        task = asyncio.create_task(self._stop(endpoint), name=f"stop {endpoint.work_dir.name}")
-        self._stopping.add(task)
-        task.add_done_callback(self._stopping.discard)
-        return task
+    def _stop_task(self, endpoint: Endpoint) -> asyncio.Future[None]:
+        return self._stopping.start(self._stop(endpoint), name=f"stop {endpoint.work_dir.name}")
 
     @staticmethod
     async def _stop(endpoint: Endpoint) -> None:
@@ -358,8 +355,7 @@ class EndpointRegistry:
             await asyncio.gather(*(self.delete(name, keep_files) for name in names))
         finally:
             STOPPING_AT_ONCE.reset(at_once)
-        while self._stopping:
-            await asyncio.gather(*self._stopping, return_exceptions=True)
+        await self._stopping.drain()
         self.deployments.clear()
         self._green_numbers.clear()
         return len(names)
@@ -368,8 +364,8 @@ class EndpointRegistry:
         if self._sampler_task is not None:
             await cancel_and_wait(self._sampler_task)
         await asyncio.gather(*(self.delete(name) for name in self.names()))
-        while self._stopping:  # stops whose callers were cancelled (a DeleteEndpoint at shutdown)
-            await asyncio.gather(*self._stopping, return_exceptions=True)
+        # Stops whose callers were cancelled (a DeleteEndpoint at shutdown).
+        await self._stopping.drain()
 
     # --- instance utilization ---------------------------------------------------------------
 
