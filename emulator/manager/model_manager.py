@@ -56,8 +56,9 @@ What the hosting layer and the routes use: ``acquire``, ``infer``, ``unload``, `
 ``describe``, ``loaded_file_bytes``, ``process_killed``, ``container_failed``, the recycle hooks
 (``request_recycle``, ``triton_recycling``, ``triton_recycle_failed``, ``triton_restarted``),
 ``close``, ``hard_memory_limit`` (set by an instance that kills processes past its memory), and
-for reading: ``records``, ``memory`` and ``disk`` (the two budgets' indexes),
-``memory_probe``, ``source``, ``triton_repository`` and the counters.
+for reading: ``records``, ``memory`` and ``disk`` (the two budgets' indexes), ``unloading`` (the
+unloads under way, and how many completed), ``memory_probe``, ``source``, ``triton_repository``
+and the counters.
 """
 
 from __future__ import annotations
@@ -189,12 +190,12 @@ class ModelManager:
         self.memory = self._memory.index
         self.disk = self._artifacts.index
         self.artifacts_dir = self._artifacts.dir
-        self._unloads = Unloads(self._memory, self.disk, self._triton, self._events, metrics)
-        self._start_unload = self._unloads.start
+        self.unloading = Unloads(self._memory, self.disk, self._triton, self._events, metrics)
+        self._start_unload = self.unloading.start
         self._recovery = Recovery(self.records, self._memory, self._artifacts, self._triton,
                                   self._events, metrics)
         self._refresh = StoreRefresh(self._memory, self._artifacts, self._loads,
-                                     self._unloads.tasks, self._start_unload)
+                                     self.unloading.tasks, self._start_unload)
         self.loads = 0
         # Every non-200 inference answer of our Triton passes by here (a stub that died).
         add_listener = getattr(triton, "add_infer_listener", None)
@@ -206,10 +207,6 @@ class ModelManager:
     @property
     def downloads(self) -> int:
         return self._artifacts.downloads
-
-    @property
-    def unloads(self) -> int:
-        return self._unloads.completed
 
     @property
     def lookup_retries(self) -> int:
@@ -358,12 +355,12 @@ class ModelManager:
     # --- bringing a model in ----------------------------------------------------------------
 
     async def _bring_in(self, record: ModelRecord) -> ModelRecord:
-        pending_unload = self._unloads.tasks.get(record.target)
+        pending_unload = self.unloading.tasks.get(record.target)
         if pending_unload is not None:
             await asyncio.shield(pending_unload)
         load_fault = injected.load_fault(self.faults, record, self.artifacts_dir)
         await self._artifacts.bring_to_disk(record, self.stream_downloads,
-                                            self._unloads.tasks.values(),
+                                            self.unloading.tasks.values(),
                                             injected.download_fault(self.faults, record))
         await self._triton.install(record)
         try:
@@ -452,7 +449,7 @@ class ModelManager:
         if not unloads:
             return []
         if self._load_may_overlap_unloads([self.records[t] for t in victims]):
-            await asyncio.gather(*(self._unloads.accepted[t] for t in victims))
+            await asyncio.gather(*(self.unloading.accepted[t] for t in victims))
             # A byte budget counts the model as it measures: read without the victims.
             counted_in_bytes = self._memory.budget_bytes is not None
             return [task for task in unloads if not task.done()] if counted_in_bytes else []
@@ -520,7 +517,7 @@ class ModelManager:
         return self._recovery.process_killed(triton_model, reason)
 
     async def close(self) -> None:
-        for task in list(self._loads.values()) + list(self._unloads.tasks.values()):
+        for task in list(self._loads.values()) + list(self.unloading.tasks.values()):
             task.cancel()
         self._triton.close()
         self._artifacts.close()

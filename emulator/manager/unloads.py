@@ -8,6 +8,7 @@ the whole unload (``ModelManager._make_room``).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 
 from emulator.manager.events import Events, log
 from emulator.manager.lru import LruIndex
@@ -17,25 +18,24 @@ from emulator.manager.triton_side import TritonSide
 from emulator.metrics import InstanceMetrics
 
 
+@dataclass(eq=False)
 class Unloads:
-    def __init__(self, memory: ModelMemory, disk: LruIndex, triton: TritonSide, events: Events,
-                 metrics: InstanceMetrics) -> None:
-        self._memory = memory
-        self._disk = disk
-        self._triton = triton
-        self._events = events
-        self._metrics = metrics
-        self.tasks: dict[str, asyncio.Task[None]] = {}
-        # Set once Triton has accepted the unload of that target (it serves it no more).
-        self.accepted: dict[str, asyncio.Future[None]] = {}
-        self.completed = 0
+    memory: ModelMemory
+    disk: LruIndex
+    triton: TritonSide
+    events: Events
+    metrics: InstanceMetrics
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    # Set once Triton has accepted the unload of that target (it serves it no more).
+    accepted: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    completed: int = 0
 
     def start(self, record: ModelRecord, reason: str = "requested",
               making_room_for: str | None = None) -> asyncio.Task[None]:
         """Take ``record`` out of the memory budget now and unload it from Triton in a task."""
-        self._memory.release(record.target)
+        self.memory.release(record.target)
         record.state = ModelState.UNLOADING
-        self._events.emit("unloading", record.target, reason=reason, **(
+        self.events.emit("unloading", record.target, reason=reason, **(
             {"for": making_room_for} if making_room_for is not None else {}))
         accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(self._unload(record, accepted))
@@ -56,13 +56,13 @@ class Unloads:
             if not accepted.done():
                 accepted.set_result(None)
 
-        elapsed = await self._triton.unload(record, accept)
+        elapsed = await self.triton.unload(record, accept)
         record.state = ModelState.ON_DISK
-        self._disk.unpin(record.target)
+        self.disk.unpin(record.target)
         self.completed += 1
-        self._metrics.record("ModelUnloadingTime", elapsed * 1e6)
-        self._metrics.set_loaded_model_count(self._memory.loaded_count())
-        log.info("model=%s step=unload seconds=%.3f", self._events.name_of(record.target),
+        self.metrics.record("ModelUnloadingTime", elapsed * 1e6)
+        self.metrics.set_loaded_model_count(self.memory.loaded_count())
+        log.info("model=%s step=unload seconds=%.3f", self.events.name_of(record.target),
                  elapsed)
-        self._events.emit("unloaded", record.target, seconds=elapsed)
-        self._memory.changed.notify()
+        self.events.emit("unloaded", record.target, seconds=elapsed)
+        self.memory.changed.notify()

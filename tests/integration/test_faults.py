@@ -415,7 +415,7 @@ def test_soak_64_clients_20_models_room_for_5(start_emulator, store: Path, tmp_p
     model_errors = Counter(d[2] for _, o, d, _ in outcomes if o == "ModelError")
     manager = instance_of(server).manager
     print(f"\n[soak] {len(outcomes)} requests in {elapsed:.1f}s outcomes={dict(counts)} "
-          f"http={dict(statuses)} loads={manager.loads} unloads={manager.unloads} "
+          f"http={dict(statuses)} loads={manager.loads} unloads={manager.unloading.completed} "
           f"loaded-now={sum(m['Loaded'] for m in models_of(server).values())} "
           f"model-errors={dict(model_errors)}")
     assert counts["WRONG"] == 0
