@@ -75,7 +75,7 @@ def scope_of(nodeid: str) -> str:
 def slow_scopes_first(items: list[pytest.Item]) -> None:
     """Order the modules (their tests kept together, in order) so that the slow kinds start
     first and the quick ones fill the workers' last minutes: docker halves, then the integration
-    modules marked ``starts_first`` (many tests, minutes on one worker: the docs walk), then
+    modules marked ``starts_first`` (many tests, minutes on one worker: the docs walks), then
     the other integration modules, fewest tests first (a module of one or two tests is one long
     scenario: a load test, a notebook), then the unit tests, most tests first. Started last, one
     90-second module would hold the whole run while the other workers idle."""

@@ -1,7 +1,7 @@
 """The fenced blocks of README.md and docs/*.md, and which of them a reader can run.
 
 Every fence names its language (```bash, ```python, ```yaml, ```text, ...). A ``bash`` or
-``python`` block is run as written by ``tests/integration/test_readme_walk.py`` unless the line
+``python`` block is run as written by ``tests/integration/test_docs_pages.py`` unless the line
 right before its fence is ``<!-- illustrative: why -->`` (real AWS, a GPU host, a Docker image,
 placeholders a reader fills in, a fragment of a larger program). tests/README.md says the same.
 """
@@ -68,7 +68,7 @@ def logical_lines(code: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
-# The walk (tests/integration/test_readme_walk.py): each page as one shell session. A line that
+# The walk (tests/integration/test_docs_pages.py): each page as one shell session. A line that
 # starts `mme serve` is "another terminal": started in the background (in place of the page's
 # previous server) and waited for until it says it is ready; a python block is run with
 # `python -`, and when it prints with a comment (`print(x)  # ALARM`, its last such line) its

@@ -1,4 +1,4 @@
-"""The rules the docs walk (tests/integration/test_readme_walk.py) relies on: every fenced block
+"""The rules the docs walk (tests/integration/test_docs_pages.py) relies on: every fenced block
 of README.md and docs/*.md names its language, so a command block cannot pass for text, and an
 ``<!-- illustrative: why -->`` marker stands right before a bash or python block and says why."""
 

@@ -16,7 +16,7 @@ def test_a_module_is_one_scope_and_its_docker_half_another() -> None:
     assert scope_of(f"{lifecycle}::test_lru[docker]") == f"{lifecycle}[docker]"
     assert scope_of(f"{lifecycle}::test_lru[docker-2]") == f"{lifecycle}[docker]"
     # a parameter that only mentions docker is not the docker launcher
-    walk = "tests/integration/test_readme_walk.py"
+    walk = "tests/integration/test_docs_pages.py"
     assert scope_of(f"{walk}::test_every_block[docs/docker.md]") == walk
 
 
